@@ -1,0 +1,33 @@
+# Two entry points (see README): `make run` and `make test`. Everything they
+# need is installed here, into a project-local virtual environment.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STORE ?= .acceltrace
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: setup test-setup run test clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+
+test-setup: setup
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  (apt-get update -qq && apt-get install -y -qq chromium) || \
+	  (sudo apt-get update -qq && sudo apt-get install -y -qq chromium); }
+
+run: setup
+	$(BIN)/acceltrace --store $(STORE) serve --host $(HOST) --port $(PORT) sample_traces
+
+test: test-setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(STORE) build *.egg-info

@@ -1,0 +1,3 @@
+from acceltrace.cli import main
+
+raise SystemExit(main())

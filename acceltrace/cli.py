@@ -1,0 +1,229 @@
+"""The `acceltrace` command: parses arguments and calls into the parts (no part imports this).
+
+Each subcommand's work lives in its part; handlers import lazily so `acceltrace --help`
+and every command start fast and a missing optional dependency only affects its command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _handler(spec: str):
+    """'module:function' -> a handler that imports the module only when the command runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        mod_name, fn = spec.split(":")
+        return getattr(importlib.import_module(mod_name), fn)(args) or 0
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="acceltrace", description=__doc__.splitlines()[0])
+    p.add_argument("--store", help="trace store directory (default: $ACCELTRACE_STORE or ./.acceltrace)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("ingest", help="ingest files, archives or run directories as traces")
+    s.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    s.add_argument("--name", help="trace name (default: the file name)")
+    s.add_argument("--merge", action="store_true", help="all paths become one trace (e.g. the ranks of one job)")
+    s.add_argument("--json", action="store_true", help="one JSON object per trace, one per line")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("ls", help="list the traces in the store")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_ls)
+
+    s = sub.add_parser("rm", help="remove traces")
+    s.add_argument("ids", nargs="+", metavar="ID")
+    s.set_defaults(func=cmd_rm)
+
+    s = sub.add_parser("query", help="run a read-only SQL query on one trace")
+    s.add_argument("id", metavar="ID")
+    s.add_argument("sql", metavar="SQL")
+    s.add_argument("--format", choices=("csv", "json"), default="csv")
+    s.set_defaults(func=cmd_query)
+
+    s = sub.add_parser("serve", help="ingest the given files if new, then serve the UI and API")
+    s.add_argument("paths", nargs="*", type=Path, metavar="FILE")
+    s.add_argument("--host", default="127.0.0.1", help="interface to bind (default: localhost only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-upload-bytes", type=int, default=4 << 30, help="upload size limit (default 4 GiB)")
+    s.set_defaults(func=_handler("server.main:serve_command"))
+
+    s = sub.add_parser("analyze", help="run the analysis passes on a trace and print the findings")
+    s.add_argument("id", metavar="ID")
+    s.add_argument("--pass", dest="passes", action="append", metavar="P", help="run only this pass (repeatable)")
+    s.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a threshold")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_handler("analysis.runner:analyze_command"))
+
+    s = sub.add_parser("sim", help="run the device model; writes run.atrace, run.actr, ground_truth.json")
+    s.add_argument("scenario", metavar="SCENARIO")
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--events", type=int, default=None, help="scale the run to roughly N events")
+    s.add_argument("--live", action="store_true", help="pace in real time through a running tracing daemon")
+    s.set_defaults(func=_handler("sim.cli:sim_command"))
+
+    s = sub.add_parser("traced", help="the tracing daemon (or, with ctl, control a running one)")
+    s.add_argument("--socket", required=True, type=Path)
+    s.add_argument("--out", type=Path)
+    s.add_argument("--buffer-mb", type=int, default=64)
+    s.add_argument("--mode", choices=("discard", "ring"), default="discard")
+    s.add_argument("ctl", nargs="*", metavar="ctl start|stop|flush|status")
+    s.set_defaults(func=_handler("collect.traced.cli:traced_command"))
+
+    s = sub.add_parser("collect", help="sample hardware counters into a .actr file")
+    s.add_argument("--source", required=True)
+    s.add_argument("--counters", help="comma-separated counter names (default: all)")
+    s.add_argument("--rate", type=float, default=100.0, help="samples per second (1 to 10000)")
+    s.add_argument("--duration", type=float, default=10.0, help="seconds")
+    s.add_argument("--out", type=Path)
+    s.add_argument("--list", action="store_true", help="list what the source offers")
+    s.add_argument("--socket", type=Path, help="also stream to a running tracing daemon")
+    s.set_defaults(func=_handler("collect.counters.cli:collect_command"))
+
+    s = sub.add_parser("export", help="write a trace for other tools (Chrome JSON, Parquet)")
+    s.add_argument("id", metavar="ID")
+    s.add_argument("--format", choices=("chrome", "parquet"), required=True)
+    s.add_argument("--out", type=Path, required=True)
+    s.set_defaults(func=_handler("ingest.export:export_command"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+# -- store commands (the thin ones live here) ------------------------------------------------
+
+def _store(args):
+    from ingest.store import Store
+
+    return Store(args.store)
+
+
+def _resolve(store, trace_id: str) -> dict:
+    row = store.get(trace_id)
+    if row is None:
+        # accept a unique prefix, as git does
+        rows = [r for r in store.list() if r["id"].startswith(trace_id)] if len(trace_id) >= 4 else []
+        if len(rows) == 1:
+            row = rows[0]
+    if row is None or row["status"] != "ready":
+        raise SystemExit(f"acceltrace: no ready trace with id {trace_id!r} in {store.root}")
+    return row
+
+
+def cmd_ingest(args) -> int:
+    from ingest.pipeline import ingest_paths
+
+    store = _store(args)
+    progress = _progress_bar() if sys.stderr.isatty() and not args.json else None
+    try:
+        results = ingest_paths(store, args.paths, name=args.name, merge=args.merge,
+                               progress=progress.update if progress else None)
+    finally:
+        if progress:
+            progress.close()
+    rc = 0
+    for r in results:
+        if args.json:
+            print(json.dumps(r.as_json()), flush=True)
+        elif r.error is None:
+            c = r.counts
+            print(f"{r.id}  {r.name}  [{r.format}]  tracks={c.get('tracks')} slices={c.get('slices')}"
+                  f" flows={c.get('flows')} counters={c.get('counters')} warnings={c.get('warnings')}")
+        if r.error:
+            print(f"acceltrace: error: {r.error}", file=sys.stderr)
+            rc = 1
+        elif r.warnings and not args.json:
+            for w in r.warnings[:10]:
+                print(f"  warning: {w}", file=sys.stderr)
+            if len(r.warnings) > 10 or r.counts.get("warnings", 0) > 10:
+                print(f"  ... {r.counts.get('warnings')} warnings in all (acceltrace query {r.id} "
+                      "\"SELECT value FROM trace_meta WHERE key='warnings'\")", file=sys.stderr)
+    return rc
+
+
+def cmd_ls(args) -> int:
+    rows = _store(args).list()
+    if args.json:
+        for r in rows:
+            print(json.dumps({k: r[k] for k in ("id", "name", "format", "status", "created", "source_bytes",
+                                                "db_bytes", "counts", "error")}))
+        return 0
+    for r in rows:
+        c = r["counts"]
+        print(f"{r['id']}  {r['status']:<9} {r['format'] or '-':<8} slices={c.get('slices', 0):<10} "
+              f"{r['created']}  {r['name']}")
+    return 0
+
+
+def cmd_rm(args) -> int:
+    store = _store(args)
+    rc = 0
+    for i in args.ids:
+        if not store.remove(i):
+            print(f"acceltrace: no trace with id {i!r}", file=sys.stderr)
+            rc = 1
+    return rc
+
+
+def cmd_query(args) -> int:
+    import csv
+
+    from ingest.sandbox import QueryError, run_readonly
+
+    store = _store(args)
+    row = _resolve(store, args.id)
+    try:
+        cols, rows, truncated = run_readonly(store, row["id"], args.sql, max_rows=None, timeout_s=None)
+    except QueryError as e:
+        print(f"acceltrace: query failed: {e}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps([dict(zip(cols, r)) for r in rows], default=str))
+    else:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows(rows)
+    return 0
+
+
+class _progress_bar:
+    """A rich progress bar on a terminal (none when piped)."""
+
+    def __init__(self):
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                          TimeRemainingColumn(), transient=True)
+        self.p.start()
+        self.tasks: dict[str, int] = {}
+
+    def update(self, label: str, fraction: float) -> None:
+        if label not in self.tasks:
+            self.tasks[label] = self.p.add_task(label, total=1.0)
+        self.p.update(self.tasks[label], completed=fraction)
+
+    def close(self) -> None:
+        self.p.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

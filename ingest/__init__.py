@@ -1,0 +1,1 @@
+"""Input formats -> the DuckDB trace store (one module per format, see registry.py)."""

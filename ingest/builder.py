@@ -1,0 +1,395 @@
+"""The one writer every ingester goes through; it enforces the store's invariants.
+
+Ingesters hand over columnar batches (pyarrow Tables, or dicts of equal-length
+columns/numpy arrays); the builder appends them to a staging DuckDB file, and
+finish() computes nesting depths where the input gave none, sorts slices by
+(track_id, ts), fills trace_meta, runs the derived-table steps (ingest/derive.py)
+and leaves a complete file that the store then publishes atomically.
+
+Slice ids are assigned in insertion order: add_slices returns the first id of the
+batch, so an ingester knows the id of every slice it added (for flows).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import schema
+from ingest.errors import IngestError
+
+MAX_WARNINGS_KEPT = 200
+
+_SLICE_TYPES = {
+    "track_id": pa.int32(),
+    "ts": pa.int64(),
+    "dur": pa.int64(),
+    "depth": pa.int32(),
+    "name": pa.string(),
+    "category": pa.string(),
+    "corr_id": pa.int64(),
+    "bytes": pa.int64(),
+    "direction": pa.string(),
+    "host_mem": pa.string(),
+    "args": pa.string(),
+}
+
+
+@dataclass
+class Warnings:
+    """Warnings with file and position; all are counted, the first MAX_WARNINGS_KEPT kept verbatim."""
+
+    total: int = 0
+    kept: list[str] = field(default_factory=list)
+    dropped_events: int = 0
+
+    def add(self, file: str, message: str, position: str | None = None, dropped: int = 0) -> None:
+        self.total += 1
+        self.dropped_events += dropped
+        if len(self.kept) < MAX_WARNINGS_KEPT:
+            where = f"{file}: {position}" if position else file
+            self.kept.append(f"{where}: {message}")
+
+
+class TraceBuilder:
+    """Collects one trace's tables into a DuckDB file at `path`."""
+
+    def __init__(self, path: Path, memory_limit: str = "1GB", threads: int | None = None):
+        self.path = Path(path)
+        self.con = duckdb.connect(str(self.path))
+        self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        self.con.execute("SET preserve_insertion_order = false")
+        if threads:
+            self.con.execute(f"SET threads = {int(threads)}")
+        for table in schema.TABLES:
+            if table == "slices":
+                # staging: depth may be unknown (NULL) until finish()
+                cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES[table]]
+                self.con.execute(schema.create_sql(table, cols, name="_slices_staging"))
+            else:
+                self.con.execute(schema.create_sql(table))
+        self.meta: dict[str, str] = {}
+        self.warnings = Warnings()
+        self._tracks: dict[object, int] = {}
+        self._track_rows: list[tuple] = []
+        self._next_slice = 0
+        self._next_flow = 0
+        self.n_counters = 0
+        self.formats: list[str] = []
+
+    # -- tracks ----------------------------------------------------------------------------
+    def track(
+        self,
+        lane: str,
+        name: str,
+        group_name: str = "",
+        device: str | None = None,
+        process: str | None = None,
+        thread: str | None = None,
+        unit: str | None = None,
+        sort_key: int = 0,
+        key: object = None,
+    ) -> int:
+        """The id of the track with this key (default: lane, group, name), creating it once."""
+        if lane not in schema.LANES:
+            raise ValueError(f"unknown lane {lane!r}; expected one of {schema.LANES}")
+        k = key if key is not None else (lane, group_name, name, device)
+        tid = self._tracks.get(k)
+        if tid is None:
+            tid = len(self._track_rows)
+            self._tracks[k] = tid
+            self._track_rows.append((tid, lane, group_name or "", name, device, process, thread, unit, int(sort_key)))
+        return tid
+
+    def update_track(self, track_id: int, **fields) -> None:
+        """Change a track's columns after creation (e.g. names from metadata seen later)."""
+        cols = schema.column_names("tracks")
+        row = list(self._track_rows[track_id])
+        for k, v in fields.items():
+            row[cols.index(k)] = v
+        self._track_rows[track_id] = tuple(row)
+
+    @property
+    def track_rows(self) -> list[tuple]:
+        return list(self._track_rows)
+
+    # -- events ----------------------------------------------------------------------------
+    def add_slices(self, batch: pa.Table | dict) -> int:
+        """Append slices; returns the slice_id of the first row (ids are consecutive).
+
+        Required columns: track_id, ts, dur, name. Optional: depth (computed when absent
+        or null), category, corr_id, bytes, direction, host_mem, args (JSON text).
+        """
+        table = _as_table(batch, _SLICE_TYPES)
+        n = table.num_rows
+        if n == 0:
+            return self._next_slice
+        for col in ("track_id", "ts", "dur", "name"):
+            if col not in table.column_names:
+                raise ValueError(f"add_slices: missing column {col}")
+        first = self._next_slice
+        ids = pa.array(np.arange(first, first + n, dtype=np.int64))
+        table = table.append_column("slice_id", ids)
+        cols = schema.column_names("slices")
+        select = ", ".join(
+            f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in cols
+        )
+        self.con.register("_batch", table)
+        try:
+            self.con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
+        finally:
+            self.con.unregister("_batch")
+        self._next_slice += n
+        return first
+
+    def add_flows(self, src_slice, dst_slice, kind, raw_kind=None) -> None:
+        """Append flows (arrays of equal length; src/dst may hold nulls for a missing end)."""
+        table = _as_table(
+            {"src_slice": src_slice, "dst_slice": dst_slice, "kind": kind, "raw_kind": raw_kind},
+            {"src_slice": pa.int64(), "dst_slice": pa.int64(), "kind": pa.string(), "raw_kind": pa.string()},
+        )
+        n = table.num_rows
+        if n == 0:
+            return
+        bad = pc.invert(pc.is_in(table["kind"], value_set=pa.array(schema.FLOW_KINDS)))
+        if pc.any(bad).as_py():
+            raise ValueError(f"add_flows: kind must be one of {schema.FLOW_KINDS}")
+        table = table.append_column(
+            "flow_id", pa.array(np.arange(self._next_flow, self._next_flow + n, dtype=np.int64))
+        )
+        self.con.register("_batch", table)
+        try:
+            self.con.execute(
+                "INSERT INTO flows SELECT flow_id, src_slice, dst_slice, kind, "
+                + ("raw_kind" if "raw_kind" in table.column_names else "NULL")
+                + " FROM _batch"
+            )
+        finally:
+            self.con.unregister("_batch")
+        self._next_flow += n
+
+    def add_flows_sql(self, select_sql: str, params: list | None = None) -> int:
+        """Append flows from a query over the staging tables yielding (src_slice, dst_slice, kind, raw_kind).
+
+        This is how ingesters link by correlation id without a Python loop; staged slices
+        are visible as `_slices_staging`.
+        """
+        before = self._next_flow
+        self.con.execute(
+            f"INSERT INTO flows SELECT {before} + row_number() OVER () - 1, src_slice, dst_slice, kind, raw_kind"
+            f" FROM ({select_sql})",
+            params or [],
+        )
+        (count,) = self.con.execute("SELECT count(*) FROM flows").fetchone()
+        self._next_flow = count
+        return count - before
+
+    def add_counters(self, track_id, ts, value) -> None:
+        table = _as_table(
+            {"track_id": track_id, "ts": ts, "value": value},
+            {"track_id": pa.int32(), "ts": pa.int64(), "value": pa.float64()},
+        )
+        if table.num_rows == 0:
+            return
+        self.con.register("_batch", table)
+        try:
+            self.con.execute("INSERT INTO counters SELECT track_id, ts, value FROM _batch")
+        finally:
+            self.con.unregister("_batch")
+        self.n_counters += table.num_rows
+
+    def set_meta(self, key: str, value) -> None:
+        self.meta[key] = value if isinstance(value, str) else json.dumps(value)
+
+    def warn(self, file: str, message: str, position: str | None = None, dropped: int = 0) -> None:
+        """A problem in the input that did not stop ingest; `dropped` events it cost, if any."""
+        self.warnings.add(file, message, position, dropped)
+
+    @property
+    def n_slices(self) -> int:
+        return self._next_slice
+
+    # -- finish ----------------------------------------------------------------------------
+    def finish(self, fmt: str, source_name: str) -> dict:
+        """Complete the file (depths, order, meta, derived tables). Returns the counts."""
+        con = self.con
+        if self._next_slice == 0 and self.n_counters == 0:
+            raise IngestError(source_name, "contains no events (no slices and no counter samples); nothing to show")
+        (neg,) = con.execute("SELECT count(*) FROM _slices_staging WHERE dur < 0").fetchone()
+        if neg:
+            raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")
+        self._write_tracks()
+        _assign_depths(con)
+        cols = ", ".join(f'"{c}"' for c in schema.column_names("slices"))
+        con.execute(schema.create_sql("slices"))
+        con.execute(f"INSERT INTO slices SELECT {cols} FROM _slices_staging ORDER BY track_id, ts, depth")
+        con.execute("DROP TABLE _slices_staging")
+        con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
+        con.execute("DROP TABLE counters")
+        con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
+
+        start, end = con.execute(
+            "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM slices"
+            " UNION ALL SELECT min(ts), max(ts) FROM counters)"
+        ).fetchone()
+        meta = dict(self.meta)
+        meta.setdefault("format", fmt)
+        meta["start_ns"] = str(int(start))
+        meta["end_ns"] = str(int(end))
+        meta["ingest_version"] = schema.INGEST_VERSION
+        meta.setdefault("lost_events", "0")
+        meta["warning_count"] = str(self.warnings.total)
+        meta["dropped_events"] = str(self.warnings.dropped_events)
+        meta["warnings"] = json.dumps(self.warnings.kept)
+        con.executemany("INSERT INTO trace_meta VALUES (?, ?)", sorted(meta.items()))
+
+        from ingest import derive
+
+        derive.run_all(con)
+        counts = self.counts()
+        con.execute("CHECKPOINT")
+        con.close()
+        return counts
+
+    def counts(self) -> dict:
+        q = self.con.execute
+        return {
+            "tracks": q("SELECT count(*) FROM tracks").fetchone()[0],
+            "slices": q("SELECT count(*) FROM slices").fetchone()[0],
+            "flows": q("SELECT count(*) FROM flows").fetchone()[0],
+            "counters": q("SELECT count(*) FROM counters").fetchone()[0],
+            "warnings": self.warnings.total,
+            "dropped_events": self.warnings.dropped_events,
+        }
+
+    def abort(self) -> None:
+        try:
+            self.con.close()
+        except Exception:
+            pass
+
+    def _write_tracks(self) -> None:
+        if self._track_rows:
+            self.con.executemany(
+                "INSERT INTO tracks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._track_rows
+            )
+
+
+def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:
+    if isinstance(batch, pa.Table):
+        t = batch
+        fields = []
+        arrays = []
+        for name in t.column_names:
+            col = t[name]
+            if name in types and col.type != types[name]:
+                col = col.cast(types[name])
+            fields.append(name)
+            arrays.append(col)
+        return pa.table(dict(zip(fields, arrays)))
+    arrays = {}
+    for name, col in batch.items():
+        if col is None:
+            continue
+        typ = types.get(name)
+        if isinstance(col, (pa.Array, pa.ChunkedArray)):
+            arrays[name] = col.cast(typ) if typ is not None and col.type != typ else col
+        else:
+            arrays[name] = pa.array(col, type=typ)
+    return pa.table(arrays)
+
+
+def _assign_depths(con: duckdb.DuckDBPyConnection) -> None:
+    """Nesting depth for every slice whose ingester gave none, per track, in SQL.
+
+    A sweep over start/end events: at equal times ends come before starts (adjacent
+    slices share a depth), starts of longer slices before shorter ones (parents
+    first), and an instant's end after every start. A slice's depth is the number
+    of slices open when it starts. That is exact for properly nested slices; tracks
+    where partial overlaps make two slices collide at one depth get a first-free-depth
+    pass (Python, those tracks only), so every slice stays visible.
+    """
+    (todo,) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchone()
+    if not todo:
+        return
+    con.execute(
+        """
+        CREATE TEMP TABLE _depth AS
+        WITH ev AS (
+            SELECT slice_id, track_id, ts AS t, 1 AS kind, dur, 1 AS delta
+            FROM _slices_staging WHERE depth IS NULL
+            UNION ALL
+            SELECT slice_id, track_id, ts + dur AS t, CASE WHEN dur = 0 THEN 2 ELSE 0 END AS kind, dur, -1
+            FROM _slices_staging WHERE depth IS NULL
+        ),
+        run AS (
+            SELECT slice_id, kind, delta,
+                   sum(delta) OVER (PARTITION BY track_id ORDER BY t, kind, dur DESC, slice_id
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - delta AS open_before
+            FROM ev
+        )
+        SELECT slice_id, open_before::INTEGER AS depth FROM run WHERE kind = 1
+        """
+    )
+    con.execute(
+        "UPDATE _slices_staging s SET depth = d.depth FROM _depth d WHERE s.slice_id = d.slice_id"
+    )
+    con.execute("DROP TABLE _depth")
+    bad_tracks = [
+        r[0]
+        for r in con.execute(
+            """
+            SELECT DISTINCT track_id FROM (
+                SELECT track_id, ts, lag(ts + dur) OVER (PARTITION BY track_id, depth ORDER BY ts, slice_id) AS prev_end
+                FROM _slices_staging)
+            WHERE prev_end > ts
+            """
+        ).fetchall()
+    ]
+    for track_id in bad_tracks:
+        _first_free_depths(con, track_id)
+
+
+def _first_free_depths(con: duckdb.DuckDBPyConnection, track_id: int) -> None:
+    """Greedy interval colouring for one track whose slices overlap without nesting."""
+    rows = con.execute(
+        "SELECT slice_id, ts, dur FROM _slices_staging WHERE track_id = ? ORDER BY ts, dur DESC, slice_id",
+        [track_id],
+    ).fetchnumpy()
+    ids, ts, dur = rows["slice_id"], rows["ts"], rows["dur"]
+    depth = np.zeros(len(ids), dtype=np.int32)
+    # open_end[d] = end time of the slice currently occupying depth d
+    open_end: list[int] = []
+    for i in range(len(ids)):
+        t, e = int(ts[i]), int(ts[i]) + int(dur[i])
+        # a depth is free when its occupant ended at or before t (instants never block)
+        # and no deeper depth is still needed by an enclosing slice
+        chosen = None
+        lowest_free_above_containers = 0
+        for d, end in enumerate(open_end):
+            if end > t and end >= e:
+                lowest_free_above_containers = d + 1
+        for d in range(lowest_free_above_containers, len(open_end)):
+            if open_end[d] <= t:
+                chosen = d
+                break
+        if chosen is None:
+            chosen = len(open_end)
+            open_end.append(e)
+        else:
+            open_end[chosen] = e
+        depth[i] = chosen
+    tbl = pa.table({"slice_id": ids, "depth": depth})
+    con.register("_fixdepth", tbl)
+    try:
+        con.execute(
+            "UPDATE _slices_staging s SET depth = f.depth FROM _fixdepth f WHERE s.slice_id = f.slice_id"
+        )
+    finally:
+        con.unregister("_fixdepth")

@@ -1,0 +1,201 @@
+"""From paths the user gave to published traces: expand, detect, build, publish, then post-steps."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ingest import registry
+from ingest.builder import TraceBuilder
+from ingest.errors import IngestError
+from ingest.sources import Source, open_sources
+from ingest.store import Store
+
+# Run after a trace is published ("module:function(store, trace_id)"); failures become warnings.
+AFTER_PUBLISH: list[str] = []
+
+_SKIP_NAMES = {"readme", "readme.md", "attribution.md", "license", "licence", "notice"}
+
+
+@dataclass
+class Result:
+    name: str
+    id: str | None = None
+    format: str | None = None
+    counts: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    skipped: bool = False  # already in the store (same content)
+
+    def as_json(self) -> dict:
+        d = {"id": self.id, "name": self.name, "format": self.format}
+        for k in ("tracks", "slices", "flows", "counters", "warnings"):
+            d[k] = self.counts.get(k, 0)
+        if self.error:
+            d["error"] = self.error
+        if self.skipped:
+            d["skipped"] = True
+        return d
+
+
+def expand_inputs(paths: list[Path]) -> list[Path]:
+    """Directories that are not run directories stand for the trace files inside them."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir() and not registry.claimed_dir(p):
+            for child in sorted(p.iterdir()):
+                if child.name.startswith(".") or child.name.lower() in _SKIP_NAMES or child.suffix in (".md", ".txt"):
+                    continue
+                out.extend(expand_inputs([child]))
+        else:
+            out.append(p)
+    return out
+
+
+def content_hash(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
+def _size(paths: list[Path]) -> int:
+    total = 0
+    for p in paths:
+        if p.is_dir():
+            total += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        elif p.exists():
+            total += p.stat().st_size
+    return total
+
+
+def ingest_paths(
+    store: Store,
+    paths: list[Path],
+    name: str | None = None,
+    merge: bool = False,
+    skip_existing: bool = False,
+    keep_failed: bool = False,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[Result]:
+    """Ingest each path as a trace (or all of them as one with merge); never raises IngestError."""
+    paths = [Path(p) for p in paths]
+    groups = [paths] if merge else [[p] for p in expand_inputs(paths)]
+    results = []
+    for group in groups:
+        label = name or (group[0].name if len(group) == 1 else f"{group[0].name} (+{len(group) - 1})")
+        results.append(
+            ingest_one(store, group, label, merge=merge, skip_existing=skip_existing,
+                       keep_failed=keep_failed, progress=progress)
+        )
+    return results
+
+
+def ingest_one(
+    store: Store,
+    paths: list[Path],
+    label: str,
+    merge: bool = False,
+    skip_existing: bool = False,
+    keep_failed: bool = False,
+    progress: Callable[[str, float], None] | None = None,
+    trace_id: str | None = None,
+    tmp_path: Path | None = None,
+) -> Result:
+    """Build one trace from paths; with trace_id/tmp_path given, fill a catalog row begun earlier."""
+    res = Result(name=label)
+    try:
+        digest = content_hash(paths)
+    except OSError as e:
+        res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
+        return res
+    if skip_existing and (have := store.find_by_hash(digest)):
+        res.id, res.format, res.counts, res.skipped = have["id"], have["format"], have["counts"], True
+        return res
+    total = max(1, _size(paths))
+    done = 0
+
+    def on_read(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(label, min(1.0, done / total))
+
+    if trace_id is None:
+        trace_id, tmp_path = store.begin(label, total, digest)
+    res.id = trace_id
+    builder = None
+    work_dir = store.tmp_dir / f"{trace_id}.{__import__('os').getpid()}.work"
+    try:
+        sources: list[Source] = []
+        for p in paths:
+            srcs = open_sources(p, on_read)
+            if merge or len(paths) > 1:
+                for s in srcs:
+                    s.group = s.group if len(srcs) > 1 else _stem(p)
+            elif len(srcs) == 1:
+                srcs[0].group = None
+            sources.extend(srcs)
+        builder = TraceBuilder(tmp_path)
+        builder.work_dir = work_dir
+        used = []
+        for src in sources:
+            try:
+                mod = registry.detect(src)
+            except IngestError as e:
+                if len(sources) > 1:  # one unreadable member of an archive: say so, keep the rest
+                    builder.warn(src.name, f"skipped: {e.detail}")
+                    continue
+                raise
+            mod.ingest(src, builder)
+            used.append(mod)
+        if not used:
+            raise IngestError(label, "no member of the archive is a recognised trace")
+        for mod in dict.fromkeys(used):
+            if hasattr(mod, "finish"):
+                mod.finish(builder)
+        fmts = sorted({m.NAME for m in used})
+        fmt = fmts[0] if len(fmts) == 1 else "+".join(fmts)
+        res.counts = builder.finish(fmt, label)
+        res.format = fmt
+        res.warnings = list(builder.warnings.kept)
+        store.publish(trace_id, tmp_path, fmt, res.counts)
+    except IngestError as e:
+        res.error = str(e)
+    except MemoryError:
+        res.error = f"{label}: ran out of memory while ingesting"
+    except Exception as e:  # an ingester bug must not take the process down or leave a half trace
+        res.error = f"{label}: internal error while ingesting: {type(e).__name__}: {e}"
+    finally:
+        if res.error and builder is not None:
+            builder.abort()
+        shutil.rmtree(work_dir, ignore_errors=True)
+    if res.error:
+        store.fail(trace_id, tmp_path, res.error, keep_row=keep_failed)
+        if not keep_failed:
+            res.id = None
+        return res
+    for step in AFTER_PUBLISH:
+        mod_name, fn = step.split(":")
+        try:
+            getattr(importlib.import_module(mod_name), fn)(store, trace_id)
+        except Exception as e:
+            res.warnings.append(f"{label}: post-ingest step {step} failed: {type(e).__name__}: {e}")
+    return res
+
+
+def _stem(p: Path) -> str:
+    name = p.name
+    for suf in (".gz", ".json", ".trace", ".pt", ".sqlite", ".tar", ".zip"):
+        if name.lower().endswith(suf):
+            name = name[: -len(suf)]
+    return name

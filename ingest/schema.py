@@ -1,0 +1,89 @@
+"""The trace store's tables, declared once (DESIGN.md, docs/schema.md documents every column).
+
+Every ingester writes these tables through ingest.builder.TraceBuilder and nothing else
+decides their shape. Times are int64 nanoseconds on one host clock (absolute); the
+API converts them to ns relative to trace_meta start_ns.
+"""
+
+INGEST_VERSION = "1"
+
+LANES = ("cpu", "driver", "pcie", "eu", "counter")
+DIRECTIONS = ("h2d", "d2h", "d2d", "p2p")
+HOST_MEM = ("pageable", "pinned")
+FLOW_KINDS = ("submit", "launch", "dma", "exec", "dependency", "other")
+# Flow kinds that make up "the correlation chain" (never dependency).
+CHAIN_FLOW_KINDS = ("submit", "launch", "dma", "exec")
+
+# (column, DuckDB type) per table, in order.
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "trace_meta": [
+        ("key", "VARCHAR NOT NULL"),
+        ("value", "VARCHAR"),
+    ],
+    "tracks": [
+        ("track_id", "INTEGER NOT NULL"),
+        ("lane", "VARCHAR NOT NULL"),
+        ("group_name", "VARCHAR NOT NULL"),
+        ("name", "VARCHAR NOT NULL"),
+        ("device", "VARCHAR"),
+        ("process", "VARCHAR"),
+        ("thread", "VARCHAR"),
+        ("unit", "VARCHAR"),
+        ("sort_key", "BIGINT NOT NULL"),
+    ],
+    "slices": [
+        ("slice_id", "BIGINT NOT NULL"),
+        ("track_id", "INTEGER NOT NULL"),
+        ("ts", "BIGINT NOT NULL"),
+        ("dur", "BIGINT NOT NULL"),
+        ("depth", "INTEGER NOT NULL"),
+        ("name", "VARCHAR NOT NULL"),
+        ("category", "VARCHAR"),
+        ("corr_id", "BIGINT"),
+        ("bytes", "BIGINT"),
+        ("direction", "VARCHAR"),
+        ("host_mem", "VARCHAR"),
+        ("args", "VARCHAR"),
+    ],
+    "flows": [
+        ("flow_id", "BIGINT NOT NULL"),
+        ("src_slice", "BIGINT"),
+        ("dst_slice", "BIGINT"),
+        ("kind", "VARCHAR NOT NULL"),
+        ("raw_kind", "VARCHAR"),
+    ],
+    "counters": [
+        ("track_id", "INTEGER NOT NULL"),
+        ("ts", "BIGINT NOT NULL"),
+        ("value", "DOUBLE NOT NULL"),
+    ],
+}
+
+# The findings side file's single table (written by analysis/, never into the trace file).
+FINDINGS: list[tuple[str, str]] = [
+    ("pass", "VARCHAR NOT NULL"),
+    ("severity", "VARCHAR NOT NULL"),
+    ("ts", "BIGINT"),
+    ("dur", "BIGINT"),
+    ("track_id", "INTEGER"),
+    ("slice_id", "BIGINT"),
+    ("metric", "VARCHAR"),
+    ("value", "DOUBLE"),
+    ("threshold", "DOUBLE"),
+    ("impact_ns", "BIGINT"),
+    ("message", "VARCHAR"),
+]
+
+# trace_meta keys every trace has (docs/schema.md lists the optional ones).
+REQUIRED_META = ("format", "start_ns", "end_ns", "ingest_version", "lost_events")
+
+
+def create_sql(table: str, columns: list[tuple[str, str]] | None = None, name: str | None = None) -> str:
+    """CREATE TABLE statement for one declared table (optionally under another name)."""
+    cols = columns if columns is not None else TABLES[table]
+    body = ", ".join(f'"{c}" {t}' for c, t in cols)
+    return f'CREATE TABLE "{name or table}" ({body})'
+
+
+def column_names(table: str) -> list[str]:
+    return [c for c, _ in TABLES[table]]

@@ -1,0 +1,257 @@
+"""What the user gave us, opened as a list of Sources: plain files, gzip, zip, tar(.gz), directories.
+
+Containers are streamed, never extracted to disk (a format that needs a real file, like
+SQLite, asks for `materialize`, which writes into the ingest's own temp directory), and
+every decompressing stream is guarded against decompression bombs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import tarfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Callable
+
+from ingest.errors import IngestError
+
+# Decompressed bytes allowed: at least this many, and beyond it at most RATIO x compressed.
+BOMB_FLOOR_BYTES = 512 << 20
+BOMB_RATIO = 200
+BOMB_ABS_MAX = 64 << 30
+HEAD_BYTES = 4096
+
+
+class ProgressReader(io.RawIOBase):
+    """Counts bytes read from the file on disk, for progress bars."""
+
+    def __init__(self, raw: BinaryIO, on_read: Callable[[int], None] | None):
+        self.raw = raw
+        self.on_read = on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.raw.readinto(b)
+        if n and self.on_read:
+            self.on_read(n)
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class BombGuard(io.RawIOBase):
+    """Refuses to yield more decompressed bytes than the limit allows."""
+
+    def __init__(self, inner: BinaryIO, limit: int, label: str):
+        self.inner = inner
+        self.limit = limit
+        self.label = label
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        try:
+            data = self.inner.read(len(b))
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError, zipfile.BadZipFile, tarfile.TarError) as e:
+            raise IngestError(
+                self.label, f"compressed data is damaged or cut short ({e}); expected a complete stream",
+                f"decompressed byte {self.total}",
+            ) from None
+        n = len(data)
+        self.total += n
+        if self.total > self.limit:
+            raise IngestError(
+                self.label,
+                f"decompresses to more than {self.limit} bytes (limit: {BOMB_RATIO}x the compressed size,"
+                " at least 512 MiB); refused as a possible decompression bomb",
+                f"decompressed byte {self.total}",
+            )
+        b[:n] = data
+        return n
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
+def bomb_limit(compressed: int) -> int:
+    return min(BOMB_ABS_MAX, max(BOMB_FLOOR_BYTES, BOMB_RATIO * compressed))
+
+
+@dataclass
+class Source:
+    """One input stream of one trace (a file, or a member of an archive)."""
+
+    name: str  # what error messages call it: "file.json.gz" or "archive.tar.gz!rank3.json"
+    opener: Callable[[], BinaryIO]  # -> decompressed bytes, buffered
+    size: int | None = None  # bytes on disk as the user gave them (compressed)
+    path: Path | None = None  # the real file, when it is a plain uncompressed file or a directory
+    group: str | None = None  # set when several sources become one trace (rank name)
+    head: bytes = b""
+    inner_name: str = ""  # the name with container suffixes removed, for name-based detection
+    is_dir: bool = False
+    _tmp: list[Path] = field(default_factory=list)
+
+    def open(self) -> BinaryIO:
+        return self.opener()
+
+    def materialize(self, tmp_dir: Path) -> Path:
+        """A real file holding the decompressed bytes (for formats that need random access)."""
+        if self.path is not None and not self.is_dir:
+            return self.path
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        out = tmp_dir / (PurePosixPath(self.inner_name).name or "input")
+        with self.open() as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        self._tmp.append(out)
+        return out
+
+
+def strip_container_suffix(name: str) -> str:
+    low = name.lower()
+    for suf in (".gz", ".gzip"):
+        if low.endswith(suf):
+            return name[: -len(suf)]
+    return name
+
+
+def _read_head(opener: Callable[[], BinaryIO], label: str) -> bytes:
+    with opener() as f:
+        return f.read(HEAD_BYTES)
+
+
+def _safe_member(archive: str, name: str) -> None:
+    p = PurePosixPath(name.replace("\\", "/"))
+    if p.is_absolute() or ".." in p.parts or (len(name) > 1 and name[1] == ":"):
+        raise IngestError(
+            archive, f"member path '{name}' climbs out of the archive; refused (expected relative member paths)"
+        )
+
+
+def open_sources(path: Path, on_read: Callable[[int], None] | None = None) -> list[Source]:
+    """Expand one user-given path into its Sources (several for a multi-rank archive)."""
+    label = path.name
+    if path.is_dir():
+        return [Source(name=label, opener=lambda: open(path, "rb"), path=path, is_dir=True, inner_name=label)]
+    if not path.exists():
+        raise IngestError(str(path), "no such file")
+    size = path.stat().st_size
+    if size == 0:
+        raise IngestError(label, "the file is empty; expected a trace", "byte 0")
+    with open(path, "rb") as f:
+        magic = f.read(262 + 8)
+
+    def raw():
+        return ProgressReader(open(path, "rb", buffering=0), on_read)
+
+    if magic[:2] == b"\x1f\x8b":
+        def gz():
+            return io.BufferedReader(BombGuard(gzip.GzipFile(fileobj=raw()), bomb_limit(size), label), 1 << 20)
+
+        head = _read_head(gz, label)
+        if _is_tar(head):
+            return _tar_sources(path, label, size, lambda: gz())
+        return [Source(name=label, opener=gz, size=size, head=head, inner_name=strip_container_suffix(label))]
+    if magic[:4] == b"PK\x03\x04":
+        return _zip_sources(path, label, size, on_read)
+    if _is_tar(magic):
+        return _tar_sources(path, label, size, lambda: io.BufferedReader(raw(), 1 << 20))
+
+    def plain():
+        return io.BufferedReader(raw(), 1 << 20)
+
+    return [Source(name=label, opener=plain, size=size, path=path, head=magic[:HEAD_BYTES], inner_name=label)]
+
+
+def _is_tar(head: bytes) -> bool:
+    return len(head) >= 262 and head[257:262] == b"ustar"
+
+
+def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryIO]) -> list[Source]:
+    """Each regular member becomes a Source; members are streamed from a fresh pass each time."""
+    names: list[str] = []
+    try:
+        with opener() as f, tarfile.open(fileobj=f, mode="r|") as tf:
+            for m in tf:
+                _safe_member(label, m.name)
+                if m.issym() or m.islnk():
+                    continue
+                if m.isfile():
+                    names.append(m.name)
+    except tarfile.TarError as e:
+        raise IngestError(label, f"not a readable tar archive ({e})") from None
+    out = []
+    total = len(names) or 1
+    for member in names:
+        def member_opener(member=member):
+            f = opener()
+            tf = tarfile.open(fileobj=f, mode="r|")
+            for m in tf:
+                if m.name == member:
+                    ex = tf.extractfile(m)
+                    inner = gzip.GzipFile(fileobj=ex) if _peek_gzip(member) else ex
+                    return io.BufferedReader(
+                        BombGuard(inner, bomb_limit(max(size // total, m.size)), f"{label}!{member}"), 1 << 20
+                    )
+            raise IngestError(label, f"member '{member}' vanished while reading")
+
+        src = Source(
+            name=f"{label}!{member}", opener=member_opener, size=None,
+            inner_name=strip_container_suffix(PurePosixPath(member).name),
+            group=_rank_name(member),
+        )
+        src.head = _read_head(member_opener, src.name)
+        out.append(src)
+    return out
+
+
+def _peek_gzip(member: str) -> bool:
+    return member.lower().endswith(".gz")
+
+
+def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
+    try:
+        zf = zipfile.ZipFile(path)
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+    except zipfile.BadZipFile as e:
+        raise IngestError(label, f"not a readable zip archive ({e})") from None
+    for i in infos:
+        _safe_member(label, i.filename)
+    out = []
+    for info in infos:
+        def member_opener(info=info):
+            z = zipfile.ZipFile(path)
+            inner = z.open(info)
+            if info.filename.lower().endswith(".gz"):
+                inner = gzip.GzipFile(fileobj=inner)
+            return io.BufferedReader(
+                BombGuard(inner, bomb_limit(max(info.compress_size, 1)), f"{label}!{info.filename}"), 1 << 20
+            )
+
+        src = Source(
+            name=f"{label}!{info.filename}", opener=member_opener,
+            inner_name=strip_container_suffix(PurePosixPath(info.filename).name),
+            group=_rank_name(info.filename),
+        )
+        src.head = _read_head(member_opener, src.name)
+        out.append(src)
+    return out
+
+
+def _rank_name(member: str) -> str:
+    """A group name for one member of a multi-rank archive: its file name without suffixes."""
+    base = PurePosixPath(member).name
+    for suf in (".gz", ".json", ".trace", ".pt"):
+        if base.lower().endswith(suf):
+            base = base[: -len(suf)]
+    return base

@@ -1,0 +1,252 @@
+"""The trace store: a catalog plus one immutable DuckDB file per trace.
+
+Layout of a store directory:
+  catalog.sqlite            SQLite in WAL mode, one row per trace (safe for many processes)
+  traces/<id>.duckdb        the published trace, written once, then only opened read-only
+  traces/<id>.<side>.duckdb side files derived later (findings, ...), replaced atomically
+  tmp/<id>.<pid>.duckdb     an ingest in progress; swept when its process is gone
+
+A trace becomes visible (status 'ready') only after its file has been renamed into
+traces/. Rows of ingests whose process died are removed with their temp files the
+next time the store is opened, so a SIGKILLed ingest leaves nothing half-visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+DEFAULT_STORE = ".acceltrace"
+
+_CATALOG_SQL = """
+CREATE TABLE IF NOT EXISTS traces (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    format TEXT,
+    status TEXT NOT NULL,          -- ingesting | ready | failed
+    created TEXT NOT NULL,         -- ISO 8601 UTC
+    source_bytes INTEGER,          -- size of what the user gave us (compressed, as given)
+    db_bytes INTEGER,              -- size of the published DuckDB file
+    content_hash TEXT,             -- sha256 of the input bytes (dedup of identical inputs)
+    counts TEXT,                   -- JSON: tracks, slices, flows, counters, warnings
+    error TEXT,                    -- message of a failed ingest
+    progress REAL,                 -- 0..1 while ingesting
+    pid INTEGER,                   -- process that is ingesting
+    host TEXT
+)
+"""
+
+
+def store_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """--store beats ACCELTRACE_STORE beats ./.acceltrace."""
+    return Path(explicit or os.environ.get("ACCELTRACE_STORE") or DEFAULT_STORE)
+
+
+def new_trace_id() -> str:
+    """128 random bits, URL-safe (22 characters)."""
+    return secrets.token_urlsafe(16)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Store:
+    """The catalog and the files of one store directory."""
+
+    def __init__(self, root: str | os.PathLike | None = None, sweep: bool = True):
+        self.root = store_dir(root)
+        self.traces_dir = self.root / "traces"
+        self.tmp_dir = self.root / "tmp"
+        self.traces_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.catalog_path = self.root / "catalog.sqlite"
+        with self._db() as db:
+            db.execute(_CATALOG_SQL)
+        if sweep:
+            self.sweep()
+
+    # -- catalog -------------------------------------------------------------------------
+    @contextmanager
+    def _db(self):
+        db = sqlite3.connect(self.catalog_path, timeout=30, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA busy_timeout=30000")
+            db.row_factory = sqlite3.Row
+            yield db
+        finally:
+            db.close()
+
+    @staticmethod
+    def _row(row: sqlite3.Row | None) -> dict | None:
+        if row is None:
+            return None
+        d = dict(row)
+        d["counts"] = json.loads(d["counts"]) if d.get("counts") else {}
+        return d
+
+    def list(self, status: str | None = None) -> list[dict]:
+        q = "SELECT * FROM traces"
+        args: tuple = ()
+        if status:
+            q += " WHERE status = ?"
+            args = (status,)
+        q += " ORDER BY created DESC, id"
+        with self._db() as db:
+            return [self._row(r) for r in db.execute(q, args).fetchall()]
+
+    def get(self, trace_id: str) -> dict | None:
+        with self._db() as db:
+            return self._row(db.execute("SELECT * FROM traces WHERE id = ?", (trace_id,)).fetchone())
+
+    def find_by_hash(self, content_hash: str) -> dict | None:
+        with self._db() as db:
+            r = db.execute(
+                "SELECT * FROM traces WHERE content_hash = ? AND status = 'ready' ORDER BY created LIMIT 1",
+                (content_hash,),
+            ).fetchone()
+            return self._row(r)
+
+    def begin(self, name: str, source_bytes: int | None, content_hash: str | None) -> tuple[str, Path]:
+        """Register an ingest in progress; returns its id and the temp path to build into."""
+        trace_id = new_trace_id()
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO traces (id, name, status, created, source_bytes, content_hash, progress, pid, host)"
+                " VALUES (?, ?, 'ingesting', ?, ?, ?, 0, ?, ?)",
+                (trace_id, name, now, source_bytes, content_hash, os.getpid(), os.uname().nodename),
+            )
+        return trace_id, self.tmp_dir / f"{trace_id}.{os.getpid()}.duckdb"
+
+    def set_progress(self, trace_id: str, fraction: float) -> None:
+        with self._db() as db:
+            db.execute("UPDATE traces SET progress = ? WHERE id = ?", (float(fraction), trace_id))
+
+    def publish(self, trace_id: str, tmp_path: Path, fmt: str, counts: dict) -> None:
+        """Rename the finished file into place, then mark it ready (in that order)."""
+        final = self.trace_path(trace_id)
+        os.replace(tmp_path, final)
+        with self._db() as db:
+            db.execute(
+                "UPDATE traces SET status = 'ready', format = ?, counts = ?, db_bytes = ?, progress = 1,"
+                " pid = NULL, error = NULL WHERE id = ?",
+                (fmt, json.dumps(counts), final.stat().st_size, trace_id),
+            )
+
+    def fail(self, trace_id: str, tmp_path: Path | None, error: str, keep_row: bool = True) -> None:
+        """An ingest failed: its temp files go; the row stays as 'failed' (for uploads) or goes."""
+        if tmp_path is not None:
+            _unlink_duckdb(tmp_path)
+        with self._db() as db:
+            if keep_row:
+                db.execute(
+                    "UPDATE traces SET status = 'failed', error = ?, pid = NULL WHERE id = ?", (error, trace_id)
+                )
+            else:
+                db.execute("DELETE FROM traces WHERE id = ?", (trace_id,))
+
+    def rename(self, trace_id: str, name: str) -> None:
+        with self._db() as db:
+            db.execute("UPDATE traces SET name = ? WHERE id = ?", (name, trace_id))
+
+    def remove(self, trace_id: str) -> bool:
+        """Drop the catalog row first (so readers stop seeing it), then the files."""
+        with self._db() as db:
+            n = db.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount
+        for p in self.traces_dir.glob(f"{trace_id}.*"):
+            p.unlink(missing_ok=True)
+        return n > 0
+
+    def sweep(self) -> None:
+        """Remove what dead ingests left behind: their catalog rows and their temp files."""
+        host = os.uname().nodename
+        with self._db() as db:
+            rows = db.execute("SELECT id, pid, host FROM traces WHERE status = 'ingesting'").fetchall()
+            for r in rows:
+                if r["host"] == host and (r["pid"] is None or not _pid_alive(r["pid"])):
+                    db.execute("DELETE FROM traces WHERE id = ? AND status = 'ingesting'", (r["id"],))
+        for p in self.tmp_dir.iterdir():
+            parts = p.name.split(".")
+            pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+            if pid is None or not _pid_alive(pid):
+                try:
+                    if p.is_dir():
+                        import shutil
+
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
+                except OSError:
+                    pass
+
+    # -- files ---------------------------------------------------------------------------
+    def trace_path(self, trace_id: str) -> Path:
+        return self.traces_dir / f"{trace_id}.duckdb"
+
+    def side_path(self, trace_id: str, side: str) -> Path:
+        """A derived side file next to the trace (e.g. side='findings')."""
+        return self.traces_dir / f"{trace_id}.{side}.duckdb"
+
+    def write_side(self, trace_id: str, side: str, build) -> Path:
+        """Build a side file in a temp path with build(con), then atomically replace the old one."""
+        tmp = self.tmp_dir / f"{trace_id}-{side}.{os.getpid()}.duckdb"
+        _unlink_duckdb(tmp)
+        con = duckdb.connect(str(tmp))
+        try:
+            build(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        final = self.side_path(trace_id, side)
+        os.replace(tmp, final)
+        return final
+
+    def connect(self, trace_id: str, sides: tuple[str, ...] = ("findings",)) -> duckdb.DuckDBPyConnection:
+        """A read-only connection to a published trace, with side files attached.
+
+        Unqualified table names resolve to the trace; each present side file is
+        attached read-only under its own name and its tables are visible as temp
+        views (e.g. `findings`).
+        """
+        path = self.trace_path(trace_id)
+        if not path.exists():
+            raise FileNotFoundError(f"trace {trace_id} not found in {self.root}")
+        con = duckdb.connect(":memory:")
+        con.execute(f"ATTACH '{_sql_str(path)}' AS trace (READ_ONLY)")
+        for side in sides:
+            sp = self.side_path(trace_id, side)
+            if sp.exists():
+                con.execute(f"ATTACH '{_sql_str(sp)}' AS side_{side} (READ_ONLY)")
+                for (tname,) in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [f"side_{side}"]
+                ).fetchall():
+                    con.execute(f'CREATE TEMP VIEW "{tname}" AS SELECT * FROM side_{side}."{tname}"')
+        con.execute("USE trace")
+        return con
+
+
+def _sql_str(p: os.PathLike | str) -> str:
+    return str(p).replace("'", "''")
+
+
+def _unlink_duckdb(path: Path) -> None:
+    for p in (path, Path(str(path) + ".wal"), Path(str(path) + ".tmp")):
+        try:
+            p.unlink(missing_ok=True)
+        except OSError:
+            pass

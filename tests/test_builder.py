@@ -1,0 +1,91 @@
+"""The builder and store invariants, independent of any input format."""
+
+import os
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from ingest.builder import TraceBuilder
+from ingest.errors import IngestError
+from ingest.store import Store
+
+
+def build(tmp_path, slices, flows=None, counters=None):
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    eu = b.track("eu", "stream 7", group_name="gpu0", device="0")
+    rows = {k: [s[i] for s in slices] for i, k in enumerate(("track", "ts", "dur", "name"))}
+    rows["track_id"] = [cpu if t == "cpu" else eu for t in rows.pop("track")]
+    first = b.add_slices(rows)
+    if flows:
+        b.add_flows([first + a for a, _ in flows], [first + d for _, d in flows], ["launch"] * len(flows))
+    if counters:
+        c = b.track("counter", "util", unit="%")
+        b.add_counters([c] * len(counters), [t for t, _ in counters], [v for _, v in counters])
+    counts = b.finish("test", "t")
+    store.publish(tid, tmp, "test", counts)
+    return store, tid
+
+
+def depths(store, tid):
+    con = store.connect(tid)
+    return dict(con.execute("SELECT name, depth FROM slices").fetchall())
+
+
+def test_nested_slices_get_nesting_depths(tmp_path):
+    store, tid = build(tmp_path, [
+        ("cpu", 0, 100, "a"), ("cpu", 10, 50, "b"), ("cpu", 20, 10, "c"),
+        ("cpu", 60, 40, "d"), ("cpu", 100, 10, "e"), ("cpu", 10, 0, "i"),
+    ])
+    assert depths(store, tid) == {"a": 0, "b": 1, "c": 2, "d": 1, "e": 0, "i": 2}
+
+
+def test_partial_overlaps_never_share_a_depth(tmp_path):
+    store, tid = build(tmp_path, [
+        ("cpu", 0, 10, "A"), ("cpu", 5, 10, "B"), ("cpu", 12, 1, "C"), ("cpu", 14, 5, "D"),
+    ])
+    con = store.connect(tid)
+    clashes = con.execute(
+        "SELECT count(*) FROM slices a JOIN slices b ON a.track_id = b.track_id AND a.depth = b.depth"
+        " AND a.slice_id < b.slice_id AND a.ts < b.ts + b.dur AND b.ts < a.ts + a.dur"
+    ).fetchone()[0]
+    assert clashes == 0
+    d = depths(store, tid)
+    assert d["C"] > d["B"]
+
+
+def test_published_trace_is_read_only_and_sorted(tmp_path):
+    store, tid = build(tmp_path, [("eu", 50, 5, "k2"), ("cpu", 0, 10, "launch"), ("eu", 20, 5, "k1")],
+                       flows=[(1, 2)], counters=[(0, 1.0), (30, 2.0)])
+    con = store.connect(tid)
+    meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
+    assert meta["start_ns"] == "0" and meta["end_ns"] == "55" and meta["lost_events"] == "0"
+    assert [r[0] for r in con.execute("SELECT name FROM slices").fetchall()] == ["launch", "k1", "k2"]
+    assert con.execute("SELECT count(*) FROM flows WHERE kind = 'launch'").fetchone()[0] == 1
+    with pytest.raises(duckdb.Error):
+        con.execute("INSERT INTO slices SELECT * FROM slices")
+
+
+def test_empty_trace_is_refused(tmp_path):
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp)
+    with pytest.raises(IngestError, match="no events"):
+        b.finish("test", "empty.json")
+
+
+def test_dead_ingest_leaves_nothing_visible(tmp_path):
+    root = tmp_path / "store"
+    code = (
+        "import os, sys; sys.path.insert(0, %r);"
+        "from ingest.store import Store; s = Store(%r); tid, tmp = s.begin('x', 1, None);"
+        "open(tmp, 'wb').write(b'partial'); os._exit(0)"
+    ) % (os.getcwd(), str(root))
+    subprocess.run([sys.executable, "-c", code], check=True)
+    store = Store(root)
+    assert store.list() == []
+    assert list((root / "tmp").iterdir()) == []
