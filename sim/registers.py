@@ -1,0 +1,231 @@
+"""The simulated accelerator's counter register bank: what the counters helper's sim source reads.
+
+Contract (collect/counters/ reads only this; sim/ writes it while the model runs):
+
+``RegisterBank``
+  ``.specs``            list[CounterSpec], one per hardware register, in a stable order.
+  ``.programmable_slots`` dict device -> number of programmable counters the device can count at
+                        once. Specs with ``group == 'fixed'`` are always counted; specs with
+                        ``group == 'programmable'`` compete for those slots (more requested than
+                        slots means the sampler multiplexes them round-robin, as perf does).
+  ``.start_ns``, ``.end_ns``  host-clock (virtual) time range the model covered.
+  ``.read_raw(names, t_ns) -> list[int]``
+                        raw register values at host time ``t_ns``: cumulative counters as
+                        ``floor(total) mod 2**bits`` (so 32-bit byte counters wrap within a
+                        fraction of a second of heavy traffic), gauges as the level at ``t_ns``.
+                        Reading does not change state; any order of times is allowed.
+  ``.device_ticks(device, t_ns) -> int``  the device's own clock at host time ``t_ns`` (the
+                        sampler records (host ns, device ticks) per sample like real hardware).
+  ``.true_rate(name, t0_ns, t1_ns) -> float``
+                        ground truth for tests: a cumulative counter's mean increase per second
+                        over [t0, t1] (no wrap), a gauge's time-weighted mean level.
+
+``CounterSpec`` fields: name ("dev0.pcie.h2d_bytes"), unit (bytes, tlps, ns, cycles, entries),
+bits (register width), kind ('cumulative' | 'gauge'), device ("dev0", "switch0"), group
+('fixed' | 'programmable'), description, peak_per_s (the rate that means 100 %: a link's effective
+payload bandwidth per direction, an EU's clock frequency, HBM peak bandwidth, DMA engines x 1e9 ns/s;
+None for gauges without a ceiling).
+
+Counters per device ``devN``: pcie.{h2d,d2h}_bytes and pcie.{h2d,d2h}_tlps on its link (32-bit),
+dma.{h2d,d2h}_busy_ns (busy time summed over that direction's engines), hbm.read_bytes,
+hbm.write_bytes, hbm.requested_bytes, eu.<unit>.busy_cycles per execution unit, q<k>.occupancy
+(gauge, descriptors in the submission ring). When the devices sit behind a switch, ``switch0``
+has uplink.{h2d,d2h}_bytes and uplink.{h2d,d2h}_tlps (48-bit).
+
+The model feeds the bank with piecewise-constant rates (``add_rate``) and gauge steps
+(``set_level``); ``freeze()`` turns them into sorted breakpoint arrays so reads are a binary
+search plus one multiply, vectorised for the sampler's many times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CounterSpec:
+    name: str
+    unit: str
+    bits: int
+    kind: str  # 'cumulative' | 'gauge'
+    device: str
+    group: str  # 'fixed' | 'programmable'
+    description: str = ""
+    peak_per_s: float | None = None
+
+
+class _Cumulative:
+    """Rate segments (t0, t1, rate per ns) -> a piecewise-linear total."""
+
+    __slots__ = ("t0", "t1", "rate", "times", "totals", "slopes")
+
+    def __init__(self):
+        self.t0: list[float] = []
+        self.t1: list[float] = []
+        self.rate: list[float] = []
+        self.times = self.totals = self.slopes = None
+
+    def freeze(self) -> None:
+        t0 = np.asarray(self.t0, dtype=np.float64)
+        t1 = np.asarray(self.t1, dtype=np.float64)
+        r = np.asarray(self.rate, dtype=np.float64)
+        times = np.concatenate([t0, t1])
+        dslope = np.concatenate([r, -r])
+        order = np.argsort(times, kind="stable")
+        times, dslope = times[order], dslope[order]
+        slopes = np.cumsum(dslope)
+        slopes[np.abs(slopes) < 1e-12] = 0.0  # cancelling float sums must not leave a creeping slope
+        totals = np.zeros(len(times))
+        if len(times) > 1:
+            totals[1:] = np.cumsum(slopes[:-1] * np.diff(times))
+        self.times, self.totals, self.slopes = times, totals, slopes
+
+    def total(self, t_ns: np.ndarray) -> np.ndarray:
+        if self.times is None or len(self.times) == 0:
+            return np.zeros(np.shape(t_ns))
+        k = np.searchsorted(self.times, t_ns, side="right") - 1
+        before = k < 0
+        k = np.maximum(k, 0)
+        out = self.totals[k] + self.slopes[k] * (t_ns - self.times[k])
+        return np.where(before, 0.0, out)
+
+
+class _Gauge:
+    __slots__ = ("t", "v", "times", "values")
+
+    def __init__(self):
+        self.t: list[float] = []
+        self.v: list[float] = []
+        self.times = self.values = None
+
+    def freeze(self) -> None:
+        t = np.asarray(self.t, dtype=np.float64)
+        order = np.argsort(t, kind="stable")
+        self.times, self.values = t[order], np.asarray(self.v, dtype=np.float64)[order]
+
+    def level(self, t_ns: np.ndarray) -> np.ndarray:
+        if self.times is None or len(self.times) == 0:
+            return np.zeros(np.shape(t_ns))
+        k = np.searchsorted(self.times, t_ns, side="right") - 1
+        return np.where(k < 0, 0.0, self.values[np.maximum(k, 0)])
+
+
+class RegisterBank:
+    """Registers of every simulated device (and the switch); see the module docstring."""
+
+    def __init__(self):
+        self.specs: list[CounterSpec] = []
+        self.programmable_slots: dict[str, int] = {}
+        self._by_name: dict[str, CounterSpec] = {}
+        self._data: dict[str, _Cumulative | _Gauge] = {}
+        self._clocks: dict[str, object] = {}
+        self.start_ns = 0.0
+        self.end_ns = 0.0
+        self.frozen = False
+
+    # -- building (the model) ------------------------------------------------------------------
+    def define(self, spec: CounterSpec) -> None:
+        self.specs.append(spec)
+        self._by_name[spec.name] = spec
+        self._data[spec.name] = _Gauge() if spec.kind == "gauge" else _Cumulative()
+
+    def set_clock(self, device: str, clock) -> None:
+        """`clock.ticks(t_ns)` gives the device clock at host time (sim.device.DeviceClock)."""
+        self._clocks[device] = clock
+
+    def add_rate(self, name: str, t0_ns: float, t1_ns: float, per_ns: float) -> None:
+        """The counter grows by per_ns each ns during [t0, t1)."""
+        if t1_ns > t0_ns and per_ns:
+            d = self._data[name]
+            d.t0.append(t0_ns)
+            d.t1.append(t1_ns)
+            d.rate.append(per_ns)
+
+    def add_amount(self, name: str, t0_ns: float, t1_ns: float, amount: float) -> None:
+        """The counter grows by amount spread evenly over [t0, t1) (at t0 when the span is empty)."""
+        if t1_ns <= t0_ns:
+            t1_ns = t0_ns + 1.0
+        self.add_rate(name, t0_ns, t1_ns, amount / (t1_ns - t0_ns))
+
+    def set_level(self, name: str, t_ns: float, value: float) -> None:
+        d = self._data[name]
+        d.t.append(t_ns)
+        d.v.append(value)
+
+    def extend_segments(self, name: str, t0, t1, per_ns) -> None:
+        """Bulk add_rate from arrays (the scale path replicates steps this way)."""
+        d = self._data[name]
+        d.t0.extend(np.asarray(t0, dtype=np.float64).tolist())
+        d.t1.extend(np.asarray(t1, dtype=np.float64).tolist())
+        d.rate.extend(np.asarray(per_ns, dtype=np.float64).tolist())
+
+    def extend_levels(self, name: str, t, v) -> None:
+        d = self._data[name]
+        d.t.extend(np.asarray(t, dtype=np.float64).tolist())
+        d.v.extend(np.asarray(v, dtype=np.float64).tolist())
+
+    def freeze(self, start_ns: float, end_ns: float) -> None:
+        for d in self._data.values():
+            d.freeze()
+        self.start_ns, self.end_ns = float(start_ns), float(end_ns)
+        self.frozen = True
+
+    # -- reading (the sampler) -----------------------------------------------------------------
+    def spec(self, name: str) -> CounterSpec:
+        return self._by_name[name]
+
+    def read_raw(self, names: list[str], t_ns) -> list[int]:
+        """Raw register values at host time t_ns (see the module docstring)."""
+        t = np.float64(t_ns)
+        out = []
+        for n in names:
+            out.append(int(self.read_raw_many(n, np.array([t]))[0]))
+        return out
+
+    def read_raw_many(self, name: str, t_ns: np.ndarray) -> np.ndarray:
+        """One register at many host times (uint64 array): the vectorised form of read_raw."""
+        spec = self._by_name[name]
+        d = self._data[name]
+        t = np.asarray(t_ns, dtype=np.float64)
+        if spec.kind == "gauge":
+            return np.round(d.level(t)).astype(np.uint64)
+        total = np.floor(d.total(t) + 1e-6).astype(np.uint64)
+        if spec.bits < 64:
+            total &= np.uint64((1 << spec.bits) - 1)
+        return total
+
+    def device_ticks(self, device: str, t_ns) -> int:
+        clock = self._clocks.get(device)
+        if clock is None:  # the switch has no clock of its own; it is read through the host
+            return int(t_ns)
+        return int(clock.ticks(np.array([float(t_ns)]))[0])
+
+    def true_rate(self, name: str, t0_ns: float, t1_ns: float) -> float:
+        """Ground truth: mean increase per second (cumulative) or mean level (gauge) over [t0, t1]."""
+        spec = self._by_name[name]
+        d = self._data[name]
+        if t1_ns <= t0_ns:
+            raise ValueError("true_rate needs t1_ns > t0_ns")
+        if spec.kind == "gauge":
+            # time-weighted mean of the step function
+            ts = d.times
+            inside = ts[(ts > t0_ns) & (ts < t1_ns)] if ts is not None else np.array([])
+            edges = np.concatenate([[t0_ns], inside, [t1_ns]])
+            levels = d.level(edges[:-1])
+            return float(np.sum(levels * np.diff(edges)) / (t1_ns - t0_ns))
+        tot = d.total(np.array([t0_ns, t1_ns], dtype=np.float64))
+        return float((tot[1] - tot[0]) / (t1_ns - t0_ns) * 1e9)
+
+    def total(self, name: str, t_ns: float) -> float:
+        """Unwrapped cumulative value (tests and the model's own accounting)."""
+        return float(self._data[name].total(np.array([float(t_ns)]))[0])
+
+
+def wrap_seconds(spec: CounterSpec) -> float:
+    """How long the register takes to wrap at its peak rate (inf when it has no peak)."""
+    if spec.kind != "cumulative" or not spec.peak_per_s:
+        return math.inf
+    return (1 << spec.bits) / spec.peak_per_s
