@@ -1,0 +1,92 @@
+"""The device model's counter registers (sim.registers.RegisterBank) as a counter source.
+
+Reads raw register values only (read_raw / device_ticks), never the model's rates. In a
+simulated run the sampler's VirtualClock time is the model's host time. In real time
+(`acceltrace collect --source sim` with no model running) the model first simulates the
+requested span, and the sampler then reads the registers as wall-clock time passes:
+model time = bank.start_ns + (CLOCK_MONOTONIC now - when collection began).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading
+
+# (pattern on the register name after "<device>.", role, unit of the stored value, scale)
+_ROLES = [
+    (r"pcie\.h2d_bytes", "pcie_h2d_bytes", "B/s"),
+    (r"pcie\.d2h_bytes", "pcie_d2h_bytes", "B/s"),
+    (r"uplink\.h2d_bytes", "pcie_h2d_bytes", "B/s"),
+    (r"uplink\.d2h_bytes", "pcie_d2h_bytes", "B/s"),
+    (r"(pcie|uplink)\.(h2d|d2h)_tlps", "pcie_tlps", "TLP/s"),
+    (r"dma\.(h2d|d2h)_busy_ns", "dma_busy_ns", "ns/s"),
+    (r"hbm\.read_bytes", "hbm_read_bytes", "B/s"),
+    (r"hbm\.write_bytes", "hbm_write_bytes", "B/s"),
+    (r"hbm\.requested_bytes", "hbm_requested_bytes", "B/s"),
+    (r"eu\.[^.]+\.busy_cycles", "eu_busy_cycles", "cycles/s"),
+]
+
+
+def spec_from_bank(s) -> CounterSpec:
+    """Our CounterSpec for one sim.registers.CounterSpec (its role found from the register name)."""
+    local = s.name[len(s.device) + 1:] if s.name.startswith(s.device + ".") else s.name
+    role, unit = "", (s.unit if s.kind == "gauge" else f"{s.unit}/s")
+    for pat, r, u in _ROLES:
+        if re.fullmatch(pat, local):
+            role, unit = r, u
+            break
+    link = ""
+    if role.startswith("pcie"):
+        link = "uplink" if local.startswith("uplink") else "link"
+    return CounterSpec(
+        name=s.name, unit=unit, bits=int(s.bits), kind=s.kind, device=s.device,
+        slot="programmable" if s.group == "programmable" else "fixed",
+        raw_unit=s.unit, role=role, link=link,
+        full_scale=float(s.peak_per_s) if s.peak_per_s else None, description=s.description,
+    )
+
+
+class SimSource(CounterSource):
+    """Raw registers of a RegisterBank; `clock` gives host ns, `model_offset_ns` maps it to model time."""
+
+    NAME = "sim"
+
+    def __init__(self, bank, clock=None, model_offset_ns: int = 0, links: dict | None = None,
+                 clock_hz: dict | None = None):
+        self.bank = bank
+        self.clock = clock
+        self.model_offset_ns = int(model_offset_ns)
+        self._specs = [spec_from_bank(s) for s in bank.specs]
+        self._links = links if links is not None else dict(getattr(bank, "links", {}) or {})
+        self._clock_hz = clock_hz if clock_hz is not None else dict(getattr(bank, "clock_hz", {}) or {})
+
+    def devices(self) -> list[DeviceInfo]:
+        out = []
+        for dev in dict.fromkeys(s.device for s in self._specs):
+            link = self._links.get(dev)
+            out.append(DeviceInfo(
+                name=dev,
+                # a device without its own clock is read through the host: its ticks are host ns
+                clock_hz=self._clock_hz.get(dev, 1e9),
+                slots=int(self.bank.programmable_slots.get(dev, 0)),
+                links={("uplink" if dev.startswith("switch") else "link"): link} if link else {},
+            ))
+        return out
+
+    def specs(self) -> list[CounterSpec]:
+        return list(self._specs)
+
+    def reader(self, device: str, names: list[str]) -> Callable[[], Reading]:
+        bank, clock, off = self.bank, self.clock, self.model_offset_ns
+        names = list(names)
+        fast = getattr(bank, "reader", None)
+        read_many = fast(names) if fast is not None else (lambda t: bank.read_raw(names, t))
+
+        def read() -> Reading:
+            host_ns = clock.now_ns()
+            t = host_ns + off
+            return Reading(host_ns, bank.device_ticks(device, t), read_many(t))
+
+        return read

@@ -1,0 +1,302 @@
+"""The sampler core: reads a counter source at a fixed rate into an .actr file.
+
+Time comes from a pluggable clock: VirtualClock for the device model (sleeping moves
+time forward at once, so a simulated run is sampled exactly on its deadlines) and
+WallClock for real sources (CLOCK_MONOTONIC, the host clock of .atrace files).
+
+Ticks are scheduled against absolute deadlines start + k * period, never "period after
+the last sample", so there is no drift. A tick that cannot be taken before the next
+deadline is counted as missed and skipped; the grid never shifts.
+
+When more programmable counters are requested than a device has slots, the counters are
+split into groups that take the slots round-robin, `mux_ticks` ticks each (as perf
+multiplexes). Each group's samples carry enabled and running time (perf's
+time_enabled/time_running): enabled grows from the start, running only while the group
+holds the slots. A group is read once more at the moment it is scheduled in, so the
+pair (schedule-in, next tick) spans exactly the time it counted; ingest turns
+delta(raw) / delta(running) into rates and skips pairs with no running time between.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from collect.actr import NO_DEV_TICKS, ActrWriter
+from collect.counters.base import CounterSource, CounterSpec, Reading
+
+MIN_RATE_HZ = 1.0
+MAX_RATE_HZ = 10_000.0
+
+
+class VirtualClock:
+    """Simulated time in ns; sleep_until advances it instantly."""
+
+    def __init__(self, start_ns: int = 0):
+        self.t_ns = int(start_ns)
+
+    def now_ns(self) -> int:
+        return self.t_ns
+
+    def sleep_until(self, t_ns: int) -> None:
+        if t_ns > self.t_ns:
+            self.t_ns = int(t_ns)
+
+    def advance(self, dt_ns: int) -> None:
+        self.t_ns += int(dt_ns)
+
+
+class WallClock:
+    """The host's CLOCK_MONOTONIC. spin_ns: busy-wait the last part of a sleep (sharper, costs CPU)."""
+
+    def __init__(self, spin_ns: int = 0):
+        self.spin_ns = int(spin_ns)
+
+    @staticmethod
+    def now_ns() -> int:
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+    def sleep_until(self, t_ns: int) -> None:
+        left = t_ns - self.now_ns()
+        if left > self.spin_ns:
+            time.sleep((left - self.spin_ns) / 1e9)
+        if self.spin_ns:
+            while self.now_ns() < t_ns:
+                pass
+
+
+@dataclass
+class Group:
+    """Counters read together, with the perf-style enabled/running bookkeeping."""
+
+    id: int
+    device: str
+    names: list[str]
+    multiplexed: bool
+    read: Callable[[], Reading]
+    running_before_ns: int = 0  # running time accumulated in earlier schedule periods
+    since_ns: int | None = None  # when the current schedule period began (None: not scheduled)
+
+
+@dataclass
+class Stats:
+    ticks: int = 0
+    samples: int = 0
+    missed_deadlines: int = 0
+    late_ticks: int = 0  # taken after their deadline but before the next one
+    max_late_ns: int = 0
+    busy_ns: int = 0  # wall time spent reading and writing (the sampler's own cost)
+    start_ns: int = 0
+    end_ns: int = 0
+    read_errors: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class SamplerError(Exception):
+    """A request the source cannot satisfy (unknown counter, rate out of range)."""
+
+
+def plan_groups(source: CounterSource, names: list[str] | None) -> tuple[list[CounterSpec], list[tuple[str, list[str], bool]]]:
+    """The counters to sample and their groups: (device, names, multiplexed) in group-id order."""
+    specs = {s.name: s for s in source.specs()}
+    if names:
+        unknown = [n for n in names if n not in specs]
+        if unknown:
+            raise SamplerError(f"unknown counter(s) {', '.join(unknown)} for source {source.NAME!r} "
+                               f"(see: acceltrace collect --list --source {source.NAME})")
+        chosen = [specs[n] for n in dict.fromkeys(names)]
+    else:
+        chosen = list(specs.values())
+    devices = {d.name: d for d in source.devices()}
+    groups: list[tuple[str, list[str], bool]] = []
+    for dev in dict.fromkeys(s.device for s in chosen):
+        fixed = [s.name for s in chosen if s.device == dev and s.slot == "fixed"]
+        prog = [s.name for s in chosen if s.device == dev and s.slot == "programmable"]
+        if fixed:
+            groups.append((dev, fixed, False))
+        if prog:
+            slots = devices[dev].slots if dev in devices else 0
+            if slots <= 0:
+                raise SamplerError(f"device {dev} has no programmable slots for {', '.join(prog)}")
+            mux = len(prog) > slots
+            for i in range(0, len(prog), slots):
+                groups.append((dev, prog[i : i + slots], mux))
+    return chosen, groups
+
+
+class Sampler:
+    """Samples `source` at `rate_hz` into `out_path` (.actr). Call run()/run_until(), then close()."""
+
+    def __init__(
+        self,
+        source: CounterSource,
+        out_path,
+        rate_hz: float,
+        counters: list[str] | None = None,
+        clock=None,
+        mux_ticks: int = 1,
+        flush_records: int = 1024,
+        header_extra: dict | None = None,
+    ):
+        if not (MIN_RATE_HZ <= rate_hz <= MAX_RATE_HZ):
+            raise SamplerError(f"rate {rate_hz} Hz outside {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz")
+        self.source = source
+        self.clock = clock or WallClock()
+        self.rate_hz = float(rate_hz)
+        self.period_ns = int(round(1e9 / self.rate_hz))
+        self.mux_ticks = max(1, int(mux_ticks))
+        self.stats = Stats()
+        self.listeners: list[Callable[[Group, Reading], None]] = []
+        self.stop_requested = False
+        specs, plan = plan_groups(source, counters)
+        self.specs = specs
+        self.groups = [Group(i, dev, names, mux, source.reader(dev, names)) for i, (dev, names, mux) in enumerate(plan)]
+        self.fixed = [g for g in self.groups if not g.multiplexed]
+        # per device: the groups that take turns on its slots, and whose turn it is
+        self.rotations: dict[str, list[Group]] = {}
+        for g in self.groups:
+            if g.multiplexed:
+                self.rotations.setdefault(g.device, []).append(g)
+        self.turn = {dev: 0 for dev in self.rotations}
+        self.ticks_in = {dev: 0 for dev in self.rotations}
+        group_of = {n: g.id for g in self.groups for n in g.names}
+        header = {
+            "source": source.NAME,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "rate_hz": self.rate_hz,
+            "period_ns": self.period_ns,
+            "mux_ticks": self.mux_ticks,
+            "host_clock": "virtual" if isinstance(self.clock, VirtualClock) else "monotonic",
+            "devices": [d.header_entry() for d in source.devices()],
+            "counters": [s.header_entry(group_of[s.name]) for s in specs],
+            "groups": [{"id": g.id, "device": g.device, "counters": g.names, "multiplexed": g.multiplexed}
+                       for g in self.groups],
+        }
+        if not isinstance(self.clock, VirtualClock):
+            header["realtime_minus_monotonic_ns"] = time.time_ns() - WallClock.now_ns()
+        header.update(source.header_extra())
+        header.update(header_extra or {})
+        self.writer = ActrWriter(out_path, header, flush_records=flush_records)
+        for text in source.notes():
+            self.writer.note({"message": text})
+        self._k = 0
+        self._t0: int | None = None
+
+    # -- one tick ---------------------------------------------------------------------------
+    def _emit(self, g: Group, r: Reading) -> None:
+        if r.times is not None:
+            enabled, running = r.times
+        else:
+            enabled = r.host_ns - self._t0
+            if g.multiplexed:
+                running = g.running_before_ns + (r.host_ns - g.since_ns if g.since_ns is not None else 0)
+            else:
+                running = enabled
+        dev_ticks = NO_DEV_TICKS if r.dev_ticks is None else r.dev_ticks
+        self.writer.append(g.id, r.host_ns, dev_ticks, max(0, enabled), max(0, running), r.values)
+        self.stats.samples += 1
+        for fn in self.listeners:
+            fn(g, r)
+
+    def _read(self, g: Group) -> Reading | None:
+        try:
+            return g.read()
+        except (OSError, RuntimeError) as e:  # a transient read failure loses one sample, not the run
+            self.stats.read_errors += 1
+            if self.stats.read_errors <= 5:
+                self.writer.note({"message": f"read of group {g.id} ({g.device}) failed: {e}"})
+            return None
+
+    def _tick(self) -> None:
+        for g in self.fixed:
+            r = self._read(g)
+            if r is not None:
+                self._emit(g, r)
+        for dev, rot in self.rotations.items():
+            cur = rot[self.turn[dev]]
+            if cur.since_ns is None:  # first tick: schedule in the first group
+                self._schedule_in(cur)
+                continue
+            r = self._read(cur)
+            if r is not None:
+                self._emit(cur, r)
+            self.ticks_in[dev] += 1
+            if self.ticks_in[dev] >= self.mux_ticks:
+                out_ns = r.host_ns if r is not None else self.clock.now_ns()
+                cur.running_before_ns += out_ns - cur.since_ns
+                cur.since_ns = None
+                self.turn[dev] = (self.turn[dev] + 1) % len(rot)
+                self._schedule_in(rot[self.turn[dev]])
+                self.ticks_in[dev] = 0
+
+    def _schedule_in(self, g: Group) -> None:
+        """Give g the slots; its read now is the start of its counting period."""
+        r = self._read(g)
+        g.since_ns = r.host_ns if r is not None else self.clock.now_ns()
+        if r is not None:
+            self._emit(g, r)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run_until(self, end_ns: int | None = None, on_tick: Callable[["Sampler"], None] | None = None) -> Stats:
+        """Take ticks on the deadline grid up to and including end_ns (None: until stop())."""
+        clock = self.clock
+        if self._t0 is None:
+            self._t0 = clock.now_ns()
+            self.stats.start_ns = self._t0
+        period = self.period_ns
+        while not self.stop_requested:
+            deadline = self._t0 + self._k * period
+            if end_ns is not None and deadline > end_ns:
+                break
+            now = clock.now_ns()
+            if now < deadline:
+                clock.sleep_until(deadline)
+                if self.stop_requested:
+                    break
+            else:
+                behind = (now - deadline) // period
+                if behind:
+                    # deadlines we could not meet are counted and skipped, never shifted
+                    self.stats.missed_deadlines += behind
+                    self._k += behind
+                    deadline += behind * period
+                    if end_ns is not None and deadline > end_ns:
+                        break
+                late = now - deadline
+                if late > 0:
+                    self.stats.late_ticks += 1
+                    self.stats.max_late_ns = max(self.stats.max_late_ns, late)
+            w0 = time.perf_counter_ns()
+            self._tick()
+            self.stats.busy_ns += time.perf_counter_ns() - w0
+            self.stats.ticks += 1
+            self._k += 1
+            if on_tick is not None:
+                on_tick(self)
+        self.stats.end_ns = clock.now_ns()
+        return self.stats
+
+    def run(self, duration_s: float | None, on_tick=None) -> Stats:
+        """Sample for duration_s seconds from now (None: until stop())."""
+        if self._t0 is None:
+            self._t0 = self.clock.now_ns()
+            self.stats.start_ns = self._t0
+        end = None if duration_s is None else self._t0 + int(round(duration_s * 1e9))
+        return self.run_until(end, on_tick)
+
+    def stop(self) -> None:
+        """Ask the loop to end after the current tick (safe from a signal handler)."""
+        self.stop_requested = True
+
+    def close(self, ended: str = "completed") -> None:
+        """Write the TAIL chunk (totals and how it ended) and close the file."""
+        tail = self.stats.as_dict()
+        tail["ended"] = ended
+        self.writer.close(tail)
+        self.source.close()
