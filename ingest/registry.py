@@ -22,6 +22,7 @@ from ingest.sources import Source
 # Order matters only for content sniffing; names are checked for all modules first.
 FORMAT_MODULES = [
     "ingest.chrome",
+    "ingest.nsys",
 ]
 
 
