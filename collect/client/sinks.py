@@ -1,0 +1,242 @@
+"""Where the Tracer's records go: an .atrace file directly, or the daemon's shared-memory rings."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import socket
+import struct
+import threading
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from collect import ring as RG
+from collect.atrace import AtraceWriter, StringTable, default_header
+from collect.client.tracer import PACK_INTO, ClientError
+from collect.traced import protocol as P
+
+BUFFER_RECORDS = 4096
+
+
+class BufWriter:
+    """One thread's local buffer for the file sink; handed to the writer when full or flushed."""
+
+    __slots__ = ("sink", "buf", "i", "n")
+
+    def __init__(self, sink: "FileSink", n: int = BUFFER_RECORDS):
+        self.sink, self.buf, self.i, self.n = sink, bytearray(n * 64), 0, n
+
+    def emit(self, prefix, ts, dur, corr, nbytes, flow, args):
+        i = self.i
+        PACK_INTO(self.buf, i << 6, prefix, ts, dur, corr, nbytes, flow, args)
+        i += 1
+        self.i = i
+        if i == self.n:
+            self.sink.drain(self)
+
+
+class FileSink:
+    """Writes records straight into an .atrace file (no daemon): the explicit fallback."""
+
+    def __init__(self, path: Path, header: dict | None = None):
+        hdr = default_header()
+        if header:
+            hdr.update(header)
+        self.lock = threading.Lock()
+        self.writer_ = AtraceWriter(path, hdr)
+        self.strings = StringTable()
+        self.buffers: list[BufWriter] = []
+
+    def writer(self) -> BufWriter:
+        w = BufWriter(self)
+        with self.lock:
+            self.buffers.append(w)
+        return w
+
+    def intern(self, text: str) -> int:
+        with self.lock:
+            return self.strings.intern(text)
+
+    def drain(self, w: BufWriter) -> None:
+        with self.lock:
+            self._drain_locked(w)
+
+    def _drain_locked(self, w: BufWriter) -> None:
+        # strings first: every id a record uses was interned before the record was packed
+        self.writer_.define_strings(self.strings.take_pending())
+        if w.i:
+            self.writer_.add_records(bytes(memoryview(w.buf)[: w.i << 6]))
+            w.i = 0
+
+    def metadata(self, data: dict) -> None:
+        with self.lock:
+            self.writer_.add_metadata(data)
+
+    def clock_sync(self, domain: int, host_ns, dev_ticks) -> None:
+        with self.lock:
+            self.writer_.add_clock_sync(domain, host_ns, dev_ticks)
+
+    def flush(self) -> None:
+        with self.lock:
+            for w in self.buffers:
+                self._drain_locked(w)
+            self.writer_.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            for w in self.buffers:
+                self._drain_locked(w)
+            self.writer_.flush()
+            self.writer_.close(lost_events=0, producers=[{"stream": 0, "pid": os.getpid(), "lost": 0,
+                                                          "events": self.writer_.events_written}])
+
+
+class RingWriter:
+    """One thread's shared-memory ring (single producer); see collect/ring.py for the protocol."""
+
+    __slots__ = ("mem", "idx", "cap", "mask", "w", "pub", "lost", "limit", "lock", "__weakref__")
+
+    PUBLISH_EVERY = 64
+
+    def __init__(self, mem: mmap.mmap, capacity: int, mode: int):
+        self.mem, self.cap, self.mask = mem, capacity, capacity - 1
+        self.idx = RG.index_view(mem)
+        self.w = self.pub = self.lost = 0
+        self.limit = capacity if mode == RG.MODE_DISCARD else 1 << 62
+        self.lock = threading.Lock()
+
+    def emit(self, prefix, ts, dur, corr, nbytes, flow, args):
+        w = self.w
+        if w >= self.limit:
+            self.limit = int(self.idx[RG.R]) + self.cap
+            if w >= self.limit:  # discard mode, ring full: count it, never block
+                self.lost += 1
+                if self.lost & 63 == 1:
+                    self.publish()
+                return
+        PACK_INTO(self.mem, RG.DATA_OFFSET + ((w & self.mask) << 6), prefix, ts, dur, corr, nbytes, flow, args)
+        self.w = w + 1
+        if self.w - self.pub >= 64:
+            self.publish()
+
+    def publish(self) -> None:
+        """Make written records and the lost count visible (single aligned 8-byte stores)."""
+        with self.lock:
+            w = self.w
+            if w > self.pub:
+                self.idx[RG.W] = w
+                self.pub = w
+            if self.lost:
+                self.idx[RG.L] = self.lost
+
+
+class DaemonSink:
+    """Talks to the daemon over its unix socket: one stream per process, one ring per thread."""
+
+    FLUSH_INTERVAL_S = 0.02
+
+    def __init__(self, sock_path: Path, ring_records: int | None = None):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(str(sock_path))
+        except OSError as e:
+            self.sock.close()
+            raise ClientError(f"cannot reach the tracing daemon at {sock_path} ({e.strerror or e}); is "
+                              "`acceltrace traced` running? (or write a file with connect(file=...))") from None
+        self.lock = threading.Lock()
+        self.strings = StringTable()
+        self.rings: list[RingWriter] = []
+        hello = {"op": "hello", "pid": os.getpid(), "version": P.PROTOCOL_VERSION}
+        if ring_records:
+            hello["ring_records"] = int(ring_records)
+        reply = self._call(hello)
+        self.stream = reply["stream"]
+        self.mode = RG.MODES[reply["mode"]]
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=_flush_loop, args=(weakref.ref(self), self._stop),
+                                         name="acceltrace-flush", daemon=True)
+        self._flusher.start()
+
+    def _call(self, msg: dict, want_fd: bool = False):
+        with self.lock:
+            return self._call_locked(msg, want_fd)
+
+    def _call_locked(self, msg: dict, want_fd: bool = False):
+        P.send_msg(self.sock, msg)
+        reply, fds = P.recv_msg(self.sock, want_fds=want_fd)
+        if reply is None:
+            raise ClientError("the tracing daemon closed the connection")
+        if not reply.get("ok"):
+            for fd in fds:
+                os.close(fd)
+            raise ClientError(f"the tracing daemon refused {msg.get('op')!r}: {reply.get('error')}")
+        return (reply, fds) if want_fd else reply
+
+    def writer(self) -> RingWriter:
+        reply, fds = self._call({"op": "ring", "tid": threading.get_native_id()}, want_fd=True)
+        if len(fds) != 1:
+            raise ClientError("the tracing daemon sent no ring")
+        cap = int(reply["capacity"])
+        try:
+            mem = mmap.mmap(fds[0], RG.ring_bytes(cap), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fds[0])
+        info = RG.read_info(mem)
+        if info["magic"] != RG.RING_MAGIC or info["capacity"] != cap:
+            raise ClientError("the tracing daemon sent a ring with a bad header")
+        w = RingWriter(mem, cap, info["mode"])
+        with self.lock:
+            self.rings.append(w)
+        return w
+
+    def intern(self, text: str) -> int:
+        with self.lock:
+            sid = self.strings.ids.get(text)
+            if sid is not None:
+                return sid
+            sid = self.strings.intern(text)
+            self.strings.pending.clear()
+            # sent before any record using it is published, so the daemon always knows it first
+            P.send_msg(self.sock, {"op": "strings", "entries": [[sid, text]]})
+            return sid
+
+    def metadata(self, data: dict) -> None:
+        with self.lock:
+            P.send_msg(self.sock, {"op": "metadata", "data": data})
+
+    def clock_sync(self, domain: int, host_ns, dev_ticks) -> None:
+        host = np.atleast_1d(np.asarray(host_ns, dtype=np.int64)).tolist()
+        ticks = np.atleast_1d(np.asarray(dev_ticks, dtype=np.int64)).tolist()
+        with self.lock:
+            P.send_msg(self.sock, {"op": "sync", "domain": int(domain), "pairs": list(zip(host, ticks))})
+
+    def publish_all(self) -> None:
+        for r in list(self.rings):
+            r.publish()
+
+    def flush(self) -> None:
+        """Publish every ring and wait until the daemon has drained this producer into the file."""
+        self.publish_all()
+        self._call({"op": "drain"})
+
+    def close(self) -> None:
+        self._stop.set()
+        self.publish_all()
+        try:
+            self._call({"op": "bye"})
+        except (ClientError, OSError):
+            pass
+        self.sock.close()
+
+
+def _flush_loop(ref, stop: threading.Event) -> None:
+    """Publishes idle threads' rings so their events reach the file within the 100 ms bound."""
+    while not stop.wait(DaemonSink.FLUSH_INTERVAL_S):
+        sink = ref()
+        if sink is None:
+            return
+        sink.publish_all()
+        del sink

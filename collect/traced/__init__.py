@@ -1,0 +1,1 @@
+"""The tracing daemon: unix socket, per-thread shared-memory rings, drain into .atrace chunks."""

@@ -1,0 +1,136 @@
+"""The .atrace file: round trip, cut-off tails, corrupt chunks, newer versions, tiny chunks."""
+
+import io
+import struct
+
+import numpy as np
+import pytest
+
+from collect import record as R
+from collect.atrace import (CHUNK_HEADER, FILE_HEADER, MAGIC, AtraceError, AtraceReader, AtraceWriter,
+                            default_header)
+
+
+def _write(n_events=1000, chunk_events=100, **hdr):
+    buf = io.BytesIO()
+    w = AtraceWriter(buf, default_header(**hdr), chunk_events=chunk_events)
+    name = w.intern("op")
+    recs = np.zeros(n_events, R.RECORD_DTYPE)
+    recs["kind"], recs["name"], recs["ts"] = R.COMPLETE, name, np.arange(n_events) * 10
+    recs["dur"] = 5
+    w.add_records(recs)
+    w.add_clock_sync(1, [0, 1000], [0, 1500])
+    w.close(lost_events=3, producers=[{"stream": 0, "lost": 3}])
+    return buf.getvalue()
+
+
+def test_round_trip_keeps_records_strings_sync_and_trailer():
+    data = _write(devices=[{"index": 0, "link_gen": 4}])
+    r = AtraceReader.from_bytes(data)
+    recs, streams = r.read_all()
+    assert len(recs) == 1000 and recs["ts"][-1] == 9990 and set(streams.tolist()) == {0}
+    assert r.strings[0][recs["name"][0]] == "op"
+    assert r.sync["host_ns"].tolist() == [0, 1000] and r.sync["dev_ticks"].tolist() == [0, 1500]
+    assert r.lost_events() == (3, {0: 3})
+    assert r.header["devices"][0]["link_gen"] == 4
+    assert r.problems == []
+
+
+def test_cut_off_file_reads_to_its_last_whole_chunk_with_a_warning():
+    data = _write()
+    # cut in the middle of the 5th events chunk: 4 chunks of 100 survive
+    cut = FILE_HEADER.size
+    r_full = AtraceReader.from_bytes(data)
+    ev = r_full.event_chunks()
+    cut = ev[4].offset + CHUNK_HEADER.size + 640
+    r = AtraceReader.from_bytes(data[:cut])
+    recs, _ = r.read_all()
+    assert len(recs) == 400
+    assert r.trailer is None
+    assert len(r.problems) == 1 and "cut short" in r.problems[0].message
+    assert r.problems[0].offset == ev[4].offset
+
+
+def test_cut_inside_a_chunk_header_is_also_a_clean_cut():
+    data = _write()
+    ev = AtraceReader.from_bytes(data).event_chunks()
+    r = AtraceReader.from_bytes(data[: ev[2].offset + 7])
+    assert len(r.read_all()[0]) == 200
+    assert "chunk header" in r.problems[0].message
+
+
+def test_corrupt_event_chunk_is_skipped_and_reported_with_its_offset():
+    data = bytearray(_write())
+    ev = AtraceReader.from_bytes(bytes(data)).event_chunks()
+    data[ev[3].offset + CHUNK_HEADER.size + 100] ^= 0xFF
+    r = AtraceReader.from_bytes(bytes(data))
+    recs, _ = r.read_all()
+    assert len(recs) == 900
+    (p,) = r.problems
+    assert p.offset == ev[3].offset and "CRC32" in p.message and p.dropped_events == 100
+
+
+def test_corrupt_chunk_header_stops_reading_there():
+    data = bytearray(_write())
+    ev = AtraceReader.from_bytes(bytes(data)).event_chunks()
+    struct.pack_into("<I", data, ev[5].offset, 999)  # unknown chunk type
+    r = AtraceReader.from_bytes(bytes(data))
+    assert len(r.read_all()[0]) == 500
+    assert r.problems[0].offset == ev[5].offset and "corrupt chunk header" in r.problems[0].message
+
+
+def test_newer_major_version_is_refused_clearly():
+    data = bytearray(_write())
+    struct.pack_into("<H", data, 8, 2)
+    with pytest.raises(AtraceError, match="newer acceltrace.*version 2.0.*upgrade"):
+        AtraceReader.from_bytes(bytes(data))
+
+
+def test_newer_minor_version_is_read():
+    data = bytearray(_write())
+    struct.pack_into("<H", data, 10, 7)
+    assert AtraceReader.from_bytes(bytes(data)).version == (1, 7)
+
+
+def test_not_an_atrace_file_is_refused_at_byte_0():
+    with pytest.raises(AtraceError, match="not an .atrace file") as e:
+        AtraceReader.from_bytes(b"{" + b"\0" * 40)
+    assert e.value.offset == 0
+
+
+def test_strings_are_written_before_the_events_that_use_them():
+    buf = io.BytesIO()
+    w = AtraceWriter(buf, chunk_events=2)
+    for i in range(10):
+        w.add_records(R.encode(R.INSTANT, w.intern(f"name{i}"), ts=i))
+    w.close()
+    # walk chunks in order: every event's name must already be defined
+    r = AtraceReader.from_bytes(buf.getvalue())
+    known = {0}
+    from collect.atrace import EVENTS, STRINGS
+
+    data = buf.getvalue()
+    for ch in r.chunks:
+        payload = data[ch.payload_offset: ch.payload_offset + ch.length]
+        if ch.type == STRINGS:
+            (count,) = struct.unpack_from("<I", payload)
+            pos = 4
+            for _ in range(count):
+                sid, n = struct.unpack_from("<II", payload, pos)
+                known.add(sid)
+                pos += 8 + n
+        elif ch.type == EVENTS:
+            assert set(R.decode(payload)["name"].tolist()) <= known
+
+
+def test_file_written_chunk_by_chunk_reads_the_same_as_in_one_piece(tmp_path):
+    data = _write(n_events=257, chunk_events=7)
+    p = tmp_path / "t.atrace"
+    p.write_bytes(data)
+    a = AtraceReader.open(p)
+    b = AtraceReader.from_bytes(data)
+    assert a.read_all()[0].tobytes() == b.read_all()[0].tobytes()
+    # batches of any size concatenate to the same records
+    got = np.concatenate([x for x, _ in a.iter_events(batch_events=3)])
+    assert got.tobytes() == b.read_all()[0].tobytes()
+    assert data.startswith(MAGIC)
