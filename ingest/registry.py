@@ -23,6 +23,7 @@ from ingest.sources import Source
 FORMAT_MODULES = [
     "ingest.chrome",
     "ingest.nsys",
+    "ingest.actr",
 ]
 
 
