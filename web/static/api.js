@@ -1,0 +1,61 @@
+// Client of the JSON/binary API documented in docs/api.md. Every error becomes an Error whose message is
+// the server's error.message (or a description of what went wrong on the way).
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function errorFrom(r) {
+  let code = "http_" + r.status, message = `${r.status} ${r.statusText}`;
+  try {
+    const j = await r.json();
+    if (j && j.error) { code = j.error.code || code; message = j.error.message || message; }
+  } catch (_) { /* not JSON: keep the status line */ }
+  return new ApiError(r.status, code, message);
+}
+
+export async function getJson(url, opts = {}) {
+  const r = await fetch(url, opts);
+  if (!r.ok) throw await errorFrom(r);
+  return r.json();
+}
+
+export class Api {
+  constructor(trace_id) {
+    this.id = trace_id;
+    this.base = `/api/traces/${encodeURIComponent(trace_id)}`;
+  }
+
+  meta() { return getJson(this.base); }
+
+  async tile(level, index, group, signal) {
+    const q = group ? `?group=${encodeURIComponent(group)}` : "";
+    const r = await fetch(`${this.base}/tiles/${level}/${index}${q}`, { signal });
+    if (!r.ok) throw await errorFrom(r);
+    return r.arrayBuffer();
+  }
+
+  slice(slice_id) { return getJson(`${this.base}/slices/${encodeURIComponent(slice_id)}`); }
+
+  search(q, offset = 0, limit = 100) {
+    const p = new URLSearchParams({ q, offset: String(offset), limit: String(limit) });
+    return getJson(`${this.base}/search?${p}`);
+  }
+
+  aggregate(start_ns, end_ns, track_ids) {
+    return getJson(`${this.base}/aggregate`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ start_ns: Math.round(start_ns), end_ns: Math.round(end_ns), tracks: track_ids }),
+    });
+  }
+
+  findings() { return getJson(`${this.base}/findings`); }
+  summary() { return getJson(`${this.base}/summary`); }
+}
+
+export function listTraces() { return getJson("/api/traces"); }

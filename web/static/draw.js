@@ -1,0 +1,248 @@
+// renderFrame(): draws the whole timeline from the current state. Synchronous, no fetching.
+// Order: background, axis, rows (names column + track area), findings shading, area selection, flow arrows.
+
+import { drawAxis, drawGrid } from "./axis.js";
+import { drawSliceTrack, drawCounterTrack, drawCounterLabels } from "./render.js";
+import { LANE_ACCENT } from "./util.js";
+import { NAMES_PX, AXIS_PX } from "./layout.js";
+
+export const THEME = {
+  bg: "#ffffff", axisBg: "#f4f5f7", namesBg: "#f7f8fa", headerBg: "#eceef2", groupBg: "#f2f3f6",
+  grid: "rgba(0,0,0,0.07)", border: "#d5d8de", text: "#2b2f36", mutedText: "#6b7280", sliceText: "#ffffff",
+  selection: "#111111", hoverRow: "rgba(60,110,220,0.06)", counterFill: "rgba(42,154,160,0.35)",
+  areaFill: "rgba(59,130,246,0.12)", areaStroke: "rgba(37,99,235,0.8)", flow: "#d9480f",
+  finding: { high: "rgba(220,38,38,0.18)", medium: "rgba(234,88,12,0.15)", low: "rgba(202,138,4,0.13)" },
+  merged: { cpu: "#2c4a7c", driver: "#7a5218", pcie: "#1f5f39", eu: "#6a2b5e", counter: "#1d5d60" },
+  font: "11px system-ui, -apple-system, 'Segoe UI', sans-serif",
+  boldFont: "600 11px system-ui, -apple-system, 'Segoe UI', sans-serif",
+  smallFont: "10px system-ui, -apple-system, 'Segoe UI', sans-serif",
+};
+
+export function renderFrame(tl) {
+  const ctx = tl.ctx, W = tl.width_css_px, H = tl.height_css_px, th = THEME;
+  ctx.setTransform(tl.dpr, 0, 0, tl.dpr, 0, 0);
+  ctx.fillStyle = th.bg;
+  ctx.fillRect(0, 0, W, H);
+  const ticks = drawAxis(ctx, tl.view, NAMES_PX, AXIS_PX, th);
+  ctx.fillStyle = th.namesBg;
+  ctx.fillRect(0, 0, NAMES_PX, AXIS_PX);
+  ctx.fillStyle = th.mutedText;
+  ctx.font = th.smallFont;
+  ctx.textBaseline = "middle";
+  ctx.fillText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible`, 8, AXIS_PX / 2);
+
+  const rows = tl.visibleRows();
+  const scrollTop = tl.scrollTop_px;
+  // scrolled rows first (clipped below the pinned band), then the pinned band over them
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(0, scrollTop, W, H - scrollTop);
+  ctx.clip();
+  drawGrid(ctx, tl.view, NAMES_PX, scrollTop, H, ticks, th);
+  for (const r of rows) if (!r.pinned) drawRow(tl, r.row, r.y);
+  ctx.restore();
+  if (tl.layout.pinnedRows.length) {
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(0, AXIS_PX, W, tl.layout.pinnedHeight);
+    ctx.clip();
+    ctx.fillStyle = th.bg;
+    ctx.fillRect(0, AXIS_PX, W, tl.layout.pinnedHeight);
+    drawGrid(ctx, tl.view, NAMES_PX, AXIS_PX, scrollTop, ticks, th);
+    for (const r of rows) if (r.pinned) drawRow(tl, r.row, r.y);
+    ctx.restore();
+    ctx.strokeStyle = "#9aa3b2";
+    ctx.beginPath();
+    ctx.moveTo(0, scrollTop - 0.5);
+    ctx.lineTo(W, scrollTop - 0.5);
+    ctx.stroke();
+  }
+  ctx.strokeStyle = th.border;
+  ctx.beginPath();
+  ctx.moveTo(NAMES_PX - 0.5, 0);
+  ctx.lineTo(NAMES_PX - 0.5, H);
+  ctx.stroke();
+
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(NAMES_PX, AXIS_PX, W - NAMES_PX, H - AXIS_PX);
+  ctx.clip();
+  drawFindings(tl, rows);
+  drawArea(tl);
+  tl.drawnFlows = drawFlows(tl);
+  ctx.restore();
+  drawScrollbar(tl);
+}
+
+function fmtSpan(ns) {
+  if (ns >= 1e9) return `${(ns / 1e9).toPrecision(3)} s`;
+  if (ns >= 1e6) return `${(ns / 1e6).toPrecision(3)} ms`;
+  if (ns >= 1e3) return `${(ns / 1e3).toPrecision(3)} us`;
+  return `${ns.toPrecision(3)} ns`;
+}
+
+function drawRow(tl, row, y) {
+  const ctx = tl.ctx, th = THEME, W = tl.width_css_px;
+  if (row.kind !== "track") {
+    ctx.fillStyle = row.kind === "lane" ? th.headerBg : th.groupBg;
+    ctx.fillRect(0, y, W, row.h);
+    ctx.fillStyle = LANE_ACCENT[row.lane] || "#888";
+    ctx.fillRect(0, y, 4, row.h);
+    ctx.fillStyle = th.text;
+    ctx.font = row.kind === "lane" ? th.boldFont : th.font;
+    ctx.textBaseline = "middle";
+    const x = 10 + row.indent * 12;
+    drawTriangle(ctx, x, y + row.h / 2, row.collapsed);
+    ctx.fillStyle = th.text;
+    ctx.fillText(clipText(row.label, NAMES_PX - x - 18), x + 12, y + row.h / 2);
+    ctx.strokeStyle = th.border;
+    ctx.beginPath();
+    ctx.moveTo(0, y + row.h - 0.5);
+    ctx.lineTo(W, y + row.h - 0.5);
+    ctx.stroke();
+    return;
+  }
+  const t = row.track;
+  // names column
+  ctx.fillStyle = th.namesBg;
+  ctx.fillRect(0, y, NAMES_PX, row.h);
+  ctx.fillStyle = LANE_ACCENT[t.lane] || "#888";
+  ctx.fillRect(0, y, 4, row.h);
+  ctx.fillStyle = th.text;
+  ctx.font = th.font;
+  ctx.textBaseline = "top";
+  const x = 10 + row.indent * 12;
+  const label = row.pinned ? `${t.group_name} › ${t.name}` : String(t.name);
+  ctx.fillText(clipText(label, NAMES_PX - x - 22), x, y + 5);
+  if (t.unit) {
+    ctx.fillStyle = th.mutedText;
+    ctx.font = th.smallFont;
+    ctx.fillText(t.unit, x, y + 19);
+  }
+  // pin toggle at the right of the names column
+  ctx.fillStyle = row.pinned ? "#2563eb" : "#b8bec9";
+  ctx.font = th.font;
+  ctx.fillText(row.pinned ? "\u25C6" : "\u25C7", NAMES_PX - 16, y + 5);
+  // track area
+  const pieces = tl.piecesFor(t.track_id);
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(NAMES_PX, y, W - NAMES_PX, row.h);
+  ctx.clip();
+  if (t.lane === "counter") {
+    const range = drawCounterTrack(ctx, pieces, tl.view, NAMES_PX, y, row.h, t, th);
+    drawCounterLabels(ctx, NAMES_PX, y, row.h, range, t.unit, th);
+  } else {
+    const sel = tl.selected ? tl.selected.id : null;
+    drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, row.h, t, th, sel);
+  }
+  ctx.restore();
+  ctx.strokeStyle = th.border;
+  ctx.beginPath();
+  ctx.moveTo(0, y + row.h - 0.5);
+  ctx.lineTo(W, y + row.h - 0.5);
+  ctx.stroke();
+}
+
+function drawTriangle(ctx, x, cy, collapsed) {
+  ctx.fillStyle = "#5b6270";
+  ctx.beginPath();
+  if (collapsed) { ctx.moveTo(x, cy - 4); ctx.lineTo(x + 6, cy); ctx.lineTo(x, cy + 4); }
+  else { ctx.moveTo(x - 1, cy - 3); ctx.lineTo(x + 7, cy - 3); ctx.lineTo(x + 3, cy + 3); }
+  ctx.fill();
+}
+
+function clipText(s, px) {
+  const fit = Math.floor(px / 6.4);
+  s = String(s);
+  return s.length > fit ? s.slice(0, Math.max(1, fit - 1)) + "\u2026" : s;
+}
+
+function drawFindings(tl, rows) {
+  if (!tl.findings.length || !tl.overlays.size) return;
+  const ctx = tl.ctx, v = tl.view, H = tl.height_css_px;
+  for (const f of tl.findings) {
+    if (!tl.overlays.has(f.pass) || f.ts === null || f.ts === undefined) continue;
+    const xa = NAMES_PX + v.x_of(f.ts), xb = NAMES_PX + v.x_of(f.ts + (f.dur || 0));
+    if (xb < NAMES_PX || xa > tl.width_css_px) continue;
+    ctx.fillStyle = THEME.finding[f.severity] || THEME.finding.medium;
+    const w = Math.max(xb - xa, 2);
+    let placed = false;
+    if (f.track_id !== null && f.track_id !== undefined) {
+      for (const r of rows) {
+        if (r.row.kind === "track" && r.row.track.track_id === f.track_id) { ctx.fillRect(xa, r.y, w, r.row.h); placed = true; }
+      }
+      if (!placed) {
+        const m = tl.rowMidY(f.track_id, 0);
+        if (m) { ctx.fillRect(xa, m.y - 11, w, 22); placed = true; }
+      }
+    }
+    if (!placed && (f.track_id === null || f.track_id === undefined)) ctx.fillRect(xa, AXIS_PX, w, H - AXIS_PX);
+  }
+}
+
+function drawArea(tl) {
+  const a = tl.area;
+  if (!a) return;
+  const ctx = tl.ctx, v = tl.view;
+  const xa = NAMES_PX + v.x_of(Math.min(a.start_ns, a.end_ns)), xb = NAMES_PX + v.x_of(Math.max(a.start_ns, a.end_ns));
+  const ya = Math.min(a.y0, a.y1), yb = Math.max(a.y0, a.y1);
+  ctx.fillStyle = THEME.areaFill;
+  ctx.fillRect(xa, ya, xb - xa, yb - ya);
+  ctx.strokeStyle = THEME.areaStroke;
+  ctx.strokeRect(xa + 0.5, ya + 0.5, xb - xa - 1, yb - ya - 1);
+}
+
+/** Arrows along the selection's correlation chain; returns the [src, dst] pairs drawn. */
+function drawFlows(tl) {
+  const drawn = [];
+  if (!tl.chain || !tl.chain.flows) return drawn;
+  const ctx = tl.ctx, v = tl.view, W = tl.width_css_px;
+  const byId = new Map(tl.chain.slices.map((s) => [s.id, s]));
+  ctx.strokeStyle = THEME.flow;
+  ctx.fillStyle = THEME.flow;
+  ctx.lineWidth = 1.5;
+  for (const f of tl.chain.flows) {
+    const a = byId.get(f.src_slice), b = byId.get(f.dst_slice);
+    if (!a || !b) continue;
+    const pa = tl.rowMidY(a.track_id, depthOf(tl, a)), pb = tl.rowMidY(b.track_id, depthOf(tl, b));
+    if (!pa || !pb) continue;
+    const x1 = NAMES_PX + v.x_of(a.ts + Math.min(a.dur, Math.max(0, b.ts - a.ts))), y1 = pa.y;
+    const x2 = NAMES_PX + v.x_of(b.ts), y2 = pb.y;
+    if ((x1 < NAMES_PX && x2 < NAMES_PX) || (x1 > W && x2 > W)) continue;
+    const dx = Math.max(20, Math.min(80, Math.abs(x2 - x1) / 2));
+    ctx.beginPath();
+    ctx.moveTo(x1, y1);
+    ctx.bezierCurveTo(x1 + dx, y1, x2 - dx, y2, x2, y2);
+    ctx.stroke();
+    ctx.beginPath();
+    ctx.moveTo(x2, y2);
+    ctx.lineTo(x2 - 7, y2 - 4);
+    ctx.lineTo(x2 - 7, y2 + 4);
+    ctx.closePath();
+    ctx.fill();
+    drawn.push([f.src_slice, f.dst_slice]);
+  }
+  ctx.lineWidth = 1;
+  return drawn;
+}
+
+/** Depth of a chain slice: from the API when given, else from a loaded tile, else 0. */
+function depthOf(tl, s) {
+  if (s.depth !== undefined && s.depth !== null) return s.depth;
+  if (tl.selected && tl.selected.id === s.id) return tl.selected.depth;
+  for (const { tt } of tl.piecesFor(s.track_id)) {
+    for (let i = 0; i < tt.n; i++) if (tt.id[i] === s.id) return (s.depth = tt.depth[i]);
+  }
+  return 0;
+}
+
+function drawScrollbar(tl) {
+  const total = tl.layout.height, area = tl.scrollArea_px;
+  if (total <= area) return;
+  const ctx = tl.ctx, x = tl.width_css_px - 6;
+  const h = Math.max(24, area * area / total);
+  const y = tl.scrollTop_px + (area - h) * (tl.scrollY / (total - area));
+  ctx.fillStyle = "rgba(0,0,0,0.25)";
+  ctx.fillRect(x, y, 4, h);
+}

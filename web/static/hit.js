@@ -1,0 +1,101 @@
+// Hit testing against what is drawn: which row is under a point, and which slice, merged block,
+// instant or counter bucket of that row's loaded tiles.
+
+import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX } from "./layout.js";
+
+const TOL_PX = 2; // a slice thinner than a pixel can still be hovered
+
+/** The row under canvas css-px (x, y): {row, y0, pinned} or null. */
+export function rowAt(tl, y) {
+  if (y < AXIS_PX) return null;
+  for (const r of tl.visibleRows()) {
+    if (r.pinned !== (y < tl.scrollTop_px)) continue;
+    if (y >= r.y && y < r.y + r.row.h) return { row: r.row, y0: r.y, pinned: r.pinned };
+  }
+  return null;
+}
+
+/** What is under (x, y) in the tracks area: a described item or null. */
+export function hitTest(tl, x, y) {
+  if (x < NAMES_PX) return null;
+  const at = rowAt(tl, y);
+  if (!at || at.row.kind !== "track") return null;
+  const track = at.row.track;
+  const v = tl.view;
+  const t = v.ns_at(x - NAMES_PX);
+  const tol = TOL_PX * v.ns_per_px;
+  const pieces = tl.piecesFor(track.track_id);
+  if (track.lane === "counter") return hitCounter(pieces, t, track);
+  const depth = Math.floor((y - at.y0 - TRACK_PAD_PX) / ROW_PX);
+  if (depth < 0) return null;
+  let best = null, bestDist = Infinity;
+  for (const { tile, tt, c0, c1 } of pieces) {
+    if (t < c0 - tol || t > c1 + tol) continue;
+    for (let i = 0; i < tt.n; i++) {
+      if (tt.depth[i] !== depth) continue;
+      const a = tt.ts[i], b = a + tt.dur[i];
+      const dist = t < a ? a - t : t > b ? t - b : 0;
+      if (dist <= tol && dist < bestDist) {
+        bestDist = dist;
+        best = { kind: "slice", id: tt.id[i], ts: a, dur: tt.dur[i], depth, name: tile.names[tt.name[i]], track };
+      }
+    }
+    if (best && bestDist === 0) break;
+    const bn = tile.bucket_ns;
+    for (let i = 0; i < tt.in_n; i++) {
+      if (tt.in_depth[i] !== depth) continue;
+      const dist = Math.abs(tt.in_ts[i] - t);
+      if (dist <= tol && dist < bestDist) {
+        bestDist = dist;
+        best = { kind: "instant", id: tt.in_id[i], ts: tt.in_ts[i], dur: 0, depth, count: tt.in_count[i],
+                 name: tile.names[tt.in_name[i]], track };
+      }
+    }
+    if (best) continue;
+    for (let i = 0; i < tt.mn; i++) {
+      if (tt.m_depth[i] !== depth) continue;
+      const a = tile.start_ns + tt.m_bucket[i] * bn;
+      const dist = t < a ? a - t : t > a + bn ? t - a - bn : 0;
+      if (dist <= tol && dist < bestDist) {
+        bestDist = dist;
+        best = { kind: "merged", id: tt.m_id[i], ts: a, dur: bn, depth, count: tt.m_count[i], busy_ns: tt.m_busy[i],
+                 longest_dur: tt.m_dur[i], name: tile.names[tt.m_name[i]], track };
+      }
+    }
+  }
+  return best;
+}
+
+function hitCounter(pieces, t, track) {
+  for (const { tile, tt, c0, c1 } of pieces) {
+    if (t < c0 || t >= c1) continue;
+    const bn = tile.bucket_ns;
+    let best = -1;
+    for (let i = 0; i < tt.cn; i++) {
+      const a = tile.start_ns + tt.c_bucket[i] * bn;
+      if (a <= t) best = i; else break;
+    }
+    if (best < 0) return null;
+    return { kind: "counter", ts: tile.start_ns + tt.c_bucket[best] * bn, dur: bn, count: tt.c_count[best],
+             min: tt.c_min[best], max: tt.c_max[best], first: tt.c_first[best], last: tt.c_last[best], track };
+  }
+  return null;
+}
+
+/** Track ids whose rows intersect the vertical span [y0, y1] (canvas css px). */
+export function tracksInSpan(tl, y0, y1) {
+  const lo = Math.min(y0, y1), hi = Math.max(y0, y1);
+  const ids = [];
+  for (const r of tl.visibleRows()) {
+    if (r.row.kind === "track" && r.y < hi && r.y + r.row.h > lo) ids.push(r.row.track.track_id);
+    // a collapsed header row stands for all of its tracks
+    if (r.row.kind !== "track" && r.row.collapsed && r.y < hi && r.y + r.row.h > lo) {
+      for (const t of tl.layout.tracks) {
+        if (t.lane !== r.row.lane) continue;
+        if (r.row.kind === "group" && String(t.group_name) !== r.row.label) continue;
+        ids.push(t.track_id);
+      }
+    }
+  }
+  return [...new Set(ids)];
+}

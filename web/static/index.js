@@ -1,0 +1,26 @@
+// The trace list (/): the catalog from /api/traces, each row linking to its trace page; uploads by drop.
+
+import { listTraces } from "./api.js";
+import { installDropTarget, pickAndUpload } from "./upload.js";
+import { el, fmtBytes, fmtCount } from "./util.js";
+
+async function main() {
+  installDropTarget();
+  document.getElementById("open-file").addEventListener("click", pickAndUpload);
+  const body = document.querySelector("#traces tbody");
+  try {
+    const { traces } = await listTraces();
+    body.replaceChildren(...traces.map((t) => el("tr", { dataset: { status: t.status } },
+      el("td", {}, t.status === "ready" ? el("a", { href: `/t/${encodeURIComponent(t.id)}` }, t.name) : t.name),
+      el("td", {}, t.format || "-"),
+      el("td", { title: t.error || "" }, t.status === "failed" ? `failed: ${t.error || ""}` : t.status),
+      el("td", {}, fmtBytes(t.source_bytes)),
+      el("td", {}, t.counts && t.counts.slices !== undefined ? fmtCount(t.counts.slices) : "-"),
+      el("td", {}, t.created ? new Date(t.created).toLocaleString() : "-"))));
+    document.getElementById("traces-empty").hidden = traces.length > 0;
+  } catch (e) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 6, class: "error" }, `Could not list traces: ${e.message}`)));
+  }
+}
+
+main();

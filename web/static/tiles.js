@@ -1,0 +1,137 @@
+// Tile cache: fetches tiles for (group, level, index), keeps an LRU of decoded tiles, never blocks drawing.
+//
+// A tile covers TILE_BUCKETS buckets of 2^level ns starting at index * TILE_BUCKETS * 2^level (relative ns).
+// Decoded tiles have the shape produced by decode.js: {tracks: Map(track_id -> TrackTile), names: [...]}.
+
+import { decodeTile } from "./decode.js";
+
+export const TILE_BUCKETS = 1024;
+const MAX_TILES = 400;
+const MAX_IN_FLIGHT = 8;
+
+export function tileSpanNs(level) {
+  return TILE_BUCKETS * Math.pow(2, level);
+}
+
+/** Tile indices at `level` overlapping [start_ns, end_ns) (clamped to the trace). */
+export function tileRange(level, start_ns, end_ns, duration_ns) {
+  const span = tileSpanNs(level);
+  const lo = Math.max(0, Math.floor(Math.max(0, start_ns) / span));
+  const hi = Math.floor(Math.max(0, Math.min(end_ns, duration_ns)) / span);
+  return [lo, Math.max(lo, hi)];
+}
+
+export class TileStore {
+  /** @param api an Api; @param ondata called whenever a tile arrives (to schedule a redraw) */
+  constructor(api, ondata) {
+    this.api = api;
+    this.ondata = ondata;
+    this.tiles = new Map();     // key -> decoded tile (Map keeps insertion order: LRU by re-insert)
+    this.inflight = new Map();  // key -> AbortController
+    this.queue = [];            // keys waiting for a fetch slot, most wanted first
+    this.errors = new Map();    // key -> message (not refetched)
+    this.wanted = new Set();    // keys wanted by the latest update
+    this.bytes_fetched = 0;
+    this.min_level = 0;
+    this.max_level = 60;
+  }
+
+  key(group, level, index) { return `${group ?? ""}|${level}|${index}`; }
+
+  /** The tile if loaded (touching it in the LRU), else undefined. */
+  get(group, level, index) {
+    const k = this.key(group, level, index);
+    const t = this.tiles.get(k);
+    if (t) { this.tiles.delete(k); this.tiles.set(k, t); }
+    return t;
+  }
+
+  has(group, level, index) {
+    const k = this.key(group, level, index);
+    return this.tiles.has(k) || this.errors.has(k);
+  }
+
+  error(group, level, index) { return this.errors.get(this.key(group, level, index)); }
+
+  /**
+   * Declare the tiles wanted now, in priority order (visible first, padding after).
+   * Wanted tiles not loaded are queued; queued tiles no longer wanted are dropped; in-flight ones finish.
+   */
+  want(specs) {
+    this.wanted = new Set();
+    this.queue = [];
+    for (const [group, level, index] of specs) {
+      const k = this.key(group, level, index);
+      this.wanted.add(k);
+      if (this.tiles.has(k) || this.errors.has(k) || this.inflight.has(k)) continue;
+      this.queue.push([k, group, level, index]);
+    }
+    this.pump();
+  }
+
+  pump() {
+    while (this.inflight.size < MAX_IN_FLIGHT && this.queue.length) {
+      const [k, group, level, index] = this.queue.shift();
+      if (this.inflight.has(k) || this.tiles.has(k)) continue;
+      const ctl = new AbortController();
+      this.inflight.set(k, ctl);
+      this.api.tile(level, index, group, ctl.signal)
+        .then((buf) => {
+          this.bytes_fetched += buf.byteLength;
+          this.tiles.set(k, decodeTile(buf, level, index));
+          this.evict();
+        })
+        .catch((e) => {
+          if (e.name !== "AbortError") this.errors.set(k, String(e.message || e));
+        })
+        .finally(() => {
+          this.inflight.delete(k);
+          this.pump();
+          if (this.ondata) this.ondata();
+        });
+    }
+  }
+
+  /** Pending = wanted and neither loaded nor failed. */
+  pendingCount(keys) {
+    let n = 0;
+    for (const k of keys) if (!this.tiles.has(k) && !this.errors.has(k)) n++;
+    return n;
+  }
+
+  /**
+   * What to draw for tiles lo..hi of `level`: [{tile, c0, c1}] where [c0, c1) is the time range the tile
+   * stands in for. A missing tile is replaced by a loaded coarser one (up to 6 levels up) or the two finer
+   * halves, so zooming never flashes empty; the timeline stays "loading" until the exact tiles arrive.
+   */
+  cover(group, level, lo, hi) {
+    const out = [];
+    const seen = new Set();
+    const span = tileSpanNs(level);
+    for (let i = lo; i <= hi; i++) {
+      const c0 = i * span, c1 = c0 + span;
+      const t = this.get(group, level, i);
+      if (t) { out.push({ tile: t, c0, c1 }); continue; }
+      let found = false;
+      for (let k = 1; k <= 6 && !found; k++) {
+        const up = this.get(group, level + k, Math.floor(i / Math.pow(2, k)));
+        if (up) { found = true; out.push({ tile: up, c0, c1 }); }
+      }
+      if (found || level === 0) continue;
+      for (const j of [2 * i, 2 * i + 1]) {
+        const down = this.get(group, level - 1, j);
+        if (down) out.push({ tile: down, c0: j * span / 2, c1: (j + 1) * span / 2 });
+      }
+    }
+    return out;
+  }
+
+  evict() {
+    while (this.tiles.size > MAX_TILES) {
+      let victim = null;
+      for (const k of this.tiles.keys()) { if (!this.wanted.has(k)) { victim = k; break; } }
+      if (victim === null) break;
+      this.tiles.delete(victim);
+    }
+  }
+}

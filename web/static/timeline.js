@@ -1,0 +1,201 @@
+// The timeline: owns the canvas, view, layout and tile store. update() decides which tiles are wanted
+// (async, never awaited); render() draws only what is loaded (draw.js). Frames run in requestAnimationFrame
+// and only when something changed. data-state on the element is "loading" while a frame is due or a
+// visible tile is pending, "idle" when everything visible is drawn.
+
+import { View } from "./view.js";
+import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX } from "./layout.js";
+import { TileStore, tileRange } from "./tiles.js";
+import { renderFrame } from "./draw.js";
+
+export { NAMES_PX, AXIS_PX };
+
+export class Timeline {
+  constructor(root, api, meta) {
+    this.root = root;
+    this.api = api;
+    this.meta = meta;
+    this.canvas = root.querySelector("canvas");
+    this.ctx = this.canvas.getContext("2d", { alpha: false });
+    this.view = new View(meta.duration_ns || 1);
+    this.layout = new Layout(meta.tracks || []);
+    this.groupOf = new Map((meta.tracks || []).map((t) => [t.track_id, t.group ?? null]));
+    const lv = meta.levels || {};
+    this.minLevel = lv.min ?? 0;
+    this.maxLevel = lv.max ?? 62;
+    this.tiles = new TileStore(api, () => this.requestDraw());
+    this.scrollY = 0;
+    this.selected = null;      // slice detail object (the API's "slice") or null
+    this.chain = null;         // the API's chain {slices, flows} for the selection
+    this.drawnFlows = [];      // [[src, dst], ...] drawn in the last frame
+    this.hover = null;         // {x, y} of the mouse in css px, or null
+    this.area = null;          // {start_ns, end_ns, y0, y1} in canvas css px (area selection)
+    this.findings = [];        // the API's findings, ts relative
+    this.overlays = new Set(); // analysis passes whose regions are shaded
+    this.visibleKeys = [];
+    this.framePending = false;
+    this.listeners = { select: [], view: [], area: [] };
+    this.frameTimes = [];      // ms per frame for the benchmark (bounded ring)
+    this.view.onchange = () => { this.requestDraw(); this.emit("view"); };
+    new ResizeObserver(() => this.resize()).observe(root);
+    this.resize();
+  }
+
+  on(ev, fn) { this.listeners[ev].push(fn); }
+  emit(ev, arg) { for (const fn of this.listeners[ev]) fn(arg); }
+
+  resize() {
+    const r = this.root.getBoundingClientRect();
+    const dpr = window.devicePixelRatio || 1;
+    this.width_css_px = Math.max(300, Math.floor(r.width));
+    this.height_css_px = Math.max(120, Math.floor(r.height));
+    this.canvas.style.width = `${this.width_css_px}px`;
+    this.canvas.style.height = `${this.height_css_px}px`;
+    this.canvas.width = Math.round(this.width_css_px * dpr);
+    this.canvas.height = Math.round(this.height_css_px * dpr);
+    this.dpr = dpr;
+    this.view.width_css_px = this.width_css_px - NAMES_PX;
+    this.clampScroll();
+    this.requestDraw();
+  }
+
+  /** y where the scrolled rows start, and the height they get. */
+  get scrollTop_px() { return AXIS_PX + this.layout.pinnedHeight; }
+  get scrollArea_px() { return Math.max(0, this.height_css_px - this.scrollTop_px); }
+
+  clampScroll() {
+    const max = Math.max(0, this.layout.height - this.scrollArea_px);
+    this.scrollY = Math.min(Math.max(0, this.scrollY), max);
+  }
+
+  scrollBy(dy) {
+    const before = this.scrollY;
+    this.scrollY += dy;
+    this.clampScroll();
+    if (this.scrollY !== before) this.requestDraw();
+  }
+
+  relayout() {
+    this.layout.build();
+    this.clampScroll();
+    this.requestDraw();
+    this.emit("view");
+  }
+
+  requestDraw() {
+    this.root.dataset.state = "loading";
+    if (this.framePending) return;
+    this.framePending = true;
+    requestAnimationFrame((t) => this.frame(t));
+  }
+
+  frame() {
+    this.framePending = false;
+    const t0 = performance.now();
+    this.update();
+    renderFrame(this);
+    const ms = performance.now() - t0;
+    this.frameTimes.push(ms);
+    if (this.frameTimes.length > 2000) this.frameTimes.splice(0, 1000);
+    const pending = this.tiles.pendingCount(this.visibleKeys);
+    if (!this.framePending && pending === 0 && !this.animating) this.root.dataset.state = "idle";
+  }
+
+  level() {
+    return Math.min(this.maxLevel, Math.max(this.minLevel, this.view.level()));
+  }
+
+  /** Rows on screen now: [{row, y}] with y in canvas css px, pinned rows first. */
+  visibleRows() {
+    const out = [];
+    for (const r of this.layout.pinnedRows) out.push({ row: r, y: AXIS_PX + r.y, pinned: true });
+    const top = this.scrollTop_px, bottom = this.height_css_px;
+    for (const r of this.layout.rows) {
+      const y = top + r.y - this.scrollY;
+      if (y + r.h < top || y > bottom) continue;
+      out.push({ row: r, y, pinned: false });
+    }
+    return out;
+  }
+
+  /** The tile groups with a visible track row. */
+  visibleGroups() {
+    const gs = new Set();
+    for (const { row } of this.visibleRows()) if (row.kind === "track") gs.add(this.groupOf.get(row.track.track_id));
+    return [...gs];
+  }
+
+  /** Declare wanted tiles: the visible window first, then one window of padding on each side. */
+  update() {
+    const level = this.level();
+    const v = this.view, d = this.meta.duration_ns;
+    const [lo, hi] = tileRange(level, v.start_ns, v.end_ns, d);
+    const [plo, phi] = tileRange(level, v.start_ns - v.span_ns, v.end_ns + v.span_ns, d);
+    const groups = this.visibleGroups();
+    const specs = [];
+    const keys = [];
+    for (const g of groups) for (let i = lo; i <= hi; i++) { specs.push([g, level, i]); keys.push(this.tiles.key(g, level, i)); }
+    for (const g of groups) for (let i = plo; i <= phi; i++) if (i < lo || i > hi) specs.push([g, level, i]);
+    this.visibleKeys = keys;
+    this.tiles.want(specs);
+    this.cur = { level, lo, hi };
+  }
+
+  /** [{tile, tt, c0, c1}] for one track in the current window (whatever is loaded). */
+  piecesFor(track_id) {
+    const { level, lo, hi } = this.cur || { level: this.level(), ...tileIdx(this) };
+    const cover = this.tiles.cover(this.groupOf.get(track_id), level, lo, hi);
+    const out = [];
+    for (const p of cover) {
+      const tt = p.tile.tracks.get(track_id);
+      if (tt) out.push({ tile: p.tile, tt, c0: p.c0, c1: p.c1 });
+    }
+    return out;
+  }
+
+  /** Canvas css-px y of the middle of a slice row (depth) on a track, or of its stand-in header. */
+  rowMidY(track_id, depth) {
+    const place = this.layout.placeOf(track_id);
+    if (!place) return null;
+    const base = place.pinned ? AXIS_PX + place.row.y : this.scrollTop_px + place.row.y - this.scrollY;
+    if (!place.exact) return { y: base + place.row.h / 2, pinned: place.pinned, exact: false };
+    const maxRows = Math.max(1, Math.floor((place.row.h - 2 * TRACK_PAD_PX) / ROW_PX));
+    const d = Math.min(depth || 0, maxRows - 1);
+    return { y: base + TRACK_PAD_PX + d * ROW_PX + ROW_PX / 2, pinned: place.pinned, exact: true };
+  }
+
+  /** Scroll vertically so a track's row is on screen (no-op when pinned or visible). */
+  revealTrack(track_id) {
+    const place = this.layout.placeOf(track_id);
+    if (!place || place.pinned) return;
+    for (const key of [`lane:${place.row.lane}`]) if (this.layout.collapsed.has(key)) this.layout.collapsed.delete(key);
+    const t = this.layout.byId.get(track_id);
+    const gk = `group:${t.lane}\u0000${t.group_name}`;
+    if (this.layout.collapsed.has(gk)) this.layout.collapsed.delete(gk);
+    this.layout.build();
+    const p2 = this.layout.placeOf(track_id);
+    const top = p2.row.y, bottom = p2.row.y + p2.row.h;
+    if (top < this.scrollY || bottom > this.scrollY + this.scrollArea_px) {
+      this.scrollY = top - Math.max(0, (this.scrollArea_px - p2.row.h) / 3);
+      this.clampScroll();
+    }
+    this.requestDraw();
+  }
+
+  setSelection(detail) {
+    this.selected = detail ? detail.slice : null;
+    this.chain = detail ? detail.chain : null;
+    this.requestDraw();
+    this.emit("select", detail);
+  }
+
+  setFindings(list) {
+    this.findings = list || [];
+    this.requestDraw();
+  }
+}
+
+function tileIdx(tl) {
+  const [lo, hi] = tileRange(tl.level(), tl.view.start_ns, tl.view.end_ns, tl.meta.duration_ns);
+  return { lo, hi };
+}

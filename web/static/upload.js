@@ -1,0 +1,129 @@
+// Drag-and-drop upload on any page: a drop overlay, one progress bar through upload (XHR progress) and
+// ingest (the server's progress event stream), a clear error for an unreadable file, then the trace opens.
+
+import { el } from "./util.js";
+
+let box = null;
+
+function statusBox() {
+  if (box) return box;
+  const bar = el("div", { class: "bar-fill" });
+  const label = el("div", { class: "upload-label" });
+  const err = el("div", { class: "upload-error", role: "alert", hidden: true });
+  const close = el("button", { class: "upload-close", title: "dismiss", onclick: () => { root.hidden = true; } }, "×");
+  const root = el("div", { id: "upload-status", hidden: true }, close, label, el("div", { class: "bar" }, bar), err);
+  document.body.append(root);
+  box = { root, bar, label, err };
+  return box;
+}
+
+function show(label, fraction) {
+  const b = statusBox();
+  b.root.hidden = false;
+  b.root.dataset.state = "busy";
+  b.err.hidden = true;
+  b.label.textContent = label;
+  b.bar.style.width = `${Math.round(Math.max(0, Math.min(1, fraction)) * 100)}%`;
+}
+
+function fail(name, message) {
+  const b = statusBox();
+  b.root.hidden = false;
+  b.root.dataset.state = "error";
+  b.label.textContent = `Could not open ${name}`;
+  b.err.hidden = false;
+  b.err.textContent = message;
+  b.bar.style.width = "0%";
+}
+
+function errorMessage(xhr) {
+  try {
+    const j = JSON.parse(xhr.responseText);
+    if (j && j.error && j.error.message) return j.error.message;
+  } catch (_) { /* fall through */ }
+  return xhr.status ? `the server answered ${xhr.status} ${xhr.statusText}` : "the upload did not reach the server";
+}
+
+/** Upload one file; upload is the first half of the bar, ingest the second. Opens the trace when ready. */
+export function uploadFile(file) {
+  const name = file.name || "file";
+  show(`Uploading ${name}…`, 0);
+  const form = new FormData();
+  form.append("file", file, name);
+  const xhr = new XMLHttpRequest();
+  xhr.open("POST", "/api/traces");
+  xhr.upload.onprogress = (e) => { if (e.lengthComputable) show(`Uploading ${name}…`, 0.5 * e.loaded / e.total); };
+  xhr.onerror = () => fail(name, "the upload did not reach the server");
+  xhr.onload = () => {
+    if (xhr.status >= 400) { fail(name, errorMessage(xhr)); return; }
+    let j;
+    try { j = JSON.parse(xhr.responseText); } catch (_) { fail(name, "the server's answer was not JSON"); return; }
+    if (j.status === "failed") { fail(name, j.error || "ingest failed"); return; }
+    if (xhr.status !== 202 && j.status !== "ingesting") { open(j.id, name); return; }
+    show(`Ingesting ${name}…`, 0.5);
+    follow(j.id, j.progress_url || `/api/traces/${encodeURIComponent(j.id)}/progress`, name);
+  };
+  xhr.send(form);
+}
+
+function open(id, name) {
+  show(`Opening ${name}…`, 1);
+  location.assign(`/t/${encodeURIComponent(id)}`);
+}
+
+/** Follow ingest progress by server-sent events, falling back to polling the metadata. */
+function follow(id, url, name) {
+  let done = false;
+  const finish = (st) => {
+    if (done) return;
+    if (st.status === "ready") { done = true; open(id, name); }
+    else if (st.status === "failed") { done = true; fail(name, st.error || "ingest failed"); }
+    else show(`Ingesting ${name}…`, 0.5 + 0.5 * (st.progress || 0));
+  };
+  if (window.EventSource) {
+    const es = new EventSource(url);
+    es.onmessage = (e) => { try { finish(JSON.parse(e.data)); } catch (_) { /* ignore a malformed event */ } if (done) es.close(); };
+    es.onerror = () => { es.close(); if (!done) poll(id, finish, () => done); };
+  } else {
+    poll(id, finish, () => done);
+  }
+}
+
+async function poll(id, finish, isDone) {
+  while (!isDone()) {
+    try {
+      const r = await fetch(`/api/traces/${encodeURIComponent(id)}`);
+      const j = await r.json();
+      if (!r.ok) { finish({ status: "failed", error: j.error?.message || `status ${r.status}` }); return; }
+      finish(j);
+    } catch (e) { finish({ status: "failed", error: String(e.message || e) }); return; }
+    await new Promise((res) => setTimeout(res, 500));
+  }
+}
+
+/** Accept files dropped anywhere on the page. */
+export function installDropTarget() {
+  const overlay = el("div", { id: "drop-overlay", hidden: true }, el("div", {}, "Drop a trace file to open it"));
+  document.body.append(overlay);
+  let depth = 0;
+  const hasFiles = (e) => e.dataTransfer && [...(e.dataTransfer.types || [])].includes("Files");
+  document.addEventListener("dragenter", (e) => { if (!hasFiles(e)) return; depth++; overlay.hidden = false; e.preventDefault(); });
+  document.addEventListener("dragleave", () => { depth = Math.max(0, depth - 1); if (!depth) overlay.hidden = true; });
+  document.addEventListener("dragover", (e) => { if (hasFiles(e)) e.preventDefault(); });
+  document.addEventListener("drop", (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth = 0;
+    overlay.hidden = true;
+    const f = e.dataTransfer.files && e.dataTransfer.files[0];
+    if (f) uploadFile(f);
+  });
+}
+
+/** A file chooser for people without drag and drop. */
+export function pickAndUpload() {
+  const input = el("input", { type: "file", style: "display:none" });
+  input.addEventListener("change", () => { if (input.files[0]) uploadFile(input.files[0]); input.remove(); });
+  document.body.append(input);
+  input.click();
+}

@@ -1,0 +1,110 @@
+// Small shared helpers: formatting with units, stable colours, DOM building without innerHTML.
+// Every string that came from a trace reaches the page through textContent (el() below), never markup.
+
+export const LANES = ["cpu", "driver", "pcie", "eu", "counter"];
+export const LANE_TITLES = { cpu: "CPU", driver: "Driver", pcie: "PCIe", eu: "Execution units", counter: "Counters" };
+
+// Hue ranges per lane so lanes stay distinguishable while each name keeps its own stable colour.
+const LANE_HUES = { cpu: [195, 255], driver: [25, 55], pcie: [95, 160], eu: [285, 345], counter: [170, 190] };
+export const LANE_ACCENT = { cpu: "#4a7bd0", driver: "#d08a2a", pcie: "#3aa464", eu: "#b3479e", counter: "#2a9aa0" };
+
+/** FNV-1a hash of a string, as an unsigned 32-bit integer (stable across sessions). */
+export function hash32(s) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+const colourCache = new Map();
+/** Stable fill colour for a slice name on a lane; `dark` for merged (summarised) blocks. */
+export function nameColour(name, lane, dark = false) {
+  const key = lane + "\u0000" + name + (dark ? "\u0001" : "");
+  let c = colourCache.get(key);
+  if (c) return c;
+  const [lo, hi] = LANE_HUES[lane] || [0, 360];
+  const h = hash32(name);
+  const hue = lo + (h % 1000) / 1000 * (hi - lo);
+  const light = 48 + ((h >>> 10) % 16);
+  c = dark ? `hsl(${hue.toFixed(0)} 35% ${light - 22}%)` : `hsl(${hue.toFixed(0)} 58% ${light}%)`;
+  if (colourCache.size > 5000) colourCache.clear();
+  colourCache.set(key, c);
+  return c;
+}
+
+/** Human duration from ns, picking ns/us/ms/s so 3-4 significant digits show. */
+export function fmtDur(ns) {
+  if (ns === null || ns === undefined || Number.isNaN(ns)) return "-";
+  const a = Math.abs(ns);
+  if (a < 1e3) return `${trimNum(ns)} ns`;
+  if (a < 1e6) return `${trimNum(ns / 1e3)} us`;
+  if (a < 1e9) return `${trimNum(ns / 1e6)} ms`;
+  return `${trimNum(ns / 1e9)} s`;
+}
+
+/** A time relative to the trace start, with the same adaptive unit as fmtDur. */
+export function fmtTime(rel_ns) {
+  return fmtDur(rel_ns);
+}
+
+function trimNum(v) {
+  const a = Math.abs(v);
+  const digits = a >= 100 ? 1 : a >= 10 ? 2 : 3;
+  return String(Number(v.toFixed(digits)));
+}
+
+export function fmtBytes(b) {
+  if (b === null || b === undefined) return "-";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let v = Number(b);
+  let i = 0;
+  while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i++; }
+  return `${trimNum(v)} ${units[i]}`;
+}
+
+/** Achieved bandwidth in GB/s (bytes per ns is exactly GB/s). */
+export function gbps(bytes, dur_ns) {
+  if (!bytes || !dur_ns) return null;
+  return Number(bytes) / dur_ns;
+}
+
+export function fmtGbps(v) {
+  return v === null || v === undefined ? "-" : `${trimNum(v)} GB/s`;
+}
+
+export function fmtCount(n) {
+  return Number(n).toLocaleString("en-US");
+}
+
+/** Build an element; children may be strings (added as text nodes) or nodes. */
+export function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+export function clamp(v, lo, hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+/** Binary search: first index i in sorted typed array a[lo..hi) with a[i] >= v. */
+export function lowerBound(a, v, lo = 0, hi = a.length) {
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
