@@ -251,6 +251,8 @@ class _Ingest:
         for type_id, metric_id, metric_name, type_name in rows:
             name, unit = _metric_name_unit(metric_name or f"metric {metric_id}")
             dev = _gpu_of(type_name)
+            if dev is None and len(gpus) == 1:  # one GPU in the report: its metrics are that GPU's
+                dev = next(iter(gpus))
             if dev is not None:
                 group = f"GPU {dev} ({gpus[dev]})" if gpus.get(dev) else f"GPU {dev}"
             else:

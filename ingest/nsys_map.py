@@ -81,7 +81,7 @@ DEVICE_QUEUES_SQL = """
 SELECT DISTINCT deviceId, coalesce(globalPid, 0) AS gpid, streamId, lane, direction FROM (
     SELECT deviceId, globalPid, streamId, 'eu' AS lane, NULL AS direction FROM CUPTI_ACTIVITY_KIND_KERNEL
     UNION ALL SELECT deviceId, globalPid, streamId, 'eu', NULL FROM CUPTI_ACTIVITY_KIND_MEMSET
-    UNION ALL SELECT m.deviceId, m.globalPid, m.streamId, k.lane, k.direction
+    UNION ALL SELECT m.deviceId, m.globalPid, m.streamId, k.lane, CASE WHEN k.lane = 'pcie' THEN k.direction END
               FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN _copykind k ON k.id = m.copyKind
 )
 ORDER BY deviceId, lane, streamId
@@ -185,7 +185,7 @@ def memcpy_sql(off: int) -> str:
     JOIN _copykind k ON k.id = x.copyKind
     JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
                      AND t.streamId = x.streamId AND t.lane = k.lane
-                     AND t.direction IS NOT DISTINCT FROM k.direction
+                     AND t.direction IS NOT DISTINCT FROM (CASE WHEN k.lane = 'pcie' THEN k.direction END)
     LEFT JOIN _memkind src ON src.id = x.srcKind
     LEFT JOIN _memkind dst ON dst.id = x.dstKind
     WHERE {_VALID}

@@ -168,7 +168,7 @@ def session_start_utc_ns(ex: Export) -> int | None:
 
 
 def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: tuple[dict, dict],
-               as_name: str | None = None, batch_rows: int = BATCH_ROWS) -> int:
+               as_name: str | None = None, batch_rows: int | None = None) -> int:
     """Copy one table's known columns into the staging database (absent optional columns as NULL)."""
     required, optional = spec
     cols = {**required, **optional}
@@ -183,7 +183,7 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
     n = 0
     try:
         cur = ex.con.execute(f'SELECT {select} FROM "{_q(table)}"')
-        while rows := cur.fetchmany(batch_rows):
+        while rows := cur.fetchmany(batch_rows or BATCH_ROWS):
             columns = list(zip(*rows))
             arrays = []
             for i, c in enumerate(names):

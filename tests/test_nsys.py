@@ -1,0 +1,274 @@
+"""The Nsight Systems SQLite ingester, on a real Nsight 2022 export and a synthesized 3.x one."""
+
+import gzip
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ingest import nsys, nsys_read, nsys_synth
+from ingest.pipeline import ingest_paths
+from ingest.store import Store
+from ingest.summary import canonical_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+SNAPSHOT = Path(__file__).parent / "snapshots" / "nsys-a100-saxpy.summary.txt"
+
+
+def ingest(tmp_path, *paths):
+    store = Store(tmp_path / "store")
+    results = ingest_paths(store, list(paths))
+    return store, results
+
+
+def ingest_ok(tmp_path, path):
+    store, (res,) = ingest(tmp_path, path)
+    assert res.error is None, res.error
+    return store, res
+
+
+def plain_sql(path, sql):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def a100(tmp_path_factory):
+    store, res = ingest_ok(tmp_path_factory.mktemp("a100"), A100)
+    return store, res
+
+
+def count(con, sql):
+    return con.execute(sql).fetchone()[0]
+
+
+def test_a100_counts_per_lane_equal_plain_sql_on_the_file(a100):
+    store, res = a100
+    assert res.format == "nsys"
+    con = store.connect(res.id)
+    lane_cat = "SELECT count(*) FROM slices s JOIN tracks t USING (track_id) WHERE t.lane = '{}' AND s.category = '{}'"
+    assert count(con, lane_cat.format("eu", "kernel")) == plain_sql(
+        A100, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL") == 5
+    for kind, direction in ((1, "h2d"), (2, "d2h")):
+        assert count(con, f"SELECT count(*) FROM slices s JOIN tracks t USING (track_id) WHERE t.lane = 'pcie'"
+                          f" AND s.direction = '{direction}'") == plain_sql(
+            A100, f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = {kind}")
+    # eventClass 0 = runtime call, 1 = driver call; 67 are backtrace records repeating a call (not calls)
+    assert count(con, lane_cat.format("cpu", "cuda_runtime")) == plain_sql(
+        A100, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 0") == 56
+    assert count(con, lane_cat.format("driver", "cuda_driver")) == plain_sql(
+        A100, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 1") == 1
+    assert count(con, lane_cat.format("cpu", "user_annotation")) == plain_sql(
+        A100, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)") == 22
+    assert count(con, "SELECT sum(bytes) FROM slices WHERE category = 'gpu_memcpy'") == plain_sql(
+        A100, "SELECT sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+
+
+def test_a100_every_kernel_is_linked_to_its_launching_runtime_call(a100):
+    store, res = a100
+    con = store.connect(res.id)
+    rows = con.execute(
+        "SELECT k.corr_id, a.corr_id, a.name, ta.lane, f.kind FROM slices k JOIN tracks tk USING (track_id)"
+        " LEFT JOIN flows f ON f.dst_slice = k.slice_id LEFT JOIN slices a ON a.slice_id = f.src_slice"
+        " LEFT JOIN tracks ta ON ta.track_id = a.track_id WHERE k.category = 'kernel'"
+    ).fetchall()
+    assert len(rows) == 5
+    for kernel_corr, api_corr, api_name, api_lane, kind in rows:
+        assert (api_corr, api_lane, kind) == (kernel_corr, "cpu", "launch")
+        assert api_name.startswith("cudaLaunchKernel")
+
+
+def test_a100_times_are_exact_ns_on_the_utc_epoch_clock(a100):
+    store, res = a100
+    con = store.connect(res.id)
+    epoch = plain_sql(A100, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    start, end = plain_sql(A100, "SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = 140"), \
+        plain_sql(A100, 'SELECT "end" FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = 140')
+    ts, dur = con.execute("SELECT ts, dur FROM slices WHERE category = 'kernel' AND corr_id = 140").fetchone()
+    assert (ts, dur) == (epoch + start, end - start)
+    meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
+    assert meta["nsys_schema_version"] == "2.9.1"
+    assert meta["nsys_session_start_utc_ns"] == str(epoch)
+
+
+def test_a100_copies_are_pageable_with_bytes_and_bandwidth(a100):
+    store, res = a100
+    con = store.connect(res.id)
+    rows = con.execute("SELECT DISTINCT name, host_mem, bytes FROM slices WHERE category = 'gpu_memcpy'"
+                       " ORDER BY name").fetchall()
+    # Nsight's memory-kind enum: 0 pageable, 2 device (the saxpy copies use malloc'd host memory)
+    assert rows == [("Memcpy DtoH (Device -> Pageable)", "pageable", 262144000),
+                    ("Memcpy HtoD (Pageable -> Device)", "pageable", 262144000)]
+
+
+def test_a100_backtrace_records_attach_their_stack_to_the_call(a100):
+    store, res = a100
+    con = store.connect(res.id)
+    with_stack = count(con, "SELECT count(*) FROM slices WHERE category = 'cuda_runtime'"
+                            " AND json_extract(args, '$.\"callchain id\"') IS NOT NULL")
+    assert with_stack == plain_sql(A100, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 67")
+
+
+def test_a100_summary_matches_snapshot(a100):
+    store, res = a100
+    text = canonical_summary(store.connect(res.id))
+    assert text == SNAPSHOT.read_text(), text
+
+
+def test_tiny_read_batches_give_the_same_trace(tmp_path, monkeypatch, a100):
+    store, res = a100
+    expected = canonical_summary(store.connect(res.id))
+    monkeypatch.setattr(nsys_read, "BATCH_ROWS", 3)
+    monkeypatch.setattr(nsys, "BATCH_ROWS", 2)
+    store2, res2 = ingest_ok(tmp_path, A100)
+    assert canonical_summary(store2.connect(res2.id)) == expected
+
+
+def test_sniffed_by_content_under_another_name_and_through_gzip(tmp_path, a100):
+    store, res = a100
+    expected = canonical_summary(store.connect(res.id))
+    renamed = tmp_path / "report.bin"
+    shutil.copy(A100, renamed)
+    packed = tmp_path / "report.sqlite.gz"
+    with open(A100, "rb") as src, gzip.open(packed, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    for i, path in enumerate((renamed, packed)):
+        s, r = ingest_ok(tmp_path / str(i), path)
+        assert r.format == "nsys"
+        assert canonical_summary(s.connect(r.id)) == expected
+
+
+def test_3x_export_maps_every_table(tmp_path):
+    path = tmp_path / "h100.sqlite"
+    want = nsys_synth.write(path, iterations=7, metric_samples=5)
+    store, res = ingest_ok(tmp_path, path)
+    con = store.connect(res.id)
+    per = dict(((lane, cat), n) for lane, cat, n in con.execute(
+        "SELECT t.lane, s.category, count(*) FROM slices s JOIN tracks t USING (track_id) GROUP BY ALL").fetchall())
+    assert per == {
+        ("cpu", "cuda_runtime"): want["runtime_calls"], ("cpu", "user_annotation"): want["nvtx_ranges"],
+        ("driver", "cuda_driver"): want["driver_calls"], ("eu", "kernel"): want["kernels"],
+        ("eu", "gpu_memset"): want["memsets"], ("eu", "gpu_memcpy"): want["d2d"], ("pcie", "gpu_memcpy"): want["h2d"],
+    }
+    assert con.execute("SELECT DISTINCT direction, host_mem FROM slices s JOIN tracks t USING (track_id)"
+                       " WHERE t.lane = 'pcie'").fetchall() == [("h2d", "pinned")]
+    flows = dict(((k, a, b), n) for k, a, b, n in con.execute(
+        "SELECT f.kind, ta.lane, tb.lane, count(*) FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+        " JOIN tracks ta ON ta.track_id = a.track_id JOIN slices b ON b.slice_id = f.dst_slice"
+        " JOIN tracks tb ON tb.track_id = b.track_id GROUP BY ALL").fetchall())
+    it = 7
+    assert flows == {("launch", "cpu", "eu"): 2 * it, ("launch", "cpu", "pcie"): it, ("exec", "driver", "eu"): it}
+    counters = con.execute("SELECT t.name, t.unit, t.device, count(*) FROM counters c JOIN tracks t USING (track_id)"
+                           " GROUP BY ALL ORDER BY 1").fetchall()
+    assert counters == [("GPC Clock Frequency", "MHz", "0", 5), ("PCIe RX Throughput", "%", "0", 5),
+                        ("PCIe TX Throughput", "%", "0", 5)]
+    meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
+    assert meta["nsys_schema_version"] == "3.11.1" and meta["nsys_version"] == "2024.2.1.106"
+    first_kernel_ts = con.execute("SELECT min(ts) FROM slices WHERE category = 'kernel'").fetchone()[0]
+    assert first_kernel_ts == nsys_synth.SESSION_START_UTC_NS + 20_000
+
+
+def test_driver_call_sharing_a_runtime_correlation_id_gives_submit_then_exec(tmp_path):
+    path = tmp_path / "chain.sqlite"
+    nsys_synth.write(path, iterations=2, metric_samples=0)
+    db = sqlite3.connect(path)
+    # a cuLaunchKernel issued inside cudaLaunchKernel, recorded with the runtime call's correlation id
+    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5500, 8500, 1, ?, 2, 4, 0, NULL)",
+               (nsys_synth.GLOBAL_TID,))
+    db.commit()
+    db.close()
+    store, res = ingest_ok(tmp_path, path)
+    con = store.connect(res.id)
+    chain = con.execute(
+        "SELECT f.kind, a.name, b.name FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+        " JOIN slices b ON b.slice_id = f.dst_slice WHERE a.corr_id = 2 ORDER BY f.kind").fetchall()
+    assert chain == [("exec", "cuLaunchKernel", "void gemm<float>(float const*, float*, int)"),
+                     ("submit", "cudaLaunchKernel_v7000", "cuLaunchKernel")]
+
+
+def test_rows_ending_before_they_start_are_dropped_and_counted(tmp_path):
+    path = tmp_path / "bad-rows.sqlite"
+    nsys_synth.write(path, iterations=3, metric_samples=0)
+    db = sqlite3.connect(path)
+    db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 1 WHERE correlationId = 2')
+    db.commit()
+    db.close()
+    store, res = ingest_ok(tmp_path, path)
+    con = store.connect(res.id)
+    meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
+    assert meta["dropped_events"] == "1"
+    assert any("CUPTI_ACTIVITY_KIND_KERNEL" in w and "end before their start" in w for w in res.warnings)
+    assert count(con, "SELECT count(*) FROM slices WHERE category = 'kernel'") == 5
+
+
+def refused(tmp_path, path):
+    store, (res,) = ingest(tmp_path, path)
+    assert res.error is not None and res.id is None
+    assert "Traceback" not in res.error and "internal error" not in res.error, res.error
+    assert store.list() == []
+    return res.error
+
+
+def test_a_non_nsight_sqlite_file_is_refused_naming_the_tables(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
+    db.commit()
+    db.close()
+    err = refused(tmp_path, path)
+    assert "notes.sqlite" in err and "not an Nsight Systems export" in err and "CUPTI_ACTIVITY_KIND_KERNEL" in err
+
+
+def test_a_missing_column_is_refused_naming_table_and_column(tmp_path):
+    path = tmp_path / "old.sqlite"
+    nsys_synth.write(path, iterations=2, metric_samples=0)
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN copyKind")
+    db.commit()
+    db.close()
+    err = refused(tmp_path, path)
+    assert "table CUPTI_ACTIVITY_KIND_MEMCPY lacks column copyKind" in err and "3.11.1" in err
+
+
+def test_a_missing_string_table_is_refused_naming_it(tmp_path):
+    path = tmp_path / "nostrings.sqlite"
+    nsys_synth.write(path, iterations=2, metric_samples=0)
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE StringIds")
+    db.commit()
+    db.close()
+    err = refused(tmp_path, path)
+    assert "table StringIds (its names) is missing" in err
+
+
+def test_a_value_of_the_wrong_type_names_table_column_and_row(tmp_path):
+    path = tmp_path / "typed.sqlite"
+    nsys_synth.write(path, iterations=4, metric_samples=0)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3")
+    db.commit()
+    db.close()
+    err = refused(tmp_path, path)
+    assert "table CUPTI_ACTIVITY_KIND_KERNEL column start: expected an integer, found 'soon'" in err
+    assert "row 2" in err
+
+
+def test_a_damaged_sqlite_file_is_refused_clearly(tmp_path):
+    data = bytearray(A100.read_bytes())
+    data[100:200_000] = b"\xff" * (200_000 - 100)  # keep the header, wreck the schema and the first pages
+    path = tmp_path / "damaged.sqlite"
+    path.write_bytes(bytes(data))
+    err = refused(tmp_path, path)
+    assert "damaged.sqlite" in err and "damaged" in err.lower()
+
+
+def test_a_truncated_export_is_refused_clearly(tmp_path):
+    path = tmp_path / "cut.sqlite"
+    path.write_bytes(A100.read_bytes()[: 600_000])
+    err = refused(tmp_path, path)
+    assert "cut.sqlite" in err and ("damaged" in err or "SQLite" in err), err
