@@ -24,6 +24,7 @@ FORMAT_MODULES = [
     "ingest.chrome",
     "ingest.nsys",
     "ingest.actr",
+    "ingest.atrace",
 ]
 
 
