@@ -1,0 +1,81 @@
+"""`acceltrace export ID --format chrome|parquet --out PATH`: a stored trace, written for other tools.
+
+chrome: Chrome Trace Event JSON (ingest/export_chrome.py), gzipped when PATH ends in .gz;
+parquet: a directory with one Parquet file per table (ingest/export_parquet.py).
+Both are written to a temporary name and renamed into place, so PATH never holds half a file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+from pathlib import Path
+
+from ingest.export_chrome import chrome_chunks
+from ingest.export_parquet import ExportError, write_parquet
+from ingest.store import Store
+
+FORMATS = ("chrome", "parquet")
+
+
+def resolve(store: Store, trace_id: str) -> str:
+    """A ready trace's id from its id or a unique prefix of at least 4 characters."""
+    row = store.get(trace_id)
+    if row is None and len(trace_id) >= 4:
+        rows = [r for r in store.list(status="ready") if r["id"].startswith(trace_id)]
+        row = rows[0] if len(rows) == 1 else None
+    if row is None or row["status"] != "ready":
+        raise ExportError(f"no ready trace with id {trace_id!r} in {store.root}")
+    return row["id"]
+
+
+def write_chrome(con, dest: Path) -> int:
+    """Stream the Chrome JSON into dest (gzip when it ends in .gz); returns the bytes written to disk."""
+    dest = Path(dest)
+    if dest.is_dir():
+        raise ExportError(f"{dest} is a directory; the Chrome export is one file (e.g. {dest / 'trace.json'})")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as raw:
+            out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) if dest.name.endswith(".gz") else raw
+            for chunk in chrome_chunks(con):
+                out.write(chunk)
+            if out is not raw:
+                out.close()
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest.stat().st_size
+
+
+def export_trace(store: Store, trace_id: str, fmt: str, dest: Path) -> str:
+    """Export one trace; returns a one-line description of what was written."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    tid = resolve(store, trace_id)
+    con = store.connect(tid)
+    try:
+        if fmt == "chrome":
+            size = write_chrome(con, dest)
+            return f"wrote {dest} (Chrome trace JSON, {size} bytes)"
+        files = write_parquet(con, dest)
+        total = sum(f.stat().st_size for f in files)
+        return f"wrote {dest}/ ({', '.join(f.name for f in files)}; {total} bytes)"
+    finally:
+        con.close()
+
+
+def export_command(args) -> int:
+    """The CLI handler (args: store, id, format, out)."""
+    store = Store(args.store)
+    try:
+        print(export_trace(store, args.id, args.format, Path(args.out)))
+    except ExportError as e:
+        print(f"acceltrace: export failed: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"acceltrace: export failed: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,176 @@
+"""Export a trace as Chrome Trace Event JSON (opens in Perfetto and chrome://tracing), streamed.
+
+Layout (docs/export.md): one Chrome process per track group (process_name = group_name), one
+Chrome thread per track (thread_name = track name), sort indexes from sort_key, and one
+`acceltrace_track` metadata event per track carrying lane, device, process, thread and unit so
+an acceltrace ingest of the file restores the tracks exactly (other viewers ignore it).
+
+Times are ns relative to the trace's start, written as microseconds with exactly three
+decimals from integer arithmetic (never through a float), so they stay exact; the absolute
+start is in `otherData.start_ns`. Slices are X events, counter samples C events. Flows are
+Perfetto's v2 form (bind_id with flow_out / flow_in on the slices) where that form can say
+it exactly, i.e. a flow whose source has no other flow and whose destination has no other
+flow; a slice can hold only one bind_id, so every other flow (chains, fan-out, a missing
+end) is an s/f pair bound to the enclosing slice ("bp": "e").
+
+The JSON lines are built by DuckDB in SQL and leave as Arrow string buffers, so no Python
+runs per event and memory stays bounded by the batch size.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from ingest import schema
+
+BATCH_ROWS = 65_536
+
+# One Chrome process per track group, numbered in the order the groups' first tracks appear.
+PIDS_SQL = (
+    "SELECT track_id, dense_rank() OVER (ORDER BY first_track) AS pid FROM"
+    " (SELECT track_id, min(track_id) OVER (PARTITION BY group_name) AS first_track FROM tracks)"
+)
+
+
+def _us(expr: str) -> str:
+    """SQL text for a non-negative ns expression as a JSON number in us with three decimals."""
+    return f"(({expr}) // 1000)::VARCHAR || '.' || lpad((({expr}) % 1000)::VARCHAR, 3, '0')"
+
+
+def _track_ids(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    return con.execute(
+        "SELECT t.track_id, t.lane, t.group_name, t.name, t.device, t.process, t.thread, t.unit, t.sort_key, p.pid"
+        f" FROM tracks t JOIN ({PIDS_SQL}) p USING (track_id) ORDER BY t.track_id"
+    ).fetchall()
+
+
+def _header(con: duckdb.DuckDBPyConnection, start_ns: int) -> Iterator[bytes]:
+    meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
+    other = {k: meta[k] for k in ("format", "start_ns", "end_ns", "lost_events", "clock") if k in meta}
+    other["exported_by"] = f"acceltrace (ingest version {schema.INGEST_VERSION})"
+    yield (
+        '{"displayTimeUnit": "ns", "otherData": ' + json.dumps(other)
+        + ', "traceEvents": [\n'
+    ).encode()
+    events = []
+    seen_pids = set()
+    for track_id, lane, group, name, device, process, thread, unit, sort_key, pid in _track_ids(con):
+        tid = track_id + 1
+        if pid not in seen_pids:
+            seen_pids.add(pid)
+            events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": group}})
+            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                       "args": {"sort_index": sort_key}})
+        info = {"lane": lane, "group": group, "name": name, "device": device, "process": process,
+                "thread": thread, "unit": unit, "sort_key": sort_key}
+        events.append({"ph": "M", "name": "acceltrace_track", "pid": pid, "tid": tid,
+                       "args": {k: v for k, v in info.items() if v is not None}})
+    if not events:  # every later line starts with a comma, so one element must come first
+        events.append({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "empty trace"}})
+    yield ",\n".join(json.dumps(e) for e in events).encode()
+
+
+def _slices_sql(start_ns: int) -> str:
+    rel = f"(s.ts - {start_ns})"
+    return f"""
+    WITH real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
+    outs AS (SELECT src_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
+    ins AS (SELECT dst_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
+    v2 AS (
+        SELECT f.flow_id, f.src_slice, f.dst_slice FROM real f
+        JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
+        JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
+        WHERE f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
+    ),
+    bind AS (
+        SELECT src_slice AS slice_id, flow_id, '"flow_out":true' AS side FROM v2
+        UNION ALL SELECT dst_slice, flow_id, '"flow_in":true' FROM v2
+    ),
+    pids AS ({PIDS_SQL})
+    SELECT ',' || chr(10) || '{{"ph":"X","cat":' || to_json(coalesce(s.category, t.lane))
+        || ',"name":' || to_json(s.name)
+        || ',"pid":' || p.pid || ',"tid":' || (s.track_id + 1)
+        || ',"ts":' || {_us(rel)} || ',"dur":' || {_us("s.dur")}
+        || coalesce(',"bind_id":' || b.flow_id || ',' || b.side, '')
+        || ',"args":' || json_merge_patch(coalesce(s.args, '{{}}'), json_object(
+            'correlation', s.corr_id, 'bytes', s.bytes, 'direction', s.direction, 'host_mem', s.host_mem))
+        || '}}' AS line
+    FROM slices s JOIN tracks t USING (track_id) JOIN pids p USING (track_id)
+    LEFT JOIN bind b ON b.slice_id = s.slice_id
+    """
+
+
+def _v1_flows_sql(start_ns: int) -> str:
+    return f"""
+    WITH real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
+    outs AS (SELECT src_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
+    ins AS (SELECT dst_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
+    v2 AS (
+        SELECT f.flow_id FROM real f
+        JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
+        JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
+        WHERE f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
+    ),
+    pids AS ({PIDS_SQL}),
+    ends AS (
+        SELECT f.flow_id, f.kind, f.raw_kind, 's' AS ph, f.src_slice AS slice_id FROM flows f
+        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2) AND f.src_slice IS NOT NULL
+        UNION ALL
+        SELECT f.flow_id, f.kind, f.raw_kind, 'f', f.dst_slice FROM flows f
+        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2) AND f.dst_slice IS NOT NULL
+    )
+    SELECT ',' || chr(10) || '{{"ph":"' || e.ph || '","cat":' || to_json(e.kind)
+        || ',"name":' || to_json(coalesce(e.raw_kind, e.kind)) || ',"id":' || e.flow_id
+        || ',"pid":' || p.pid || ',"tid":' || (s.track_id + 1)
+        || ',"ts":' || {_us(f"s.ts - {start_ns}")}
+        || CASE WHEN e.ph = 'f' THEN ',"bp":"e"' ELSE '' END || '}}' AS line
+    FROM ends e JOIN slices s ON s.slice_id = e.slice_id JOIN pids p ON p.track_id = s.track_id
+    """
+
+
+def _counters_sql(start_ns: int) -> str:
+    return f"""
+    WITH pids AS ({PIDS_SQL})
+    SELECT ',' || chr(10) || '{{"ph":"C","name":' || to_json(t.name) || ',"pid":' || p.pid
+        || ',"ts":' || {_us(f"c.ts - {start_ns}")}
+        || ',"args":{{' || to_json(coalesce(t.unit, 'value')) || ':' || to_json(c.value) || '}}}}' AS line
+    FROM counters c JOIN tracks t USING (track_id) JOIN pids p USING (track_id)
+    """
+
+
+def _lines(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int) -> Iterator[bytes]:
+    reader = con.sql(sql).to_arrow_reader(batch_rows)
+    for batch in reader:
+        if batch.num_rows:
+            yield _string_bytes(batch.column(0))
+
+
+def _string_bytes(arr: pa.Array) -> bytes:
+    """The concatenated values of a null-free string array, straight from its data buffer."""
+    if arr.null_count:
+        raise ValueError("an export line is NULL (exporter bug)")
+    if arr.type not in (pa.string(), pa.large_string()):
+        arr = arr.cast(pa.large_string())
+    width = 8 if arr.type == pa.large_string() else 4
+    _validity, offsets_buf, data = arr.buffers()
+    first, last = arr.offset * width, (arr.offset + len(arr)) * width
+    start = int.from_bytes(offsets_buf[first:first + width].to_pybytes(), "little", signed=True)
+    end = int.from_bytes(offsets_buf[last:last + width].to_pybytes(), "little", signed=True)
+    return data[start:end].to_pybytes()
+
+
+def chrome_chunks(con: duckdb.DuckDBPyConnection, batch_rows: int | None = None) -> Iterator[bytes]:
+    """The whole Chrome JSON document as a sequence of byte chunks (bounded memory)."""
+    n = batch_rows or BATCH_ROWS
+    (start_ns,) = con.execute("SELECT value::BIGINT FROM trace_meta WHERE key = 'start_ns'").fetchone()
+    yield from _header(con, start_ns)
+    yield from _lines(con, _slices_sql(start_ns), n)
+    yield from _lines(con, _v1_flows_sql(start_ns), n)
+    yield from _lines(con, _counters_sql(start_ns), n)
+    yield b"\n]}\n"
