@@ -1,0 +1,88 @@
+-- _allocate: turns every pass's candidates into findings whose impacts never double count.
+--
+-- Each candidate says how much time fixing it would save locally (local_ns) and where
+-- that time sits: claim_mode 'direct' claims [claim_start, claim_end) as it is (e.g. the
+-- tail of a kernel that ran longer than its roofline, already checked to be on the
+-- critical path); 'idle' claims the parts of [claim_start, claim_end) during which the
+-- device's execution units were idle (the device was waiting, so the time is on the
+-- critical path); 'none' claims nothing (the pass cannot place its waste).
+-- Of its claimed time a candidate keeps only the last local_ns ns (the part a fixed
+-- version would not have needed). Every nanosecond of the run then goes to at most one
+-- candidate: the one first in precedence order (pass precedence, then larger local
+-- estimate, then earlier). impact_ns = the nanoseconds a candidate won, so the impacts of
+-- one trace sum to at most the run's duration.
+-- Reads _candidates (built by the runner: pass, precedence + the pass columns).
+
+CREATE OR REPLACE TEMP TABLE _cand AS
+SELECT row_number() OVER (ORDER BY precedence, local_ns DESC, ts, slice_id) AS cand_id, *
+FROM _candidates;
+
+CREATE OR REPLACE TEMP TABLE _claim_raw AS
+SELECT cand_id, claim_start AS a, claim_end AS b, local_ns
+FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start
+UNION ALL
+SELECT c.cand_id, greatest(c.claim_start, i.idle_start), least(c.claim_end, i.idle_end), c.local_ns
+FROM _cand c
+JOIN _eu_idle i ON i.dev = c.dev AND i.idle_start < c.claim_end AND i.idle_end > c.claim_start
+WHERE c.claim_mode = 'idle';
+
+-- keep the last local_ns ns of each candidate's claim
+CREATE OR REPLACE TEMP TABLE _claim AS
+WITH o AS (
+    SELECT cand_id, a, b, local_ns,
+           coalesce(sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS later_ns
+    FROM _claim_raw
+)
+SELECT cand_id, greatest(a, b - (local_ns - later_ns)) AS a, b
+FROM o WHERE later_ns < local_ns;
+
+-- elementary segments between all claim boundaries; each goes to the first candidate
+CREATE OR REPLACE TEMP TABLE _alloc AS
+WITH p AS (SELECT a AS t FROM _claim UNION SELECT b FROM _claim),
+seg AS (SELECT t AS t0, lead(t) OVER (ORDER BY t) AS t1 FROM p),
+won AS (
+    SELECT s.t0, s.t1, min(c.cand_id) AS cand_id
+    FROM seg s JOIN _claim c ON c.a <= s.t0 AND c.b >= s.t1
+    WHERE s.t1 IS NOT NULL
+    GROUP BY s.t0, s.t1
+)
+SELECT cand_id, sum(t1 - t0) AS alloc_ns FROM won GROUP BY cand_id;
+
+-- candidates with their allocation; min_share drops candidates mostly explained by
+-- findings of higher precedence (a residual pass such as launch_gaps sets it)
+CREATE OR REPLACE TEMP TABLE _kept AS
+SELECT c.*, CAST(coalesce(a.alloc_ns, 0) AS BIGINT) AS impact_ns,
+       coalesce((SELECT sum(cl.b - cl.a) FROM _claim cl WHERE cl.cand_id = c.cand_id), 0) AS claimed_ns,
+       row_number() OVER (PARTITION BY c.pass ORDER BY coalesce(a.alloc_ns, 0) DESC, c.local_ns DESC, c.ts)
+         AS pass_rank
+FROM _cand c LEFT JOIN _alloc a ON a.cand_id = c.cand_id
+WHERE coalesce(a.alloc_ns, 0) >= c.min_share * c.local_ns;
+
+-- The findings (columns exactly as ingest/schema.py FINDINGS).
+--   severity: error when the impact is at least error_run_fraction of the run, warning at
+--   warning_min_impact_ns or more, else info (including waste off the critical path).
+CREATE OR REPLACE TEMP TABLE _findings AS
+SELECT pass,
+       CASE WHEN impact_ns > 0 AND impact_ns >= ${error_run_fraction} * (SELECT run_ns FROM _run) THEN 'error'
+            WHEN impact_ns >= ${warning_min_impact_ns} THEN 'warning'
+            ELSE 'info' END AS severity,
+       ts, dur, track_id, slice_id, metric, value, threshold, impact_ns,
+       message || CASE
+           WHEN claim_mode = 'none' THEN
+               '; cannot be placed on the critical path from this trace (local estimate '
+               || _fmt_ns(local_ns) || ')'
+           WHEN impact_ns = 0 AND claimed_ns > 0 THEN
+               '; its critical-path time is already counted by a finding of higher precedence (local estimate '
+               || _fmt_ns(local_ns) || ')'
+           WHEN impact_ns = 0 AND claim_mode = 'idle' THEN
+               '; not on the critical path: the execution units were busy meanwhile (local estimate '
+               || _fmt_ns(local_ns) || ')'
+           WHEN impact_ns = 0 THEN
+               '; not on the critical path: what followed waited for the host anyway (local estimate '
+               || _fmt_ns(local_ns) || ')'
+           WHEN impact_ns < local_ns THEN
+               '; ' || _fmt_ns(impact_ns) || ' of its ' || _fmt_ns(local_ns) || ' local excess is on the critical path'
+           ELSE '; costs ' || _fmt_ns(impact_ns) || ' on the critical path' END AS message
+FROM _kept
+WHERE pass_rank <= ${max_findings_per_pass};

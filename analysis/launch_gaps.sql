@@ -1,0 +1,63 @@
+-- launch_gaps: the device idle because the host or driver submitted the next work late
+-- precedence: 90
+--
+-- What it detects: periods of at least launch_gap_min_ns during which a device did nothing
+-- (no execution unit and no DMA engine busy) and that end with work the host submitted
+-- only after the device had run out of work (its submission, reached through the
+-- correlation-chain flows, arrived after the idle period began).
+-- Gaps ending in a pageable copy's chunk are the copy's staging, reported by
+-- pageable_memory instead.
+-- Why it matters: the device is the expensive part; time it waits for the host to issue
+-- the next kernel or copy is lost outright.
+-- What to do: move host work (Python overhead, data preparation, allocation) off the
+-- submission path, submit further ahead (deeper queues, CUDA-graph-like replay), or fuse
+-- small kernels so fewer launches are needed.
+-- Impact: the whole idle period (had the work been queued in time the device would have
+-- started it when the previous work ended). This pass is residual: a gap mostly explained
+-- by a finding of higher precedence (a synchronising call, a slow copy) is not reported.
+--
+-- Output columns (one row per gap):
+--   ts, dur       the idle period
+--   track_id, slice_id  the work that ended it
+--   metric        'idle_ns'; value = the gap; threshold = launch_gap_min_ns
+--   local_ns      the gap
+--   claim         'idle' over the gap
+
+CREATE OR REPLACE TEMP VIEW _launch_gaps_check AS
+SELECT CASE
+    WHEN NOT EXISTS (SELECT 1 FROM _dev_work) THEN 'the trace has no device work (execution or DMA)'
+    WHEN NOT EXISTS (SELECT 1 FROM _ready)
+        THEN 'no flow links device work to the host calls that submitted it, so late submission cannot be told apart'
+    END AS reason;
+
+CREATE OR REPLACE TEMP TABLE _launch_gap_rows AS
+WITH k AS (
+    SELECT dev, slice_id, track_id, ts, name, host_mem,
+           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS idle_start
+    FROM _dev_work
+)
+SELECT k.*, r.ready_ns
+FROM k JOIN _ready r ON r.slice_id = k.slice_id
+WHERE k.idle_start IS NOT NULL
+  AND k.ts - k.idle_start >= ${launch_gap_min_ns}
+  AND r.ready_ns > k.idle_start
+  AND coalesce(k.host_mem, '') <> 'pageable';
+
+SELECT g.idle_start AS ts,
+       g.ts - g.idle_start AS dur,
+       g.track_id,
+       g.slice_id,
+       'idle_ns' AS metric,
+       CAST(g.ts - g.idle_start AS DOUBLE) AS value,
+       CAST(${launch_gap_min_ns} AS DOUBLE) AS threshold,
+       printf('device %s idle for %s before %s on %s: it was submitted %s after the device ran out of work',
+              g.dev, _fmt_ns(g.ts - g.idle_start), g.name, t.track_name, _fmt_ns(g.ready_ns - g.idle_start))
+         AS message,
+       g.ts - g.idle_start AS local_ns,
+       g.dev,
+       'idle' AS claim_mode,
+       g.idle_start AS claim_start,
+       g.ts AS claim_end,
+       0.5 AS min_share
+FROM _launch_gap_rows g JOIN _track_dev t ON t.track_id = g.track_id;

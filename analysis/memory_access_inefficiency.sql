@@ -1,0 +1,101 @@
+-- memory_access_inefficiency: kernels that move far more memory than they use, or crawl
+-- precedence: 70
+--
+-- What it detects, from the per-kernel counter deltas a range profiler records on each
+-- kernel (args bytes_requested, bytes_fetched, flops):
+--   (a) kernels that fetched at least mem_amplification_threshold times the bytes their
+--       loads asked for (strided or scattered access pulls whole access granules of which
+--       a few bytes are used), while memory-bound;
+--   (b) memory-bound kernels that reach under mem_low_bw_fraction of the memory bandwidth.
+-- Peaks come from the trace itself: the memory bandwidth is the best bytes_fetched /
+-- duration any kernel of the device reached, the compute peak the best flops / duration of
+-- any kernel on the same execution unit (a roofline fitted to what the device showed).
+-- Why it matters: a memory-bound kernel's time is its traffic; amplified traffic is
+-- directly longer kernels.
+-- What to do: make accesses contiguous (change the layout, transpose once, coalesce the
+-- loads, use vector loads), or stage reused data in on-chip memory.
+-- Impact: the kernel's time beyond its roofline at full efficiency,
+-- max(requested / bandwidth, flops / compute peak), claimed at the kernel's end when the
+-- next work on its unit was already waiting for it (or nothing followed); when the unit
+-- then waited for the host anyway, the excess is off the critical path (impact 0).
+--
+-- Output columns (one row per kernel):
+--   ts, dur, track_id, slice_id  the kernel
+--   metric        'fetch_amplification' (a) or 'hbm_efficiency' (b); value and threshold
+--   local_ns      duration beyond the roofline at full efficiency
+--   claim         'direct' over the last local_ns of the kernel when on the critical path
+
+CREATE OR REPLACE TEMP TABLE _kernel_counters AS
+SELECT w.slice_id, w.track_id, w.dev, w.ts, w.end_ns, w.dur, w.name,
+       TRY_CAST(json_extract_string(w.args, '$.bytes_requested') AS DOUBLE) AS requested,
+       TRY_CAST(json_extract_string(w.args, '$.bytes_fetched') AS DOUBLE) AS fetched,
+       coalesce(TRY_CAST(json_extract_string(w.args, '$.flops') AS DOUBLE), 0) AS flops
+FROM _dev_work w
+WHERE w.lane = 'eu' AND w.args LIKE '%bytes_fetched%' AND w.args LIKE '%bytes_requested%';
+
+CREATE OR REPLACE TEMP VIEW _memory_access_inefficiency_check AS
+SELECT CASE
+    WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'eu') THEN 'the trace has no device computation'
+    WHEN NOT EXISTS (SELECT 1 FROM _kernel_counters WHERE requested > 0 AND fetched > 0)
+        THEN 'no kernel records its bytes requested and fetched (per-kernel counter deltas)'
+    END AS reason;
+
+CREATE OR REPLACE TEMP TABLE _kernel_roofline AS
+WITH k AS (SELECT * FROM _kernel_counters WHERE requested > 0 AND fetched > 0),
+bw AS (SELECT dev, max(fetched * 1e9 / dur) AS mem_Bps FROM k GROUP BY dev),
+fl AS (SELECT track_id, max(flops * 1e9 / dur) AS flops_ps FROM k GROUP BY track_id),
+nxt AS (
+    SELECT slice_id,
+           lead(slice_id) OVER (PARTITION BY track_id ORDER BY ts, slice_id) AS next_slice
+    FROM _dev_work WHERE lane = 'eu'
+)
+SELECT k.*, bw.mem_Bps, fl.flops_ps,
+       fetched * 1e9 / bw.mem_Bps AS mem_ns,
+       CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END AS compute_ns,
+       greatest(requested * 1e9 / bw.mem_Bps,
+                CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END) AS ideal_ns,
+       n.next_slice, r.ready_ns AS next_ready_ns
+FROM k
+JOIN bw ON bw.dev = k.dev
+JOIN fl ON fl.track_id = k.track_id
+LEFT JOIN nxt n ON n.slice_id = k.slice_id
+LEFT JOIN _ready r ON r.slice_id = n.next_slice;
+
+CREATE OR REPLACE TEMP TABLE _mem_rows AS
+SELECT *,
+       fetched / requested AS amplification,
+       fetched * 1e9 / dur / mem_Bps AS efficiency,
+       CASE WHEN fetched / requested >= ${mem_amplification_threshold}
+            THEN least(dur, mem_ns) - ideal_ns
+            ELSE dur - ideal_ns END AS excess_ns,
+       -- on the critical path unless the unit afterwards waited for the host
+       next_slice IS NULL OR next_ready_ns IS NULL OR next_ready_ns <= end_ns AS critical
+FROM _kernel_roofline
+WHERE mem_ns >= compute_ns
+  AND (fetched / requested >= ${mem_amplification_threshold}
+       OR fetched * 1e9 / dur < ${mem_low_bw_fraction} * mem_Bps);
+
+SELECT ts,
+       dur,
+       track_id,
+       slice_id,
+       CASE WHEN amplification >= ${mem_amplification_threshold} THEN 'fetch_amplification'
+            ELSE 'hbm_efficiency' END AS metric,
+       CASE WHEN amplification >= ${mem_amplification_threshold} THEN amplification ELSE efficiency END AS value,
+       CASE WHEN amplification >= ${mem_amplification_threshold} THEN ${mem_amplification_threshold}
+            ELSE ${mem_low_bw_fraction} END AS threshold,
+       CASE WHEN amplification >= ${mem_amplification_threshold}
+            THEN printf('%s fetched %.1fx the bytes it requested (%s for %s) while memory-bound; at full '
+                        || 'efficiency it would take about %s instead of %s', name, amplification,
+                        _fmt_bytes(fetched), _fmt_bytes(requested), _fmt_ns(ideal_ns), _fmt_ns(dur))
+            ELSE printf('%s reached %.0f%% of the memory bandwidth (%.0f GB/s) while memory-bound; at full '
+                        || 'efficiency it would take about %s instead of %s', name, 100 * efficiency,
+                        mem_Bps / 1e9, _fmt_ns(ideal_ns), _fmt_ns(dur)) END AS message,
+       CAST(excess_ns AS BIGINT) AS local_ns,
+       dev,
+       'direct' AS claim_mode,
+       CAST(CASE WHEN critical THEN end_ns - excess_ns ELSE end_ns END AS BIGINT) AS claim_start,
+       end_ns AS claim_end,
+       0.0 AS min_share
+FROM _mem_rows
+WHERE excess_ns >= ${mem_min_excess_ns};

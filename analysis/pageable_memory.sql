@@ -1,0 +1,70 @@
+-- pageable_memory: copies between the device and pageable host memory
+-- precedence: 20
+--
+-- What it detects: DMA transfers whose host side is pageable memory (host_mem =
+-- 'pageable'), grouped per copy call (the chunks of one staged copy share a correlation
+-- id).
+-- Why it matters: the device cannot DMA from pageable pages, so the runtime stages the
+-- data through a pinned bounce buffer in chunks, on the CPU, synchronously: the copy runs
+-- well below link speed, blocks the calling thread and cannot overlap with compute.
+-- What to do: allocate the buffer in pinned (page-locked) memory, or copy through a
+-- persistent pinned staging buffer you manage, and use the asynchronous copy.
+-- Impact: the copy's wall time (from its host call to its last chunk) minus the time the
+-- same bytes take from pinned memory (L + bytes / B, B the reference bandwidth), on the
+-- critical path only where the device's execution units sat idle during the copy.
+--
+-- Output columns (one row per pageable copy):
+--   ts, dur       the copy from its host call's start to its last chunk's end
+--   track_id      the transfer's PCIe track; slice_id its first DMA slice
+--   metric        'achieved_GBps'; value = bytes / DMA span; threshold = the pinned reference GB/s
+--   local_ns      wall time minus the pinned-memory estimate (0 if no reference bandwidth)
+--   claim         'idle' over the copy's span
+
+CREATE OR REPLACE TEMP VIEW _pageable_memory_check AS
+SELECT CASE
+    WHEN NOT EXISTS (SELECT 1 FROM _xfer) THEN 'the trace has no transfers with a byte count'
+    WHEN NOT EXISTS (SELECT 1 FROM _xfer WHERE host_mem IS NOT NULL)
+        THEN 'no transfer in this trace records whether its host memory is pageable or pinned'
+    END AS reason;
+
+CREATE OR REPLACE TEMP TABLE _pageable_copies AS
+WITH x AS (
+    SELECT x.*, coalesce(x.corr_id, -1 - x.slice_id) AS copy_key
+    FROM _xfer x
+    WHERE x.host_mem = 'pageable'
+)
+SELECT dev, direction, copy_key,
+       min(ts) AS dma_start, max(end_ns) AS dma_end, sum(bytes) AS bytes, count(*) AS n_chunks,
+       arg_min(slice_id, ts) AS first_slice, arg_min(track_id, ts) AS track_id
+FROM x GROUP BY dev, direction, copy_key
+HAVING sum(bytes) >= ${pageable_min_bytes};
+
+CREATE OR REPLACE TEMP VIEW _pageable_memory_rows AS
+SELECT p.*,
+       least(p.dma_start, coalesce(o.call_ts, p.dma_start)) AS copy_start,
+       m.peak_Bps, m.latency_ns,
+       CASE WHEN m.peak_Bps IS NULL THEN NULL ELSE m.latency_ns + p.bytes * 1e9 / m.peak_Bps END AS pinned_ns
+FROM _pageable_copies p
+LEFT JOIN _origin o ON o.slice_id = p.first_slice
+LEFT JOIN _xfer_model m ON m.dev = p.dev AND m.direction = p.direction;
+
+SELECT copy_start AS ts,
+       dma_end - copy_start AS dur,
+       track_id,
+       first_slice AS slice_id,
+       'achieved_GBps' AS metric,
+       bytes / greatest(dma_end - dma_start, 1) AS value,
+       peak_Bps / 1e9 AS threshold,
+       printf('pageable %s copy of %s (%d DMA chunk%s) took %s at %.2f GB/s', upper(direction),
+              _fmt_bytes(bytes), n_chunks, CASE WHEN n_chunks = 1 THEN '' ELSE 's' END,
+              _fmt_ns(dma_end - copy_start), bytes / greatest(dma_end - dma_start, 1))
+         || CASE WHEN pinned_ns IS NULL THEN '; no pinned reference bandwidth in this trace'
+                 ELSE printf('; from pinned memory about %s at %.2f GB/s', _fmt_ns(pinned_ns), peak_Bps / 1e9) END
+         AS message,
+       CAST(greatest(0, coalesce(dma_end - copy_start - pinned_ns, 0)) AS BIGINT) AS local_ns,
+       dev,
+       CASE WHEN pinned_ns IS NULL THEN 'none' ELSE 'idle' END AS claim_mode,
+       copy_start AS claim_start,
+       dma_end AS claim_end,
+       0.0 AS min_share
+FROM _pageable_memory_rows;

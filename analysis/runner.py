@@ -1,0 +1,316 @@
+"""Runs the SQL analysis passes on one trace and stores their findings in a side file.
+
+A pass is analysis/<pass id>.sql: a header comment (what, why, what to do, its
+`precedence:` and optional `depends:` lines), private helper views (prefixed _), a
+view `_<pass id>_check` with one row whose column `reason` is NULL when the trace has
+what the pass needs (else why not), and last a SELECT of candidate rows with the
+columns in CANDIDATE_COLUMNS. _common.sql runs first; _allocate.sql then turns all
+candidates into findings without double counting (docs/analysis.md).
+
+Everything runs as SQL on a read-only connection to the published trace; results go
+to traces/<id>.findings.duckdb (tables findings, analysis_status, analysis_params),
+replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from analysis import params as P
+from ingest import schema
+
+SQL_DIR = Path(__file__).parent
+SIDE = "findings"
+
+# What each pass's final SELECT returns, in this order (docs/analysis.md explains them).
+CANDIDATE_COLUMNS = (
+    "ts", "dur", "track_id", "slice_id", "metric", "value", "threshold", "message",
+    "local_ns", "dev", "claim_mode", "claim_start", "claim_end", "min_share",
+)
+
+STATUS_COLUMNS = [
+    ("pass", "VARCHAR NOT NULL"),
+    ("status", "VARCHAR NOT NULL"),      # ran | not applicable | failed | not selected
+    ("reason", "VARCHAR"),
+    ("n_findings", "INTEGER NOT NULL"),
+    ("impact_ns", "BIGINT NOT NULL"),
+    ("n_candidates", "INTEGER NOT NULL"),  # before the per-pass cap and residual filter
+    ("elapsed_ms", "DOUBLE NOT NULL"),
+]
+
+_ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64()}
+_PARAM_RE = re.compile(r"\$\{(\w+)\}")
+
+
+@dataclass
+class PassSpec:
+    id: str
+    path: Path
+    title: str
+    precedence: int
+    depends: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PassStatus:
+    pass_id: str
+    status: str
+    reason: str | None = None
+    n_findings: int = 0
+    impact_ns: int = 0
+    n_candidates: int = 0
+    elapsed_ms: float = 0.0
+
+    def row(self) -> tuple:
+        return (self.pass_id, self.status, self.reason, self.n_findings, self.impact_ns,
+                self.n_candidates, self.elapsed_ms)
+
+
+@dataclass
+class Report:
+    trace_id: str
+    findings: list[dict]
+    statuses: list[PassStatus]
+    run_ns: int
+    elapsed_ms: float
+
+
+class AnalysisError(Exception):
+    """Analysis could not run at all (unknown pass, bad parameter, missing trace)."""
+
+
+def discover() -> dict[str, PassSpec]:
+    """Every pass file in analysis/ (files starting with _ are helpers)."""
+    specs = {}
+    for path in sorted(SQL_DIR.glob("*.sql")):
+        if path.name.startswith("_"):
+            continue
+        head = path.read_text().split("\n", 40)[:40]
+        title, prec, deps = path.stem, None, []
+        for line in head:
+            m = re.match(r"--\s*(\w+):\s*(.*)$", line.strip())
+            if not m:
+                continue
+            key, val = m.group(1), m.group(2).strip()
+            if key == path.stem and title == path.stem:
+                title = val
+            elif key == "precedence":
+                prec = int(val)
+            elif key == "depends":
+                deps = [d.strip() for d in val.split(",") if d.strip()]
+        if prec is None:
+            raise AnalysisError(f"{path}: header lacks a 'precedence:' line")
+        specs[path.stem] = PassSpec(path.stem, path, title, prec, deps)
+    return specs
+
+
+def dependency_order(specs: dict[str, PassSpec], wanted: list[str]) -> list[str]:
+    """The wanted passes and what they depend on, dependencies first (precedence breaks ties)."""
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(pid: str, chain: tuple[str, ...]) -> None:
+        if pid in order:
+            return
+        if pid not in specs:
+            raise AnalysisError(f"pass {chain[-1] if chain else pid!r} depends on unknown pass {pid!r}")
+        if pid in visiting:
+            raise AnalysisError(f"pass dependency cycle: {' -> '.join(chain + (pid,))}")
+        visiting.add(pid)
+        for d in specs[pid].depends:
+            visit(d, chain + (pid,))
+        visiting.discard(pid)
+        order.append(pid)
+
+    for pid in sorted(wanted, key=lambda p: (specs[p].precedence, p)):
+        visit(pid, ())
+    return order
+
+
+def substitute(sql: str, values: dict[str, float], where: str) -> str:
+    def repl(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in values:
+            raise AnalysisError(f"{where}: uses unknown parameter ${{{name}}}")
+        return P.sql_literal(values[name])
+
+    return _PARAM_RE.sub(repl, sql)
+
+
+def _statements(con: duckdb.DuckDBPyConnection, path: Path, values: dict[str, float]) -> list[str]:
+    text = substitute(path.read_text(), values, path.name)
+    return [s.query.strip().rstrip(";") for s in con.extract_statements(text) if s.query.strip(" ;\n\t")]
+
+
+def _exec_file(con, path: Path, values: dict[str, float]) -> None:
+    for stmt in _statements(con, path, values):
+        con.execute(stmt)
+
+
+def run_passes(store, trace_id: str, passes: list[str] | None = None, params: dict | None = None,
+               write: bool = True, threads: int | None = None) -> Report:
+    """Run the passes (all by default) in dependency order; store and return the findings."""
+    t_start = time.perf_counter()
+    values = P.resolve(params)
+    specs = discover()
+    selected = list(specs) if not passes else list(dict.fromkeys(passes))
+    unknown = [p for p in selected if p not in specs]
+    if unknown:
+        raise AnalysisError(f"unknown pass {unknown[0]!r}; passes: {', '.join(sorted(specs))}")
+    order = dependency_order(specs, selected)
+
+    con = store.connect(trace_id, sides=())
+    try:
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        _exec_file(con, SQL_DIR / "_common.sql", values)
+        (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
+        statuses: dict[str, PassStatus] = {}
+        ran: list[str] = []
+        for pid in order:
+            statuses[pid] = st = _run_one(con, specs[pid], values)
+            if st.status == "ran" and pid in selected:
+                ran.append(pid)
+        for pid in specs:
+            if pid not in statuses:
+                statuses[pid] = PassStatus(pid, "not selected", "not selected in this run")
+        table = _allocate(con, specs, ran, values)
+        findings = table.to_pylist()
+        for st in statuses.values():
+            rows = [f for f in findings if f["pass"] == st.pass_id]
+            st.n_findings = len(rows)
+            st.impact_ns = sum(int(f["impact_ns"] or 0) for f in rows)
+    finally:
+        con.close()
+    status_list = [statuses[p] for p in sorted(statuses, key=lambda p: (specs[p].precedence, p))]
+    if write:
+        _write_side(store, trace_id, table, status_list, values)
+    return Report(trace_id, findings, status_list, int(run_ns or 0), (time.perf_counter() - t_start) * 1e3)
+
+
+def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
+    t0 = time.perf_counter()
+    try:
+        stmts = _statements(con, spec.path, values)
+        if not stmts:
+            raise AnalysisError(f"{spec.path.name}: no statements")
+        for stmt in stmts[:-1]:
+            con.execute(stmt)
+        (reason,) = con.execute(f"SELECT reason FROM _{spec.id}_check").fetchone()
+        if reason is not None:
+            return PassStatus(spec.id, "not applicable", reason, elapsed_ms=(time.perf_counter() - t0) * 1e3)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _cand_{spec.id} AS {stmts[-1]}")
+        cols = [r[0] for r in con.execute(f"DESCRIBE _cand_{spec.id}").fetchall()]
+        if tuple(cols) != CANDIDATE_COLUMNS:
+            raise AnalysisError(f"{spec.path.name}: candidate columns {cols} != {list(CANDIDATE_COLUMNS)}")
+        (n,) = con.execute(f"SELECT count(*) FROM _cand_{spec.id}").fetchone()
+        return PassStatus(spec.id, "ran", None, n_candidates=int(n), elapsed_ms=(time.perf_counter() - t0) * 1e3)
+    except (duckdb.Error, AnalysisError) as e:
+        return PassStatus(spec.id, "failed", f"{type(e).__name__}: {e}", elapsed_ms=(time.perf_counter() - t0) * 1e3)
+
+
+def _allocate(con, specs: dict[str, PassSpec], ran: list[str], values: dict[str, float]) -> pa.Table:
+    cols = [c for c, _ in schema.FINDINGS]
+    if not ran:
+        return pa.table({c: pa.array([], type=_ARROW_TYPES[t.split()[0]]) for c, t in schema.FINDINGS})
+    union = " UNION ALL ".join(
+        f"SELECT '{pid}' AS pass, {specs[pid].precedence} AS precedence, * FROM _cand_{pid}" for pid in ran
+    )
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _candidates AS {union}")
+    _exec_file(con, SQL_DIR / "_allocate.sql", values)
+    quoted = ", ".join(f'"{c}"' for c in cols)
+    return con.sql(f"SELECT {quoted} FROM _findings ORDER BY impact_ns DESC, ts, pass").to_arrow_table()
+
+
+def _write_side(store, trace_id: str, findings: pa.Table, statuses: list[PassStatus],
+                values: dict[str, float]) -> None:
+    def build(side: duckdb.DuckDBPyConnection) -> None:
+        side.execute(schema.create_sql("findings", schema.FINDINGS))
+        if findings.num_rows:
+            side.register("_new_findings", findings)
+            side.execute("INSERT INTO findings SELECT * FROM _new_findings")
+            side.unregister("_new_findings")
+        side.execute(schema.create_sql("analysis_status", STATUS_COLUMNS))
+        side.executemany("INSERT INTO analysis_status VALUES (?, ?, ?, ?, ?, ?, ?)", [s.row() for s in statuses])
+        side.execute('CREATE TABLE analysis_params ("name" VARCHAR NOT NULL, "value" DOUBLE NOT NULL)')
+        side.executemany("INSERT INTO analysis_params VALUES (?, ?)", sorted(values.items()))
+
+    store.write_side(trace_id, SIDE, build)
+
+
+def after_publish(store, trace_id: str) -> None:
+    """Post-ingest hook (ingest/pipeline.py AFTER_PUBLISH): analyse every new trace once."""
+    run_passes(store, trace_id)
+
+
+# -- command line -------------------------------------------------------------------------
+
+def analyze_command(args) -> int:
+    """`acceltrace analyze ID [--pass P] [--param NAME=VALUE] [--json]`."""
+    from ingest.store import Store
+
+    store = Store(args.store)
+    trace_id = _resolve_id(store, args.id)
+    if trace_id is None:
+        print(f"acceltrace: no ready trace with id {args.id!r} in {store.root}", file=sys.stderr)
+        return 1
+    try:
+        overrides = P.parse_assignments(args.param)
+        report = run_passes(store, trace_id, passes=args.passes, params=overrides)
+    except (P.ParamError, AnalysisError) as e:
+        print(f"acceltrace: analyze: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.findings))
+        return 0
+    print(format_report(report, store, trace_id))
+    return 0
+
+
+def _resolve_id(store, given: str) -> str | None:
+    row = store.get(given)
+    if row is None and len(given) >= 4:
+        rows = [r for r in store.list() if r["id"].startswith(given)]
+        row = rows[0] if len(rows) == 1 else None
+    return row["id"] if row is not None and row["status"] == "ready" else None
+
+
+def format_report(report: Report, store=None, trace_id: str | None = None) -> str:
+    """The findings as a text table sorted by impact, then one status line per pass."""
+    start_ns = 0
+    if store is not None and trace_id:
+        con = store.connect(trace_id, sides=())
+        try:
+            (v,) = con.execute("SELECT value FROM trace_meta WHERE key = 'start_ns'").fetchone()
+            start_ns = int(v)
+        finally:
+            con.close()
+    lines = []
+    total = sum(int(f["impact_ns"] or 0) for f in report.findings)
+    share = f" ({100.0 * total / report.run_ns:.1f}% of the run)" if report.run_ns else ""
+    lines.append(f"{len(report.findings)} findings, total impact {_ms(total)}{share}")
+    if report.findings:
+        lines.append(f"{'impact':>11}  {'severity':<8} {'pass':<27} {'at':>12} {'dur':>11}  message")
+        for f in report.findings:
+            at = _ms((f["ts"] or start_ns) - start_ns)
+            lines.append(f"{_ms(f['impact_ns'] or 0):>11}  {f['severity']:<8} {f['pass']:<27} {at:>12} "
+                         f"{_ms(f['dur'] or 0):>11}  {f['message']}")
+    lines.append("")
+    lines.append("passes:")
+    for s in report.statuses:
+        detail = f"{s.n_findings} findings, impact {_ms(s.impact_ns)}" if s.status == "ran" else (s.reason or "")
+        lines.append(f"  {s.pass_id:<27} {s.status:<15} {detail}")
+    lines.append(f"analysis took {report.elapsed_ms:.0f} ms")
+    return "\n".join(lines)
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"

@@ -1,0 +1,97 @@
+-- sync_stalls: host threads blocked in synchronising calls while the device had work queued
+-- precedence: 10
+--
+-- What it detects: synchronising API calls (names containing "synchronize"/"synchronise":
+-- device, queue/stream and event synchronisation) of at least sync_min_ns during which a
+-- device that the calling thread submits to was still running work, and after which that
+-- device sat idle for at least sync_gap_min_ns until new work arrived.
+-- Why it matters: while the thread waits it cannot prepare or submit the next work, so the
+-- device drains its queue and then idles for the wake-up, the host's next call and the
+-- submission latency: the pipeline between host and device is broken at every such call.
+-- What to do: drop synchronisations that are not needed for correctness; wait on an event
+-- for just the result needed, as late as possible; keep the next work queued before
+-- waiting.
+-- Impact: the device's idle period from the end of the work the call waited for to the
+-- start of the next work (had the host not blocked, that work would have been queued).
+--
+-- Output columns (one row per call and device):
+--   ts, dur       the synchronising call
+--   track_id, slice_id  the call
+--   metric        'device_idle_after_ns'; value = the idle period after the work drained;
+--                 threshold = sync_gap_min_ns
+--   local_ns      that idle period
+--   claim         'idle' from the last work's end to the next work's start
+
+CREATE OR REPLACE TEMP TABLE _sync_calls AS
+SELECT s.slice_id, s.track_id, s.ts, s.ts + s.dur AS end_ns, s.dur, s.name
+FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
+WHERE t.lane = 'cpu'
+  AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%');
+
+CREATE OR REPLACE TEMP VIEW _sync_stalls_check AS
+SELECT CASE
+    WHEN NOT EXISTS (SELECT 1 FROM _dev_work) THEN 'the trace has no device work (execution or DMA)'
+    WHEN NOT EXISTS (SELECT 1 FROM _sync_calls) THEN 'the trace records no synchronising API call'
+    WHEN NOT EXISTS (SELECT 1 FROM _origin)
+        THEN 'no correlation links device work to host threads, so a call cannot be tied to a device'
+    END AS reason;
+
+-- which devices each host thread submits to
+CREATE OR REPLACE TEMP TABLE _thread_dev AS
+SELECT DISTINCT o.call_track_id AS track_id, w.dev
+FROM _origin o JOIN _dev_work w ON w.slice_id = o.slice_id;
+
+CREATE OR REPLACE TEMP TABLE _sync_candidates AS
+SELECT c.*, td.dev
+FROM _sync_calls c JOIN _thread_dev td ON td.track_id = c.track_id
+WHERE c.dur >= ${sync_min_ns};
+
+-- per (call, device): the last device work to end before the call returned, and the
+-- first to start after it (a sweep over one time-ordered stream per device)
+CREATE OR REPLACE TEMP TABLE _sync_edges AS
+WITH ends AS (
+    SELECT dev, end_ns AS t, 0 AS kind, end_ns AS v, CAST(NULL AS BIGINT) AS sync_id FROM _dev_work
+    UNION ALL
+    SELECT dev, end_ns, 1, CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
+),
+last_end AS (
+    SELECT sync_id, dev,
+           max(v) OVER (PARTITION BY dev ORDER BY t, kind ROWS UNBOUNDED PRECEDING) AS work_end_ns
+    FROM ends
+),
+starts AS (
+    SELECT dev, ts AS t, 1 AS kind, ts AS v, CAST(NULL AS BIGINT) AS sync_id FROM _dev_work
+    UNION ALL
+    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
+),
+next_start AS (
+    SELECT sync_id, dev,
+           min(v) OVER (PARTITION BY dev ORDER BY t, kind
+                        ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_ns
+    FROM starts
+)
+SELECT l.sync_id, l.dev, l.work_end_ns, n.next_ns
+FROM (SELECT * FROM last_end WHERE sync_id IS NOT NULL) l
+JOIN (SELECT * FROM next_start WHERE sync_id IS NOT NULL) n ON n.sync_id = l.sync_id AND n.dev = l.dev;
+
+SELECT c.ts,
+       c.dur,
+       c.track_id,
+       c.slice_id,
+       'device_idle_after_ns' AS metric,
+       CAST(e.next_ns - e.work_end_ns AS DOUBLE) AS value,
+       CAST(${sync_gap_min_ns} AS DOUBLE) AS threshold,
+       printf('%s blocked the thread for %s while device %s was still working; the device then sat idle '
+              || 'for %s until the thread submitted again', c.name, _fmt_ns(c.dur), c.dev,
+              _fmt_ns(e.next_ns - e.work_end_ns)) AS message,
+       e.next_ns - e.work_end_ns AS local_ns,
+       c.dev,
+       'idle' AS claim_mode,
+       e.work_end_ns AS claim_start,
+       e.next_ns AS claim_end,
+       0.0 AS min_share
+FROM _sync_candidates c
+JOIN _sync_edges e ON e.sync_id = c.slice_id AND e.dev = c.dev
+WHERE e.work_end_ns > c.ts
+  AND e.next_ns IS NOT NULL
+  AND e.next_ns - e.work_end_ns >= ${sync_gap_min_ns};
