@@ -16,7 +16,7 @@ from ingest.sources import Source, open_sources
 from ingest.store import Store
 
 # Run after a trace is published ("module:function(store, trace_id)"); failures become warnings.
-AFTER_PUBLISH: list[str] = []
+AFTER_PUBLISH: list[str] = ["analysis.runner:after_publish"]
 
 _SKIP_NAMES = {"readme", "readme.md", "attribution.md", "license", "licence", "notice"}
 
