@@ -19,8 +19,10 @@ function unitFor(step_ns) {
 /** Ticks [{rel_ns, label}] covering [start_ns, end_ns]. */
 export function ticks(start_ns, end_ns, width_px) {
   const step = tickStep(end_ns - start_ns, width_px);
-  const [div, unit] = unitFor(step);
-  const decimals = Math.max(0, Math.ceil(-Math.log10(step / div) - 1e-9));
+  // the unit follows the magnitude of the times shown, the decimals follow the step: deep in a long
+  // trace this reads "5.0005 s" rather than "5000500 us"
+  const [div, unit] = unitFor(Math.max(Math.abs(start_ns), Math.abs(end_ns), step));
+  const decimals = Math.min(9, Math.max(0, Math.ceil(-Math.log10(step / div) - 1e-9)));
   const out = [];
   const first = Math.ceil(start_ns / step) * step;
   for (let t = first; t <= end_ns && out.length < 200; t += step) {

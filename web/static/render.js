@@ -68,7 +68,8 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme, select
       if (xb < cx0 || xa > cx1) continue;
       if (xa < cx0) xa = cx0;
       if (xb > cx1) xb = cx1;
-      batch.add(d, xa, xb, y + TRACK_PAD_PX + d * ROW_PX + 1, ROW_PX - 2, theme.merged[lane] || theme.merged.cpu);
+      // the longest merged slice's colour, darkened: truthful (something is there) and still telling names apart
+      batch.add(d, xa, xb, y + TRACK_PAD_PX + d * ROW_PX + 1, ROW_PX - 2, tileColour(tile, lane, tt.m_name[i], true));
     }
     batch.flush();
     for (let i = 0; i < tt.n; i++) {

@@ -66,6 +66,8 @@ export class TileStore {
       if (this.tiles.has(k) || this.errors.has(k) || this.inflight.has(k)) continue;
       this.queue.push([k, group, level, index]);
     }
+    // requests for tiles nobody wants any more (a zoom moved on) would hold fetch slots: drop them
+    for (const [k, ctl] of this.inflight) if (!this.wanted.has(k)) ctl.abort();
     this.pump();
   }
 

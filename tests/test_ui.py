@@ -1,0 +1,382 @@
+"""Browser tests of the timeline UI: Debian's Chromium driven by Playwright against a real server on loopback.
+
+One server (a temp store with real sample traces) and one browser per module keep the suite short.
+Screenshots land in test-output/ui/ (git-ignored) for a human to look at.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-output" / "ui"
+A100 = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+NSYS = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+NAMES_PX = 230  # web/static/layout.js NAMES_PX: the names column left of the tracks area
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM} (make test-setup installs it)")
+
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--no-first-run"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _post_json(url: str, body: dict):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`acceltrace serve` on a free loopback port with the A100 Kineto trace ingested; yields its base URL."""
+    assert A100.exists(), f"missing sample trace {A100}"
+    store = tmp_path_factory.mktemp("ui-store")
+    port = _free_port()
+    log = open(store / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "acceltrace.cli", "--store", str(store), "serve", str(A100),
+                             "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    traces = []
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            traces = _get_json(f"{base}/api/traces")["traces"]
+            if any(t["status"] == "ready" for t in traces):
+                break
+        except OSError:
+            pass
+        time.sleep(0.3)
+    if not any(t["status"] == "ready" for t in traces):
+        proc.kill()
+        pytest.fail(f"server did not come up with a ready trace: {(store / 'server.log').read_text()[-3000:]}")
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def trace_id(server):
+    return next(t["id"] for t in _get_json(f"{server}/api/traces")["traces"] if t["status"] == "ready")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    ctx = browser.new_context(viewport={"width": 1500, "height": 900}, base_url=server,
+                              permissions=["clipboard-read", "clipboard-write"])
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    ctx.close()
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def wait_idle(page, timeout_ms: int = 15000) -> None:
+    """Wait until the timeline reports everything visible drawn, and stays so across two frames."""
+    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
+    page.wait_for_function(js, timeout=timeout_ms)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.wait_for_function(js, timeout=timeout_ms)
+
+
+def open_trace(page, trace_id: str, fragment: str = "") -> None:
+    page.goto(f"/t/{trace_id}{fragment}")
+    wait_idle(page)
+
+
+def view(page) -> dict:
+    return page.evaluate("() => window.acceltrace.view")
+
+
+def coloured_fraction(page, x0: int, y0: int, x1: int, y1: int) -> float:
+    """Share of canvas pixels in a css-px box that are clearly coloured (slices), not white/grey chrome."""
+    return page.evaluate("""([x0, y0, x1, y1]) => {
+        const c = document.querySelector('#timeline canvas'); const d = window.devicePixelRatio || 1;
+        const w = Math.max(1, Math.round((x1 - x0) * d)), h = Math.max(1, Math.round((y1 - y0) * d));
+        const px = c.getContext('2d').getImageData(Math.round(x0 * d), Math.round(y0 * d), w, h).data;
+        let n = 0;
+        for (let i = 0; i < px.length; i += 4) {
+            const r = px[i], g = px[i + 1], b = px[i + 2];
+            if (Math.max(r, g, b) - Math.min(r, g, b) > 50) n++;
+        }
+        return n / (w * h);
+    }""", [x0, y0, x1, y1])
+
+
+def lane_rows(page) -> list[dict]:
+    """Visible track rows: lane, track id and css-px y range (from the documented timeline hook)."""
+    return page.evaluate("""() => window.acceltrace.timeline.visibleRows()
+        .filter(r => r.row.kind === 'track')
+        .map(r => ({lane: r.row.track.lane, track_id: r.row.track.track_id, y: r.y, h: r.row.h}))""")
+
+
+def query(server, trace_id, sql):
+    return _post_json(f"{server}/api/traces/{trace_id}/query", {"sql": sql})["rows"]
+
+
+def launched_kernel(server, trace_id):
+    """The longest kernel with a launch flow from a CPU-lane API call: (kernel, launch) slice rows."""
+    rows = query(server, trace_id, """
+        SELECT k.slice_id, k.name, a.slice_id, a.name
+        FROM flows f JOIN slices k ON k.slice_id = f.dst_slice JOIN tracks kt ON kt.track_id = k.track_id
+             JOIN slices a ON a.slice_id = f.src_slice JOIN tracks at ON at.track_id = a.track_id
+        WHERE kt.lane = 'eu' AND at.lane = 'cpu' AND f.kind IN ('launch', 'submit') AND k.category = 'kernel'
+        ORDER BY k.dur DESC, k.slice_id LIMIT 1""")
+    assert rows, "the sample trace has no kernel with a launch flow"
+    return rows[0]
+
+
+# -- tests ---------------------------------------------------------------------------------------------------
+
+def test_index_lists_traces_and_links_to_the_timeline(page, trace_id):
+    page.goto("/")
+    link = page.locator(f"#traces a[href='/t/{trace_id}']")
+    link.wait_for()
+    link.click()
+    page.wait_for_url(f"**/t/{trace_id}*")
+    wait_idle(page)
+    assert not page.errors, page.errors
+
+
+def test_lanes_are_drawn_on_the_canvas(page, trace_id):
+    open_trace(page, trace_id)
+    shot(page, "whole-trace")
+    rows = lane_rows(page)
+    lanes = {r["lane"] for r in rows}
+    assert {"cpu", "eu"} <= lanes, lanes
+    width = page.evaluate("() => window.innerWidth")
+    for lane in ("cpu", "eu"):
+        r = next(r for r in rows if r["lane"] == lane)
+        frac = coloured_fraction(page, NAMES_PX + 1, r["y"] + 2, width - 400, r["y"] + r["h"] - 2)
+        assert frac > 0.01, f"{lane} row {r} is nearly blank ({frac:.4f} coloured)"
+    # the names column is drawn too (dark text on a light background)
+    assert page.evaluate("() => window.acceltrace.timeline.layout.rows.length") >= len(rows)
+    assert not page.errors, page.errors
+
+
+def test_w_zooms_in_about_the_view(page, trace_id):
+    open_trace(page, trace_id)
+    before = view(page)
+    page.locator("#timeline canvas").hover(position={"x": 700, "y": 300})
+    page.keyboard.down("w")
+    page.wait_for_timeout(300)
+    page.keyboard.up("w")
+    wait_idle(page)
+    after = view(page)
+    assert after["end_ns"] - after["start_ns"] < 0.7 * (before["end_ns"] - before["start_ns"]), (before, after)
+    assert after["start_ns"] >= before["start_ns"] and after["end_ns"] <= before["end_ns"]
+    page.keyboard.press("s")
+    wait_idle(page)
+    assert view(page)["end_ns"] - view(page)["start_ns"] > after["end_ns"] - after["start_ns"]
+
+
+def test_dragging_pans_the_view(page, trace_id):
+    open_trace(page, trace_id, f"#s=0&e={10_000_000}")
+    before = view(page)
+    page.mouse.move(900, 400)
+    page.mouse.down()
+    page.mouse.move(800, 400, steps=5)
+    page.mouse.move(600, 400, steps=5)
+    page.mouse.up()
+    wait_idle(page)
+    after = view(page)
+    span = before["end_ns"] - before["start_ns"]
+    tracks_px = page.evaluate("() => window.acceltrace.timeline.view.width_css_px")
+    moved = after["start_ns"] - before["start_ns"]
+    assert abs(moved - 300 / tracks_px * span) < 0.02 * span, (before, after)
+    assert abs((after["end_ns"] - after["start_ns"]) - span) < 1e-6 * span
+    assert page.evaluate("() => window.acceltrace.selected") is None  # a drag is not a click
+
+
+def test_clicking_a_kernel_shows_details_and_an_arrow_from_its_launch(page, server, trace_id):
+    kernel_id, kernel_name, launch_id, launch_name = launched_kernel(server, trace_id)
+    open_trace(page, trace_id)
+    page.evaluate("(id) => window.acceltrace.select(id)", kernel_id)
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=kernel_id)
+    wait_idle(page)
+    page.keyboard.press("Escape")
+    wait_idle(page)
+    assert page.evaluate("() => window.acceltrace.selected") is None
+    # where the kernel is drawn now, from the view and the row layout
+    x, y = page.evaluate("""(id) => {
+        const tl = window.acceltrace.timeline;
+        for (const r of tl.visibleRows()) {
+            if (r.row.kind !== 'track') continue;
+            for (const p of tl.piecesFor(r.row.track.track_id)) {
+                const tt = p.tt;
+                for (let i = 0; i < tt.n; i++) if (tt.id[i] === id) {
+                    const mid = tt.ts[i] + tt.dur[i] / 2;
+                    return [230 + tl.view.x_of(mid), tl.rowMidY(r.row.track.track_id, tt.depth[i]).y];
+                }
+            }
+        }
+        return [null, null];
+    }""", kernel_id)
+    assert x is not None, "the framed kernel is not in any loaded tile"
+    page.mouse.click(x, y)
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=kernel_id)
+    wait_idle(page)
+    shot(page, "kernel-selected")
+    details = page.locator("#pane-details").inner_text()
+    assert kernel_name[:40] in details
+    assert launch_name in details  # the chain lists the launching API call
+    flows = page.evaluate("() => window.acceltrace.flows")
+    assert [launch_id, kernel_id] in flows, flows
+    # the arrow really is on the canvas: its colour near the kernel's start
+    arrow = page.evaluate("""(id) => {
+        const tl = window.acceltrace.timeline; const s = tl.chain.slices.find(s => s.id === id);
+        const x = 230 + tl.view.x_of(s.ts), y = tl.rowMidY(s.track_id, tl.selected.depth).y;
+        const d = window.devicePixelRatio || 1; const c = document.querySelector('#timeline canvas');
+        const px = c.getContext('2d').getImageData(Math.round((x - 9) * d), Math.round((y - 5) * d), Math.round(10 * d), Math.round(10 * d)).data;
+        let n = 0; for (let i = 0; i < px.length; i += 4) if (px[i] > 180 && px[i+1] < 120 && px[i+2] < 60) n++;
+        return n; }""", kernel_id)
+    assert arrow > 3, "no arrow-coloured pixels at the kernel's start"
+    # a link in the panel jumps to the launching call
+    page.locator(f"#pane-details a[data-slice-id='{launch_id}']").first.click()
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=launch_id)
+    assert not page.errors, page.errors
+
+
+def test_search_finds_and_selects_a_slice(page, server, trace_id):
+    kernel_id, kernel_name, _, _ = launched_kernel(server, trace_id)
+    q = kernel_name[:30]
+    hits = _get_json(f"{server}/api/traces/{trace_id}/search?q={urllib.request.quote(q)}&limit=2")["results"]
+    assert hits
+    open_trace(page, trace_id)
+    page.fill("#search", q)
+    page.press("#search", "Enter")
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=hits[0]["id"])
+    wait_idle(page)
+    v = view(page)
+    assert v["start_ns"] <= hits[0]["ts"] + hits[0]["dur"] and hits[0]["ts"] <= v["end_ns"], (v, hits[0])
+    if len(hits) > 1:
+        page.click("#search-next")
+        page.wait_for_function("(id) => window.acceltrace.selected === id", arg=hits[1]["id"])
+    assert "/" in page.locator("#search-count").inner_text()
+
+
+def test_copied_url_restores_the_view_in_a_new_page(page, browser, server, trace_id):
+    kernel_id, *_ = launched_kernel(server, trace_id)
+    open_trace(page, trace_id)
+    page.evaluate("(id) => window.acceltrace.select(id)", kernel_id)
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=kernel_id)
+    wait_idle(page)
+    pin = lane_rows(page)[-1]["track_id"]
+    page.evaluate("(id) => { const tl = window.acceltrace.timeline; tl.layout.togglePin(id); tl.relayout(); }", pin)
+    wait_idle(page)
+    page.click("#copy-link")
+    page.wait_for_function("() => document.getElementById('copy-link').textContent === 'Copied'")
+    url = page.evaluate("() => navigator.clipboard.readText()")
+    assert f"/t/{trace_id}#" in url, url
+    v = view(page)
+    other = browser.new_context(viewport={"width": 1500, "height": 900})
+    p2 = other.new_page()
+    p2.goto(url)
+    wait_idle(p2)
+    p2.wait_for_function("(id) => window.acceltrace.selected === id", arg=kernel_id)
+    v2 = view(p2)
+    assert abs(v2["start_ns"] - v["start_ns"]) <= 1 and abs(v2["end_ns"] - v["end_ns"]) <= 1, (v, v2)
+    assert p2.evaluate("() => window.acceltrace.timeline.layout.pinned") == [pin]
+    shot(p2, "restored-view")
+    other.close()
+
+
+def _drop_file(page, name: str, data: bytes) -> None:
+    """Drop a file onto the page the way a browser does (DataTransfer with a File on drag events)."""
+    page.evaluate("""([name, b64]) => {
+        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File([bytes], name));
+        for (const type of ['dragenter', 'dragover', 'drop'])
+            document.body.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""", [name, base64.b64encode(data).decode()])
+
+
+def test_drag_and_drop_upload_of_a_real_trace_opens_its_page(page, trace_id):
+    page.goto("/")
+    _drop_file(page, NSYS.name, NSYS.read_bytes())
+    page.wait_for_url("**/t/*", timeout=60000)
+    assert trace_id not in page.url
+    wait_idle(page, timeout_ms=30000)
+    rows = lane_rows(page)
+    assert rows, "the uploaded trace shows no tracks"
+    shot(page, "uploaded-nsys")
+    assert not page.errors, page.errors
+
+
+def test_broken_file_shows_an_error_without_breaking_the_page(page, trace_id):
+    open_trace(page, trace_id)
+    url = page.url
+    _drop_file(page, "broken.json", b"\x00\x01\x02 this is not a trace \xff\xfe")
+    status = page.locator("#upload-status[data-state='error'] .upload-error")
+    status.wait_for(timeout=30000)
+    assert status.inner_text().strip(), "the error says nothing"
+    shot(page, "broken-upload")
+    assert page.url == url
+    before = view(page)
+    page.keyboard.press("d")
+    wait_idle(page)
+    assert view(page)["start_ns"] > before["start_ns"]
+    assert not page.errors, page.errors
+
+
+def test_names_from_a_trace_are_shown_as_text_not_markup(page):
+    evil = '<img src=x onerror="window.__pwned=1">'
+    events = [{"ph": "X", "name": evil, "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 5, "cat": "cpu_op"} for i in range(3)]
+    data = gzip.compress(json.dumps({"traceEvents": events + [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": evil}}]}).encode())
+    page.goto("/")
+    _drop_file(page, "evil.json.gz", data)
+    page.wait_for_url("**/t/*", timeout=60000)
+    wait_idle(page)
+    page.fill("#search", "img src")
+    page.press("#search", "Enter")
+    page.wait_for_function("() => window.acceltrace.selected !== null")
+    assert evil in page.locator("#pane-details h3").inner_text()
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.locator("#pane-details img").count() == 0
