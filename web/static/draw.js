@@ -4,7 +4,8 @@
 import { drawAxis, drawGrid } from "./axis.js";
 import { drawSliceTrack, drawCounterTrack, drawCounterLabels } from "./render.js";
 import { LANE_ACCENT } from "./util.js";
-import { NAMES_PX, AXIS_PX } from "./layout.js";
+import { NAMES_PX, AXIS_PX, sliceAreaHeight } from "./layout.js";
+import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "./pcie.js";
 
 export const THEME = {
   bg: "#ffffff", axisBg: "#f4f5f7", namesBg: "#f7f8fa", headerBg: "#eceef2", groupBg: "#f2f3f6",
@@ -134,7 +135,12 @@ function drawRow(tl, row, y) {
     drawCounterLabels(ctx, NAMES_PX, y, row.h, range, t.unit, th);
   } else {
     const sel = tl.selected ? tl.selected.id : null;
-    drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, row.h, t, th, sel);
+    const sh = sliceAreaHeight(t);
+    drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, sh, t, th, sel);
+    if (t.lane === "pcie") {
+      const cols = drawBandwidth(ctx, pieces, tl.view, NAMES_PX, y + sh, PCIE_GRAPH_PX, linkPeak(tl.meta.links, t.device), th);
+      tl.bandwidth.set(t.track_id, cols);
+    }
   }
   ctx.restore();
   ctx.strokeStyle = th.border;

@@ -1,7 +1,7 @@
 // Hit testing against what is drawn: which row is under a point, and which slice, merged block,
 // instant or counter bucket of that row's loaded tiles.
 
-import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX } from "./layout.js";
+import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX, sliceAreaHeight } from "./layout.js";
 
 const TOL_PX = 2; // a slice thinner than a pixel can still be hovered
 
@@ -26,6 +26,11 @@ export function hitTest(tl, x, y) {
   const tol = TOL_PX * v.ns_per_px;
   const pieces = tl.piecesFor(track.track_id);
   if (track.lane === "counter") return hitCounter(pieces, t, track);
+  if (track.lane === "pcie" && y >= at.y0 + sliceAreaHeight(track)) {
+    const cols = tl.bandwidth.get(track.track_id);
+    const c = Math.floor(x - NAMES_PX);
+    return cols && c >= 0 && c < cols.length ? { kind: "bandwidth", ts: t, dur: v.ns_per_px, gbps: cols[c], track } : null;
+  }
   const depth = Math.floor((y - at.y0 - TRACK_PAD_PX) / ROW_PX);
   if (depth < 0) return null;
   let best = null, bestDist = Infinity;
@@ -37,7 +42,8 @@ export function hitTest(tl, x, y) {
       const dist = t < a ? a - t : t > b ? t - b : 0;
       if (dist <= tol && dist < bestDist) {
         bestDist = dist;
-        best = { kind: "slice", id: tt.id[i], ts: a, dur: tt.dur[i], depth, name: tile.names[tt.name[i]], track };
+        best = { kind: "slice", id: tt.id[i], ts: a, dur: tt.dur[i], depth, name: tile.names[tt.name[i]], track,
+                 bytes: tt.bytes ? tt.bytes[i] : 0 };
       }
     }
     if (best && bestDist === 0) break;
@@ -59,7 +65,7 @@ export function hitTest(tl, x, y) {
       if (dist <= tol && dist < bestDist) {
         bestDist = dist;
         best = { kind: "merged", id: tt.m_id[i], ts: a, dur: bn, depth, count: tt.m_count[i], busy_ns: tt.m_busy[i],
-                 longest_dur: tt.m_dur[i], name: tile.names[tt.m_name[i]], track };
+                 longest_dur: tt.m_dur[i], name: tile.names[tt.m_name[i]], track, bytes: tt.m_bytes ? tt.m_bytes[i] : 0 };
       }
     }
   }

@@ -2,6 +2,7 @@
 // collapsible, with pinned tracks lifted into a band under the axis that does not scroll.
 
 import { LANES, LANE_TITLES } from "./util.js";
+import { PCIE_GRAPH_PX } from "./pcie.js";
 
 export const NAMES_PX = 230;      // left column of track names
 export const AXIS_PX = 26;        // time axis band
@@ -13,7 +14,12 @@ const MAX_DEPTH_ROWS = 24;         // deeper nesting is drawn clipped (the toolt
 
 export function trackHeight(t) {
   if (t.lane === "counter") return COUNTER_PX;
-  return Math.min(t.max_depth + 1, MAX_DEPTH_ROWS) * ROW_PX + 2 * TRACK_PAD_PX;
+  return sliceAreaHeight(t) + (t.lane === "pcie" ? PCIE_GRAPH_PX : 0);
+}
+
+/** Height of the slice rows of a track (a PCIe track has its bandwidth graph below them). */
+export function sliceAreaHeight(t) {
+  return Math.min((t.max_depth ?? 0) + 1, MAX_DEPTH_ROWS) * ROW_PX + 2 * TRACK_PAD_PX;
 }
 
 /** Order tracks: lane order, then group (by its smallest sort_key, then name), then sort_key, then id. */

@@ -4,7 +4,7 @@
 // visible tile is pending, "idle" when everything visible is drawn.
 
 import { View } from "./view.js";
-import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX } from "./layout.js";
+import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, sliceAreaHeight } from "./layout.js";
 import { TileStore, tileRange } from "./tiles.js";
 import { renderFrame } from "./draw.js";
 
@@ -35,6 +35,7 @@ export class Timeline {
     this.visibleKeys = [];
     this.framePending = false;
     this.listeners = { select: [], view: [], area: [] };
+    this.bandwidth = new Map(); // pcie track id -> GB/s per css-px column, as last drawn
     this.frameTimes = [];      // ms per frame for the benchmark (bounded ring)
     this.view.onchange = () => { this.requestDraw(); this.emit("view"); };
     new ResizeObserver(() => this.resize()).observe(root);
@@ -159,7 +160,7 @@ export class Timeline {
     if (!place) return null;
     const base = place.pinned ? AXIS_PX + place.row.y : this.scrollTop_px + place.row.y - this.scrollY;
     if (!place.exact) return { y: base + place.row.h / 2, pinned: place.pinned, exact: false };
-    const maxRows = Math.max(1, Math.floor((place.row.h - 2 * TRACK_PAD_PX) / ROW_PX));
+    const maxRows = Math.max(1, Math.floor((sliceAreaHeight(place.row.track) - 2 * TRACK_PAD_PX) / ROW_PX));
     const d = Math.min(depth || 0, maxRows - 1);
     return { y: base + TRACK_PAD_PX + d * ROW_PX + ROW_PX / 2, pinned: place.pinned, exact: true };
   }

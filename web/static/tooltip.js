@@ -36,14 +36,20 @@ function baseLines(item) {
     return [[item.track.name, "b"], [`at ${fmtTime(item.ts)} (bucket ${fmtDur(item.dur)}, ${fmtCount(item.count)} samples)`],
             [`min ${item.min}${u} · max ${item.max}${u}`], [`last ${item.last}${u}`]];
   }
+  if (item.kind === "bandwidth") {
+    return [[`${item.track.name}: ${fmtGbps(item.gbps)}`, "b"], [`at ${fmtTime(item.ts)}, averaged over ${fmtDur(item.dur)}`]];
+  }
   if (item.kind === "merged") {
-    return [[`${fmtCount(item.count)} slices merged`, "b"], [`at ${fmtTime(item.ts)}, within ${fmtDur(item.dur)}`],
-            [`busy ${fmtDur(Math.min(item.busy_ns, item.dur))}`], [`longest: ${item.name} (${fmtDur(item.longest_dur)})`],
-            ["zoom in to see them one by one"]];
+    const lines = [[`${fmtCount(item.count)} slices merged`, "b"], [`at ${fmtTime(item.ts)}, within ${fmtDur(item.dur)}`],
+                   [`busy ${fmtDur(Math.min(item.busy_ns, item.dur))}`], [`longest: ${item.name} (${fmtDur(item.longest_dur)})`]];
+    if (item.bytes > 0) lines.push([`${fmtBytes(item.bytes)} moved, ${fmtGbps(gbps(item.bytes, item.busy_ns))} while busy`]);
+    lines.push(["zoom in to see them one by one"]);
+    return lines;
   }
   const lines = [[item.name, "b"], [`start ${fmtTime(item.ts)}`]];
   if (item.kind === "instant") lines.push([item.count > 1 ? `instant (${fmtCount(item.count)} here)` : "instant"]);
   else lines.push([`duration ${fmtDur(item.dur)}`]);
+  if (item.bytes > 0) lines.push([`${fmtBytes(item.bytes)}`], [`achieved ${fmtGbps(gbps(item.bytes, item.dur))}`]);
   return lines;
 }
 
@@ -63,7 +69,8 @@ export function sliceTooltip(api, item, cx, cy) {
     if (!d || hoverId !== item.id) return;
     const s = d.slice;
     if (s.bytes === null || s.bytes === undefined) return;
-    showTooltip([...lines, [`${fmtBytes(s.bytes)}${s.direction ? ` ${s.direction}` : ""}${s.host_mem ? `, ${s.host_mem}` : ""}`],
+    const base = item.bytes > 0 ? lines.slice(0, -2) : lines;
+    showTooltip([...base, [`${fmtBytes(s.bytes)}${s.direction ? ` ${s.direction}` : ""}${s.host_mem ? `, ${s.host_mem}` : ""}`],
                  [`achieved ${fmtGbps(gbps(s.bytes, s.dur))}`]], cx, cy);
   });
 }

@@ -44,9 +44,14 @@ export function fmtDur(ns) {
   return `${trimNum(ns / 1e9)} s`;
 }
 
-/** A time relative to the trace start, with the same adaptive unit as fmtDur. */
+/** A time relative to the trace start: unit by magnitude, precise to about a microsecond (ns when small). */
 export function fmtTime(rel_ns) {
-  return fmtDur(rel_ns);
+  if (rel_ns === null || rel_ns === undefined || Number.isNaN(rel_ns)) return "-";
+  const a = Math.abs(rel_ns);
+  if (a < 1e3) return `${Math.round(rel_ns)} ns`;
+  if (a < 1e6) return `${(rel_ns / 1e3).toFixed(3)} us`;
+  if (a < 1e9) return `${(rel_ns / 1e6).toFixed(4)} ms`;
+  return `${(rel_ns / 1e9).toFixed(6)} s`;
 }
 
 function trimNum(v) {

@@ -1,0 +1,108 @@
+// PCIe tracks: achieved bandwidth per pixel column (bytes of the transfers drawn, spread over their
+// durations) against the link's effective peak, derived from the trace's link generation, width and
+// max payload size (REFERENCE: per-lane rate after encoding x TLP efficiency at that payload size).
+
+import { LANE_ACCENT } from "./util.js";
+
+export const PCIE_GRAPH_PX = 30;
+
+// GB/s per lane per direction after line encoding (Gen1/2 8b/10b, Gen3-5 128b/130b, Gen6 FLIT, 236/256).
+const LANE_GBPS = { 1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.375 };
+
+/** Share of the link left for payload at a max payload size (about 20-26 bytes of TLP overhead each). */
+function tlpEfficiency(mps) {
+  if (!mps) return 0.92;
+  return mps / (mps + 22);
+}
+
+/** {gbps, label} of the link's effective peak per direction for a device, or null when unknown. */
+export function linkPeak(links, device) {
+  if (!links) return null;
+  const get = (k) => links[`${k}:${device}`] ?? links[k];
+  const gen = Number(get("link_gen")), width = Number(get("link_width")), mps = Number(get("max_payload_bytes")) || 0;
+  if (!LANE_GBPS[gen] || !width) return null;
+  const gbps = LANE_GBPS[gen] * width * tlpEfficiency(mps);
+  return { gbps, label: `Gen${gen} x${width}${mps ? `, MPS ${mps}` : ""}` };
+}
+
+/** Bytes per css-px column over the visible window from exact transfers and merged buckets. */
+export function bandwidthColumns(pieces, view) {
+  const w = Math.max(1, Math.ceil(view.width_css_px));
+  const cols = new Float64Array(w);
+  const scale = view.width_css_px / view.span_ns, s = view.start_ns;
+  let any = false;
+  for (const { tile, tt, c0, c1 } of pieces) {
+    if (tt.bytes) {
+      for (let i = 0; i < tt.n; i++) {
+        const b = tt.bytes[i];
+        if (!(b > 0)) continue;
+        const a = Math.max(tt.ts[i], c0), e = Math.min(tt.ts[i] + tt.dur[i], c1);
+        if (e <= a) continue;
+        any = true;
+        // the share of the slice inside this tile, spread evenly over its pixel columns
+        const share = b * (e - a) / Math.max(tt.dur[i], 1);
+        const xa = (a - s) * scale, xb = (e - s) * scale;
+        if (xb < 0 || xa >= w) continue;
+        const perPx = share / Math.max(xb - xa, 1e-9);
+        const ia = Math.max(0, Math.floor(xa)), ib = Math.min(w - 1, Math.floor(xb));
+        for (let c = ia; c <= ib; c++) cols[c] += perPx * (Math.min(c + 1, xb) - Math.max(c, xa));
+      }
+    }
+    if (tt.m_bytes) {
+      const bn = tile.bucket_ns;
+      for (let i = 0; i < tt.mn; i++) {
+        const b = tt.m_bytes[i];
+        if (!(b > 0)) continue;
+        const b0 = tile.start_ns + tt.m_bucket[i] * bn;
+        if (b0 < c0 || b0 >= c1) continue;
+        any = true;
+        const c = Math.floor((b0 + bn / 2 - s) * scale);
+        if (c >= 0 && c < w) cols[c] += b;
+      }
+    }
+  }
+  return any ? cols : null;
+}
+
+/** Draw the bandwidth band (GB/s per column) at y..y+h; returns the columns in GB/s for hover. */
+export function drawBandwidth(ctx, pieces, view, x0, y, h, peak, theme) {
+  const cols = bandwidthColumns(pieces, view);
+  ctx.fillStyle = "#f3f8f4";
+  ctx.fillRect(x0, y, view.width_css_px, h);
+  ctx.font = theme.smallFont;
+  ctx.fillStyle = theme.mutedText;
+  ctx.textBaseline = "top";
+  if (!cols) {
+    ctx.fillText("no transfer byte counts in view", x0 + 4, y + 2);
+    return null;
+  }
+  const ns_per_col = view.span_ns / view.width_css_px;
+  let maxG = 0;
+  for (let i = 0; i < cols.length; i++) { cols[i] /= ns_per_col; if (cols[i] > maxG) maxG = cols[i]; }
+  const top = Math.max(maxG, peak ? peak.gbps : 0) || 1;
+  const inner = h - 4;
+  ctx.fillStyle = LANE_ACCENT.pcie;
+  ctx.globalAlpha = 0.55;
+  ctx.beginPath();
+  for (let i = 0; i < cols.length; i++) {
+    if (cols[i] <= 0) continue;
+    const bh = Math.max(1, cols[i] / top * inner);
+    ctx.rect(x0 + i, y + h - 1 - bh, 1, bh);
+  }
+  ctx.fill();
+  ctx.globalAlpha = 1;
+  if (peak) {
+    const py = Math.round(y + h - 1 - peak.gbps / top * inner) + 0.5;
+    ctx.strokeStyle = "#b91c1c";
+    ctx.setLineDash([4, 3]);
+    ctx.beginPath();
+    ctx.moveTo(x0, py);
+    ctx.lineTo(x0 + view.width_css_px, py);
+    ctx.stroke();
+    ctx.setLineDash([]);
+  }
+  ctx.fillStyle = theme.mutedText;
+  const peakText = peak ? ` · link peak ${peak.gbps.toFixed(1)} GB/s (${peak.label})` : "";
+  ctx.fillText(`max ${maxG.toFixed(2)} GB/s${peakText}`, x0 + 4, y + 1);
+  return cols;
+}
