@@ -150,8 +150,39 @@ class AtraceWriter:
             self._file.write(data)
         self.bytes_written += len(data)
 
-    def write_chunk(self, ctype: int, payload: bytes, stream: int = 0) -> None:
-        self._write(encode_chunk(ctype, payload, stream))
+    def write_chunk(self, ctype: int, payload, stream: int = 0) -> None:
+        """One chunk; the payload (bytes or a memoryview, e.g. of a ring) is written without a copy."""
+        n = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+        if n % 8:
+            raise ValueError("chunk payload length must be a multiple of 8")
+        head = CHUNK_HEADER.pack(ctype, stream, n, zlib.crc32(payload))
+        if self._fd is not None:
+            done = os.writev(self._fd, [head, payload])
+            if done < len(head) + n:  # short write (rare): finish the rest plainly
+                rest = (head + bytes(payload))[done:]
+                self._write_rest(rest)
+            self.bytes_written += len(head) + n
+        else:
+            self._file.write(head)
+            self._file.write(payload)
+            self.bytes_written += len(head) + n
+
+    def _write_rest(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            k = os.write(self._fd, view)
+            view = view[k:]
+
+    def add_records_direct(self, views: list, stream: int = 0) -> None:
+        """Write record buffers (e.g. memoryviews of a ring) as event chunks at once, without copying."""
+        self._flush_stream(stream)
+        step = self.chunk_events * RECORD_SIZE
+        for v in views:
+            v = memoryview(v).cast("B")
+            for off in range(0, v.nbytes, step):
+                part = v[off: off + step]
+                self.write_chunk(EVENTS, part, stream)
+                self.events_written += part.nbytes // RECORD_SIZE
 
     # -- content -----------------------------------------------------------------------------
     def strings(self, stream: int = 0) -> StringTable:

@@ -45,7 +45,7 @@ def connect(path: str | os.PathLike | None = None, *, file: str | os.PathLike | 
                               "or write a file directly with connect(file='run.atrace')")
         from collect.client.sinks import DaemonSink
 
-        sink = DaemonSink(Path(sock), ring_records=ring_records)
+        sink = DaemonSink(Path(sock), ring_records=ring_records, name=process_name)
         if header:
             sink.metadata({k: v for k, v in header.items() if k in ("devices", "clock_domains", "host_clock")})
     t = Tracer(sink, pid=pid)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import socket
-import struct
+import sys
 import threading
 import weakref
 from pathlib import Path
@@ -138,7 +137,7 @@ class DaemonSink:
 
     FLUSH_INTERVAL_S = 0.02
 
-    def __init__(self, sock_path: Path, ring_records: int | None = None):
+    def __init__(self, sock_path: Path, ring_records: int | None = None, name: str | None = None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.connect(str(sock_path))
@@ -147,9 +146,11 @@ class DaemonSink:
             raise ClientError(f"cannot reach the tracing daemon at {sock_path} ({e.strerror or e}); is "
                               "`acceltrace traced` running? (or write a file with connect(file=...))") from None
         self.lock = threading.Lock()
+        self.dead = False
         self.strings = StringTable()
         self.rings: list[RingWriter] = []
-        hello = {"op": "hello", "pid": os.getpid(), "version": P.PROTOCOL_VERSION}
+        hello = {"op": "hello", "pid": os.getpid(), "version": P.PROTOCOL_VERSION,
+                 "name": name or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")}
         if ring_records:
             hello["ring_records"] = int(ring_records)
         reply = self._call(hello)
@@ -162,7 +163,10 @@ class DaemonSink:
 
     def _call(self, msg: dict, want_fd: bool = False):
         with self.lock:
-            return self._call_locked(msg, want_fd)
+            try:
+                return self._call_locked(msg, want_fd)
+            except (OSError, P.ProtocolError) as e:
+                raise ClientError(f"lost the tracing daemon ({e}); events already published are in its file") from None
 
     def _call_locked(self, msg: dict, want_fd: bool = False):
         P.send_msg(self.sock, msg)
@@ -200,18 +204,27 @@ class DaemonSink:
             sid = self.strings.intern(text)
             self.strings.pending.clear()
             # sent before any record using it is published, so the daemon always knows it first
-            P.send_msg(self.sock, {"op": "strings", "entries": [[sid, text]]})
+            self._send_locked({"op": "strings", "entries": [[sid, text]]})
             return sid
+
+    def _send_locked(self, msg: dict) -> None:
+        # a dead daemon must not raise inside the traced program's spans; flush()/close() report it
+        if self.dead:
+            return
+        try:
+            P.send_msg(self.sock, msg)
+        except OSError:
+            self.dead = True
 
     def metadata(self, data: dict) -> None:
         with self.lock:
-            P.send_msg(self.sock, {"op": "metadata", "data": data})
+            self._send_locked({"op": "metadata", "data": data})
 
     def clock_sync(self, domain: int, host_ns, dev_ticks) -> None:
         host = np.atleast_1d(np.asarray(host_ns, dtype=np.int64)).tolist()
         ticks = np.atleast_1d(np.asarray(dev_ticks, dtype=np.int64)).tolist()
         with self.lock:
-            P.send_msg(self.sock, {"op": "sync", "domain": int(domain), "pairs": list(zip(host, ticks))})
+            self._send_locked({"op": "sync", "domain": int(domain), "pairs": [list(p) for p in zip(host, ticks)]})
 
     def publish_all(self) -> None:
         for r in list(self.rings):

@@ -64,15 +64,17 @@ def recv_msg(sock: socket.socket, want_fds: bool = False) -> tuple[dict | None, 
     body = _recv_exact(sock, n, fds, want_fds)
     if body is None:
         return None, fds
-    return decode_body(body), fds
+    return decode_body(body, require_op=False), fds
 
 
-def decode_body(body: bytes) -> dict:
+def decode_body(body: bytes, require_op: bool = True) -> dict:
     try:
         msg = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolError(f"message is not JSON ({e})") from None
-    if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+    if not isinstance(msg, dict):
+        raise ProtocolError("message is not a JSON object")
+    if require_op and not isinstance(msg.get("op"), str):
         raise ProtocolError("message is not a JSON object with an 'op'")
     return msg
 

@@ -1,0 +1,382 @@
+"""The tracing daemon: accepts producers on a unix socket, hands each thread a ring, drains them to .atrace.
+
+One thread, one selector loop. Every DRAIN_INTERVAL_S it takes what every ring published,
+reads all pending socket messages (so strings sent before a record was published are
+written before it), writes the records as event chunks and flushes, so events reach the
+file within ~100 ms. SIGINT/SIGTERM: final drain, trailer, exit 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collect import ring as RG
+from collect.atrace import AtraceWriter, default_header
+from collect.traced import protocol as P
+from collect.traced.rings import DaemonRing, pow2_records
+
+DRAIN_INTERVAL_S = 0.02
+SYNC_INTERVAL_S = 1.0
+MAX_PRODUCERS = 512
+MAX_RINGS_PER_PRODUCER = 1024
+MAX_STRING_ID = 1 << 31
+REALTIME_DOMAIN = 255  # periodic (CLOCK_MONOTONIC, CLOCK_REALTIME) pairs: wall time for the trace
+
+
+@dataclass
+class Conn:
+    sock: socket.socket
+    frames: P.FrameBuffer = field(default_factory=P.FrameBuffer)
+    stream: int | None = None  # set by hello: this connection is a producer
+    pid: int = 0
+    name: str = ""
+    rings: list[DaemonRing] = field(default_factory=list)
+    events: int = 0
+    string_ids: int = 0
+
+
+class Daemon:
+    def __init__(self, socket_path: Path, out_path: Path, buffer_mb: int = 64, mode: str = "discard",
+                 ring_records: int | None = None, log=sys.stderr):
+        if mode not in RG.MODES:
+            raise ValueError(f"mode must be one of {sorted(RG.MODES)}")
+        self.socket_path, self.out_path = Path(socket_path), Path(out_path)
+        self.mode = mode
+        self.budget_bytes = max(1, buffer_mb) << 20
+        # default ring: 1/16 of the budget, so 16 threads fit before rings shrink to the minimum
+        self.ring_records = pow2_records(ring_records or (self.budget_bytes // 16 // 64))
+        self.log = log
+        self.conns: dict[int, Conn] = {}
+        self.next_stream = 1
+        self.draining = True
+        self.stop_requested = False
+        self.allocated_bytes = 0
+        self.retired: list[dict] = []  # producers that disconnected: their final counts
+        self.dead_lost = 0
+        self._last_loss: dict[int, int] = {}
+        self._deferred: list | None = None  # set while a drain has taken records it has not written yet
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _bind(self) -> socket.socket:
+        path = self.socket_path
+        if path.exists() or path.is_symlink():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(path))
+                raise SystemExit(f"acceltrace traced: another daemon is listening on {path}")
+            except (ConnectionRefusedError, FileNotFoundError):
+                path.unlink()  # a stale socket from a daemon that died
+            finally:
+                probe.close()
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is born owner-only: no window where others could connect
+        try:
+            srv.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        srv.listen(64)
+        srv.setblocking(False)
+        return srv
+
+    def run(self) -> int:
+        srv = self._bind()
+        hdr = default_header(producer="acceltrace traced", mode=self.mode)
+        hdr["clock_domains"].append({"id": REALTIME_DOMAIN, "name": "realtime", "kind": "wall", "unit": "ns"})
+        self.writer = AtraceWriter(self.out_path, hdr)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(srv, selectors.EVENT_READ, None)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        self._print(f"acceltrace traced: listening on {self.socket_path}, writing {self.out_path} "
+                    f"({self.mode} mode, rings of {self.ring_records} records)")
+        next_drain = time.monotonic()
+        next_sync = 0.0
+        try:
+            while not self.stop_requested:
+                timeout = max(0.0, next_drain - time.monotonic())
+                for key, _ in self.sel.select(timeout):
+                    if key.data is None:
+                        self._accept(srv)
+                    else:
+                        self._readable(key.data)
+                now = time.monotonic()
+                if now >= next_drain:
+                    self.drain_all()
+                    next_drain = now + DRAIN_INTERVAL_S
+                if now >= next_sync:
+                    self.writer.add_clock_sync(REALTIME_DOMAIN, time.monotonic_ns(), time.time_ns())
+                    next_sync = now + SYNC_INTERVAL_S
+        finally:
+            self._shutdown(srv)
+        return 0
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop_requested = True
+
+    def _shutdown(self, srv) -> None:
+        self.drain_all(force=True)
+        for c in list(self.conns.values()):
+            self._drop(c, "daemon stopping")
+        lost, producers = self.totals()
+        self.writer.close(lost_events=lost, producers=producers)
+        self.sel.close()
+        srv.close()
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass
+        self._print(f"acceltrace traced: wrote {self.writer.events_written} events to {self.out_path}, "
+                    f"{lost} lost")
+
+    def _print(self, msg: str) -> None:
+        if self.log:
+            print(msg, file=self.log, flush=True)
+
+    # -- sockets -----------------------------------------------------------------------------------
+    def _accept(self, srv) -> None:
+        while True:
+            try:
+                s, _ = srv.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self._print(f"acceltrace traced: cannot accept ({e.strerror})")
+                return
+            if len(self.conns) >= MAX_PRODUCERS:
+                s.close()
+                continue
+            s.setblocking(False)
+            c = Conn(s)
+            self.conns[id(c)] = c
+            self.sel.register(s, selectors.EVENT_READ, c)
+
+    def _readable(self, c: Conn) -> None:
+        """Read everything available; a protocol error drops that connection only."""
+        while True:
+            try:
+                data = c.sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                if self._deferred is not None:
+                    self._deferred.append((c, None))
+                else:
+                    self._drop(c, None)
+                return
+            try:
+                for msg in c.frames.feed(data):
+                    if self._deferred is not None and msg.get("op") not in ("strings", "metadata", "sync"):
+                        self._deferred.append((c, msg))  # handled after the taken records are written
+                    else:
+                        self._handle(c, msg)
+            except (P.ProtocolError, ValueError, TypeError, KeyError) as e:
+                self._reply(c, {"ok": False, "error": f"protocol error: {e}"})
+                self._drop(c, f"protocol error: {e}")
+                return
+            if c.sock.fileno() < 0:
+                return
+
+    def _reply(self, c: Conn, msg: dict, fds: list[int] | None = None) -> None:
+        try:
+            c.sock.setblocking(True)
+            c.sock.settimeout(1.0)  # a client that never reads cannot stall the daemon for long
+            P.send_msg(c.sock, msg, fds)
+        except OSError:
+            pass
+        finally:
+            try:
+                c.sock.setblocking(False)
+            except OSError:
+                pass
+
+    def _drop(self, c: Conn, why: str | None) -> None:
+        """Forget a connection: drain its rings one last time (a SIGKILLed producer loses only what it
+        had not published), remember its counts for the trailer."""
+        if c.stream is not None:
+            self._drain_conn(c, force=True)
+            lost = sum(r.producer_lost + r.overwritten for r in c.rings)
+            self.retired.append(self._producer_info(c, lost))
+            for r in c.rings:
+                self.allocated_bytes -= RG.ring_bytes(r.cap)
+                r.close()
+            c.rings.clear()
+        if why:
+            self._print(f"acceltrace traced: dropped connection (pid {c.pid or '?'}): {why}")
+        try:
+            self.sel.unregister(c.sock)
+        except (KeyError, ValueError):
+            pass
+        self.conns.pop(id(c), None)
+        c.sock.close()
+
+    # -- messages ----------------------------------------------------------------------------------
+    def _handle(self, c: Conn, msg: dict) -> None:
+        op = msg["op"]
+        if op == "ctl":
+            self._reply(c, self.control(str(msg.get("cmd"))))
+            return
+        if op == "hello":
+            if c.stream is not None:
+                raise P.ProtocolError("hello sent twice")
+            c.stream, self.next_stream = self.next_stream, self.next_stream + 1
+            c.pid = _int(msg.get("pid", 0), 0, 2**32 - 1, "pid")
+            c.name = str(msg.get("name", ""))[:200]
+            if msg.get("ring_records") is not None:
+                c.ring_records = pow2_records(_int(msg["ring_records"], 1, 1 << 30, "ring_records"))
+            self._reply(c, {"ok": True, "stream": c.stream, "mode": self.mode, "version": P.PROTOCOL_VERSION})
+            return
+        if c.stream is None:
+            raise P.ProtocolError(f"{op!r} before hello")
+        if op == "ring":
+            self._give_ring(c, _int(msg.get("tid", 0), 0, 2**32 - 1, "tid"))
+        elif op == "strings":
+            entries = msg.get("entries")
+            if not isinstance(entries, list):
+                raise P.ProtocolError("strings: entries must be a list of [id, text]")
+            clean = []
+            for e in entries:
+                if not (isinstance(e, list) and len(e) == 2 and isinstance(e[1], str)):
+                    raise P.ProtocolError("strings: each entry must be [id, text]")
+                clean.append((_int(e[0], 1, MAX_STRING_ID, "string id"), e[1]))
+            self.writer.define_strings(clean, c.stream)
+        elif op == "metadata":
+            data = msg.get("data")
+            if not isinstance(data, dict):
+                raise P.ProtocolError("metadata: data must be an object")
+            self.writer.add_metadata(data)
+        elif op == "sync":
+            dom = _int(msg.get("domain"), 1, 254, "clock domain")
+            pairs = msg.get("pairs")
+            if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+                raise P.ProtocolError("sync: pairs must be a list of [host_ns, dev_ticks]")
+            host = [_int(p[0], -(2**63), 2**63 - 1, "host_ns") for p in pairs]
+            ticks = [_int(p[1], -(2**63), 2**63 - 1, "dev_ticks") for p in pairs]
+            if pairs:
+                self.writer.add_clock_sync(dom, host, ticks)
+        elif op == "drain":
+            if self.draining:
+                self._drain_conn(c)
+                self.writer.flush()
+            self._reply(c, {"ok": True})
+        elif op == "bye":
+            self._reply(c, {"ok": True})
+            self._drop(c, None)
+        else:
+            raise P.ProtocolError(f"unknown op {op!r}")
+
+    def _give_ring(self, c: Conn, tid: int) -> None:
+        if len(c.rings) >= MAX_RINGS_PER_PRODUCER:
+            self._reply(c, {"ok": False, "error": f"more than {MAX_RINGS_PER_PRODUCER} rings for one process"})
+            return
+        want = getattr(c, "ring_records", None) or self.ring_records
+        # within the budget if possible; never below the minimum ring
+        while want > 1024 and self.allocated_bytes + RG.ring_bytes(want) > self.budget_bytes:
+            want //= 2
+        ring = DaemonRing(want, RG.MODES[self.mode], c.pid, tid)
+        self.allocated_bytes += RG.ring_bytes(want)
+        c.rings.append(ring)
+        self._reply(c, {"ok": True, "capacity": want}, fds=[ring.fd])
+
+    def control(self, cmd: str) -> dict:
+        if cmd == "start":
+            self.draining = True
+        elif cmd == "stop":
+            self.drain_all(force=True)
+            self.draining = False
+        elif cmd == "flush":
+            self.drain_all(force=True)
+            self.writer.flush()
+            os.fsync(self.writer._fd)
+        elif cmd != "status":
+            return {"ok": False, "error": f"unknown ctl command {cmd!r}; expected start, stop, flush or status"}
+        lost, producers = self.totals()
+        return {"ok": True, "cmd": cmd, "draining": self.draining, "mode": self.mode, "out": str(self.out_path),
+                "events_written": self.writer.events_written, "lost_events": lost,
+                "producers": producers, "ring_bytes": self.allocated_bytes}
+
+    # -- draining ----------------------------------------------------------------------------------
+    def drain_all(self, force: bool = False) -> None:
+        if not (self.draining or force):
+            return
+        # take first, then read sockets, then write: strings announced before a record was
+        # published are therefore in the file before that record
+        taken = [(c, self._take(c)) for c in list(self.conns.values()) if c.stream is not None]
+        self._deferred = []
+        try:
+            for c in list(self.conns.values()):
+                if c.sock.fileno() >= 0:
+                    self._readable(c)
+        finally:
+            deferred, self._deferred = self._deferred, None
+        for c, parts in taken:
+            self._write_taken(c, parts)
+        self._write_losses()
+        self.writer.flush()
+        for c, msg in deferred:
+            if c.sock.fileno() < 0:
+                continue
+            if msg is None:
+                self._drop(c, None)
+                continue
+            try:
+                self._handle(c, msg)
+            except (P.ProtocolError, ValueError, TypeError, KeyError) as e:
+                self._reply(c, {"ok": False, "error": f"protocol error: {e}"})
+                self._drop(c, f"protocol error: {e}")
+
+    def _take(self, c: Conn) -> list:
+        return [(r, *r.take()) for r in c.rings]
+
+    def _write_taken(self, c: Conn, parts: list) -> None:
+        for ring, views, n in parts:
+            if n:
+                self.writer.add_records_direct(views, c.stream)
+                c.events += n
+            ring.commit()
+            if ring.broken and not getattr(ring, "_reported", False):
+                ring._reported = True
+                self._print(f"acceltrace traced: pid {c.pid}: {ring.broken}")
+
+    def _drain_conn(self, c: Conn, force: bool = False) -> None:
+        parts = self._take(c)
+        self._write_taken(c, parts)
+
+    def _write_losses(self) -> None:
+        now = {}
+        for c in self.conns.values():
+            if c.stream is not None:
+                lost = sum(r.producer_lost + r.overwritten for r in c.rings)
+                if lost != self._last_loss.get(c.stream, 0):
+                    now[c.stream] = lost
+        if now:
+            self.writer.add_loss(now)
+            self._last_loss.update(now)
+
+    def _producer_info(self, c: Conn, lost: int) -> dict:
+        return {"stream": c.stream, "pid": c.pid, "name": c.name, "events": c.events, "lost": lost,
+                "rings": len(c.rings)}
+
+    def totals(self) -> tuple[int, list[dict]]:
+        live = [self._producer_info(c, sum(r.producer_lost + r.overwritten for r in c.rings))
+                for c in self.conns.values() if c.stream is not None]
+        producers = self.retired + live
+        return sum(p["lost"] for p in producers), producers
+
+
+def _int(v, lo: int, hi: int, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise P.ProtocolError(f"{what} must be an integer in [{lo}, {hi}], got {json.dumps(v)[:40]}")
+    return v

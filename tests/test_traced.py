@@ -1,0 +1,245 @@
+"""The tracing daemon with real producer processes: counts, modes, crashes, hostile input, permissions."""
+
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from collect import client
+from collect.atrace import AtraceReader
+from collect.traced.cli import ctl
+
+PY = sys.executable
+
+
+def _start(tmp_path, mode="discard", buffer_mb=8):
+    sock, out = tmp_path / "d.sock", tmp_path / "out.atrace"
+    proc = subprocess.Popen([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out", str(out),
+                             "--buffer-mb", str(buffer_mb), "--mode", mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(200):
+        if sock.exists():
+            return proc, sock, out
+        if proc.poll() is not None:
+            raise AssertionError(proc.stdout.read())
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError("daemon did not start")
+
+
+def _stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    return out
+
+
+def _producer(sock, body, *args):
+    """A separate Python process running `body` with `t` connected to the daemon."""
+    code = "import sys, threading, os\nfrom collect import client\nt = client.connect(sys.argv[1])\n" \
+           + textwrap.dedent(body)
+    return subprocess.Popen([PY, "-c", code, str(sock), *map(str, args)])
+
+
+def _records(out):
+    r = AtraceReader.open(out)
+    recs, streams = r.read_all()
+    return r, recs, streams
+
+
+def test_several_processes_and_threads_arrive_complete_and_exact(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    body = """
+        def work(k):
+            for j in range(3000):
+                with t.span("w", corr=(k << 20) | j, cat=str(k)):
+                    pass
+        ths = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+        [x.start() for x in ths]; [x.join() for x in ths]
+        t.close()
+    """
+    ps = [_producer(sock, body) for _ in range(3)]
+    assert all(p.wait(60) == 0 for p in ps)
+    _stop(proc)
+    r, recs, streams = _records(out)
+    assert len(recs) == 27000 and r.trailer["lost_events"] == 0
+    assert r.trailer["events"] == 27000 and len(r.trailer["producers"]) == 3
+    for s in np.unique(streams):
+        mine = recs[streams == s]
+        assert len(mine) == 9000 and len(np.unique(mine["corr"])) == 9000
+        assert len(np.unique(mine["tid"])) == 3
+
+
+def _overrun(tmp_path, mode):
+    proc, sock, out = _start(tmp_path, mode=mode)
+    assert ctl(sock, "stop")["draining"] is False
+    body = """
+        for j in range(10000):
+            t.complete("e", j, 1, corr=j + 1)
+        t._sink.publish_all()
+        print("ok", flush=True)
+        sys.stdin.readline()
+        t.close()
+    """
+    code = "import sys\nfrom collect import client\nt = client.connect(sys.argv[1], ring_records=1024)\n" \
+           + textwrap.dedent(body)
+    p = subprocess.Popen([PY, "-c", code, str(sock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ok"
+    assert ctl(sock, "start")["draining"] is True
+    p.communicate("\n", timeout=30)
+    _stop(proc)
+    return _records(out)
+
+
+def test_discard_mode_keeps_the_oldest_and_counts_every_dropped_event(tmp_path):
+    r, recs, _ = _overrun(tmp_path, "discard")
+    assert recs["corr"].tolist() == list(range(1, 1025))
+    assert r.trailer["lost_events"] == 10000 - 1024
+    assert r.trailer["producers"][0]["lost"] == 10000 - 1024
+
+
+def test_ring_mode_keeps_the_newest_and_counts_what_was_overwritten(tmp_path):
+    r, recs, _ = _overrun(tmp_path, "ring")
+    assert recs["corr"].tolist() == list(range(10000 - 1024 + 1, 10001))
+    assert r.trailer["lost_events"] == 10000 - 1024
+
+
+def test_events_reach_the_file_within_100ms_while_the_producer_runs(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    t = client.connect(sock)
+    try:
+        t.instant("hello", corr=42)
+        deadline = time.monotonic() + 0.1
+        time.sleep(0.1)
+        r, recs, _ = _records(out)
+        assert time.monotonic() - deadline < 0.2
+        assert 42 in recs["corr"].tolist()
+        assert r.trailer is None  # the daemon is still writing
+    finally:
+        t.close()
+        _stop(proc)
+
+
+def test_sigkilled_producer_loses_only_unpublished_events_and_harms_no_one(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    victim = _producer(sock, """
+        for j in range(500):
+            t.complete("v", j, 1, corr=j + 1)
+        t._sink.publish_all()
+        t.complete("unpublished", 0, 1)
+        os.kill(os.getpid(), 9)
+    """)
+    assert victim.wait(30) == -9
+    survivor = _producer(sock, """
+        for j in range(100):
+            t.complete("s", j, 1, corr=j + 1)
+        t.close()
+    """)
+    assert survivor.wait(30) == 0
+    assert ctl(sock, "status")["ok"]
+    _stop(proc)
+    r, recs, streams = _records(out)
+    assert len(recs) == 600  # 500 published by the victim + 100 from the survivor; "unpublished" never made it
+    assert sorted(recs[streams == streams[0]]["corr"].tolist()) == list(range(1, 501))
+
+
+def test_sigkilled_daemon_leaves_a_file_that_reads_to_its_last_whole_chunk(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    t = client.connect(sock)
+    for j in range(2000):
+        t.complete("e", j, 1, corr=j + 1)
+    t.flush()
+    proc.kill()
+    proc.wait(10)
+    r, recs, _ = _records(out)
+    assert len(recs) == 2000 and r.trailer is None
+    with pytest.raises(client.ClientError):
+        for _ in range(10):
+            t.flush()
+
+
+def _raw(sock_path, payload: bytes) -> bytes:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect(str(sock_path))
+    try:
+        s.sendall(payload)
+        try:
+            return s.recv(4096)
+        except socket.timeout:
+            return b""
+    finally:
+        s.close()
+
+
+def test_hostile_socket_input_is_refused_and_the_daemon_keeps_serving(tmp_path):
+    proc, sock, out = _start(tmp_path)
+
+    def frame(body: bytes) -> bytes:
+        return struct.pack("<I", len(body)) + body
+
+    attacks = [
+        struct.pack("<I", 0xFFFFFFFF) + b"x" * 100,  # absurd length
+        frame(b"\xff\xfe not json"),
+        frame(b"[1, 2, 3]"),
+        frame(b'{"op": "ring", "tid": 1}'),  # before hello
+        frame(b'{"op": "hello", "pid": -5}'),
+        frame(b'{"op": "hello", "pid": 1}') + frame(b'{"op": "strings", "entries": [[0, 5]]}'),
+        frame(b'{"op": "hello", "pid": 1}') + frame(b'{"op": "sync", "domain": 999, "pairs": [[1, 2]]}'),
+        frame(b'{"op": "hello", "pid": 1}') + frame(b'{"op": "metadata", "data": "nope"}'),
+        frame(b'{"op": "launch_missiles"}'),
+        os.urandom(3000),
+    ]
+    for a in attacks:
+        _raw(sock, a)
+    assert proc.poll() is None
+    t = client.connect(sock)
+    t.instant("still fine")
+    t.close()
+    log = _stop(proc)
+    assert "protocol error" in log
+    r, recs, _ = _records(out)
+    assert len(recs) == 1
+
+
+def test_socket_and_rings_are_owner_only(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    try:
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        from collect.traced.rings import DaemonRing
+
+        ring = DaemonRing(1024, 0, 1, 1)
+        assert stat.S_IMODE(os.fstat(ring.fd).st_mode) == 0o600
+        ring.close()
+        t = client.connect(sock)
+        t.instant("x")
+        # the rings the daemon handed out, seen through its own fd table
+        fds = [f"/proc/{proc.pid}/fd/{n}" for n in os.listdir(f"/proc/{proc.pid}/fd")]
+        rings = [f for f in fds if "acceltrace-ring" in os.readlink(f)]
+        assert rings and all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in rings)
+        t.close()
+    finally:
+        _stop(proc)
+
+
+def test_ctl_commands_report_status_and_refuse_unknown_ones(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    try:
+        st = ctl(sock, "status")
+        assert st["ok"] and st["mode"] == "discard" and st["draining"]
+        assert ctl(sock, "flush")["ok"]
+        bad = ctl(sock, "explode")
+        assert not bad["ok"] and "expected start, stop, flush or status" in bad["error"]
+        r = subprocess.run([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "ctl", "status"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and '"draining": true' in r.stdout
+    finally:
+        _stop(proc)
