@@ -14,7 +14,8 @@ flow; a slice can hold only one bind_id, so every other flow (chains, fan-out, a
 end) is an s/f pair bound to the enclosing slice ("bp": "e").
 
 The JSON lines are built by DuckDB in SQL and leave as Arrow string buffers, so no Python
-runs per event and memory stays bounded by the batch size.
+runs per event and memory stays bounded by the batch size. Events are ordered (slices by
+time, then flows, then counters), so exporting a trace twice gives the same bytes.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def _slices_sql(start_ns: int) -> str:
         || '}}' AS line
     FROM slices s JOIN tracks t USING (track_id) JOIN pids p USING (track_id)
     LEFT JOIN bind b ON b.slice_id = s.slice_id
+    ORDER BY s.ts, s.slice_id
     """
 
 
@@ -131,6 +133,7 @@ def _v1_flows_sql(start_ns: int) -> str:
         || ',"ts":' || {_us(f"s.ts - {start_ns}")}
         || CASE WHEN e.ph = 'f' THEN ',"bp":"e"' ELSE '' END || '}}' AS line
     FROM ends e JOIN slices s ON s.slice_id = e.slice_id JOIN pids p ON p.track_id = s.track_id
+    ORDER BY e.flow_id, e.ph DESC
     """
 
 
@@ -141,6 +144,7 @@ def _counters_sql(start_ns: int) -> str:
         || ',"ts":' || {_us(f"c.ts - {start_ns}")}
         || ',"args":{{' || to_json(coalesce(t.unit, 'value')) || ':' || to_json(c.value) || '}}}}' AS line
     FROM counters c JOIN tracks t USING (track_id) JOIN pids p USING (track_id)
+    ORDER BY c.track_id, c.ts
     """
 
 

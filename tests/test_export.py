@@ -1,0 +1,218 @@
+"""Export to Chrome Trace JSON and Parquet: valid, exact, streamed, readable without acceltrace."""
+
+import argparse
+import gzip
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from ingest import nsys_synth, schema
+from ingest.builder import TraceBuilder
+from ingest.export import export_command, export_trace
+from ingest.export_chrome import chrome_chunks
+from ingest.export_parquet import ExportError, write_parquet
+from ingest.pipeline import ingest_paths
+from ingest.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    """The A100 Nsight trace and a synthesized 3.x one with counters and a submit -> exec chain."""
+    tmp = tmp_path_factory.mktemp("export")
+    synth = tmp / "h100.sqlite"
+    nsys_synth.write(synth, iterations=4, metric_samples=6)
+    import sqlite3
+    db = sqlite3.connect(synth)
+    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5500, 8500, 1, ?, 2, 4, 0, NULL)",
+               (nsys_synth.GLOBAL_TID,))
+    db.commit()
+    db.close()
+    store = Store(tmp / "store")
+    results = ingest_paths(store, [A100, synth])
+    for r in results:
+        assert r.error is None, r.error
+    return store, results[0].id, results[1].id
+
+
+def built_trace(tmp_path, flows):
+    """A trace from the builder with slices 0..7 on two tracks and the given (src, dst) flows (None = missing)."""
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("flows", 0, None)
+    b = TraceBuilder(tmp)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    eu = b.track("eu", "stream 7", group_name="gpu0", device="0")
+    first = b.add_slices({"track_id": [cpu, cpu, cpu, cpu, eu, eu, eu, eu],
+                          "ts": [0, 100, 200, 300, 50, 150, 250, 350], "dur": [10] * 8,
+                          "name": [f"s{i}" for i in range(8)]})
+    b.add_flows([None if s is None else first + s for s, _ in flows],
+                [None if d is None else first + d for _, d in flows], ["launch"] * len(flows))
+    store.publish(tid, tmp, "test", b.finish("test", "flows"))
+    return store, tid
+
+
+def chrome_doc(con, **kw):
+    data = b"".join(chrome_chunks(con, **kw))
+    return data, json.loads(data, parse_float=Decimal)
+
+
+def test_chrome_export_names_every_track_and_process(traces):
+    store, a100, _ = traces
+    con = store.connect(a100)
+    _, doc = chrome_doc(con)
+    events = doc["traceEvents"]
+    tracks = con.execute("SELECT track_id, lane, group_name, name FROM tracks").fetchall()
+    names = {(e["tid"] - 1): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    lanes = {(e["tid"] - 1): e["args"]["lane"] for e in events if e["ph"] == "M" and e["name"] == "acceltrace_track"}
+    procs = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {t: n for t, _, _, n in tracks}
+    assert lanes == {t: lane for t, lane, _, _ in tracks}
+    assert procs == {g for _, _, g, _ in tracks}
+    assert doc["displayTimeUnit"] == "ns"
+    assert doc["otherData"]["start_ns"] == con.execute(
+        "SELECT value FROM trace_meta WHERE key = 'start_ns'").fetchone()[0]
+
+
+def test_chrome_times_are_exact_microseconds_with_three_decimals(traces):
+    store, a100, _ = traces
+    con = store.connect(a100)
+    data, doc = chrome_doc(con)
+    start_ns = int(doc["otherData"]["start_ns"])
+    exported = sorted((e["tid"] - 1, start_ns + int(e["ts"] * 1000), int(e["dur"] * 1000), e["name"])
+                      for e in doc["traceEvents"] if e["ph"] == "X")
+    stored = sorted(con.execute("SELECT track_id, ts, dur, name FROM slices").fetchall())
+    assert exported == stored
+    # written as integers with a three-digit ns part, never through a float
+    assert re.findall(rb'"ts":(\d+\.\d{3})[,}]', data) and not re.findall(rb'"ts":[^,}]*e', data)
+    assert not re.findall(rb'"(?:ts|dur)":\d+(?:\.\d{0,2}|\.\d{4,})?[,}]', data)
+
+
+def test_chrome_export_carries_bytes_direction_and_correlation_in_args(traces):
+    store, a100, _ = traces
+    _, doc = chrome_doc(store.connect(a100))
+    copies = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "gpu_memcpy"]
+    assert len(copies) == 15
+    assert {(e["args"]["direction"], e["args"]["host_mem"], e["args"]["bytes"]) for e in copies} == {
+        ("h2d", "pageable", 262144000), ("d2h", "pageable", 262144000)}
+    assert all(isinstance(e["args"]["correlation"], int) for e in copies)
+
+
+def test_isolated_flows_are_v2_bind_ids_and_the_rest_s_f_pairs(tmp_path):
+    # 0->4 alone (v2); chain 1->5->2 (s/f); fan-out 3->6, 3->7 (s/f); 2 with a missing destination (lone s)
+    store, tid = built_trace(tmp_path, [(0, 4), (1, 5), (5, 2), (3, 6), (3, 7), (2, None)])
+    con = store.connect(tid)
+    _, doc = chrome_doc(con)
+    by_name = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert by_name["s0"]["bind_id"] == by_name["s4"]["bind_id"]
+    assert by_name["s0"].get("flow_out") is True and by_name["s4"].get("flow_in") is True
+    assert all("bind_id" not in by_name[f"s{i}"] for i in (1, 2, 3, 5, 6, 7))
+    ends = [(e["ph"], e["id"]) for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    assert sorted(ph for ph, _ in ends) == ["f"] * 4 + ["s"] * 5
+    assert all(e.get("bp") == "e" for e in doc["traceEvents"] if e["ph"] == "f")
+    flow_ids = {i for _, i in ends}
+    assert len(flow_ids) == 5  # one id per flow not expressed in v2
+
+
+def test_counters_become_c_events_keyed_by_unit(traces):
+    store, _, synth = traces
+    con = store.connect(synth)
+    _, doc = chrome_doc(con)
+    cs = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert len(cs) == con.execute("SELECT count(*) FROM counters").fetchone()[0] == 18
+    assert {(e["name"], next(iter(e["args"]))) for e in cs} == {
+        ("PCIe RX Throughput", "%"), ("PCIe TX Throughput", "%"), ("GPC Clock Frequency", "MHz")}
+
+
+def test_chrome_export_is_the_same_in_tiny_batches(traces):
+    store, _, synth = traces
+    con = store.connect(synth)
+    whole, _ = chrome_doc(con)
+    tiny, _ = chrome_doc(con, batch_rows=3)
+    assert whole == tiny
+
+
+def test_export_command_writes_gzip_and_refuses_unknown_ids(traces, tmp_path, capsys):
+    store, a100, _ = traces
+    out = tmp_path / "a100.json.gz"
+    ns = argparse.Namespace(store=str(store.root), id=a100[:8], format="chrome", out=out)
+    assert export_command(ns) == 0
+    with gzip.open(out) as f:
+        doc = json.load(f)
+    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 99
+    ns = argparse.Namespace(store=str(store.root), id="no-such-trace", format="chrome", out=tmp_path / "x.json")
+    assert export_command(ns) == 1
+    assert "no ready trace with id 'no-such-trace'" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_parquet_files_read_back_equal_to_the_store_without_acceltrace(traces, tmp_path):
+    store, _, synth = traces
+    out = tmp_path / "pq"
+    export_trace(store, synth, "parquet", out)
+    analysed = store.side_path(synth, "findings").exists()  # analysis runs after every ingest
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{t}.parquet" for t in ("trace_meta", "tracks", "slices", "flows", "counters") + ("findings",) * analysed)
+    con = store.connect(synth)
+    for table, cols in schema.TABLES.items():
+        names = [c for c, _ in cols]
+        arrow = pq.read_table(out / f"{table}.parquet")
+        assert arrow.column_names == names
+        key = ", ".join(f'"{c}"' for c in names)
+        stored = con.execute(f"SELECT {key} FROM {table} ORDER BY ALL").fetchall()
+        via_duckdb = duckdb.sql(f"SELECT {key} FROM read_parquet('{out / table}.parquet') ORDER BY ALL").fetchall()
+        via_arrow = sorted(zip(*[arrow[c].to_pylist() for c in names]), key=lambda r: [(v is None, v) for v in r])
+        assert via_duckdb == stored
+        assert via_arrow == sorted(stored, key=lambda r: [(v is None, v) for v in r])
+    assert pq.read_table(out / "slices.parquet").schema.field("ts").type == "int64"
+
+
+def test_parquet_includes_the_findings_of_an_analysed_trace(traces, tmp_path):
+    store, a100, _ = traces
+    side = store.side_path(a100, "findings")
+    if not side.exists():  # the pipeline analyses after ingest; without analysis/, write findings by hand
+
+        def build(con):
+            con.execute(schema.create_sql("findings", schema.FINDINGS))
+            con.execute("INSERT INTO findings (pass, severity, message) VALUES ('pageable_memory', 'warning', 'x')")
+
+        store.write_side(a100, "findings", build)
+    out = tmp_path / "pq"
+    export_trace(store, a100, "parquet", out)
+    cols = ", ".join(f'"{c}"' for c, _ in schema.FINDINGS)
+    stored = store.connect(a100).execute(f"SELECT {cols} FROM findings ORDER BY ALL").fetchall()
+    assert stored
+    assert duckdb.sql(f"SELECT {cols} FROM '{out}/findings.parquet' ORDER BY ALL").fetchall() == stored
+
+
+def test_parquet_export_replaces_its_own_output_but_not_other_files(traces, tmp_path):
+    store, a100, _ = traces
+    out = tmp_path / "pq"
+    export_trace(store, a100, "parquet", out)
+    first = sorted(p.name for p in out.iterdir())
+    export_trace(store, a100, "parquet", out)  # again: replaced in place
+    assert sorted(p.name for p in out.iterdir()) == first
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ExportError, match="already holds other files"):
+        write_parquet(store.connect(a100), out)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
+
+
+def test_chrome_round_trip_gives_the_same_canonical_summary(traces, tmp_path):
+    pytest.importorskip("ingest.chrome")
+    from ingest.summary import canonical_summary
+
+    store, a100, synth = traces
+    for tid in (a100, synth):
+        out = tmp_path / f"{tid}.json"
+        export_trace(store, tid, "chrome", out)
+        (res,) = ingest_paths(store, [out])
+        assert res.error is None, res.error
+        assert canonical_summary(store.connect(res.id)) == canonical_summary(store.connect(tid))
