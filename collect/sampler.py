@@ -63,9 +63,9 @@ class WallClock:
         left = t_ns - self.now_ns()
         if left > self.spin_ns:
             time.sleep((left - self.spin_ns) / 1e9)
-        if self.spin_ns:
-            while self.now_ns() < t_ns:
-                pass
+        # time.sleep takes float seconds and may wake a few ns early; a tick must never precede its deadline
+        while self.now_ns() < t_ns:
+            pass
 
 
 @dataclass
@@ -115,10 +115,10 @@ def plan_groups(source: CounterSource, names: list[str] | None) -> tuple[list[Co
     devices = {d.name: d for d in source.devices()}
     groups: list[tuple[str, list[str], bool]] = []
     for dev in dict.fromkeys(s.device for s in chosen):
-        fixed = [s.name for s in chosen if s.device == dev and s.slot == "fixed"]
+        fixed = [s for s in chosen if s.device == dev and s.slot == "fixed"]
         prog = [s.name for s in chosen if s.device == dev and s.slot == "programmable"]
-        if fixed:
-            groups.append((dev, fixed, False))
+        for rg in dict.fromkeys(s.read_group for s in fixed):
+            groups.append((dev, [s.name for s in fixed if s.read_group == rg], False))
         if prog:
             slots = devices[dev].slots if dev in devices else 0
             if slots <= 0:
@@ -147,11 +147,14 @@ class Sampler:
             raise SamplerError(f"rate {rate_hz} Hz outside {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz")
         self.source = source
         self.clock = clock or WallClock()
+        if getattr(source, "clock", None) is None:
+            source.clock = self.clock
         self.rate_hz = float(rate_hz)
         self.period_ns = int(round(1e9 / self.rate_hz))
         self.mux_ticks = max(1, int(mux_ticks))
         self.stats = Stats()
-        self.listeners: list[Callable[[Group, Reading], None]] = []
+        # called after every sample with (group, reading, enabled_ns, running_ns)
+        self.listeners: list[Callable[[Group, Reading, int, int], None]] = []
         self.stop_requested = False
         specs, plan = plan_groups(source, counters)
         self.specs = specs
@@ -202,7 +205,7 @@ class Sampler:
         self.writer.append(g.id, r.host_ns, dev_ticks, max(0, enabled), max(0, running), r.values)
         self.stats.samples += 1
         for fn in self.listeners:
-            fn(g, r)
+            fn(g, r, enabled, running)
 
     def _read(self, g: Group) -> Reading | None:
         try:

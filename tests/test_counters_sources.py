@@ -1,0 +1,133 @@
+"""Every counter source honours the interface: specs, devices, readers, and a round trip through ingest."""
+
+from __future__ import annotations
+
+import sys
+
+import duckdb
+import numpy as np
+import pytest
+from _counters_bank import make_bank
+
+import _fake_pynvml
+from collect.counters import SOURCES, source_class
+from collect.counters.base import CounterSource, DeviceInfo, Reading, SourceUnavailable
+from collect.counters.sim import SimSource
+from collect.sampler import Sampler, VirtualClock
+from ingest.actr import ingest_actr
+from ingest.builder import TraceBuilder
+
+
+def make_source(name, monkeypatch):
+    if name == "sim":
+        return SimSource(make_bank(span_s=0.5), VirtualClock(),
+                         links={"dev0": {"gen": 5, "width": 8, "max_payload_bytes": 512}})
+    if name == "nvml":
+        monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml.make(n_gpus=2))
+        return source_class("nvml")()
+    return source_class(name)()
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_source_describes_and_reads_raw_values(name, monkeypatch):
+    src = make_source(name, monkeypatch)
+    assert isinstance(src, CounterSource) and src.NAME == name
+    devices = src.devices()
+    assert devices and all(isinstance(d, DeviceInfo) for d in devices)
+    specs = src.specs()
+    names = [s.name for s in specs]
+    assert specs and len(names) == len(set(names))
+    assert {s.device for s in specs} <= {d.name for d in devices}
+    if src.clock is None:
+        src.clock = VirtualClock(1000)
+    for dev in {s.device for s in specs}:
+        mine = [s for s in specs if s.device == dev and not s.read_group][:8]
+        r = src.reader(dev, [s.name for s in mine])()
+        assert isinstance(r, Reading) and len(r.values) == len(mine)
+        for s, v in zip(mine, r.values):
+            assert isinstance(v, int) and 0 <= v < 2**s.bits, (s.name, v)
+    assert all(isinstance(n, str) for n in src.notes())
+    src.close()
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_source_samples_into_counter_tracks_with_units(name, monkeypatch, tmp_path):
+    src = make_source(name, monkeypatch)
+    clock = VirtualClock(10**9) if name != "host" else None
+    if name == "sim":
+        src.clock = clock
+    s = Sampler(src, tmp_path / "x.actr", rate_hz=100 if name != "host" else 50, clock=clock)
+    if name == "host":
+        s.run(0.12)
+    else:
+        if name == "nvml":
+            src.clock = clock
+        s.run(0.1)
+    s.close()
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    ingest_actr(tmp_path / "x.actr", b)
+    b.finish("actr", "x.actr")
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    tracks = dict(con.execute("SELECT name, unit FROM tracks WHERE lane = 'counter'").fetchall())
+    for spec in s.specs:
+        assert tracks.get(spec.name) == spec.unit, spec.name
+    (n,) = con.execute("SELECT count(*) FROM counters").fetchone()
+    assert n > 0
+
+
+def test_nvml_without_driver_is_unavailable_with_a_clear_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml.make(driver=False))
+    with pytest.raises(SourceUnavailable, match="no usable NVIDIA driver.*NVML Shared Library Not Found"):
+        source_class("nvml")()
+
+
+def test_nvml_leaves_out_unsupported_counters_with_a_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml.make(replay_supported=False, byte_fields=False))
+    src = source_class("nvml")()
+    names = {s.name for s in src.specs()}
+    assert "gpu0.pcie.replays" not in names and "gpu0.pcie.rx_bytes" not in names
+    assert "gpu0.pcie.rx_throughput" in names
+    assert any("gpu0.pcie.replays left out: Not Supported" in n for n in src.notes())
+    link = src.devices()[0].links["link"]
+    assert (link["gen"], link["width"]) == (5, 16)
+
+
+def test_nvml_pcie_rx_becomes_bytes_per_second_and_link_utilisation(monkeypatch, tmp_path):
+    fake = _fake_pynvml.make(rx_kib_s=20_000_000)  # ~20.5 GB/s into the GPU
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    src = source_class("nvml")()
+    clock = VirtualClock(0)
+    s = Sampler(src, tmp_path / "n.actr", rate_hz=1000, clock=clock,
+                counters=["gpu0.pcie.rx_throughput", "gpu0.pcie.rx_bytes"])
+    s.run(0.05)
+    s.close()
+    assert fake.state["shutdown"] == 1
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    ingest_actr(tmp_path / "n.actr", b)
+    b.finish("actr", "n.actr")
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    vals = dict(con.execute(
+        "SELECT t.name, avg(c.value) FROM counters c JOIN tracks t USING (track_id) GROUP BY 1").fetchall())
+    assert vals["gpu0.pcie.rx_throughput"] == pytest.approx(20_000_000 * 1024)
+    assert vals["gpu0.pcie.rx_bytes"] == pytest.approx(20_000_000 * 1024, rel=1e-3)
+    # gen 5 x16 at MPS 256: 63 GB/s x 256/280
+    assert vals["PCIe H2D utilisation (link)"] == pytest.approx(20_000_000 * 1024 / (63.015e9 * 256 / 280) * 100,
+                                                                rel=1e-3)
+
+
+def test_host_source_reports_cpu_busy_as_a_share(tmp_path):
+    src = source_class("host")()
+    s = Sampler(src, tmp_path / "h.actr", rate_hz=20, counters=["cpu.busy", "memory.used"])
+    s.run(0.3)
+    s.close()
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    ingest_actr(tmp_path / "h.actr", b)
+    b.finish("actr", "h.actr")
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    busy = np.array([r[0] for r in con.execute(
+        "SELECT value FROM counters JOIN tracks USING (track_id) WHERE name = 'cpu.busy'").fetchall()])
+    # /proc/stat counts whole jiffies (10 ms): over 50 ms intervals one jiffy more or less is 20 % of a CPU
+    assert len(busy) >= 4 and np.all((busy >= 0) & (busy <= 125.0))
+    (used,) = con.execute(
+        "SELECT max(value) FROM counters JOIN tracks USING (track_id) WHERE name = 'memory.used'").fetchone()
+    assert used > 1 << 20
