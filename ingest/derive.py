@@ -11,7 +11,7 @@ import importlib
 
 import duckdb
 
-STEPS: list[str] = []
+STEPS: list[str] = ["ingest.lod:build"]
 
 
 def run_all(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,0 +1,266 @@
+"""Level-of-detail tables for the tile server, built into every trace at ingest (a derive step).
+
+A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it comes from:
+
+- Tile groups: tracks in UI order, cut into runs of one lane and one group_name of at most
+  GROUP_MAX_TRACKS tracks (`lod_groups`, `lod_tracks`). Every LOD table is ordered by group
+  first, so a group's tile reads only its own rows.
+- `lod_slices`: every slice with dur > 0, times relative to the trace start, keyed by its
+  duration class cls = floor(log2(dur)) and ordered by (grp, cls, ts). A slice of class c
+  is shorter than 2^(c+1), so the slices of class c overlapping [t0, t1) all start in
+  [t0 - 2^(c+1), t1): per class, one ts range scan that looks back no further than the
+  class's own length. That is how long slices are "kept apart" without a second table.
+- `lod_merged`: the pyramid of merged short slices, per level from `base_level` to
+  `max_level`, per (grp, bucket, track, depth): count, busy ns, bytes and the longest
+  slice. Level L+1 is built from level L plus the slices of class L (the ones that stop
+  being long), all in SQL. Below base_level a tile aggregates lod_slices of its window
+  directly; base_level is chosen so that window holds at most ~RAW_WINDOW_ROWS rows
+  (see _base_level).
+- Instants (`lod_instants`, `lod_instant_merged`) and counter samples (`lod_counters`,
+  `lod_counter_merged`) get the same treatment with their own base levels.
+- `lod_names`: the name dictionary (name_id -> name); tiles carry name ids.
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+
+LOD_VERSION = "1"
+BUCKETS_PER_TILE = 1024
+TILE_BUCKETS_LOG2 = 10
+GROUP_MAX_TRACKS = 16
+LANE_ORDER = ("cpu", "driver", "pcie", "eu", "counter")
+# below the pyramid a tile aggregates its raw window: at most about this many rows per group
+RAW_WINDOW_ROWS = 100_000
+# about one DuckDB row group (122880 rows)
+CHUNK_ROWS = 100_000
+
+_CLS_SQL = (
+    "(floor(log2({d}))::INTEGER - CASE WHEN (1::BIGINT << floor(log2({d}))::INTEGER) > {d} THEN 1 ELSE 0 END)"
+)
+
+
+def dur_class_sql(col: str) -> str:
+    """SQL for floor(log2(col)) exactly (the float log2 rounds up just below powers of two)."""
+    return _CLS_SQL.format(d=col)
+
+
+def lane_rank_sql(col: str = "lane") -> str:
+    whens = " ".join(f"WHEN '{lane}' THEN {i}" for i, lane in enumerate(LANE_ORDER))
+    return f"(CASE {col} {whens} ELSE {len(LANE_ORDER)} END)"
+
+
+def build(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every lod_* table in the builder's connection (before the trace is published)."""
+    con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
+    try:
+        _build(con)
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+
+
+def _build(con: duckdb.DuckDBPyConnection) -> None:
+    start_ns, end_ns = (int(v) for v in con.execute(
+        "SELECT (SELECT value FROM trace_meta WHERE key = 'start_ns'), (SELECT value FROM trace_meta WHERE key = 'end_ns')"
+    ).fetchone())
+    duration_ns = max(1, end_ns - start_ns)
+    max_level = max(0, math.ceil(math.log2(duration_ns / BUCKETS_PER_TILE))) if duration_ns > BUCKETS_PER_TILE else 0
+
+    _build_groups(con)
+    con.execute(
+        "CREATE TABLE lod_names AS SELECT (row_number() OVER (ORDER BY name) - 1)::INTEGER AS name_id, name"
+        " FROM (SELECT DISTINCT name FROM slices) ORDER BY name_id"
+    )
+    cls = dur_class_sql("s.dur")
+    con.execute(
+        f"""CREATE TEMP TABLE _lod_slices AS
+        SELECT t.grp, {cls}::TINYINT AS cls, s.ts - {start_ns} AS ts, s.dur, s.track_id, s.depth::SMALLINT AS depth,
+               s.slice_id, n.name_id, s.bytes
+        FROM slices s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
+        WHERE s.dur > 0"""
+    )
+    chunk_log2 = _chunk_log2(con, "_lod_slices", max_level)
+    con.execute(
+        f"CREATE TABLE lod_slices AS SELECT grp, (ts >> {chunk_log2})::INTEGER AS chunk, * EXCLUDE (grp)"
+        " FROM _lod_slices ORDER BY grp, chunk, cls, ts"
+    )
+    con.execute("DROP TABLE _lod_slices")
+    con.execute(
+        f"""CREATE TABLE lod_instants AS
+        SELECT t.grp, s.ts - {start_ns} AS ts, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id
+        FROM slices s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
+        WHERE s.dur = 0
+        ORDER BY t.grp, ts"""
+    )
+    con.execute(
+        f"""CREATE TABLE lod_counters AS
+        SELECT t.grp, c.ts - {start_ns} AS ts, c.track_id, c.value
+        FROM counters c JOIN lod_tracks t USING (track_id)
+        ORDER BY t.grp, ts"""
+    )
+    base = _base_level(con, "lod_slices", max_level)
+    ibase = _base_level(con, "lod_instants", max_level)
+    cbase = _base_level(con, "lod_counters", max_level)
+    _build_merged_pyramid(con, base, max_level)
+    _build_instant_pyramid(con, ibase, max_level)
+    _build_counter_pyramid(con, cbase, max_level)
+    (max_cls,) = con.execute("SELECT coalesce(max(cls), 0) FROM lod_slices").fetchone()
+    con.execute(
+        "CREATE TABLE lod_group_counts AS SELECT g.grp,"
+        " (SELECT count(*) FROM lod_slices s WHERE s.grp = g.grp) AS slices,"
+        " (SELECT count(*) FROM lod_instants i WHERE i.grp = g.grp) AS instants,"
+        " (SELECT count(*) FROM lod_counters c WHERE c.grp = g.grp) AS counters"
+        " FROM lod_groups g ORDER BY g.grp"
+    )
+    info = {
+        "lod_version": LOD_VERSION, "start_ns": start_ns, "duration_ns": duration_ns,
+        "max_level": max_level, "base_level": base, "instant_base_level": ibase,
+        "counter_base_level": cbase, "max_cls": int(max_cls), "buckets_per_tile": BUCKETS_PER_TILE,
+        "chunk_log2": chunk_log2,
+    }
+    con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
+    con.executemany("INSERT INTO lod_info VALUES (?, ?)", [(k, str(v)) for k, v in info.items()])
+
+
+def _build_groups(con: duckdb.DuckDBPyConnection) -> None:
+    """Tile groups: UI-ordered runs of one (lane, group_name), at most GROUP_MAX_TRACKS tracks."""
+    con.execute(
+        f"""CREATE TEMP TABLE _ordered AS
+        SELECT t.*, coalesce(d.max_depth, 0) AS max_depth,
+               row_number() OVER (ORDER BY {lane_rank_sql('t.lane')}, t.group_name, t.sort_key, t.track_id) - 1 AS ui_order,
+               row_number() OVER (PARTITION BY t.lane, t.group_name
+                                  ORDER BY t.sort_key, t.track_id) - 1 AS pos_in_run,
+               count(*) OVER (PARTITION BY t.lane, t.group_name) AS run_len
+        FROM tracks t LEFT JOIN (SELECT track_id, max(depth) AS max_depth FROM slices GROUP BY track_id) d
+             USING (track_id)"""
+    )
+    con.execute(
+        f"""CREATE TABLE lod_tracks AS
+        SELECT track_id, ui_order::INTEGER AS ui_order, max_depth::INTEGER AS max_depth,
+               (dense_rank() OVER (ORDER BY {lane_rank_sql()}, group_name, pos_in_run // {GROUP_MAX_TRACKS}) - 1)::INTEGER AS grp,
+               (pos_in_run // {GROUP_MAX_TRACKS})::INTEGER AS part,
+               ((run_len + {GROUP_MAX_TRACKS - 1}) // {GROUP_MAX_TRACKS})::INTEGER AS parts
+        FROM _ordered ORDER BY ui_order"""
+    )
+    con.execute(
+        """CREATE TABLE lod_groups AS
+        SELECT l.grp, any_value(t.lane) AS lane, any_value(t.group_name) AS group_name,
+               any_value(l.part) AS part, any_value(l.parts) AS parts,
+               count(*) FILTER (WHERE t.lane = 'counter') > 0 AS has_counters
+        FROM lod_tracks l JOIN tracks t USING (track_id) GROUP BY l.grp ORDER BY l.grp"""
+    )
+    con.execute("DROP TABLE _ordered")
+
+
+def _chunk_log2(con, table: str, max_level: int) -> int:
+    """Width (log2 ns) of the time chunks lod_slices is ordered by, within a group.
+
+    Rows are ordered by (grp, chunk, cls, ts): a chunk of the densest group holds about one
+    DuckDB row group, so a window inside one chunk touches a row group or two whatever the
+    number of duration classes, while zonemaps on cls and ts still prune inside it.
+    """
+    (peak,) = con.execute(
+        f"SELECT max(n) FROM (SELECT count(*) AS n FROM {table} GROUP BY grp, ts >> {max_level})"
+    ).fetchone()
+    if not peak:
+        return max_level + TILE_BUCKETS_LOG2
+    rate_per_ns = peak / float(1 << max_level)
+    return int(max(10, min(max_level + TILE_BUCKETS_LOG2, math.floor(math.log2(CHUNK_ROWS / rate_per_ns)))))
+
+
+def _base_level(con, table: str, max_level: int) -> int:
+    """Lowest pyramid level: below it, a group's tile window holds at most RAW_WINDOW_ROWS events.
+
+    The densest (group, coarse bucket) of the trace, at 1/1024 of its duration, gives the
+    peak event rate; a tile at level L spans 1024 x 2^L ns, so levels under the returned
+    one read at most about RAW_WINDOW_ROWS raw rows, and levels from it up read the pyramid.
+    """
+    (peak,) = con.execute(
+        f"SELECT max(n) FROM (SELECT count(*) AS n FROM {table} GROUP BY grp, ts >> {max_level})"
+    ).fetchone()
+    if not peak:
+        return max_level
+    rate_per_ns = peak / float(1 << max_level)
+    limit = RAW_WINDOW_ROWS / (rate_per_ns * BUCKETS_PER_TILE)
+    if limit < 1:
+        return 0
+    return int(min(max_level, math.floor(math.log2(limit)) + 1))
+
+
+def _build_merged_pyramid(con, base: int, max_level: int) -> None:
+    longest = "max({'d': dur, 'neg_id': -slice_id, 'id': slice_id, 'name': name_id})"
+    con.execute(
+        f"""CREATE TEMP TABLE _lvl AS
+        SELECT grp, ts >> {base} AS b, track_id, depth, count(*)::BIGINT AS count, sum(dur)::BIGINT AS busy,
+               sum(bytes)::BIGINT AS bytes, {longest} AS longest
+        FROM lod_slices WHERE cls < {base} GROUP BY ALL"""
+    )
+    parts = [f"SELECT {base}::TINYINT AS level, * FROM _lvl_{base}"]
+    con.execute(f"CREATE TEMP TABLE _lvl_{base} AS SELECT * FROM _lvl")
+    con.execute("DROP TABLE _lvl")
+    for level in range(base + 1, max_level + 1):
+        prev = level - 1
+        con.execute(
+            f"""CREATE TEMP TABLE _lvl_{level} AS
+            SELECT grp, b >> 1 AS b, track_id, depth, sum(count)::BIGINT AS count, sum(busy)::BIGINT AS busy,
+                   sum(bytes)::BIGINT AS bytes, max(longest) AS longest
+            FROM (SELECT grp, b, track_id, depth, count, busy, bytes, longest FROM _lvl_{prev}
+                  UNION ALL
+                  SELECT grp, ts >> {prev} AS b, track_id, depth, 1, dur, bytes, {longest.replace('max(', '(', 1)}
+                  FROM lod_slices WHERE cls = {prev})
+            GROUP BY ALL"""
+        )
+        parts.append(f"SELECT {level}::TINYINT AS level, * FROM _lvl_{level}")
+    con.execute(
+        "CREATE TABLE lod_merged AS SELECT level, grp, b, track_id, depth::SMALLINT AS depth, count, busy, bytes,"
+        " longest.d AS l_dur, longest.id AS l_id, longest.name AS l_name FROM ("
+        + " UNION ALL ".join(parts) + ") ORDER BY level, grp, b, track_id, depth"
+    )
+    for level in range(base, max_level + 1):
+        con.execute(f"DROP TABLE _lvl_{level}")
+
+
+def _build_instant_pyramid(con, base: int, max_level: int) -> None:
+    first = "min({'ts': ts, 'id': slice_id, 'name': name_id})"
+    parts = []
+    for level in range(base, max_level + 1):
+        src = (
+            f"SELECT grp, ts >> {level} AS b, track_id, depth, count(*)::BIGINT AS count, {first} AS first"
+            " FROM lod_instants GROUP BY ALL"
+            if level == base else
+            f"SELECT grp, b >> 1 AS b, track_id, depth, sum(count)::BIGINT AS count, min(first) AS first"
+            f" FROM _ilvl_{level - 1} GROUP BY ALL"
+        )
+        con.execute(f"CREATE TEMP TABLE _ilvl_{level} AS {src}")
+        parts.append(f"SELECT {level}::TINYINT AS level, * FROM _ilvl_{level}")
+    con.execute(
+        "CREATE TABLE lod_instant_merged AS SELECT level, grp, b, track_id, depth::SMALLINT AS depth, count,"
+        " first.ts AS ts, first.id AS slice_id, first.name AS name_id FROM ("
+        + " UNION ALL ".join(parts) + ") ORDER BY level, grp, b, track_id, depth"
+    )
+    for level in range(base, max_level + 1):
+        con.execute(f"DROP TABLE _ilvl_{level}")
+
+
+def _build_counter_pyramid(con, base: int, max_level: int) -> None:
+    parts = []
+    for level in range(base, max_level + 1):
+        src = (
+            f"SELECT grp, ts >> {level} AS b, track_id, count(*)::BIGINT AS count, min(value) AS vmin,"
+            " max(value) AS vmax, arg_min(value, ts) AS vfirst, arg_max(value, ts) AS vlast,"
+            " min(ts) AS ts_first, max(ts) AS ts_last FROM lod_counters GROUP BY ALL"
+            if level == base else
+            f"SELECT grp, b >> 1 AS b, track_id, sum(count)::BIGINT AS count, min(vmin) AS vmin, max(vmax) AS vmax,"
+            " arg_min(vfirst, ts_first) AS vfirst, arg_max(vlast, ts_last) AS vlast,"
+            f" min(ts_first) AS ts_first, max(ts_last) AS ts_last FROM _clvl_{level - 1} GROUP BY ALL"
+        )
+        con.execute(f"CREATE TEMP TABLE _clvl_{level} AS {src}")
+        parts.append(f"SELECT {level}::TINYINT AS level, * FROM _clvl_{level}")
+    con.execute(
+        "CREATE TABLE lod_counter_merged AS SELECT * FROM (" + " UNION ALL ".join(parts)
+        + ") ORDER BY level, grp, b, track_id"
+    )
+    for level in range(base, max_level + 1):
+        con.execute(f"DROP TABLE _clvl_{level}")

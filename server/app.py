@@ -1,0 +1,91 @@
+"""The FastAPI app: assembles the routers, the shared state and one JSON error shape."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from server.deps import ApiError, AppState
+from server.routers import analysis, pages, slices, tiles, traces
+
+log = logging.getLogger("acceltrace.server")
+
+ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, pages.router]
+
+_STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                 405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "too_large",
+                 415: "unsupported_media_type", 422: "validation_error", 429: "too_many_requests"}
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def _wants_html(request: Request) -> bool:
+    return request.method == "GET" and "text/html" in request.headers.get("accept", "") \
+        and not request.url.path.startswith("/api/")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        if _wants_html(request):
+            return pages.not_found_page(request, exc)
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        code = _STATUS_CODES.get(exc.status_code, "error")
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        parts = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{where}: {err.get('msg')}")
+        return error_response(422, "validation_error", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")
+
+
+def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
+               web_dir: Path | None = None, ingest_wait_s: float = 2.0) -> FastAPI:
+    """The app for one store; nothing is opened until the lifespan starts."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state = AppState(store, max_upload_bytes=max_upload_bytes, web_dir=web_dir, ingest_wait_s=ingest_wait_s)
+        app.state.acceltrace = state
+        tdir = state.web_dir / "templates"
+        app.state.templates = Jinja2Templates(directory=str(tdir)) if tdir.is_dir() else None
+        try:
+            yield
+        finally:
+            state.close_all()
+
+    app = FastAPI(title="acceltrace", version="0.1.0", lifespan=lifespan,
+                  description="Correlated timeline and analysis of accelerator traces. All times are ns "
+                              "relative to the trace start. Errors are {\"error\": {\"code\", \"message\"}}.")
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    static_dir = (web_dir or Path(__file__).resolve().parent.parent / "web") / "static"
+    app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
+    return app

@@ -1,0 +1,143 @@
+"""Shared server state and dependencies: the store, cached read-only trace connections, errors.
+
+The catalog is read on every request (one SQLite lookup), so traces the CLI adds or removes
+while the server runs are seen at once; a removed trace answers 404 and its cached
+connection is dropped. Published trace files are opened read-only, never written.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+from fastapi import Request
+
+from ingest.store import Store
+from server.tile_engine import LodInfo
+
+OPEN_TRACES_MAX = 16
+DUCKDB_MEMORY_LIMIT = "512MB"
+
+
+class ApiError(Exception):
+    """An error answered as {"error": {"code", "message"}} with this HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def not_found(trace_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no trace with id {trace_id!r} in this store")
+
+
+@dataclass
+class TraceHandle:
+    """One published trace opened read-only; cursors from it serve one request each."""
+
+    trace_id: str
+    con: duckdb.DuckDBPyConnection
+    info: LodInfo | None
+    start_ns: int
+    cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        return self.con.cursor()
+
+    def close(self) -> None:
+        try:
+            self.con.close()
+        except duckdb.Error:
+            pass
+
+
+class AppState:
+    """What the routers share: the store, settings, the open traces, background ingests."""
+
+    def __init__(self, store_root: str | Path | None, max_upload_bytes: int = 4 << 30,
+                 web_dir: Path | None = None, ingest_wait_s: float = 2.0):
+        self.store = Store(store_root)
+        self.max_upload_bytes = max_upload_bytes
+        self.ingest_wait_s = ingest_wait_s
+        self.web_dir = web_dir or Path(__file__).resolve().parent.parent / "web"
+        self._open: OrderedDict[str, TraceHandle] = OrderedDict()
+        self._lock = threading.Lock()
+        self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
+
+    # -- catalog -----------------------------------------------------------------------------
+    def row(self, trace_id: str) -> dict:
+        row = self.store.get(trace_id) if _plausible_id(trace_id) else None
+        if row is None:
+            self.forget(trace_id)
+            raise not_found(trace_id)
+        return row
+
+    def ready_row(self, trace_id: str) -> dict:
+        row = self.row(trace_id)
+        if row["status"] != "ready":
+            raise ApiError(409, "not_ready", f"trace {trace_id!r} is {row['status']}"
+                           + (f": {row['error']}" if row.get("error") else "; try again when it is ready"))
+        return row
+
+    # -- open traces -------------------------------------------------------------------------
+    def trace(self, trace_id: str) -> TraceHandle:
+        """The open read-only handle of a ready trace (404 / 409 otherwise)."""
+        self.ready_row(trace_id)
+        with self._lock:
+            h = self._open.get(trace_id)
+            if h is not None:
+                self._open.move_to_end(trace_id)
+                return h
+        path = self.store.trace_path(trace_id)
+        try:
+            con = duckdb.connect(str(path), read_only=True,
+                                 config={"memory_limit": DUCKDB_MEMORY_LIMIT, "threads": 2})
+        except (duckdb.IOException, duckdb.Error):
+            if not path.exists():  # removed between the catalog read and the open
+                raise not_found(trace_id) from None
+            raise
+        try:
+            info = LodInfo.load(con)
+            start_ns = info.start_ns
+        except duckdb.CatalogException:  # a trace written before LOD tables existed
+            info = None
+            (v,) = con.execute("SELECT value FROM trace_meta WHERE key = 'start_ns'").fetchone()
+            start_ns = int(v)
+        h = TraceHandle(trace_id, con, info, start_ns)
+        with self._lock:
+            old = self._open.get(trace_id)
+            if old is not None:  # another request opened it meanwhile
+                h.close()
+                return old
+            self._open[trace_id] = h
+            while len(self._open) > OPEN_TRACES_MAX:
+                _, evicted = self._open.popitem(last=False)
+                evicted.close()
+        return h
+
+    def forget(self, trace_id: str) -> None:
+        with self._lock:
+            h = self._open.pop(trace_id, None)
+        if h is not None:
+            h.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            handles = list(self._open.values())
+            self._open.clear()
+        for h in handles:
+            h.close()
+
+
+def _plausible_id(trace_id: str) -> bool:
+    return 0 < len(trace_id) <= 64 and all(c.isalnum() or c in "-_" for c in trace_id)
+
+
+def get_state(request: Request) -> AppState:
+    return request.app.state.acceltrace

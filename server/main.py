@@ -1,0 +1,36 @@
+"""`acceltrace serve`: ingest the given files not yet in the store, then serve the UI and API."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def serve_command(args) -> int:
+    import uvicorn
+
+    from ingest.pipeline import ingest_paths
+    from ingest.store import Store
+    from server.app import create_app
+
+    store = Store(args.store)
+    paths = [Path(p) for p in (getattr(args, "paths", None) or [])]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        print(f"acceltrace: error: no such file or directory: {missing[0]}", file=sys.stderr)
+        return 2
+    if paths:
+        for r in ingest_paths(store, paths, skip_existing=True):
+            if r.error:
+                print(f"acceltrace: warning: not ingested: {r.error}", file=sys.stderr)
+            else:
+                what = "already in the store" if r.skipped else f"ingested ({r.counts.get('slices', 0)} slices)"
+                print(f"{r.id}  {r.name}  {what}", file=sys.stderr)
+    host, port = args.host, args.port
+    app = create_app(store.root, max_upload_bytes=args.max_upload_bytes)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"acceltrace: serving {store.root} at http://{shown}:{port}/", flush=True)
+    server.run()
+    return 0

@@ -1,0 +1,88 @@
+"""Tiles: immutable, cacheable pieces of a track group at one resolution (docs/api.md)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+
+from ingest.lod import LOD_VERSION
+from server.deps import ApiError, AppState, get_state
+from server.tile_engine import MAX_LEVEL, TILE_FORMAT_VERSION, build_tile
+
+router = APIRouter(prefix="/api/traces", tags=["tiles"])
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+TILE_MEDIA_TYPE = "application/octet-stream"
+
+
+def _group_index(state: AppState, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str]]:
+    """The group number behind ?group=gN and the sections it cannot have rows in."""
+    h = state.trace(trace_id)
+    counts = h.cache.get("group_counts")
+    if counts is None:
+        cur = h.cursor()
+        try:
+            counts = {g: (s, i, c) for g, s, i, c in cur.execute(
+                "SELECT grp, slices, instants, counters FROM lod_group_counts").fetchall()}
+        finally:
+            cur.close()
+        h.cache["group_counts"] = counts
+    if group is None:
+        total = [sum(v[k] for v in counts.values()) for k in range(3)]
+        return None, _empty_sections(*total)
+    if not (group.startswith("g") and group[1:].isdigit() and int(group[1:]) in counts):
+        raise ApiError(404, "not_found", f"no tile group {group!r} in trace {trace_id!r}; see 'groups' in its metadata")
+    grp = int(group[1:])
+    return grp, _empty_sections(*counts[grp])
+
+
+def _empty_sections(slices: int, instants: int, counters: int) -> frozenset[str]:
+    empty = set()
+    if not slices:
+        empty |= {"slices", "merged"}
+    if not instants:
+        empty.add("instants")
+    if not counters:
+        empty.add("counters")
+    return frozenset(empty)
+
+
+@router.get(
+    "/{trace_id}/tiles/{level}/{index}",
+    summary="One tile (binary)",
+    description="Level = log2(bucket ns); the tile covers 1024 buckets starting at index*1024*2^level ns after "
+                "the trace start. Per track: slices >= 1 bucket exactly, shorter ones merged per bucket and "
+                "depth, instants thinned per bucket, counters min/max/first/last per bucket. Typed-array "
+                "binary (docs/api.md). Strong ETag, immutable caching, 304 on If-None-Match.",
+    response_class=Response,
+    responses={200: {"content": {TILE_MEDIA_TYPE: {}}, "description": "the encoded tile"},
+               304: {"description": "not modified"}},
+)
+def get_tile(
+    request: Request,
+    trace_id: str,
+    level: int = Path(..., ge=0, le=MAX_LEVEL, description="log2 of the bucket width in ns"),
+    index: int = Path(..., ge=0, le=(1 << 40), description="tile index from the trace start"),
+    group: str | None = Query(None, description="a tile group id from the metadata (e.g. g0)"),
+    state: AppState = Depends(get_state),
+) -> Response:
+    h = state.trace(trace_id)
+    if h.info is None:
+        raise ApiError(409, "not_ready", f"trace {trace_id!r} has no level-of-detail tables; ingest it again")
+    grp, empty = _group_index(state, trace_id, group)
+    if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
+        empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
+    etag = '"' + hashlib.sha256(
+        f"{trace_id}/{level}/{index}/{group}/lod{LOD_VERSION}/tile{TILE_FORMAT_VERSION}".encode()
+    ).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
+    inm = request.headers.get("if-none-match")
+    if inm and etag in [t.strip() for t in inm.split(",")]:
+        return Response(status_code=304, headers=headers)
+    cur = h.cursor()
+    try:
+        body = build_tile(cur, h.info, level, index, grp, group, empty)
+    finally:
+        cur.close()
+    return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)

@@ -1,0 +1,102 @@
+"""The catalog: list, upload (with progress), delete, and one trace's metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import json
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from server import upload
+from server.deps import ApiError, AppState, get_state
+from server.metadata import catalog_entry, trace_metadata
+
+router = APIRouter(prefix="/api/traces", tags=["traces"])
+
+PROGRESS_POLL_S = 0.25
+PROGRESS_MAX_S = 3600.0
+
+
+@router.get("", summary="List traces",
+            description="The catalog, newest first: id, name, format, status (ingesting, ready, failed), "
+                        "sizes, counts, created time, ingest progress and error.")
+def list_traces(state: AppState = Depends(get_state)) -> dict:
+    return {"traces": [catalog_entry(r) for r in state.store.list()]}
+
+
+@router.post("", summary="Upload a trace",
+             description="Multipart form field `file`, or a raw body with `?name=`. Streamed to disk; over the "
+                         "size limit answers 413. Ingested in the background: 201 when ready within ~2 s, 202 "
+                         "with status 'ingesting' otherwise (follow /api/traces/{id}/progress), 422 when the "
+                         "ingest failed. Identical content already stored answers 200 with that trace.",
+             status_code=201, responses={200: {"description": "deduplicated"}, 202: {"description": "ingesting"},
+                                         413: {"description": "too large"}, 422: {"description": "ingest failed"}})
+async def upload_trace(request: Request, name: str | None = Query(None, description="trace name (raw body uploads)"),
+                       state: AppState = Depends(get_state)):
+    rec = await upload.receive(request, state, name)
+    display = name or rec.name
+    existing = await run_in_threadpool(state.store.find_by_hash, rec.sha256)
+    if existing is not None:
+        await run_in_threadpool(shutil.rmtree, rec.work_dir, True)
+        return JSONResponse({"id": existing["id"], "name": existing["name"], "status": existing["status"],
+                             "deduplicated": True, "trace": catalog_entry(existing)}, status_code=200)
+    job = await run_in_threadpool(upload.start_ingest, state, rec, display)
+    finished = await run_in_threadpool(job.done.wait, state.ingest_wait_s)
+    row = await run_in_threadpool(state.store.get, job.trace_id)
+    if finished and row is not None and row["status"] == "ready":
+        return JSONResponse({"id": job.trace_id, "name": display, "status": "ready", "trace": catalog_entry(row)},
+                            status_code=201)
+    if finished:
+        raise ApiError(422, "ingest_failed", job.error or (row or {}).get("error") or "ingest failed")
+    return JSONResponse({"id": job.trace_id, "name": display, "status": "ingesting",
+                         "progress_url": f"/api/traces/{job.trace_id}/progress"}, status_code=202)
+
+
+@router.get("/{trace_id}/progress", summary="Ingest progress (server-sent events)",
+            description="A text/event-stream of JSON events {id, status, progress, error} each time the "
+                        "catalog row changes, ending with status 'ready' or 'failed'.",
+            response_class=StreamingResponse)
+async def progress(trace_id: str, state: AppState = Depends(get_state)):
+    first = await run_in_threadpool(state.row, trace_id)
+
+    async def events():
+        row, last, waited = first, None, 0.0
+        while True:
+            cur = {"id": trace_id, "status": row["status"] if row else "removed",
+                   "progress": (row or {}).get("progress"), "error": (row or {}).get("error")}
+            if cur != last:
+                yield f"data: {json.dumps(cur)}\n\n"
+                last = cur
+            if row is None or row["status"] != "ingesting" or waited > PROGRESS_MAX_S:
+                return
+            await asyncio.sleep(PROGRESS_POLL_S)
+            waited += PROGRESS_POLL_S
+            row = await run_in_threadpool(state.store.get, trace_id)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.delete("/{trace_id}", summary="Delete a trace", status_code=204,
+               description="Removes the catalog row, then the trace file and its side files. 404 when unknown.")
+def delete_trace(trace_id: str, state: AppState = Depends(get_state)) -> Response:
+    row = state.row(trace_id)
+    if row["status"] == "ingesting":
+        raise ApiError(409, "not_ready", f"trace {trace_id!r} is still ingesting; delete it when it is done")
+    state.forget(trace_id)
+    state.store.remove(trace_id)
+    return Response(status_code=204)
+
+
+@router.get("/{trace_id}", summary="Trace metadata",
+            description="Name, format, status, duration_ns, start_abs_ns (decimal string), counts, warnings, "
+                        "dropped and lost events, PCIe link facts, tile levels, the tile groups and the tracks "
+                        "(with max_depth) in UI order. A trace still ingesting or failed answers its catalog row.")
+def get_trace(trace_id: str, state: AppState = Depends(get_state)) -> dict:
+    row = state.row(trace_id)
+    if row["status"] != "ready":
+        return catalog_entry(row)
+    return trace_metadata(state.trace(trace_id), row)

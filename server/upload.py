@@ -1,0 +1,190 @@
+"""Uploads: stream the request body to a file in the store's tmp dir, then ingest in the background.
+
+The body is never held in memory: raw bodies are written chunk by chunk, multipart bodies go
+through python-multipart's streaming parser whose file-data callback writes to disk. The size
+limit is checked against Content-Length first and against the bytes actually received always.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from ingest import pipeline
+from server.deps import ApiError, AppState
+
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+@dataclass
+class Received:
+    path: Path
+    name: str
+    size: int
+    sha256: str
+    work_dir: Path
+
+
+def safe_name(name: str | None) -> str:
+    """A file name we can put on disk that keeps the suffixes format detection uses."""
+    base = os.path.basename((name or "").replace("\\", "/")).strip() or "upload"
+    base = _SAFE.sub("_", base)[-120:].lstrip(".") or "upload"
+    return base
+
+
+class _Sink:
+    """Writes received bytes to one file, counting and hashing them, enforcing the limit."""
+
+    def __init__(self, path: Path, limit: int):
+        self.path = path
+        self.limit = limit
+        self.fh = open(path, "wb")
+        self.size = 0
+        self.hash = hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise ApiError(413, "too_large", f"upload exceeds the limit of {self.limit} bytes")
+        self.hash.update(data)
+        self.fh.write(data)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+async def receive(request, state: AppState, raw_name: str | None) -> Received:
+    """Stream the body (multipart field `file`, or raw with ?name=) into the store's tmp dir."""
+    limit = state.max_upload_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit + 64 * 1024:
+        raise ApiError(413, "too_large", f"upload of {declared} bytes exceeds the limit of {limit} bytes")
+    # <token>.<pid>.upload: Store.sweep removes it if this process dies mid-upload
+    work_dir = state.store.tmp_dir / f"up-{secrets.token_hex(8)}.{os.getpid()}.upload"
+    work_dir.mkdir(parents=True)
+    try:
+        ctype, params = parse_options_header(request.headers.get("content-type", ""))
+        if ctype == b"multipart/form-data":
+            return await _receive_multipart(request, work_dir, limit, params)
+        name = safe_name(raw_name)
+        sink = _Sink(work_dir / name, limit)
+        try:
+            async for chunk in request.stream():
+                sink.write(chunk)
+        finally:
+            sink.close()
+        if sink.size == 0:
+            raise ApiError(400, "bad_request", "empty upload; expected a trace file in the body or multipart field 'file'")
+        return Received(sink.path, raw_name or name, sink.size, sink.hash.hexdigest(), work_dir)
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+
+
+async def _receive_multipart(request, work_dir: Path, limit: int, params: dict) -> Received:
+    boundary = params.get(b"boundary")
+    if not boundary:
+        raise ApiError(400, "bad_request", "multipart body without a boundary")
+    state = {"headers": {}, "field": None, "sink": None, "filename": None, "header_name": b"", "header_value": b""}
+    found: list[tuple[str, _Sink]] = []
+
+    def on_header_field(data, start, end):
+        state["header_name"] += data[start:end]
+
+    def on_header_value(data, start, end):
+        state["header_value"] += data[start:end]
+
+    def on_header_end():
+        state["headers"][state["header_name"].lower()] = state["header_value"]
+        state["header_name"], state["header_value"] = b"", b""
+
+    def on_headers_finished():
+        disp, opts = parse_options_header(state["headers"].get(b"content-disposition", b""))
+        field_name = opts.get(b"name", b"").decode("utf-8", "replace")
+        if field_name == "file" and state["sink"] is None and not found:
+            filename = opts.get(b"filename", b"upload").decode("utf-8", "replace")
+            state["filename"] = filename
+            state["sink"] = _Sink(work_dir / safe_name(filename), limit)
+            state["field"] = "file"
+        else:
+            state["field"] = None
+
+    def on_part_data(data, start, end):
+        if state["field"] == "file":
+            state["sink"].write(data[start:end])
+
+    def on_part_end():
+        if state["field"] == "file":
+            state["sink"].close()
+            found.append((state["filename"], state["sink"]))
+        state["headers"], state["field"] = {}, None
+
+    parser = MultipartParser(boundary, {
+        "on_header_field": on_header_field, "on_header_value": on_header_value, "on_header_end": on_header_end,
+        "on_headers_finished": on_headers_finished, "on_part_data": on_part_data, "on_part_end": on_part_end,
+    })
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except ApiError:
+        raise
+    except Exception as e:  # malformed multipart
+        raise ApiError(400, "bad_request", f"malformed multipart body: {e}") from None
+    finally:
+        if state["sink"] is not None:
+            state["sink"].close()
+    if not found:
+        raise ApiError(400, "bad_request", "multipart body has no field 'file'; expected the trace in field 'file'")
+    filename, sink = found[0]
+    if sink.size == 0:
+        raise ApiError(400, "bad_request", f"uploaded file {filename!r} is empty")
+    return Received(sink.path, filename, sink.size, sink.hash.hexdigest(), work_dir)
+
+
+@dataclass
+class IngestJob:
+    trace_id: str
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob:
+    """Register the trace (so its id exists and shows 'ingesting'), then ingest in a thread."""
+    trace_id, tmp_path = state.store.begin(display_name, rec.size, rec.sha256)
+    job = IngestJob(trace_id)
+    last = [0.0]
+
+    def progress(_label: str, fraction: float) -> None:
+        now = time.monotonic()
+        if now - last[0] > 0.2 or fraction >= 1.0:  # the catalog is SQLite: don't write per read()
+            last[0] = now
+            try:
+                state.store.set_progress(trace_id, min(0.99, fraction))
+            except Exception:
+                pass
+
+    def run() -> None:
+        try:
+            with state.ingest_slots:
+                res = pipeline.ingest_one(state.store, [rec.path], display_name, keep_failed=True,
+                                          progress=progress, trace_id=trace_id, tmp_path=tmp_path)
+            job.error = res.error
+        except BaseException as e:  # never let a thread die silently with the row 'ingesting'
+            job.error = f"{display_name}: internal error while ingesting: {type(e).__name__}: {e}"
+            state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
+        finally:
+            shutil.rmtree(rec.work_dir, ignore_errors=True)
+            job.done.set()
+
+    threading.Thread(target=run, name=f"ingest-{trace_id}", daemon=True).start()
+    return job
