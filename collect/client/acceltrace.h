@@ -1,0 +1,388 @@
+/* acceltrace.h: header-only C client for the acceltrace tracing daemon (docs/tracing.md).
+ *
+ * Writes the same 64-byte records as the Python client (docs/formats.md) into a per-thread
+ * shared-memory ring handed out by `acceltrace traced`. No syscall and no allocation per
+ * event: a record is a struct copy plus a release store of the ring's write index.
+ *
+ *   #include "acceltrace.h"
+ *   at_init(NULL);                                   // $ACCELTRACE_SOCKET, or a path
+ *   uint32_t k = at_intern("gemm");                  // intern names once
+ *   int64_t t0 = at_now();  ...  at_complete(k, AT_LANE_CPU, t0, at_now() - t0, corr, 0);
+ *   at_shutdown();
+ *
+ * Thread-safe: each thread gets its own ring on first use (one socket round trip).
+ * If no daemon is reachable, at_init returns -1 and every call is a cheap no-op that
+ * counts the event in at_dropped_without_daemon().
+ * Build: cc -O2 -pthread yourfile.c (Linux, x86-64 or arm64; GCC or Clang).
+ */
+#ifndef ACCELTRACE_H
+#define ACCELTRACE_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { AT_COMPLETE = 1, AT_BEGIN = 2, AT_END = 3, AT_INSTANT = 4, AT_COUNTER = 5, AT_TRACK_NAME = 6,
+       AT_PROCESS_NAME = 7 };
+enum { AT_LANE_CPU = 0, AT_LANE_DRIVER = 1, AT_LANE_PCIE = 2, AT_LANE_EU = 3, AT_LANE_COUNTER = 4 };
+enum { AT_DIR_NONE = 0, AT_DIR_H2D = 1, AT_DIR_D2H = 2, AT_DIR_D2D = 3, AT_DIR_P2P = 4 };
+enum { AT_MEM_NONE = 0, AT_MEM_PAGEABLE = 1, AT_MEM_PINNED = 2, AT_MEM_DEVICE = 3, AT_MEM_MANAGED = 4 };
+enum { AT_FLAG_FLOW_OUT = 1, AT_FLAG_FLOW_IN = 2, AT_FLAG_HAS_BYTES = 4, AT_FLAG_HAS_CORR = 8 };
+#define AT_NO_DEVICE 255
+#define AT__API static inline __attribute__((unused))
+
+/* The record, byte for byte as docs/formats.md specifies. */
+typedef struct at_record {
+    uint8_t kind, lane, clock, direction, mem, flow_kind, flags, device;
+    uint32_t name, cat, pid, tid;
+    int64_t ts, dur;
+    uint64_t corr, bytes;
+    uint32_t flow, args;
+} at_record;
+
+_Static_assert(sizeof(at_record) == 64, "record is 64 bytes");
+_Static_assert(offsetof(at_record, name) == 8 && offsetof(at_record, tid) == 20, "record layout");
+_Static_assert(offsetof(at_record, ts) == 24 && offsetof(at_record, corr) == 40, "record layout");
+_Static_assert(offsetof(at_record, flow) == 56 && offsetof(at_record, args) == 60, "record layout");
+
+/* Ring header offsets (collect/ring.py). */
+#define AT__RING_MAGIC 0x474E5241u
+#define AT__WRITE_OFF 64
+#define AT__READ_OFF 128
+#define AT__LOST_OFF 192
+#define AT__DATA_OFF 4096
+
+typedef struct at__thread {
+    at_record *data;
+    uint64_t *write_idx, *read_idx, *lost_idx;
+    uint64_t mask, cap, w, limit, lost;
+    uint32_t tid;
+    int ring_mode, tried;
+    void *map;
+    size_t map_bytes;
+} at__thread;
+
+typedef struct at__global {
+    int fd; /* the socket, -1 when not connected */
+    pthread_mutex_t lock;
+    int ring_mode;
+    uint32_t pid;
+    uint64_t dropped_no_daemon;
+    /* interned strings: open addressing over (hash, id); texts kept for lookups */
+    size_t n_strings, cap_strings;
+    char **texts;
+    uint32_t *ids;
+    uint32_t next_id;
+} at__global;
+
+static at__global at__g = {-1, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, NULL, NULL, 1};
+static __thread at__thread at__t;
+
+AT__API int64_t at_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- socket messages: u32 length + JSON ---------------------------------------------------- */
+AT__API int at__send(const char *json, size_t n) {
+    uint32_t len = (uint32_t)n;
+    char head[4];
+    memcpy(head, &len, 4);
+    if (send(at__g.fd, head, 4, MSG_NOSIGNAL) != 4) return -1;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = send(at__g.fd, json + done, n - done, MSG_NOSIGNAL);
+        if (k <= 0) return -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+/* Receives one reply into buf (NUL-terminated); takes a passed fd if any. */
+AT__API int at__recv(char *buf, size_t cap, int *fd_out) {
+    uint32_t len = 0;
+    size_t got = 0;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    while (got < 4) {
+        struct iovec iov = {(char *)&len + got, 4 - got};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof cbuf;
+        ssize_t k = recvmsg(at__g.fd, &mh, 0);
+        if (k <= 0) return -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd_out)
+            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+        got += (size_t)k;
+    }
+    if (len >= cap) return -1;
+    got = 0;
+    while (got < len) {
+        struct iovec iov = {buf + got, len - got};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof cbuf;
+        ssize_t k = recvmsg(at__g.fd, &mh, 0);
+        if (k <= 0) return -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd_out)
+            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+        got += (size_t)k;
+    }
+    buf[len] = 0;
+    return strstr(buf, "\"ok\":true") ? 0 : -1;
+}
+
+AT__API long long at__json_int(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    return p ? atoll(p + strlen(pat)) : -1;
+}
+
+/* JSON string escaping for names (quotes, backslashes, control characters). */
+AT__API size_t at__escape(char *out, size_t cap, const char *s) {
+    size_t o = 0;
+    for (; *s && o + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { out[o++] = '\\'; out[o++] = (char)c; }
+        else if (c < 0x20) o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        else out[o++] = (char)c;
+    }
+    out[o] = 0;
+    return o;
+}
+
+/* ---- connection ------------------------------------------------------------------------------ */
+/* Connects to the daemon (path NULL: $ACCELTRACE_SOCKET). 0 on success, -1 if none is reachable. */
+AT__API int at_init(const char *path) {
+    if (!path) path = getenv("ACCELTRACE_SOCKET");
+    if (!path || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    strcpy(addr.sun_path, path);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { close(fd); return -1; }
+    pthread_mutex_lock(&at__g.lock);
+    at__g.fd = fd;
+    at__g.pid = (uint32_t)getpid();
+    char msg[256], reply[512];
+    int n = snprintf(msg, sizeof msg, "{\"op\":\"hello\",\"pid\":%u,\"version\":1,\"name\":\"c-client\"}", at__g.pid);
+    int rc = at__send(msg, (size_t)n) == 0 && at__recv(reply, sizeof reply, NULL) == 0 ? 0 : -1;
+    if (rc == 0) at__g.ring_mode = strstr(reply, "\"mode\":\"ring\"") != NULL;
+    else { close(fd); at__g.fd = -1; }
+    pthread_mutex_unlock(&at__g.lock);
+    return rc;
+}
+
+static __attribute__((noinline)) at__thread *at__ring(void) {
+    at__thread *t = &at__t;
+    if (t->data || t->tried) return t;
+    t->tried = 1;
+    t->tid = (uint32_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&at__g.lock);
+    if (at__g.fd >= 0) {
+        char msg[96], reply[256];
+        int ring_fd = -1;
+        int n = snprintf(msg, sizeof msg, "{\"op\":\"ring\",\"tid\":%u}", t->tid);
+        if (at__send(msg, (size_t)n) == 0 && at__recv(reply, sizeof reply, &ring_fd) == 0 && ring_fd >= 0) {
+            long long cap = at__json_int(reply, "capacity");
+            size_t bytes = AT__DATA_OFF + (size_t)cap * 64;
+            void *m = cap > 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, 0) : MAP_FAILED;
+            if (m != MAP_FAILED && *(uint32_t *)m == AT__RING_MAGIC) {
+                t->map = m;
+                t->map_bytes = bytes;
+                t->data = (at_record *)((char *)m + AT__DATA_OFF);
+                t->write_idx = (uint64_t *)((char *)m + AT__WRITE_OFF);
+                t->read_idx = (uint64_t *)((char *)m + AT__READ_OFF);
+                t->lost_idx = (uint64_t *)((char *)m + AT__LOST_OFF);
+                t->cap = (uint64_t)cap;
+                t->mask = (uint64_t)cap - 1;
+                t->ring_mode = at__g.ring_mode;
+                t->limit = t->ring_mode ? UINT64_MAX : t->cap;
+            }
+        }
+        if (ring_fd >= 0) close(ring_fd);
+    }
+    pthread_mutex_unlock(&at__g.lock);
+    return t;
+}
+
+/* ---- the hot path ------------------------------------------------------------------------------ */
+/* Writes one record (its ts/dur/corr/bytes already filled) into this thread's ring. */
+AT__API void at_write(const at_record *rec) {
+    at__thread *t = &at__t;
+    if (__builtin_expect(t->data == NULL, 0)) {
+        t = at__ring();
+        if (!t->data) { __atomic_fetch_add(&at__g.dropped_no_daemon, 1, __ATOMIC_RELAXED); return; }
+    }
+    uint64_t w = t->w;
+    if (__builtin_expect(w >= t->limit, 0)) {
+        t->limit = __atomic_load_n(t->read_idx, __ATOMIC_ACQUIRE) + t->cap;
+        if (w >= t->limit) { /* discard mode, ring full: count it exactly, never block */
+            __atomic_store_n(t->lost_idx, ++t->lost, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    at_record *slot = &t->data[w & t->mask];
+    *slot = *rec;
+    slot->pid = at__g.pid;
+    if (rec->lane == AT_LANE_CPU && rec->tid == 0) slot->tid = t->tid; /* device lanes keep engine/unit */
+    t->w = w + 1;
+    __atomic_store_n(t->write_idx, w + 1, __ATOMIC_RELEASE); /* a plain store on x86-64 */
+}
+
+AT__API void at_complete(uint32_t name, uint8_t lane, int64_t ts, int64_t dur, uint64_t corr, uint32_t args) {
+    at_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = AT_COMPLETE; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name;
+    r.ts = ts; r.dur = dur; r.corr = corr; r.args = args;
+    r.flags = corr ? AT_FLAG_HAS_CORR : 0;
+    at_write(&r);
+}
+
+AT__API void at_instant(uint32_t name, uint8_t lane, int64_t ts) {
+    at_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = AT_INSTANT; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = ts;
+    at_write(&r);
+}
+
+AT__API void at_begin(uint32_t name, uint8_t lane) {
+    at_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = AT_BEGIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = at_now();
+    at_write(&r);
+}
+
+AT__API void at_end(uint32_t name, uint8_t lane) {
+    at_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = AT_END; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = at_now();
+    at_write(&r);
+}
+
+AT__API void at_counter(uint32_t name, double value, uint32_t unit) {
+    at_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = AT_COUNTER; r.lane = AT_LANE_COUNTER; r.device = AT_NO_DEVICE; r.name = name; r.cat = unit;
+    r.ts = at_now();
+    memcpy(&r.dur, &value, 8);
+    at_write(&r);
+}
+
+/* A transfer or other typed event with explicit fields: fill an at_record and call at_write. */
+
+/* ---- strings ------------------------------------------------------------------------------------- */
+AT__API uint64_t at__hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) { h ^= (unsigned char)*s++; h *= 1099511628211ull; }
+    return h;
+}
+
+/* The id of `text` (interned once per process; the daemon learns it before any record uses it). */
+AT__API uint32_t at_intern(const char *text) {
+    pthread_mutex_lock(&at__g.lock);
+    if (at__g.n_strings * 2 >= at__g.cap_strings) { /* grow and rehash */
+        size_t ncap = at__g.cap_strings ? at__g.cap_strings * 2 : 256;
+        char **nt = (char **)calloc(ncap, sizeof(char *));
+        uint32_t *ni = (uint32_t *)calloc(ncap, sizeof(uint32_t));
+        for (size_t i = 0; i < at__g.cap_strings; i++) {
+            if (!at__g.texts[i]) continue;
+            size_t j = at__hash(at__g.texts[i]) & (ncap - 1);
+            while (nt[j]) j = (j + 1) & (ncap - 1);
+            nt[j] = at__g.texts[i];
+            ni[j] = at__g.ids[i];
+        }
+        free(at__g.texts);
+        free(at__g.ids);
+        at__g.texts = nt;
+        at__g.ids = ni;
+        at__g.cap_strings = ncap;
+    }
+    size_t j = at__hash(text) & (at__g.cap_strings - 1);
+    while (at__g.texts[j]) {
+        if (strcmp(at__g.texts[j], text) == 0) {
+            uint32_t id = at__g.ids[j];
+            pthread_mutex_unlock(&at__g.lock);
+            return id;
+        }
+        j = (j + 1) & (at__g.cap_strings - 1);
+    }
+    uint32_t id = at__g.next_id++;
+    at__g.texts[j] = strdup(text);
+    at__g.ids[j] = id;
+    at__g.n_strings++;
+    if (at__g.fd >= 0) {
+        size_t cap = strlen(text) * 6 + 64;
+        char *esc = (char *)malloc(cap), *msg = (char *)malloc(cap + 64);
+        at__escape(esc, cap, text);
+        int n = snprintf(msg, cap + 64, "{\"op\":\"strings\",\"entries\":[[%u,\"%s\"]]}", id, esc);
+        at__send(msg, (size_t)n);
+        free(esc);
+        free(msg);
+    }
+    pthread_mutex_unlock(&at__g.lock);
+    return id;
+}
+
+/* Names a track (lane, tid, device): a thread (cpu, tid = thread id), queue, engine or unit. */
+AT__API void at_name_track(uint8_t lane, uint32_t tid, uint8_t device, const char *name) {
+    at_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = AT_TRACK_NAME; r.lane = lane; r.device = device; r.tid = tid; r.name = at_intern(name);
+    at_write(&r);
+}
+
+AT__API uint64_t at_dropped_without_daemon(void) {
+    return __atomic_load_n(&at__g.dropped_no_daemon, __ATOMIC_RELAXED);
+}
+
+/* Waits until the daemon has written this process's published records (a socket round trip). */
+AT__API int at_flush(void) {
+    if (at__g.fd < 0) return -1;
+    pthread_mutex_lock(&at__g.lock);
+    char reply[128];
+    int rc = at__send("{\"op\":\"drain\"}", 14) == 0 && at__recv(reply, sizeof reply, NULL) == 0 ? 0 : -1;
+    pthread_mutex_unlock(&at__g.lock);
+    return rc;
+}
+
+/* Flushes and disconnects; the daemon keeps the file open for other producers. */
+AT__API void at_shutdown(void) {
+    if (at__g.fd < 0) return;
+    pthread_mutex_lock(&at__g.lock);
+    char reply[128];
+    if (at__send("{\"op\":\"bye\"}", 12) == 0) at__recv(reply, sizeof reply, NULL);
+    close(at__g.fd);
+    at__g.fd = -1;
+    pthread_mutex_unlock(&at__g.lock);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCELTRACE_H */
