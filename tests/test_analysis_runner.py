@@ -179,3 +179,13 @@ def test_analyze_command_prints_a_table_json_and_refuses_bad_parameters(store):
     assert r.returncode == 1 and "no ready trace" in r.stderr
     r = cli(store.root, "query", tid, "SELECT pass, status FROM analysis_status WHERE pass = 'launch_gaps'")
     assert r.returncode == 0 and "launch_gaps,ran" in r.stdout, r.stderr
+
+
+def test_docs_describe_every_pass_and_every_parameter():
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "analysis.md").read_text()
+    for pid in PASS_IDS:
+        assert f"### {pid}" in doc
+    for name in P.PARAMS:
+        assert f"| {name} |" in doc, name
