@@ -88,7 +88,8 @@ class Stats:
     missed_deadlines: int = 0
     late_ticks: int = 0  # taken after their deadline but before the next one
     max_late_ns: int = 0
-    busy_ns: int = 0  # wall time spent reading and writing (the sampler's own cost)
+    busy_ns: int = 0  # wall time spent in ticks (reading and writing)
+    cpu_ns: int = 0  # CPU time of the sampling thread over the whole loop, wakeups included: its real cost
     start_ns: int = 0
     end_ns: int = 0
     read_errors: int = 0
@@ -253,6 +254,7 @@ class Sampler:
             self._t0 = clock.now_ns()
             self.stats.start_ns = self._t0
         period = self.period_ns
+        cpu0 = time.thread_time_ns()
         while not self.stop_requested:
             deadline = self._t0 + self._k * period
             if end_ns is not None and deadline > end_ns:
@@ -283,6 +285,7 @@ class Sampler:
             if on_tick is not None:
                 on_tick(self)
         self.stats.end_ns = clock.now_ns()
+        self.stats.cpu_ns += time.thread_time_ns() - cpu0
         return self.stats
 
     def run(self, duration_s: float | None, on_tick=None) -> Stats:

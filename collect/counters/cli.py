@@ -62,6 +62,7 @@ class Live:
         self.rates = LiveRates(sampler.specs)
         self.units = {s.name: s.unit for s in sampler.specs}
         self.next_print = 0.0
+        self.cpu0 = time.thread_time_ns()
         self.shown = [s.name for s in sampler.specs if s.kind == "cumulative"][:3] or \
                      [s.name for s in sampler.specs][:3]
         sampler.listeners.append(self.on_sample)
@@ -82,7 +83,7 @@ class Live:
         total = f"/{self.duration_s:g}" if self.duration_s else ""
         vals = "  ".join(f"{n} {human(self.rates.latest[n], self.units[n])}"
                          for n in self.shown if n in self.rates.latest)
-        cost = st.busy_ns / max(1, sampler.clock.now_ns() - st.start_ns) * 100
+        cost = (st.cpu_ns + time.thread_time_ns() - self.cpu0) / max(1, sampler.clock.now_ns() - st.start_ns) * 100
         sys.stderr.write(f"\r{elapsed:6.1f}{total} s  {st.samples} samples  missed {st.missed_deadlines}  "
                          f"cost {cost:.1f}%  {vals}\x1b[K")
         sys.stderr.flush()
@@ -162,5 +163,5 @@ def collect_command(args) -> int:
         sys.stderr.write("\n")
     print(f"wrote {out}: {st.samples} samples of {len(sampler.specs)} counters in {len(sampler.groups)} groups "
           f"at {args.rate:g} Hz over {span_s:.2f} s; missed deadlines {st.missed_deadlines}; "
-          f"sampler cost {st.busy_ns / 1e9 / span_s * 100:.2f}% of one core ({ended})")
+          f"sampler cost {st.cpu_ns / 1e9 / span_s * 100:.2f}% of one core ({ended})")
     return {"completed": 0, "interrupted": 130}.get(ended, 1)

@@ -1,0 +1,84 @@
+"""`acceltrace collect` as a user runs it: listing, clear refusals, Ctrl-C leaving a valid file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from collect.actr import read_actr_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def collect(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "acceltrace", "collect", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_list_shows_counters_units_and_notes():
+    r = collect("--source", "host", "--list")
+    assert r.returncode == 0, r.stderr
+    assert "cpu.busy" in r.stdout and "memory.used" in r.stdout and "cumulative" in r.stdout
+    assert "perf." in r.stdout or "note:" in r.stdout  # hardware counters, or why not
+
+
+def test_nvml_without_a_driver_exits_nonzero_with_a_message(tmp_path):
+    env = dict(os.environ)
+    # whatever this machine has, a fake library path makes NVML unloadable for the child
+    env["PYTHONPATH"] = str(tmp_path)
+    (tmp_path / "pynvml.py").write_text(
+        "class NVMLError(Exception):\n    pass\n"
+        "def nvmlInit():\n    raise NVMLError('NVML Shared Library Not Found')\n")
+    r = collect("--source", "nvml", "--out", str(tmp_path / "g.actr"), env=env)
+    assert r.returncode == 2
+    assert "no usable NVIDIA driver" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "g.actr").exists()
+
+
+def test_unknown_source_counter_and_rate_are_refused(tmp_path):
+    out = str(tmp_path / "x.actr")
+    r = collect("--source", "nope", "--out", out)
+    assert r.returncode == 2 and "expected one of: host, nvml, sim" in r.stderr
+    r = collect("--source", "host", "--counters", "cpu.busy,bogus", "--out", out)
+    assert r.returncode == 2 and "unknown counter(s) bogus" in r.stderr
+    r = collect("--source", "host", "--rate", "50000", "--out", out)
+    assert r.returncode == 2 and "outside 1..10000 Hz" in r.stderr
+    r = collect("--source", "host")
+    assert r.returncode == 2 and "--out" in r.stderr
+
+
+def test_a_short_run_writes_a_complete_file_and_a_summary(tmp_path):
+    out = tmp_path / "h.actr"
+    r = collect("--source", "host", "--rate", "50", "--duration", "0.4", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "wrote" in r.stdout and "missed deadlines" in r.stdout and "% of one core" in r.stdout
+    d = read_actr_path(out)
+    assert d.tail["ended"] == "completed" and not d.truncated
+    assert d.tail["ticks"] + d.tail["missed_deadlines"] == 21
+
+
+def test_ctrl_c_ends_cleanly_with_a_valid_file(tmp_path):
+    out = tmp_path / "i.actr"
+    p = subprocess.Popen([sys.executable, "-m", "acceltrace", "collect", "--source", "host", "--rate", "200",
+                          "--duration", "60", "--out", str(out)], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        # wait until sampling has started (the header is written, and a little time has passed)
+        while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 100):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr and "(interrupted)" in stdout
+    d = read_actr_path(out)
+    assert not d.truncated and not d.warnings
+    assert d.tail["ended"] == "interrupted" and d.tail["samples"] == len(d.samples[0]) > 10
