@@ -1,7 +1,7 @@
 // The side panels: details of the selection, area aggregate, summary, findings. DOM only, built with el()
 // (textContent), so names from traces are never parsed as markup.
 
-import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANE_TITLES } from "./util.js";
+import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES } from "./util.js";
 
 function kv(rows) {
   return el("table", { class: "kv" }, rows.filter(Boolean).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))));
@@ -97,16 +97,23 @@ export function renderSummary(box, sum, ontext) {
     box.append(el("h4", {}, "Copies"), table(["direction", "memory", "count", "bytes", "GB/s"], sum.copies.map((r) => [
       nameCell(r.direction ?? "-", () => ontext(copySearch(r.direction))), r.host_mem ?? "-", fmtCount(r.count), fmtBytes(r.bytes), fmtGbps(r.gbps)])));
   }
-  for (const [lane, info] of Object.entries(sum.lanes || {})) {
+  const lanes = Object.keys(sum.lanes || {}).sort((a, b) => rank(a) - rank(b));
+  for (const lane of lanes) {
+    const info = sum.lanes[lane];
     const busy = info.busy?.fraction || [];
     const mean = busy.length ? busy.reduce((a, b) => a + b, 0) / busy.length : null;
     box.append(el("h4", {}, `${LANE_TITLES[lane] || lane}${mean !== null ? ` — busy ${(mean * 100).toFixed(1)}%` : ""}`));
     if (busy.length) box.append(sparkline(busy));
     if (info.top?.length) {
-      box.append(table(["name", "count", "total", "mean", "p95", "max"], info.top.map((r) => [
-        nameCell(r.name, ontext), fmtCount(r.count), fmtDur(r.total_ns), fmtDur(r.mean_ns), fmtDur(r.p95_ns), fmtDur(r.max_ns)])));
+      box.append(table(["name", "count", "total", "mean", "p95"], info.top.map((r) => [
+        nameCell(r.name, ontext), fmtCount(r.count), fmtDur(r.total_ns), fmtDur(r.mean_ns), fmtDur(r.p95_ns)])));
     }
   }
+}
+
+function rank(lane) {
+  const i = LANES.indexOf(lane);
+  return i < 0 ? LANES.length : i;
 }
 
 function copySearch(direction) {
