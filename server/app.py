@@ -14,11 +14,11 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.deps import ApiError, AppState
-from server.routers import analysis, export, pages, slices, tiles, traces
+from server.routers import analysis, export, live, pages, slices, tiles, traces
 
 log = logging.getLogger("acceltrace.server")
 
-ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, pages.router]
+ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, live.router, pages.router]
 
 _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "too_large",

@@ -48,7 +48,9 @@ class TraceHandle:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        return self.con.cursor()
+        cur = self.con.cursor()
+        cur.execute("USE trace")  # a cursor is a new connection: it starts in the in-memory catalog
+        return cur
 
     def close(self) -> None:
         try:
@@ -95,10 +97,14 @@ class AppState:
                 self._open.move_to_end(trace_id)
                 return h
         path = self.store.trace_path(trace_id)
+        # an in-memory instance with the file ATTACHed read-only, as Store.connect does, so other
+        # read-only opens of the same file in this process (CLI code, tests) never conflict
+        con = duckdb.connect(":memory:", config={"memory_limit": DUCKDB_MEMORY_LIMIT, "threads": 2})
         try:
-            con = duckdb.connect(str(path), read_only=True,
-                                 config={"memory_limit": DUCKDB_MEMORY_LIMIT, "threads": 2})
-        except (duckdb.IOException, duckdb.Error):
+            con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS trace (READ_ONLY)")
+            con.execute("USE trace")
+        except duckdb.Error:
+            con.close()
             if not path.exists():  # removed between the catalog read and the open
                 raise not_found(trace_id) from None
             raise

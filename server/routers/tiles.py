@@ -70,6 +70,10 @@ def get_tile(
     h = state.trace(trace_id)
     if h.info is None:
         raise ApiError(409, "not_ready", f"trace {trace_id!r} has no level-of-detail tables; ingest it again")
+    if level > h.info.max_level:
+        raise ApiError(422, "validation_error",
+                       f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
+                       "covers the whole trace)")
     grp, empty = _group_index(state, trace_id, group)
     if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
         empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end

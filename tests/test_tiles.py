@@ -1,0 +1,193 @@
+"""Tiles: what a tile reports equals a brute-force SQL over the raw slices, at any window and level."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingest.store import Store
+from server.tile_engine import decode_tile
+
+
+@pytest.fixture(scope="module")
+def synth(trace_store, api):
+    tid = trace_store.ids["synthetic"]
+    meta = api.get(f"/api/traces/{tid}").json()
+    con = duckdb.connect(str(Store(trace_store.root, sweep=False).trace_path(tid)), read_only=True)
+    yield tid, meta, con
+    con.close()
+
+
+def _fetch(api, tid, level, index, group=None):
+    url = f"/api/traces/{tid}/tiles/{level}/{index}" + (f"?group={group}" if group else "")
+    r = api.get(url)
+    assert r.status_code == 200, r.text
+    return decode_tile(r.content)
+
+
+def _track_filter(meta, group):
+    if group is None:
+        return [t["track_id"] for t in meta["tracks"]]
+    return next(g["track_ids"] for g in meta["groups"] if g["id"] == group)
+
+
+def _expected(con, meta, level, index, tracks):
+    start = int(meta["start_abs_ns"])
+    bucket = 1 << level
+    t0, t1 = index * 1024 * bucket, (index + 1) * 1024 * bucket
+    tl = ",".join(map(str, tracks))
+    long_ids = {r[0] for r in con.execute(
+        f"SELECT slice_id FROM slices WHERE track_id IN ({tl}) AND dur >= {bucket}"
+        f" AND ts - {start} < {t1} AND ts - {start} + dur > {t0}").fetchall()}
+    merged = {(r[0], r[1], r[2]): r[3:] for r in con.execute(
+        f"SELECT track_id, depth, (ts - {start}) // {bucket} - {index * 1024} AS b, count(*), sum(dur),"
+        f" max(dur), arg_min(slice_id, (-dur, slice_id)) FROM slices WHERE track_id IN ({tl})"
+        f" AND dur > 0 AND dur < {bucket} AND ts - {start} >= {t0} AND ts - {start} < {t1}"
+        " GROUP BY ALL").fetchall()}
+    instants = {(r[0], r[1], r[2]): r[3:] for r in con.execute(
+        f"SELECT track_id, depth, (ts - {start}) // {bucket} - {index * 1024} AS b, count(*),"
+        f" arg_min(slice_id, (ts, slice_id)) FROM slices WHERE track_id IN ({tl}) AND dur = 0"
+        f" AND ts - {start} >= {t0} AND ts - {start} < {t1} GROUP BY ALL").fetchall()}
+    counters = {(r[0], r[1]): r[2:] for r in con.execute(
+        f"SELECT track_id, (ts - {start}) // {bucket} - {index * 1024} AS b, count(*), min(value), max(value)"
+        f" FROM counters WHERE track_id IN ({tl}) AND ts - {start} >= {t0} AND ts - {start} < {t1}"
+        " GROUP BY ALL").fetchall()}
+    return long_ids, merged, instants, counters
+
+
+def _check(api, con, meta, tid, level, index, group):
+    header, d = _fetch(api, tid, level, index, group)
+    assert header["level"] == level and header["index"] == index and header["bucket_ns"] == 1 << level
+    long_ids, merged, instants, counters = _expected(con, meta, level, index, _track_filter(meta, group))
+    assert set(d["slices"]["id"].astype(np.int64).tolist()) == long_ids
+    assert len(d["slices"]["id"]) == len(long_ids)  # each long slice once
+    m = d["merged"]
+    got = {(int(t), int(dp), int(b)): (int(c), int(busy), int(ld), int(lid))
+           for t, dp, b, c, busy, ld, lid in zip(m["track"], m["depth"], m["bucket"], m["count"], m["busy_ns"],
+                                                  m["longest_dur"], m["longest_id"])}
+    assert got == {k: tuple(int(x) for x in v) for k, v in merged.items()}
+    i = d["instants"]
+    got_i = {(int(t), int(dp), int(b)): (int(c), int(sid))
+             for t, dp, b, c, sid in zip(i["track"], i["depth"], i["bucket"], i["count"], i["id"])}
+    assert got_i == {k: (int(v[0]), int(v[1])) for k, v in instants.items()}
+    c = d["counters"]
+    got_c = {(int(t), int(b)): (int(n), float(lo), float(hi))
+             for t, b, n, lo, hi in zip(c["track"], c["bucket"], c["count"], c["min"], c["max"])}
+    assert got_c == {k: (int(v[0]), float(v[1]), float(v[2])) for k, v in counters.items()}
+    # the string table resolves every name index
+    for sec, col in (("slices", "name"), ("merged", "longest_name"), ("instants", "name")):
+        if len(d[sec][col]):
+            assert int(d[sec][col].max()) < len(header["strings"])
+    return header, d
+
+
+def test_synthetic_trace_exercises_both_raw_windows_and_the_pyramid(synth):
+    _, meta, _ = synth
+    assert 0 < meta["levels"]["pyramid_from"] < meta["levels"]["max"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_tile_counts_and_busy_time_match_brute_force_sql(api, synth, data):
+    tid, meta, con = synth
+    level = data.draw(st.integers(0, meta["levels"]["max"]), label="level")
+    n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+    index = data.draw(st.integers(0, n_tiles - 1), label="index")
+    group = data.draw(st.sampled_from([None] + [g["id"] for g in meta["groups"]]), label="group")
+    _check(api, con, meta, tid, level, index, group)
+
+
+def test_long_slice_appears_in_every_tile_it_overlaps(api, trace_store):
+    tid = trace_store.ids["chain"]
+    long_id = trace_store.chain["long"]
+    level = 10  # 1 us buckets, ~1 ms tiles: the 10 ms slice spans about ten tiles
+    seen = []
+    for index in range(0, 12):
+        _, d = _fetch(api, tid, level, index)
+        seen.append(long_id in d["slices"]["id"].astype(np.int64).tolist())
+    assert seen[:10] == [True] * 10
+
+
+def test_short_slices_merge_with_count_busy_and_longest(api, trace_store):
+    tid = trace_store.ids["chain"]
+    # level 12: 4096 ns buckets; the 50 "tiny" slices (20 ns, every 37 ns from 20.1 us) fall in buckets 4 and 5
+    header, d = _fetch(api, tid, 12, 0)
+    m = d["merged"]
+    names = header["strings"]
+    tiny = [(int(b), int(c), int(busy)) for b, c, busy, n in zip(m["bucket"], m["count"], m["busy_ns"],
+                                                                   m["longest_name"]) if names[n] == "tiny"]
+    assert sum(c for _, c, _ in tiny) == 50
+    assert sum(busy for _, _, busy in tiny) == 50 * 20
+
+
+def test_counter_buckets_give_min_max_first_last(api, trace_store):
+    tid = trace_store.ids["chain"]
+    header, d = _fetch(api, tid, 13, 0)  # 8192 ns buckets: samples at 0, 2500, 3000, 5000 share bucket 0
+    c = d["counters"]
+    rows = {int(b): (int(n), lo, hi, first, last) for b, n, lo, hi, first, last in
+            zip(c["bucket"], c["count"], c["min"], c["max"], c["first"], c["last"])}
+    assert rows[0] == (4, 0.0, 12.5, 0.0, 3.0)
+    assert rows[3] == (1, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_tile_size_is_bounded_by_buckets_not_events(api, synth):
+    tid, meta, _ = synth
+    top = meta["levels"]["max"]
+    header, d = _fetch(api, tid, top, 0)
+    per_track_depth = {}
+    for t, dp in zip(d["merged"]["track"], d["merged"]["depth"]):
+        per_track_depth[(int(t), int(dp))] = per_track_depth.get((int(t), int(dp)), 0) + 1
+    assert max(per_track_depth.values()) <= 1024
+    assert sum(d["merged"]["count"]) > len(d["merged"]["count"])  # really merged
+
+
+def test_tile_is_cacheable_with_strong_etag_and_304(api, trace_store):
+    tid = trace_store.ids["synthetic"]
+    r = api.get(f"/api/traces/{tid}/tiles/8/1?group=g0")
+    assert r.status_code == 200, r.text
+    etag = r.headers["etag"]
+    assert etag.startswith('"') and not etag.startswith("W/")
+    assert "immutable" in r.headers["cache-control"] and "max-age=31536000" in r.headers["cache-control"]
+    r2 = api.get(f"/api/traces/{tid}/tiles/8/1?group=g0", headers={"If-None-Match": etag})
+    assert r2.status_code == 304
+    assert r2.content == b""
+    r3 = api.get(f"/api/traces/{tid}/tiles/8/2?group=g0", headers={"If-None-Match": etag})
+    assert r3.status_code == 200 and r3.headers["etag"] != etag
+
+
+def test_tile_binary_layout_is_aligned_and_little_endian(api, trace_store):
+    tid = trace_store.ids["chain"]
+    r = api.get(f"/api/traces/{tid}/tiles/10/0")
+    assert r.status_code == 200, r.text
+    buf = r.content
+    hlen = int.from_bytes(buf[:4], "little")
+    body = 4 + hlen + (-(4 + hlen)) % 8
+    header, _ = decode_tile(buf)
+    for sec in header["sections"].values():
+        for col in sec["columns"].values():
+            assert col["offset"] % 8 == 0
+            assert body + col["offset"] <= len(buf)
+
+
+def test_tile_errors_unknown_group_bad_level_and_unknown_trace(api, trace_store):
+    tid = trace_store.ids["chain"]
+    r = api.get(f"/api/traces/{tid}/tiles/10/0?group=g99")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = api.get(f"/api/traces/{tid}/tiles/99/0")
+    assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
+    top = api.get(f"/api/traces/{tid}").json()["levels"]["max"]
+    r = api.get(f"/api/traces/{tid}/tiles/{top + 1}/0")
+    assert r.status_code == 422 and "max level" in r.json()["error"]["message"]
+    r = api.get(f"/api/traces/{tid}/tiles/10/-1")
+    assert r.status_code == 422
+    r = api.get("/api/traces/nonexistent-id/tiles/10/0")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_tile_past_the_end_of_the_trace_is_empty(api, trace_store):
+    tid = trace_store.ids["chain"]
+    header, _ = _fetch(api, tid, 4, 10_000_000)
+    assert all(s["rows"] == 0 for s in header["sections"].values())
