@@ -203,7 +203,13 @@ class Sampler:
             else:
                 running = enabled
         dev_ticks = NO_DEV_TICKS if r.dev_ticks is None else r.dev_ticks
-        self.writer.append(g.id, r.host_ns, dev_ticks, max(0, enabled), max(0, running), r.values)
+        try:
+            self.writer.append(g.id, r.host_ns, dev_ticks, max(0, enabled), max(0, running), r.values)
+        except ValueError as e:  # a source bug (a value out of range) costs this sample, not the run
+            self.stats.read_errors += 1
+            if self.stats.read_errors <= 5:
+                self.writer.note({"message": f"sample of group {g.id} ({g.device}) dropped: {e}"})
+            return
         self.stats.samples += 1
         for fn in self.listeners:
             fn(g, r, enabled, running)

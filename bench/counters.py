@@ -1,0 +1,157 @@
+"""Counter collection cost: the sampler in real time with 64 sim counters, and the cost of each source's read.
+
+    .venv/bin/python bench/counters.py                 # ~15 s: rates 100 Hz .. 10 kHz, 2 s each
+    .venv/bin/python bench/counters.py --seconds 10    # longer runs per rate
+    .venv/bin/python bench/counters.py --spin-us 60    # busy-wait the last 60 us of each sleep
+
+Prints a table: per rate, the sampler's CPU time as % of one core (the sampling thread's
+CPU time over the run, wakeups included), missed deadlines and lateness; then the
+largest rate sustained without a missed deadline, next to the anchors (Nsight Systems
+GPU metrics: 10 kHz default, 200 kHz max; perf stat -I: 10 ms, i.e. 100 Hz, at best);
+then the cost of one read for every source available here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from collect.counters import source_class  # noqa: E402
+from collect.counters.base import SourceUnavailable  # noqa: E402
+from collect.counters.sim import SimSource  # noqa: E402
+from collect.sampler import Sampler, WallClock  # noqa: E402
+
+NSYS_DEFAULT_HZ = 10_000
+NSYS_MAX_HZ = 200_000
+PERF_STAT_MIN_HZ = 100
+
+
+def synthetic_bank(n_counters: int = 64, span_s: float = 60.0, slots: int = 0):
+    """A RegisterBank of n bursty 32/48-bit counters over span_s (fixed counters unless slots > 0)."""
+    from sim.registers import CounterSpec, RegisterBank
+
+    rng = np.random.default_rng(0)
+    bank = RegisterBank()
+    for i in range(n_counters):
+        kind = "gauge" if i % 16 == 15 else "cumulative"
+        bank.define(CounterSpec(f"dev0.c{i:02d}", "bytes", 32 if i % 2 else 48, kind, "dev0",
+                                "programmable" if (slots and i >= 8) else "fixed", peak_per_s=25e9))
+    if slots:
+        bank.programmable_slots["dev0"] = slots
+    edges = np.arange(0, span_s * 1e9 + 2e6, 2e6)
+    for s in bank.specs:
+        if s.kind == "gauge":
+            bank.extend_levels(s.name, edges[:-1], rng.integers(0, 64, len(edges) - 1))
+        else:
+            bank.extend_segments(s.name, edges[:-1], edges[1:], rng.uniform(0, 25, len(edges) - 1))
+    bank.freeze(0, span_s * 1e9)
+    return bank
+
+
+def model_bank(seconds: float):
+    """The llm-inference scenario's bank when the device model offers it, else None."""
+    try:
+        src = SimSource.realtime(duration_s=seconds)
+    except SourceUnavailable:
+        return None
+    return src.bank
+
+
+def run_rate(bank, rate_hz: float, seconds: float, spin_ns: int, names=None) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        clock = WallClock(spin_ns=spin_ns)
+        src = SimSource(bank, clock)
+        src.realtime_anchor = True
+        s = Sampler(src, Path(d) / "b.actr", rate_hz=rate_hz, counters=names, clock=clock)
+        st = s.run(seconds)
+        s.close()
+        wall = (st.end_ns - st.start_ns) / 1e9
+        return {"rate": rate_hz, "cpu_pct": st.cpu_ns / 1e9 / wall * 100, "ticks": st.ticks,
+                "missed": st.missed_deadlines, "late": st.late_ticks, "max_late_us": st.max_late_ns / 1e3,
+                "tick_us": st.busy_ns / max(1, st.ticks) / 1e3, "groups": len(s.groups),
+                "file_mb": os.path.getsize(Path(d) / "b.actr") / 1e6}
+
+
+def read_cost_us(read, n: int) -> float:
+    read()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        read()
+    return (time.perf_counter_ns() - t0) / n / 1e3
+
+
+def source_costs(bank, n: int) -> list[tuple[str, str]]:
+    rows = []
+    clock = WallClock()
+    src = SimSource(bank, clock)
+    names = [s.name for s in src.specs()][:64]
+    rows.append((f"sim ({len(names)} registers, one reader)", f"{read_cost_us(src.reader('dev0', names), n):.1f} us"))
+    for name in ("host", "nvml"):
+        try:
+            s = source_class(name)()
+        except SourceUnavailable as e:
+            rows.append((name, f"unavailable: {str(e)[:90]}"))
+            continue
+        s.clock = clock
+        groups: dict[tuple, list[str]] = {}
+        for spec in s.specs():
+            groups.setdefault((spec.device, spec.read_group), []).append(spec.name)
+        for (dev, rg), names in groups.items():
+            label = f"{name} {dev}{' ' + rg if rg else ''} ({len(names)} counters)"
+            rows.append((label, f"{read_cost_us(s.reader(dev, names), max(10, n // 10)):.1f} us"))
+        for note in s.notes():
+            rows.append((f"{name} note", note[:110]))
+        s.close()
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=2.0, help="real-time seconds per rate")
+    ap.add_argument("--rates", default="100,1000,2000,5000,10000")
+    ap.add_argument("--counters", type=int, default=64)
+    ap.add_argument("--spin-us", type=float, default=0.0)
+    ap.add_argument("--reads", type=int, default=2000, help="reads per source for the per-read cost")
+    a = ap.parse_args(argv)
+    rates = [float(r) for r in a.rates.split(",")]
+    bank = model_bank(a.seconds + 1)
+    names = None
+    if bank is not None:
+        names = [s.name for s in bank.specs][: a.counters]
+        what = f"llm-inference model registers ({len(names)} counters)"
+    else:
+        bank = synthetic_bank(a.counters, span_s=a.seconds + 5)
+        what = f"synthetic register bank ({a.counters} counters; the model's bank API is not available)"
+    print(f"sampler in real time, sim source: {what}; {a.seconds:g} s per rate, spin {a.spin_us:g} us")
+    print(f"{'rate Hz':>8} {'CPU % core':>10} {'ticks':>7} {'missed':>6} {'late':>6} {'max late us':>11}"
+          f" {'tick us':>8} {'MB':>6}")
+    ok_rates = []
+    for r in rates:
+        row = run_rate(bank, r, a.seconds, int(a.spin_us * 1000), names)
+        print(f"{row['rate']:>8g} {row['cpu_pct']:>10.2f} {row['ticks']:>7} {row['missed']:>6} {row['late']:>6}"
+              f" {row['max_late_us']:>11.0f} {row['tick_us']:>8.1f} {row['file_mb']:>6.2f}")
+        if row["missed"] == 0:
+            ok_rates.append(r)
+        if r == 1000:
+            target = "meets" if row["cpu_pct"] <= 5.0 else "MISSES"
+            print(f"         target 1 kHz x {a.counters} counters <= 5% of a core: {target}")
+    best = max(ok_rates) if ok_rates else 0
+    print(f"largest rate without a missed deadline: {best:g} Hz"
+          f" = {best / NSYS_DEFAULT_HZ:.2f}x Nsight Systems' default {NSYS_DEFAULT_HZ} Hz"
+          f" ({best / NSYS_MAX_HZ:.3f}x its max {NSYS_MAX_HZ} Hz), {best / PERF_STAT_MIN_HZ:.0f}x perf stat -I 10 ms")
+    print("cost of one read per source:")
+    for label, cost in source_costs(bank, a.reads):
+        print(f"  {label:48} {cost}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
