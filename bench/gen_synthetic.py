@@ -49,7 +49,7 @@ def generate(builder: TraceBuilder, n_slices: int, n_tracks: int = 200, seed: in
     zipf_w = 1.0 / np.arange(1, len(vocab) + 1)
     zipf_w /= zipf_w.sum()
     tracks = np.array([
-        builder.track(LANES[i % 4], f"{LANES[i % 4]} {i}", group_name=f"{LANES[i % 4]} group {i // 40}",
+        builder.track(LANES[i % 4], f"{LANES[i % 4]} {i}", group_name=f"{LANES[i % 4]} group {i // 80}",
                       device=None if LANES[i % 4] == "cpu" else str(i % 2), sort_key=i)
         for i in range(n_tracks)
     ], dtype=np.int32)

@@ -66,12 +66,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
-               web_dir: Path | None = None, ingest_wait_s: float = 2.0) -> FastAPI:
+               web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0) -> FastAPI:
     """The app for one store; nothing is opened until the lifespan starts."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state = AppState(store, max_upload_bytes=max_upload_bytes, web_dir=web_dir, ingest_wait_s=ingest_wait_s)
+        state = AppState(store, max_upload_bytes=max_upload_bytes, web_dir=web_dir, ingest_wait_s=ingest_wait_s,
+                         query_timeout_s=query_timeout_s)
         app.state.acceltrace = state
         tdir = state.web_dir / "templates"
         app.state.templates = Jinja2Templates(directory=str(tdir)) if tdir.is_dir() else None

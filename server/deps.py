@@ -63,9 +63,10 @@ class AppState:
     """What the routers share: the store, settings, the open traces, background ingests."""
 
     def __init__(self, store_root: str | Path | None, max_upload_bytes: int = 4 << 30,
-                 web_dir: Path | None = None, ingest_wait_s: float = 2.0):
+                 web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0):
         self.store = Store(store_root)
         self.max_upload_bytes = max_upload_bytes
+        self.query_timeout_s = query_timeout_s
         self.ingest_wait_s = ingest_wait_s
         self.web_dir = web_dir or Path(__file__).resolve().parent.parent / "web"
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()

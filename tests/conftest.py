@@ -93,7 +93,7 @@ def trace_store(tmp_path_factory) -> TraceStore:
     saved = lod.RAW_WINDOW_ROWS
     lod.RAW_WINDOW_ROWS = 2_000  # small, so the pyramid starts at a low level in a small trace
     try:
-        ts.ids["synthetic"], _ = build_trace(store, 40_000, name="synthetic", n_tracks=24, seed=7,
+        ts.ids["synthetic"], _ = build_trace(store, 40_000, name="synthetic", n_tracks=72, seed=7,
                                              n_counter_tracks=2, counter_period_ns=3_000, batch_rows=20_000)
     finally:
         lod.RAW_WINDOW_ROWS = saved
@@ -107,7 +107,8 @@ def api(trace_store):
 
     from server.app import create_app
 
-    with TestClient(create_app(trace_store.root, max_upload_bytes=8 << 20), raise_server_exceptions=False) as c:
+    app = create_app(trace_store.root, max_upload_bytes=8 << 20, query_timeout_s=2.0)
+    with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
 

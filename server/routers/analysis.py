@@ -45,7 +45,8 @@ def query(trace_id: str, body: QueryIn, state: AppState = Depends(get_state)) ->
     state.ready_row(trace_id)
     t0 = time.perf_counter()
     try:
-        cols, rows, truncated = run_readonly(state.store, trace_id, body.sql, max_rows=body.max_rows)
+        cols, rows, truncated = run_readonly(state.store, trace_id, body.sql, max_rows=body.max_rows,
+                                             timeout_s=state.query_timeout_s)
     except QueryError as e:
         raise ApiError(400, e.code, str(e)) from None
     except FileNotFoundError:
