@@ -20,24 +20,38 @@ function tileColour(tile, lane, i, dark) {
   return c;
 }
 
-/** Coalesces rects of one colour on one row into runs, flushing when colour or gap changes. */
+/**
+ * Coalesces adjacent rects of one colour on one row into runs, and paints the runs grouped by colour so
+ * fillStyle (a string parse) is set once per colour per phase, not once per rect.
+ */
 class RunBatcher {
-  constructor(ctx) { this.ctx = ctx; this.runs = new Map(); }
+  constructor(ctx) { this.ctx = ctx; this.runs = new Map(); this.byColour = new Map(); }
   add(row, x0, x1, y, h, colour) {
-    let r = this.runs.get(row);
+    const r = this.runs.get(row);
     if (r && r.colour === colour && x0 <= r.x1 + 0.75 && r.y === y) {
       if (x1 > r.x1) r.x1 = x1;
       return;
     }
-    if (r) this.flushRun(r);
+    if (r) this.finish(r);
     this.runs.set(row, { x0, x1, y, h, colour });
   }
-  flushRun(r) {
-    const ctx = this.ctx;
-    if (ctx.fillStyle !== r.colour) ctx.fillStyle = r.colour;
-    ctx.fillRect(r.x0, r.y, Math.max(r.x1 - r.x0, 1), r.h);
+  finish(r) {
+    let a = this.byColour.get(r.colour);
+    if (!a) this.byColour.set(r.colour, (a = []));
+    // whole pixels: no anti-aliased edges to rasterise, and sub-pixel slices still cover one pixel
+    const xa = Math.round(r.x0);
+    a.push(xa, r.y, Math.max(Math.round(r.x1) - xa, 1), r.h);
   }
-  flush() { for (const r of this.runs.values()) this.flushRun(r); this.runs.clear(); }
+  flush() {
+    for (const r of this.runs.values()) this.finish(r);
+    this.runs.clear();
+    const ctx = this.ctx;
+    for (const [colour, a] of this.byColour) {
+      ctx.fillStyle = colour;
+      for (let i = 0; i < a.length; i += 4) ctx.fillRect(a[i], a[i + 1], a[i + 2], a[i + 3]);
+    }
+    this.byColour.clear();
+  }
 }
 
 /**

@@ -28,10 +28,19 @@ export function nameColour(name, lane, dark = false) {
   const h = hash32(name);
   const hue = lo + (h % 1000) / 1000 * (hi - lo);
   const light = 48 + ((h >>> 10) % 16);
-  c = dark ? `hsl(${hue.toFixed(0)} 35% ${light - 22}%)` : `hsl(${hue.toFixed(0)} 58% ${light}%)`;
+  c = dark ? hslHex(hue, 0.35, (light - 22) / 100) : hslHex(hue, 0.58, light / 100);
   if (colourCache.size > 5000) colourCache.clear();
   colourCache.set(key, c);
   return c;
+}
+
+/** "#rrggbb" for an HSL colour (hex strings are the cheapest for the canvas to parse). */
+export function hslHex(hue, sat, light) {
+  const k = (n) => (n + hue / 30) % 12;
+  const a = sat * Math.min(light, 1 - light);
+  const f = (n) => light - a * Math.max(-1, Math.min(k(n) - 3, 9 - k(n), 1));
+  const hex = (v) => Math.round(v * 255).toString(16).padStart(2, "0");
+  return `#${hex(f(0))}${hex(f(8))}${hex(f(4))}`;
 }
 
 /** Human duration from ns, picking ns/us/ms/s so 3-4 significant digits show. */
