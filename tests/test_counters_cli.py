@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import numpy as np
 from pathlib import Path
 
 from collect.actr import read_actr_path
@@ -82,3 +84,38 @@ def test_ctrl_c_ends_cleanly_with_a_valid_file(tmp_path):
     d = read_actr_path(out)
     assert not d.truncated and not d.warnings
     assert d.tail["ended"] == "interrupted" and d.tail["samples"] == len(d.samples[0]) > 10
+
+
+def test_socket_streams_counter_values_to_a_running_daemon(tmp_path):
+    from collect import record as R
+    from collect.atrace import AtraceReader
+
+    sock, atrace = tmp_path / "d.sock", tmp_path / "live.atrace"
+    daemon = subprocess.Popen([sys.executable, "-m", "acceltrace", "traced", "--socket", str(sock),
+                               "--out", str(atrace)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = collect("--source", "host", "--counters", "cpu.busy,memory.used", "--rate", "20",
+                    "--duration", "0.5", "--out", str(tmp_path / "s.actr"), "--socket", str(sock))
+        assert r.returncode == 0, r.stderr
+        assert "not streaming" not in r.stderr
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=20)
+    reader = AtraceReader.open(atrace)
+    recs, streams = reader.read_all()
+    is_counter = recs["kind"] == R.COUNTER
+    counters, streams = recs[is_counter], np.asarray(streams)[is_counter]
+    names = {reader.strings[int(s)][int(n)] for s, n in zip(streams, counters["name"])}
+    # 11 samples: memory.used every time, cpu.busy (a rate) from the second on
+    assert len(counters) == 11 + 10
+    assert names == {"cpu.busy", "memory.used"}
+
+
+def test_socket_without_a_daemon_still_writes_the_file(tmp_path):
+    r = collect("--source", "host", "--rate", "20", "--duration", "0.2", "--out", str(tmp_path / "s.actr"),
+                "--socket", str(tmp_path / "nobody.sock"))
+    assert r.returncode == 0 and "not streaming" in r.stderr
+    assert read_actr_path(tmp_path / "s.actr").tail["ended"] == "completed"
