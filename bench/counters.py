@@ -5,7 +5,9 @@
     .venv/bin/python bench/counters.py --spin-us 60    # busy-wait the last 60 us of each sleep
 
 Prints a table: per rate, the sampler's CPU time as % of one core (the sampling thread's
-CPU time over the run, wakeups included), missed deadlines and lateness; then the
+CPU time over the run, wakeups included), missed deadlines and lateness, next to a bare
+loop that only sleeps to the same deadlines (the floor any timer-driven sampler pays on
+this machine, measured in the same run); then the
 largest rate sustained without a missed deadline, next to the anchors (Nsight Systems
 GPU metrics: 10 kHz default, 200 kHz max; perf stat -I: 10 ms, i.e. 100 Hz, at best);
 then the cost of one read for every source available here.
@@ -25,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collect.counters import source_class  # noqa: E402
-from collect.counters.base import SourceUnavailable  # noqa: E402
+from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable  # noqa: E402
 from collect.counters.sim import SimSource  # noqa: E402
 from collect.sampler import Sampler, WallClock  # noqa: E402
 
@@ -65,11 +67,40 @@ def model_bank(seconds: float):
     return src.bank
 
 
+class ConstSource(CounterSource):
+    """64 registers that cost nothing to read: isolates the sampler core's own cost."""
+
+    NAME = "const"
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def devices(self):
+        return [DeviceInfo("dev0", clock_hz=1e9)]
+
+    def specs(self):
+        return [CounterSpec(f"c{i}", "B/s", bits=32, device="dev0") for i in range(self.n)]
+
+    def reader(self, device, names):
+        vals = list(range(len(names)))
+        now = self.clock.now_ns
+
+        def read():
+            t = now()
+            return Reading(t, t, vals)
+
+        return read
+
+
 def run_rate(bank, rate_hz: float, seconds: float, spin_ns: int, names=None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         clock = WallClock(spin_ns=spin_ns)
-        src = SimSource(bank, clock)
-        src.realtime_anchor = True
+        if bank is None:
+            src = ConstSource(len(names))
+            names = None
+        else:
+            src = SimSource(bank, clock)
+            src.realtime_anchor = True
         s = Sampler(src, Path(d) / "b.actr", rate_hz=rate_hz, counters=names, clock=clock)
         st = s.run(seconds)
         s.close()
@@ -78,6 +109,30 @@ def run_rate(bank, rate_hz: float, seconds: float, spin_ns: int, names=None) -> 
                 "missed": st.missed_deadlines, "late": st.late_ticks, "max_late_us": st.max_late_ns / 1e3,
                 "tick_us": st.busy_ns / max(1, st.ticks) / 1e3, "groups": len(s.groups),
                 "file_mb": os.path.getsize(Path(d) / "b.actr") / 1e6}
+
+
+def bare_loop_cpu_pct(rate_hz: float, seconds: float, spin_ns: int) -> tuple[float, int]:
+    """The anchor measured in the same run: a loop that only sleeps to the same deadlines (CPU %, misses)."""
+    clock = WallClock(spin_ns=spin_ns)
+    period = int(1e9 / rate_hz)
+    t0 = clock.now_ns()
+    c0 = time.thread_time_ns()
+    missed = 0
+    k = 0
+    end = t0 + int(seconds * 1e9)
+    while True:
+        deadline = t0 + k * period
+        if deadline > end:
+            break
+        now = clock.now_ns()
+        if now < deadline:
+            clock.sleep_until(deadline)
+        elif now - deadline >= period:
+            skip = (now - deadline) // period
+            missed += skip
+            k += skip
+        k += 1
+    return (time.thread_time_ns() - c0) / 1e9 / ((clock.now_ns() - t0) / 1e9) * 100, missed
 
 
 def read_cost_us(read, n: int) -> float:
@@ -130,23 +185,29 @@ def main(argv=None) -> int:
     else:
         bank = synthetic_bank(a.counters, span_s=a.seconds + 5)
         what = f"synthetic register bank ({a.counters} counters; the model's bank API is not available)"
-    print(f"sampler in real time, sim source: {what}; {a.seconds:g} s per rate, spin {a.spin_us:g} us")
-    print(f"{'rate Hz':>8} {'CPU % core':>10} {'ticks':>7} {'missed':>6} {'late':>6} {'max late us':>11}"
-          f" {'tick us':>8} {'MB':>6}")
-    ok_rates = []
-    for r in rates:
-        row = run_rate(bank, r, a.seconds, int(a.spin_us * 1000), names)
-        print(f"{row['rate']:>8g} {row['cpu_pct']:>10.2f} {row['ticks']:>7} {row['missed']:>6} {row['late']:>6}"
-              f" {row['max_late_us']:>11.0f} {row['tick_us']:>8.1f} {row['file_mb']:>6.2f}")
-        if row["missed"] == 0:
-            ok_rates.append(r)
-        if r == 1000:
-            target = "meets" if row["cpu_pct"] <= 5.0 else "MISSES"
-            print(f"         target 1 kHz x {a.counters} counters <= 5% of a core: {target}")
-    best = max(ok_rates) if ok_rates else 0
-    print(f"largest rate without a missed deadline: {best:g} Hz"
-          f" = {best / NSYS_DEFAULT_HZ:.2f}x Nsight Systems' default {NSYS_DEFAULT_HZ} Hz"
-          f" ({best / NSYS_MAX_HZ:.3f}x its max {NSYS_MAX_HZ} Hz), {best / PERF_STAT_MIN_HZ:.0f}x perf stat -I 10 ms")
+    best = {}
+    for label, b, nm in ((f"sim source: {what}", bank, names),
+                         (f"sampler core alone: {a.counters} zero-cost registers", None, [0] * a.counters)):
+        print(f"sampler in real time, {label}; {a.seconds:g} s per rate, spin {a.spin_us:g} us")
+        print(f"{'rate Hz':>8} {'CPU % core':>10} {'bare loop %':>11} {'ticks':>7} {'missed':>6} {'bare missed':>11}"
+              f" {'late':>6} {'max late us':>11} {'tick us':>8} {'MB':>6}")
+        ok_rates = []
+        for r in rates:
+            row = run_rate(b, r, a.seconds, int(a.spin_us * 1000), nm)
+            bare, bare_missed = bare_loop_cpu_pct(r, a.seconds, int(a.spin_us * 1000))
+            print(f"{row['rate']:>8g} {row['cpu_pct']:>10.2f} {bare:>11.2f} {row['ticks']:>7} {row['missed']:>6}"
+                  f" {bare_missed:>11} {row['late']:>6} {row['max_late_us']:>11.0f} {row['tick_us']:>8.1f}"
+                  f" {row['file_mb']:>6.2f}")
+            if row["missed"] == 0:
+                ok_rates.append(r)
+            if r == 1000:
+                target = "meets" if row["cpu_pct"] <= 5.0 else "MISSES"
+                print(f"         target 1 kHz x {a.counters} counters <= 5% of a core: {target}")
+        best[label] = max(ok_rates) if ok_rates else 0
+    for label, rate in best.items():
+        print(f"largest rate without a missed deadline ({label.split(':')[0]}): {rate:g} Hz"
+              f" = {rate / NSYS_DEFAULT_HZ:.2f}x Nsight Systems' default {NSYS_DEFAULT_HZ} Hz"
+              f" ({rate / NSYS_MAX_HZ:.3f}x its max {NSYS_MAX_HZ} Hz), {rate / PERF_STAT_MIN_HZ:.0f}x perf stat -I 10 ms")
     print("cost of one read per source:")
     for label, cost in source_costs(bank, a.reads):
         print(f"  {label:48} {cost}")
