@@ -141,6 +141,7 @@ class LiveServer:
 def start_live_server(store: Path, paths=(), extra_args=(), timeout_s: float = 60.0) -> LiveServer:
     """`python -m acceltrace --store STORE serve PATHS --port P` on loopback; waits until it answers."""
     port = free_port()
+    Path(store).mkdir(parents=True, exist_ok=True)
     log_path = Path(store) / f"server-{port}.log"
     log = open(log_path, "wb")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

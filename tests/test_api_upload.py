@@ -1,0 +1,177 @@
+"""Uploads (multipart and raw, limits, garbage, dedup, concurrency, progress), delete, and a live server
+that sees traces other processes add and remove."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from ingest.store import Store
+from server.app import create_app
+
+
+def chrome_json(label: str, n: int = 200) -> bytes:
+    events = [{"ph": "X", "name": f"{label}_{i % 7}", "ts": i * 10, "dur": 5, "pid": 1, "tid": 1 + i % 3}
+              for i in range(n)]
+    return json.dumps({"traceEvents": events}).encode()
+
+
+def _wait_ready(client, trace_id: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = client.get(f"/api/traces/{trace_id}").json()
+        if row.get("status") != "ingesting":
+            return row
+        time.sleep(0.1)
+    raise AssertionError(f"trace {trace_id} still ingesting after {timeout_s} s")
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """An app on an empty store, small upload limit."""
+    with TestClient(create_app(tmp_path / "store", max_upload_bytes=1 << 20), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_multipart_upload_is_ingested_and_listed_ready(fresh):
+    r = fresh.post("/api/traces", files={"file": ("run.json", chrome_json("mp"), "application/json")})
+    assert r.status_code in (201, 202), r.text
+    tid = r.json()["id"]
+    assert len(tid) >= 22
+    meta = _wait_ready(fresh, tid)
+    assert meta["status"] == "ready" and meta["format"] == "chrome" and meta["name"] == "run.json"
+    assert meta["counts"]["slices"] == 200
+    assert [t["id"] for t in fresh.get("/api/traces").json()["traces"]] == [tid]
+    t = fresh.get(f"/api/traces/{tid}/tiles/0/0")
+    assert t.status_code == 200, t.text
+
+
+def test_raw_gzip_body_with_name_is_accepted(fresh):
+    r = fresh.post("/api/traces", params={"name": "raw.json.gz"}, content=gzip.compress(chrome_json("raw")))
+    assert r.status_code in (201, 202), r.text
+    meta = _wait_ready(fresh, r.json()["id"])
+    assert meta["status"] == "ready" and meta["name"] == "raw.json.gz"
+
+
+def test_identical_upload_is_deduplicated(fresh):
+    body = chrome_json("dup")
+    first = fresh.post("/api/traces", files={"file": ("a.json", body)})
+    _wait_ready(fresh, first.json()["id"])
+    again = fresh.post("/api/traces", files={"file": ("b.json", body)})
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == first.json()["id"] and again.json()["deduplicated"] is True
+    assert len(fresh.get("/api/traces").json()["traces"]) == 1
+
+
+def test_garbage_upload_is_a_clear_4xx_and_never_listed_ready(fresh, tmp_path):
+    r = fresh.post("/api/traces", files={"file": ("junk.bin", b"\x00\x01garbage" * 100)})
+    assert 400 <= r.status_code < 500, r.text
+    msg = r.json()["error"]["message"]
+    assert "junk.bin" in msg and "expected" in msg
+    rows = fresh.get("/api/traces").json()["traces"]
+    assert all(t["status"] != "ready" for t in rows)
+    assert all(t["status"] == "failed" and t["error"] for t in rows)
+    assert not list((tmp_path / "store" / "traces").glob("*.duckdb"))
+
+
+def test_upload_over_the_limit_is_413_and_leaves_nothing(fresh, tmp_path):
+    big = b"[" + b" " * (2 << 20) + b"]"
+    r = fresh.post("/api/traces", params={"name": "big.json"}, content=big)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["code"] == "too_large"
+    r = fresh.post("/api/traces", files={"file": ("big.json", big)})
+    assert r.status_code == 413, r.text
+    assert fresh.get("/api/traces").json()["traces"] == []
+    assert not list((tmp_path / "store" / "tmp").iterdir())
+
+
+def test_empty_upload_and_multipart_without_file_are_400(fresh):
+    r = fresh.post("/api/traces", params={"name": "x.json"}, content=b"")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+    r = fresh.post("/api/traces", data={"other": "field"}, files={"notfile": ("x.json", b"{}")})
+    assert r.status_code == 400 and "'file'" in r.json()["error"]["message"]
+
+
+def test_slow_ingest_answers_202_and_progress_stream_ends_ready(tmp_path):
+    app = create_app(tmp_path / "store", ingest_wait_s=0.0)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/api/traces", files={"file": ("slow.json", chrome_json("slow", 2000))})
+        assert r.status_code == 202, r.text
+        body = r.json()
+        assert body["status"] == "ingesting" and body["progress_url"] == f"/api/traces/{body['id']}/progress"
+        with c.stream("GET", body["progress_url"]) as s:
+            assert s.headers["content-type"].startswith("text/event-stream")
+            events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
+        assert events[-1]["status"] == "ready"
+        assert all(0 <= (e["progress"] or 0) <= 1 for e in events)
+
+
+def test_delete_removes_the_trace_and_its_files(fresh, tmp_path):
+    r = fresh.post("/api/traces", files={"file": ("del.json", chrome_json("del"))})
+    tid = r.json()["id"]
+    _wait_ready(fresh, tid)
+    fresh.get(f"/api/traces/{tid}/summary")  # creates a side file too
+    d = fresh.delete(f"/api/traces/{tid}")
+    assert d.status_code == 204, d.text
+    assert fresh.get(f"/api/traces/{tid}").status_code == 404
+    assert not list((tmp_path / "store" / "traces").glob(f"{tid}*"))
+    again = fresh.delete(f"/api/traces/{tid}")
+    assert again.status_code == 404 and again.json()["error"]["code"] == "not_found"
+
+
+def test_concurrent_uploads_to_a_live_server_all_become_ready(live_server_factory, tmp_path):
+    server = live_server_factory(tmp_path / "store")
+    results: dict[int, httpx.Response] = {}
+
+    def send(i: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            results[i] = c.post("/api/traces", files={"file": (f"c{i}.json", chrome_json(f"c{i}", 300 + i))})
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(results[i].status_code in (201, 202) for i in range(6)), {i: r.text for i, r in results.items()}
+    ids = {r.json()["id"] for r in results.values()}
+    assert len(ids) == 6
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        for tid in ids:
+            assert _wait_ready(c, tid)["status"] == "ready"
+        assert {t["id"] for t in c.get("/api/traces").json()["traces"]} == ids
+    assert "Traceback" not in server.log()
+
+
+def test_live_server_sees_traces_other_processes_add_and_remove(live_server, trace_store):
+    from bench.gen_synthetic import build_trace
+
+    store = Store(trace_store.root, sweep=False)
+    tid, _ = build_trace(store, 2_000, name="added-by-cli", n_tracks=4, n_counter_tracks=0, batch_rows=5_000)
+    with httpx.Client(base_url=live_server.url, timeout=30) as c:
+        r = c.get(f"/api/traces/{tid}")
+        assert r.status_code == 200, r.text
+        assert c.get(f"/api/traces/{tid}/tiles/0/0").status_code == 200
+        store.remove(tid)
+        for url in (f"/api/traces/{tid}", f"/api/traces/{tid}/tiles/0/0", f"/api/traces/{tid}/summary"):
+            r = c.get(url)
+            assert r.status_code == 404, r.text
+            assert r.json()["error"]["code"] == "not_found"
+        assert c.get("/api/traces").status_code == 200
+    assert "Traceback" not in live_server.log() and "ERROR" not in live_server.log()
+
+
+def test_serve_ingests_the_given_files_and_prints_the_url(live_server_factory, tmp_path):
+    trace = tmp_path / "given.json"
+    trace.write_bytes(chrome_json("given"))
+    server = live_server_factory(tmp_path / "store2", paths=[trace])
+    assert server.url.startswith("http://127.0.0.1:")
+    assert f"at {server.url}/" in server.log()
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        names = [t["name"] for t in c.get("/api/traces").json()["traces"]]
+    assert names == ["given.json"]
