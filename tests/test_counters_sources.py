@@ -131,3 +131,17 @@ def test_host_source_reports_cpu_busy_as_a_share(tmp_path):
     (used,) = con.execute(
         "SELECT max(value) FROM counters JOIN tracks USING (track_id) WHERE name = 'memory.used'").fetchone()
     assert used > 1 << 20
+
+
+def test_sim_fast_reader_returns_exactly_what_the_bank_reads():
+    from collect.counters.sim import CursorReader
+
+    bank = make_bank(seed=11, span_s=0.3)
+    names = [s.name for s in bank.specs]
+    assert CursorReader.available(bank, names)
+    read = CursorReader(bank, names)
+    rng = np.random.default_rng(2)
+    forward = np.sort(rng.uniform(-1e6, bank.end_ns + 1e6, 400))
+    backward = rng.uniform(0, bank.end_ns, 50)  # out of order: it must re-seek, not drift
+    for t in np.concatenate([forward, backward, forward[::7]]):
+        assert read(t) == bank.read_raw(names, t), t
