@@ -6,8 +6,9 @@ direction; kernels, memsets and device-side copies -> `eu` per device and stream
 metrics -> `counter` tracks; correlation ids -> flows (launch, or submit + exec/dma when a
 driver call carries the id). docs/nsys.md documents every choice.
 
-The export's tables are copied into a DuckDB staging file in the ingest's work directory and
-mapped there in SQL, so memory stays bounded and no Python runs per event.
+The export's tables are copied into a DuckDB staging database (in memory, spilling into the
+ingest's work directory past STAGE_MEMORY) and mapped there in SQL, so memory stays bounded
+and no Python runs per event.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ingest import nsys_map as m
@@ -26,6 +28,7 @@ NAME = "nsys"
 SUFFIXES = (".sqlite", ".nsys.sqlite", ".sqlite3")
 SLICE_COLUMNS = ["track_id", "ts", "dur", "name", "category", "corr_id", "bytes", "direction", "host_mem", "args"]
 BATCH_ROWS = 131_072
+STAGE_MEMORY = "1GB"
 
 
 def sniff(head: bytes) -> bool:
@@ -45,9 +48,10 @@ def ingest(source, builder) -> None:
         path = source.materialize(work)
         ex = r.open_export(path, source.name)
         try:
-            stage_path = work / f"nsys-stage-{len(list(work.glob('nsys-stage-*')))}.duckdb"
-            stage = duckdb.connect(str(stage_path))
-            stage.execute("SET preserve_insertion_order = true")
+            # in memory (no WAL, no checkpoint on close) but spilling to the work directory past the limit
+            spill = work / f"nsys-stage-{len(list(work.glob('nsys-stage-*')))}"
+            stage = duckdb.connect(":memory:", config={
+                "temp_directory": str(spill), "memory_limit": STAGE_MEMORY, "preserve_insertion_order": "true"})
             try:
                 _Ingest(ex, stage, builder, source).run()
             finally:
@@ -224,7 +228,7 @@ class _Ingest:
             role = tbl["role"]
             if role.null_count < tbl.num_rows:
                 links.append(pa.table({
-                    "slice_id": pa.array(range(first, first + tbl.num_rows), pa.int64()),
+                    "slice_id": pa.array(np.arange(first, first + tbl.num_rows, dtype=np.int64)),
                     "corr": tbl["corr_id"], "gpid": tbl["gpid"], "role": role,
                 }))
         for link in links:

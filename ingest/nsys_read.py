@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ingest.errors import IngestError
@@ -177,19 +178,24 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
     stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{_dq(c)} {t}" for c, t in cols.items())})')
     if table not in ex.columns:
         return 0
-    select = ", ".join(_dq(c) if c in have else f"NULL AS {_dq(c)}" for c in cols)
-    types = {I: pa.int64(), T: pa.string(), F: pa.float64()}
     names = list(cols)
     n = 0
     try:
+        fast = all(t == I for t in cols.values()) and _all_integers(ex, table, [c for c in names if c in have])
+        if fast:
+            # every value is an integer or NULL (checked in SQLite): one int64 matrix per batch, NULL as a sentinel
+            select = ", ".join(f"coalesce({_dq(c)}, {_NULL_INT})" if c in have else str(_NULL_INT) for c in names)
+        else:
+            select = ", ".join(_dq(c) if c in have else f"NULL AS {_dq(c)}" for c in names)
         cur = ex.con.execute(f'SELECT {select} FROM "{_q(table)}"')
         while rows := cur.fetchmany(batch_rows or BATCH_ROWS):
-            columns = list(zip(*rows))
-            arrays = []
-            for i, c in enumerate(names):
-                arrays.append(_column(ex.name, table, c, columns[i], types[cols[c]], n))
-            batch = pa.table(dict(zip(names, arrays)))
-            stage.register("_copy_batch", batch)
+            if fast:
+                matrix = np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
+                arrays = [pa.array(matrix[:, i], mask=matrix[:, i] == _NULL_INT) for i in range(len(names))]
+            else:
+                columns = list(zip(*rows))
+                arrays = [_column(ex.name, table, c, columns[i], _ARROW[cols[c]], n) for i, c in enumerate(names)]
+            stage.register("_copy_batch", pa.table(dict(zip(names, arrays))))
             try:
                 stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
             finally:
@@ -199,6 +205,19 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e})",
                           f"row {n}") from None
     return n
+
+
+_NULL_INT = -(1 << 63)  # INT64_MIN: no Nsight id, count or timestamp takes it
+_ARROW = {I: pa.int64(), T: pa.string(), F: pa.float64()}
+
+
+def _all_integers(ex: Export, table: str, columns: list[str]) -> bool:
+    """Whether every value of these columns is an integer (other than INT64_MIN) or NULL: one scan, in SQLite."""
+    if not columns:
+        return True
+    checks = " OR ".join(f"(typeof({_dq(c)}) NOT IN ('integer', 'null') OR {_dq(c)} = {_NULL_INT})" for c in columns)
+    (bad,) = ex.con.execute(f'SELECT EXISTS (SELECT 1 FROM "{_q(table)}" WHERE {checks})').fetchone()
+    return not bad
 
 
 def _column(file: str, table: str, col: str, values: tuple, typ: pa.DataType, first_row: int) -> pa.Array:

@@ -1,0 +1,89 @@
+"""Benchmark: ingesting Nsight Systems SQLite exports (events/s), against reading the same rows raw.
+
+Rows: the real A100 export (sample_traces/nsys, small: fixed costs dominate) and a synthesized
+3.x export (ingest/nsys_synth.py) of --iterations iterations (11 event rows each + GPU metric
+samples). The anchor, measured in the same run, is the floor for any Python reader: plain
+sqlite3 `SELECT *` + fetchall of the same event tables, nothing else. The ratio says how much
+the whole ingest (staging copy, SQL mapping, depths, flows, LOD summaries, publish) costs over
+just getting the rows out of SQLite.
+
+    python bench/ingest_nsys.py                      # ~220k-row synthetic export, 3 repeats
+    python bench/ingest_nsys.py --iterations 500000  # ~5.5M rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ingest import nsys_read, nsys_synth  # noqa: E402
+from ingest.pipeline import ingest_paths  # noqa: E402
+from ingest.store import Store  # noqa: E402
+
+A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+# published/measured anchor from docs (REFERENCE.md): HTA loads a 216k-event V100 trace in ~6.5 s here
+HTA_EVENTS_PER_S = 216_000 / 6.5
+
+
+def raw_read_s(path: Path) -> tuple[float, int]:
+    """Seconds to fetch every row of the event tables with plain sqlite3, and the row count."""
+    t = time.perf_counter()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    rows = 0
+    for table in nsys_read.EVENT_TABLES:
+        if table in have:
+            cur = con.execute(f'SELECT * FROM "{table}"')
+            while batch := cur.fetchmany(65536):
+                rows += len(batch)
+    con.close()
+    return time.perf_counter() - t, rows
+
+
+def ingest_s(path: Path, work: Path) -> tuple[float, dict]:
+    store = Store(work / f"store-{time.perf_counter_ns()}")
+    t = time.perf_counter()
+    (res,) = ingest_paths(store, [path])
+    dt = time.perf_counter() - t
+    if res.error:
+        raise SystemExit(f"ingest failed: {res.error}")
+    return dt, res.counts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=20_000, help="synthetic export size (11 rows each)")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
+        work = Path(tmp)
+        synth = work / "synth-3x.sqlite"
+        nsys_synth.write(synth, iterations=args.iterations, metric_samples=max(10, args.iterations // 10))
+        print(f"{'input':<34} {'rows':>10} {'MB':>7} {'ingest s':>9} {'rows/s':>11} {'raw read s':>10}"
+              f" {'ratio':>6} {'vs HTA':>7}")
+        for label, path in (("A100 saxpy (Nsight 2022, real)", A100),
+                            (f"synthetic 3.x x{args.iterations}", synth)):
+            best_ingest, best_raw, counts, rows = float("inf"), float("inf"), {}, 0
+            for _ in range(args.repeat):
+                r, rows = raw_read_s(path)
+                best_raw = min(best_raw, r)
+                d, counts = ingest_s(path, work)
+                best_ingest = min(best_ingest, d)
+            rate = rows / best_ingest
+            print(f"{label:<34} {rows:>10} {path.stat().st_size / 1e6:>7.1f} {best_ingest:>9.3f} {rate:>11.0f}"
+                  f" {best_raw:>10.3f} {best_ingest / best_raw:>6.1f} {rate / HTA_EVENTS_PER_S:>6.1f}x")
+            print(f"{'':<34} -> slices={counts['slices']} flows={counts['flows']} counters={counts['counters']}")
+    print("rows: event-table rows in the file; ratio: ingest time / raw sqlite3 fetch of those rows (same run);"
+          f" vs HTA: rows/s over HTA's {HTA_EVENTS_PER_S:.0f} events/s load rate (REFERENCE.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
