@@ -282,6 +282,15 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
             out.setdefault(dev, []).append((label, "%", ts, v / float(spec["full_scale"]) * 100.0))
 
     for (dev, role), names in by_role.items():
+        if role == "cpu_busy_jiffies":
+            for name in names:
+                prefix = name.rsplit(".", 1)[0]
+                total = series.get(prefix + ".jiffies")
+                ts, busy = series[name]
+                if total is None or not np.array_equal(total[0], ts):
+                    continue
+                ok = total[1] > 0  # both are rates over the same intervals: their ratio is busy / all
+                out.setdefault(dev, []).append((f"{prefix} utilisation", "%", ts[ok], busy[ok] / total[1][ok] * 100))
         if role != "hbm_read_bytes":
             continue
         ts, rd = series[names[0]]

@@ -104,6 +104,11 @@ def _busy_jiffies(fields: list[str]) -> int:
     return v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
 
 
+def _all_jiffies(fields: list[str]) -> int:
+    """Every state of the first eight (guest is already inside user)."""
+    return sum(int(x) for x in fields[1:9])
+
+
 class HostSource(CounterSource):
     NAME = "host"
 
@@ -112,11 +117,20 @@ class HostSource(CounterSource):
         self.hz = os.sysconf("SC_CLK_TCK")
         lines = _cpu_lines()
         self.cpus = [ln[0] for ln in lines if ln[0] != "cpu"]
-        self._specs = [CounterSpec("cpu.busy", "%", kind="cumulative", device=DEV, raw_unit="jiffies",
-                                   scale=100.0 / self.hz / max(1, len(self.cpus)),
-                                   description="busy share of all CPUs (user+nice+system+irq+softirq+steal)")]
-        self._specs += [CounterSpec(f"{c}.busy", "%", kind="cumulative", device=DEV, raw_unit="jiffies",
-                                    scale=100.0 / self.hz, description=f"busy share of {c}") for c in self.cpus]
+        # busy jiffies per second of wall time, as % (quantised to 1/USER_HZ per interval), and the
+        # jiffies counted in all states, so ingest can also show busy / all per interval (bounded 0..100)
+        self._specs = []
+        for c in ["cpu"] + self.cpus:
+            n = max(1, len(self.cpus)) if c == "cpu" else 1
+            what = "all CPUs" if c == "cpu" else c
+            self._specs += [
+                CounterSpec(f"{c}.busy", "%", kind="cumulative", device=DEV, raw_unit="jiffies",
+                            scale=100.0 / self.hz / n, role="cpu_busy_jiffies",
+                            description=f"busy time of {what} (user+nice+system+irq+softirq+steal) per wall second"),
+                CounterSpec(f"{c}.jiffies", "%", kind="cumulative", device=DEV, raw_unit="jiffies",
+                            scale=100.0 / self.hz / n, role="cpu_total_jiffies",
+                            description=f"time {what} accounted in any state per wall second"),
+            ]
         self._specs += [
             CounterSpec("memory.used", "B", kind="gauge", device=DEV, raw_unit="kB", scale=1024,
                         description="MemTotal - MemAvailable"),
@@ -159,14 +173,15 @@ class HostSource(CounterSource):
                 return Reading(self._now(), -1, [totals[i] for i in idx], (enabled, running))
 
             return read_perf
-        want_stat = any(n.endswith(".busy") for n in names)
+        want_stat = any(n.endswith((".busy", ".jiffies")) for n in names)
         want_mem = any(n.startswith("memory.") for n in names)
 
         def read() -> Reading:
             vals: dict[str, int] = {}
             if want_stat:
                 for ln in _cpu_lines():
-                    vals[f"{ln[0]}.busy" if ln[0] != "cpu" else "cpu.busy"] = _busy_jiffies(ln)
+                    vals[f"{ln[0]}.busy"] = _busy_jiffies(ln)
+                    vals[f"{ln[0]}.jiffies"] = _all_jiffies(ln)
             if want_mem:
                 mem = {}
                 with open(_PROC_MEMINFO, "rb") as f:
