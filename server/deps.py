@@ -20,6 +20,7 @@ from server.tile_engine import LodInfo
 
 OPEN_TRACES_MAX = 16
 DUCKDB_MEMORY_LIMIT = "512MB"
+TILE_CACHE_BYTES = 256 << 20
 
 
 class ApiError(Exception):
@@ -72,6 +73,7 @@ class AppState:
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
+        self.tiles = TileCache(TILE_CACHE_BYTES)
 
     # -- catalog -----------------------------------------------------------------------------
     def row(self, trace_id: str) -> dict:
@@ -129,6 +131,7 @@ class AppState:
         return h
 
     def forget(self, trace_id: str) -> None:
+        self.tiles.drop_trace(trace_id)
         with self._lock:
             h = self._open.pop(trace_id, None)
         if h is not None:
@@ -140,6 +143,41 @@ class AppState:
             self._open.clear()
         for h in handles:
             h.close()
+
+
+class TileCache:
+    """Encoded tiles of published traces (immutable), least recently used out beyond a byte budget."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._d: OrderedDict[tuple, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> bytes | None:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key: tuple, value: bytes) -> None:
+        if len(value) > self.max_bytes // 8:
+            return  # one huge tile must not flush everything else
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self.bytes -= len(old)
+            self._d[key] = value
+            self.bytes += len(value)
+            while self.bytes > self.max_bytes:
+                _, v = self._d.popitem(last=False)
+                self.bytes -= len(v)
+
+    def drop_trace(self, trace_id: str) -> None:
+        with self._lock:
+            for k in [k for k in self._d if k[0] == trace_id]:
+                self.bytes -= len(self._d.pop(k))
 
 
 def _plausible_id(trace_id: str) -> bool:

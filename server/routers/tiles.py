@@ -84,9 +84,13 @@ def get_tile(
     inm = request.headers.get("if-none-match")
     if inm and etag in [t.strip() for t in inm.split(",")]:
         return Response(status_code=304, headers=headers)
-    cur = h.cursor()
-    try:
-        body = build_tile(cur, h.info, level, index, grp, group, empty)
-    finally:
-        cur.close()
+    key = (trace_id, level, index, group)
+    body = state.tiles.get(key)
+    if body is None:
+        cur = h.cursor()
+        try:
+            body = build_tile(cur, h.info, level, index, grp, group, empty)
+        finally:
+            cur.close()
+        state.tiles.put(key, body)
     return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)

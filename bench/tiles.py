@@ -1,0 +1,115 @@
+"""Tile latency at every level for synthetic traces of 1M and 10M slices (100M with --sizes 100M).
+
+For each size: generate the trace into a store (ingest + LOD time), start a real server,
+then per level request TILES_PER_LEVEL random (group, index) tiles once each (cold: the
+first request for that tile since the server started, computed from the LOD tables) and
+again (repeated: answered from the server's tile cache), and print p50/p95, the largest tile, the
+server's peak RSS, and the single-track time next to Perfetto's published per-track mipmap
+query (160-220 us).
+
+    python -m bench.tiles                      # 1M and 10M
+    python -m bench.tiles --sizes 100M         # long on 2 cores
+    python -m bench.tiles --sizes 1M --reuse   # keep the generated traces in bench/out/store
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench._server import BenchServer
+from bench.gen_synthetic import build_trace
+from ingest.store import Store
+
+PERFETTO_TRACK_QUERY_US = (160, 220)  # published, google/perfetto commit 7c1d844
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def _size(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(s[-1], 1)
+    return int(float(s.rstrip("KMG")) * mult)
+
+
+def _pct(xs, p):
+    return float(np.percentile(np.array(xs) * 1000, p)) if xs else float("nan")
+
+
+def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int) -> dict:
+    name = f"bench-{n}"
+    existing = [r for r in store.list("ready") if r["name"] == name] if reuse else []
+    if existing:
+        tid, ingest_s = existing[0]["id"], float("nan")
+    else:
+        t0 = time.perf_counter()
+        tid, info = build_trace(store, n, name=name, seed=seed)
+        ingest_s = time.perf_counter() - t0
+    server = BenchServer(store.root)
+    rows = []
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            meta = c.get(f"/api/traces/{tid}").json()
+            groups = [g for g in meta["groups"] if g["lane"] != "counter"]
+            rng = np.random.default_rng(seed)
+            single = []
+            for level in range(0, meta["max_level"] + 1):
+                n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+                picks = [(groups[int(rng.integers(len(groups)))]["id"], int(rng.integers(n_tiles)))
+                         for _ in range(tiles_per_level)]
+                cold, warm, sizes = [], [], []
+                for g, i in picks:
+                    url = f"/api/traces/{tid}/tiles/{level}/{i}?group={g}"
+                    t = time.perf_counter()
+                    r = c.get(url)
+                    cold.append(time.perf_counter() - t)
+                    assert r.status_code == 200, r.text
+                    sizes.append(len(r.content))
+                    t = time.perf_counter()
+                    c.get(url)
+                    warm.append(time.perf_counter() - t)
+                ntr = {g["id"]: len(g["track_ids"]) for g in groups}
+                single.extend(w / ntr[g] for w, (g, _) in zip(cold, picks))
+                rows.append((level, _pct(cold, 50), _pct(cold, 95), _pct(warm, 50), _pct(warm, 95), max(sizes)))
+            rss = server.rss_bytes()
+    finally:
+        server.stop()
+    return {"n": n, "slices": meta["counts"]["slices"], "ingest_s": ingest_s, "rows": rows, "rss": rss,
+            "per_track_us": float(np.median(single)) * 1e6, "db_bytes": store.get(tid)["db_bytes"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1M,10M", help="comma-separated slice counts (e.g. 1M,10M,100M)")
+    ap.add_argument("--tiles-per-level", type=int, default=20)
+    ap.add_argument("--store", type=Path, default=OUT / "store")
+    ap.add_argument("--reuse", action="store_true", help="reuse traces of the same size already in --store")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    if not args.reuse and args.store.exists():
+        shutil.rmtree(args.store)
+    store = Store(args.store)
+    for s in args.sizes.split(","):
+        res = run_size(store, _size(s), args.tiles_per_level, args.reuse, args.seed)
+        print(f"\n## {res['slices']:,} slices: ingest+LOD {res['ingest_s']:.1f} s, file {res['db_bytes'] / 1e6:.0f} MB,"
+              f" server peak RSS {res['rss'] / 1e6:.0f} MB")
+        print(f"{'level':>5} {'cold p50 ms':>12} {'cold p95 ms':>12} {'rep p50 ms':>11} {'rep p95 ms':>11}"
+              f" {'max tile B':>11}")
+        for level, c50, c95, w50, w95, mx in res["rows"]:
+            print(f"{level:>5} {c50:>12.1f} {c95:>12.1f} {w50:>11.1f} {w95:>11.1f} {mx:>11,}")
+        worst_cold = max(r[2] for r in res["rows"])
+        print(f"worst cold p95 {worst_cold:.1f} ms (target <= 50); largest tile {max(r[5] for r in res['rows']):,} B")
+        lo, hi = PERFETTO_TRACK_QUERY_US
+        print(f"single track (cold tile / tracks in group, median): {res['per_track_us']:.0f} us vs Perfetto "
+              f"{lo}-{hi} us per track (published) -> ratio {res['per_track_us'] / ((lo + hi) / 2):.1f}x")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
