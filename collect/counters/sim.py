@@ -215,6 +215,8 @@ class CursorReader:
             else:
                 self._seek(t)
         self.last_t = t
-        v = self.seg_v + self.seg_s * (t - self.seg_t)
+        # the bank's own arithmetic, operation for operation, so the values are bit-identical
+        v = self.seg_s * (t - self.seg_t)
+        v += self.seg_v
         v += self.offset
         return (np.floor(v).astype(np.uint64) & self.mask).tolist()
