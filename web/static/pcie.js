@@ -2,7 +2,7 @@
 // durations) against the link's effective peak, derived from the trace's link generation, width and
 // max payload size (REFERENCE: per-lane rate after encoding x TLP efficiency at that payload size).
 
-import { LANE_ACCENT } from "./util.js";
+import { LANE_ACCENT, fmtGbps } from "./util.js";
 
 export const PCIE_GRAPH_PX = 30;
 
@@ -102,7 +102,7 @@ export function drawBandwidth(ctx, pieces, view, x0, y, h, peak, theme) {
     ctx.setLineDash([]);
   }
   ctx.fillStyle = theme.mutedText;
-  const peakText = peak ? ` · link peak ${peak.gbps.toFixed(1)} GB/s (${peak.label})` : "";
-  ctx.fillText(`max ${maxG.toFixed(2)} GB/s${peakText}`, x0 + 4, y + 1);
+  const peakText = peak ? ` · link peak ${fmtGbps(peak.gbps)} (${peak.label})` : "";
+  ctx.fillText(`max ${fmtGbps(maxG)}${peakText}`, x0 + 4, y + 1);
   return cols;
 }

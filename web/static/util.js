@@ -84,8 +84,13 @@ export function gbps(bytes, dur_ns) {
   return Number(bytes) / dur_ns;
 }
 
+/** A rate given in GB/s, shown in GB/s, MB/s or KB/s so small rates do not read as zero. */
 export function fmtGbps(v) {
-  return v === null || v === undefined ? "-" : `${trimNum(v)} GB/s`;
+  if (v === null || v === undefined || Number.isNaN(v)) return "-";
+  const a = Math.abs(v);
+  if (a >= 1 || a === 0) return `${trimNum(v)} GB/s`;
+  if (a >= 1e-3) return `${trimNum(v * 1e3)} MB/s`;
+  return `${trimNum(v * 1e6)} KB/s`;
 }
 
 export function fmtCount(n) {
