@@ -51,7 +51,8 @@ def synthetic_bank(n_counters: int = 64, span_s: float = 60.0, slots: int = 0):
     edges = np.arange(0, span_s * 1e9 + 2e6, 2e6)
     for s in bank.specs:
         if s.kind == "gauge":
-            bank.extend_levels(s.name, edges[:-1], rng.integers(0, 64, len(edges) - 1))
+            levels = rng.integers(0, 64, len(edges) - 1)
+            bank.extend_levels(s.name, edges[:-1], np.diff(levels, prepend=0))  # the bank takes level changes
         else:
             bank.extend_segments(s.name, edges[:-1], edges[1:], rng.uniform(0, 25, len(edges) - 1))
     bank.freeze(0, span_s * 1e9)

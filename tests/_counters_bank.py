@@ -29,7 +29,8 @@ def make_bank(seed: int = 1, span_s: float = 2.0, n_prog: int = 6, slots: int = 
     edges = np.arange(0, end_ns + segment_ns, segment_ns, dtype=np.float64)
     for s in bank.specs:
         if s.kind == "gauge":
-            bank.extend_levels(s.name, edges[:-1], rng.integers(0, 64, len(edges) - 1))
+            levels = rng.integers(0, 64, len(edges) - 1)
+            bank.extend_levels(s.name, edges[:-1], np.diff(levels, prepend=0))  # the bank takes level changes
         else:
             # bursty: most segments idle-ish, some near peak, so 32-bit registers wrap within ~0.2 s
             per_s = rng.choice([0.02, 0.3, 0.9], size=len(edges) - 1) * s.peak_per_s

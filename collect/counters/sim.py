@@ -186,6 +186,8 @@ class CursorReader:
         self.k = self.starts.copy()
         self._load()
         self.last_t = -np.inf
+        # the bank keeps model-relative float ns and reads absolute int host ns (RegisterBank.reader)
+        self.origin_ns = int(getattr(bank, "origin_ns", 0))
 
     def _load(self) -> None:
         """Cache the current segment of every register (start time, value there, slope, next breakpoint)."""
@@ -201,7 +203,7 @@ class CursorReader:
 
     def __call__(self, t_ns) -> list[int]:
         np = self.np
-        t = float(t_ns)
+        t = float(int(t_ns) - self.origin_ns)
         if t < self.last_t or self.last_t == -np.inf:
             self._seek(t)
         elif (self.next_t <= t).any():
