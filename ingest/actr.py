@@ -44,7 +44,7 @@ def link_peak_bytes_per_s(gen: int, width: int, max_payload_bytes: int = 256) ->
     return raw * mps / (mps + TLP_OVERHEAD_BYTES)
 
 
-def ingest_actr(source_or_path, builder, clock_map=None) -> dict:
+def ingest_actr(source_or_path, builder, clock_map=None, group: str | None = None) -> dict:
     """Write one .actr file's counters into the builder as counter tracks; returns a small summary.
 
     source_or_path: an ingest.sources.Source or a filesystem path.
@@ -57,15 +57,18 @@ def ingest_actr(source_or_path, builder, clock_map=None) -> dict:
       and devices without a clock, fall back as for None. A single callable or pair
       applies to every device.
     Samples of devices without a clock (dev_ticks = -1) use host_ns as recorded.
+    group: prefix for the tracks' group_name (a rank name when several runs form one
+      trace); default: the Source's group, if any.
     Raises IngestError for a file that cannot be read at all; damage after the header
     becomes warnings (with dropped-sample counts) and the rest is ingested.
     Returns {"devices": [...], "tracks": n, "samples": n, "truncated": bool}.
     """
     if isinstance(source_or_path, Source):
-        label, opener, group = source_or_path.name, source_or_path.open, source_or_path.group
+        label, opener = source_or_path.name, source_or_path.open
+        group = group if group is not None else source_or_path.group
     else:
         p = Path(source_or_path)
-        label, group = p.name, None
+        label = p.name
 
         def opener():
             return open(p, "rb")
