@@ -7,11 +7,15 @@ an acceltrace ingest of the file restores the tracks exactly (other viewers igno
 
 Times are ns relative to the trace's start, written as microseconds with exactly three
 decimals from integer arithmetic (never through a float), so they stay exact; the absolute
-start is in `otherData.start_ns`. Slices are X events, counter samples C events. Flows are
-Perfetto's v2 form (bind_id with flow_out / flow_in on the slices) where that form can say
-it exactly, i.e. a flow whose source has no other flow and whose destination has no other
-flow; a slice can hold only one bind_id, so every other flow (chains, fan-out, a missing
-end) is an s/f pair bound to the enclosing slice ("bp": "e").
+start is in `otherData.start_ns`. Slices are X events, counter samples C events.
+
+Flows: correlation-chain flows (launch, submit, dma, exec) are s/f pairs of category "ac2g"
+and dependencies s/f pairs of category "fwdbwd", as Kineto writes them, so any reader can
+tell what they are (every slice also carries its correlation id in args); they bind to the
+slice starting at their time ("bp": "e"). Perfetto's v2 form (bind_id with flow_out /
+flow_in on the slices) has no category and allows one bind_id per slice, so it is used only
+for flows of kind other between two slices that have no other flow; the rest are s/f pairs
+of category "other". docs/export.md has the details.
 
 The JSON lines are built by DuckDB in SQL and leave as Arrow string buffers, so no Python
 runs per event and memory stays bounded by the batch size. Events are ordered (slices by
@@ -29,6 +33,25 @@ import pyarrow as pa
 from ingest import schema
 
 BATCH_ROWS = 65_536
+
+# Flow categories Kineto writes (and Chrome ingesters know): a correlation edge, an autograd dependency.
+CORRELATION_CAT = "ac2g"
+DEPENDENCY_CAT = "fwdbwd"
+_CHAIN = ", ".join(f"'{k}'" for k in schema.CHAIN_FLOW_KINDS)
+
+# v2 (bind_id) only for flows of kind other between two slices with no other flow: v2 carries no
+# category, so a reader could not tell a launch from a dependency, and one bind_id per slice
+# cannot express fan-out or chains.
+V2_CTES = f"""real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
+    outs AS (SELECT src_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
+    ins AS (SELECT dst_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
+    v2 AS (
+        SELECT f.flow_id, f.src_slice, f.dst_slice FROM real f
+        JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
+        JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
+        WHERE f.kind = 'other'
+          AND f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
+    )"""
 
 # One Chrome process per track group, numbered in the order the groups' first tracks appear.
 PIDS_SQL = (
@@ -80,21 +103,13 @@ def _header(con: duckdb.DuckDBPyConnection, start_ns: int) -> Iterator[bytes]:
 def _slices_sql(start_ns: int) -> str:
     rel = f"(s.ts - {start_ns})"
     return f"""
-    WITH real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
-    outs AS (SELECT src_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
-    ins AS (SELECT dst_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
-    v2 AS (
-        SELECT f.flow_id, f.src_slice, f.dst_slice FROM real f
-        JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
-        JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
-        WHERE f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
-    ),
+    WITH {V2_CTES},
     bind AS (
         SELECT src_slice AS slice_id, flow_id, '"flow_out":true' AS side FROM v2
         UNION ALL SELECT dst_slice, flow_id, '"flow_in":true' FROM v2
     ),
     pids AS ({PIDS_SQL})
-    SELECT ',' || chr(10) || '{{"ph":"X","cat":' || to_json(coalesce(s.category, t.lane))
+    SELECT ',' || chr(10) || '{{"ph":"X","cat":' || to_json(coalesce(s.category, ''))
         || ',"name":' || to_json(s.name)
         || ',"pid":' || p.pid || ',"tid":' || (s.track_id + 1)
         || ',"ts":' || {_us(rel)} || ',"dur":' || {_us("s.dur")}
@@ -102,7 +117,7 @@ def _slices_sql(start_ns: int) -> str:
         || ',"args":' || json_merge_patch(coalesce(s.args, '{{}}'), json_object(
             'correlation', s.corr_id, 'bytes', s.bytes, 'direction', s.direction, 'host_mem', s.host_mem))
         || '}}' AS line
-    FROM slices s JOIN tracks t USING (track_id) JOIN pids p USING (track_id)
+    FROM slices s JOIN pids p USING (track_id)
     LEFT JOIN bind b ON b.slice_id = s.slice_id
     ORDER BY s.ts, s.slice_id
     """
@@ -110,24 +125,19 @@ def _slices_sql(start_ns: int) -> str:
 
 def _v1_flows_sql(start_ns: int) -> str:
     return f"""
-    WITH real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
-    outs AS (SELECT src_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
-    ins AS (SELECT dst_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
-    v2 AS (
-        SELECT f.flow_id FROM real f
-        JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
-        JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
-        WHERE f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
-    ),
+    WITH {V2_CTES},
     pids AS ({PIDS_SQL}),
+    v1 AS (
+        SELECT f.*, CASE WHEN f.kind IN ({_CHAIN}) THEN '{CORRELATION_CAT}'
+                         WHEN f.kind = 'dependency' THEN '{DEPENDENCY_CAT}' ELSE 'other' END AS cat
+        FROM flows f WHERE f.flow_id NOT IN (SELECT flow_id FROM v2)
+    ),
     ends AS (
-        SELECT f.flow_id, f.kind, f.raw_kind, 's' AS ph, f.src_slice AS slice_id FROM flows f
-        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2) AND f.src_slice IS NOT NULL
+        SELECT flow_id, kind, raw_kind, cat, 's' AS ph, src_slice AS slice_id FROM v1 WHERE src_slice IS NOT NULL
         UNION ALL
-        SELECT f.flow_id, f.kind, f.raw_kind, 'f', f.dst_slice FROM flows f
-        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2) AND f.dst_slice IS NOT NULL
+        SELECT flow_id, kind, raw_kind, cat, 'f', dst_slice FROM v1 WHERE dst_slice IS NOT NULL
     )
-    SELECT ',' || chr(10) || '{{"ph":"' || e.ph || '","cat":' || to_json(e.kind)
+    SELECT ',' || chr(10) || '{{"ph":"' || e.ph || '","cat":' || to_json(e.cat)
         || ',"name":' || to_json(coalesce(e.raw_kind, e.kind)) || ',"id":' || e.flow_id
         || ',"pid":' || p.pid || ',"tid":' || (s.track_id + 1)
         || ',"ts":' || {_us(f"s.ts - {start_ns}")}
