@@ -33,7 +33,7 @@ TILE_BUCKETS_LOG2 = 10
 GROUP_MAX_TRACKS = 16
 LANE_ORDER = ("cpu", "driver", "pcie", "eu", "counter")
 # below the pyramid a tile aggregates its raw window: at most about this many rows per group
-RAW_WINDOW_ROWS = 100_000
+RAW_WINDOW_ROWS = 30_000
 # about one DuckDB row group (122880 rows)
 CHUNK_ROWS = 100_000
 

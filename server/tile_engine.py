@@ -72,14 +72,15 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None) -> dict[str
     g = _grp_filter(grp)
     out = {}
 
-    # long slices: one branch for classes L..L+9 (their look-back fits in one tile width),
-    # then bands of CLASS_BAND classes, each looking back by its longest class's length:
-    # a class-c slice is >= 2^c long, so per track and depth a band's look-back holds at
-    # most 2^CLASS_BAND of them, and few branches keep the per-query overhead low
+    # long slices: one scan for the classes whose look-back (2^(c+1)) fits in one chunk of
+    # lod_slices (the chunk range it reads is then one or two chunks: the window's own), and
+    # one per band of CLASS_BAND longer classes, each looking back by its longest class's
+    # length: a class-c slice is >= 2^c long, so per track and depth a band's look-back
+    # holds at most 2^CLASS_BAND of them
     branches = []
-    near_top = min(info.max_cls, L + TILE_BUCKETS_LOG2 - 1)
     if L <= info.max_cls:
-        branches.append((L, near_top, t0 - (1 << (L + TILE_BUCKETS_LOG2))))
+        near_top = min(info.max_cls, max(L, info.chunk_log2 - 1, L + TILE_BUCKETS_LOG2 - 1))
+        branches.append((L, near_top, t0 - (1 << (near_top + 1))))
         for c in range(near_top + 1, info.max_cls + 1, CLASS_BAND):
             hi = min(info.max_cls, c + CLASS_BAND - 1)
             branches.append((c, hi, t0 - (1 << (hi + 1))))
@@ -137,9 +138,11 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None) -> dict[str
 
 
 def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index: int,
-               grp: int | None, group_name: str | None = None, empty: frozenset[str] = frozenset()) -> bytes:
+               grp: int | None, group_name: str | None = None, empty: frozenset[str] = frozenset(),
+               names: list[str] | None = None) -> bytes:
     """The encoded tile (docs/api.md). `con` is a cursor of its own (not shared between threads);
-    `empty` names sections known to have no rows in this group (their queries are skipped)."""
+    `empty` names sections known to have no rows in this group (their queries are skipped);
+    `names` is the whole lod_names table by name_id when the caller keeps it in memory."""
     arrays: dict[str, list[np.ndarray]] = {}
     for section, sql in _queries(info, level, index, grp).items():
         if section in empty:
@@ -147,17 +150,23 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
             continue
         res = con.execute(sql).fetchnumpy()
         arrays[section] = [np.asarray(v) for v in res.values()]
-    # the tile's string table: the name ids used, in first-use order of their sorted ids
-    used = [arrays[s][[c for c, _ in COLUMNS[s]].index(col)] for s, col in _NAME_COLS]
-    ids = np.unique(np.concatenate([u.astype(np.int64) for u in used])) if used else np.zeros(0, np.int64)
+    # the tile's string table: the names used, in name_id order; ids remapped to indices into it
+    used = [arrays[s][[c for c, _ in COLUMNS[s]].index(col)].astype(np.int64) for s, col in _NAME_COLS]
+    used_ids = np.concatenate(used) if used else np.zeros(0, np.int64)
     strings: list[str] = []
-    if len(ids):
-        rows = con.execute(
-            "SELECT name_id, name FROM lod_names WHERE name_id IN (SELECT unnest(?::INTEGER[])) ORDER BY name_id",
-            [ids.tolist()],
-        ).fetchall()
-        strings = [r[1] for r in rows]
-        ids = np.array([r[0] for r in rows], dtype=np.int64)
+    remap = None
+    if len(used_ids):
+        n_names = int(used_ids.max()) + 1
+        present = np.zeros(n_names, dtype=bool)
+        present[used_ids] = True
+        ids = np.flatnonzero(present)
+        remap = np.cumsum(present) - 1  # name_id -> index in strings
+        if names is not None:
+            strings = [names[i] for i in ids.tolist()]
+        else:
+            strings = [r[0] for r in con.execute(
+                "SELECT name FROM lod_names WHERE name_id IN (SELECT unnest(?::INTEGER[])) ORDER BY name_id",
+                [ids.tolist()]).fetchall()]
     header_sections = {}
     tracks: dict[str, dict[str, list[int]]] = {}
     chunks: list[bytes] = []
@@ -168,7 +177,7 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
         col_meta = {}
         for (name, dtype), arr in zip(cols, data):
             if (section, name) in _NAME_COLS and n:
-                arr = np.searchsorted(ids, arr.astype(np.int64))
+                arr = remap[arr.astype(np.int64)]
             raw = np.ascontiguousarray(arr, dtype=_NP[dtype]).astype(f"<{np.dtype(_NP[dtype]).str[1:]}", copy=False).tobytes()
             col_meta[name] = {"dtype": dtype, "offset": offset, "length": n}
             chunks.append(raw)

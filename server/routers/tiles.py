@@ -37,6 +37,18 @@ def _group_index(state: AppState, trace_id: str, group: str | None) -> tuple[int
     return grp, _empty_sections(*counts[grp])
 
 
+NAMES_IN_MEMORY_MAX = 200_000
+
+
+def _names(h, cur) -> list[str] | None:
+    """The trace's name dictionary, kept per open trace when it is small (it nearly always is)."""
+    if "names" not in h.cache:
+        (n,) = cur.execute("SELECT count(*) FROM lod_names").fetchone()
+        h.cache["names"] = ([r[0] for r in cur.execute("SELECT name FROM lod_names ORDER BY name_id").fetchall()]
+                            if n <= NAMES_IN_MEMORY_MAX else None)
+    return h.cache["names"]
+
+
 def _empty_sections(slices: int, instants: int, counters: int) -> frozenset[str]:
     empty = set()
     if not slices:
@@ -89,7 +101,7 @@ def get_tile(
     if body is None:
         cur = h.cursor()
         try:
-            body = build_tile(cur, h.info, level, index, grp, group, empty)
+            body = build_tile(cur, h.info, level, index, grp, group, empty, _names(h, cur))
         finally:
             cur.close()
         state.tiles.put(key, body)
