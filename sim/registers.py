@@ -33,7 +33,7 @@ hbm.write_bytes, hbm.requested_bytes, eu.<unit>.busy_cycles per execution unit, 
 has uplink.{h2d,d2h}_bytes and uplink.{h2d,d2h}_tlps (48-bit).
 
 The model feeds the bank with piecewise-constant rates (``add_rate``) and gauge steps
-(``set_level``); ``freeze()`` turns them into sorted breakpoint arrays so reads are a binary
+(``step_level``); ``freeze()`` turns them into sorted breakpoint arrays so reads are a binary
 search plus one multiply, vectorised for the sampler's many times.
 """
 
@@ -94,6 +94,8 @@ class _Cumulative:
 
 
 class _Gauge:
+    """Level changes (t, delta) -> a step function; deltas, so callers may report out of time order."""
+
     __slots__ = ("t", "v", "times", "values")
 
     def __init__(self):
@@ -104,7 +106,8 @@ class _Gauge:
     def freeze(self) -> None:
         t = np.asarray(self.t, dtype=np.float64)
         order = np.argsort(t, kind="stable")
-        self.times, self.values = t[order], np.asarray(self.v, dtype=np.float64)[order]
+        self.times = t[order]
+        self.values = np.cumsum(np.asarray(self.v, dtype=np.float64)[order])
 
     def level(self, t_ns: np.ndarray) -> np.ndarray:
         if self.times is None or len(self.times) == 0:
@@ -116,7 +119,9 @@ class _Gauge:
 class RegisterBank:
     """Registers of every simulated device (and the switch); see the module docstring."""
 
-    def __init__(self):
+    def __init__(self, origin_ns: int = 0):
+        # the model adds rates in ns since its start; readers use absolute host ns = origin_ns + that
+        self.origin_ns = int(origin_ns)
         self.specs: list[CounterSpec] = []
         self.programmable_slots: dict[str, int] = {}
         self._by_name: dict[str, CounterSpec] = {}
@@ -125,6 +130,8 @@ class RegisterBank:
         self.start_ns = 0.0
         self.end_ns = 0.0
         self.frozen = False
+        self.links: dict[str, dict] = {}  # device -> {gen, width, max_payload_bytes} (switch: its uplink)
+        self.clock_hz: dict[str, float] = {}  # device -> tick frequency
 
     # -- building (the model) ------------------------------------------------------------------
     def define(self, spec: CounterSpec) -> None:
@@ -135,6 +142,7 @@ class RegisterBank:
     def set_clock(self, device: str, clock) -> None:
         """`clock.ticks(t_ns)` gives the device clock at host time (sim.device.DeviceClock)."""
         self._clocks[device] = clock
+        self.clock_hz[device] = float(clock.hz)
 
     def add_rate(self, name: str, t0_ns: float, t1_ns: float, per_ns: float) -> None:
         """The counter grows by per_ns each ns during [t0, t1)."""
@@ -150,10 +158,11 @@ class RegisterBank:
             t1_ns = t0_ns + 1.0
         self.add_rate(name, t0_ns, t1_ns, amount / (t1_ns - t0_ns))
 
-    def set_level(self, name: str, t_ns: float, value: float) -> None:
+    def step_level(self, name: str, t_ns: float, delta: float) -> None:
+        """A gauge changes by delta at t_ns."""
         d = self._data[name]
         d.t.append(t_ns)
-        d.v.append(value)
+        d.v.append(delta)
 
     def extend_segments(self, name: str, t0, t1, per_ns) -> None:
         """Bulk add_rate from arrays (the scale path replicates steps this way)."""
@@ -163,6 +172,7 @@ class RegisterBank:
         d.rate.extend(np.asarray(per_ns, dtype=np.float64).tolist())
 
     def extend_levels(self, name: str, t, v) -> None:
+        """Bulk step_level (deltas)."""
         d = self._data[name]
         d.t.extend(np.asarray(t, dtype=np.float64).tolist())
         d.v.extend(np.asarray(v, dtype=np.float64).tolist())
@@ -170,7 +180,8 @@ class RegisterBank:
     def freeze(self, start_ns: float, end_ns: float) -> None:
         for d in self._data.values():
             d.freeze()
-        self.start_ns, self.end_ns = float(start_ns), float(end_ns)
+        self.start_ns = self.origin_ns + int(round(start_ns))
+        self.end_ns = self.origin_ns + int(round(end_ns))
         self.frozen = True
 
     # -- reading (the sampler) -----------------------------------------------------------------
@@ -179,17 +190,13 @@ class RegisterBank:
 
     def read_raw(self, names: list[str], t_ns) -> list[int]:
         """Raw register values at host time t_ns (see the module docstring)."""
-        t = np.float64(t_ns)
-        out = []
-        for n in names:
-            out.append(int(self.read_raw_many(n, np.array([t]))[0]))
-        return out
+        return self.reader(names)(t_ns)
 
     def read_raw_many(self, name: str, t_ns: np.ndarray) -> np.ndarray:
         """One register at many host times (uint64 array): the vectorised form of read_raw."""
         spec = self._by_name[name]
         d = self._data[name]
-        t = np.asarray(t_ns, dtype=np.float64)
+        t = self._rel(t_ns)
         if spec.kind == "gauge":
             return np.round(d.level(t)).astype(np.uint64)
         total = np.floor(d.total(t) + 1e-6).astype(np.uint64)
@@ -197,11 +204,31 @@ class RegisterBank:
             total &= np.uint64((1 << spec.bits) - 1)
         return total
 
+    def reader(self, names: list[str]):
+        """A function t_ns -> raw values of `names` (the sampler's fast path, no per-name lookups)."""
+        plan = [(self._by_name[n], self._data[n]) for n in names]
+
+        origin = self.origin_ns
+
+        def read(t_ns) -> list[int]:
+            t = np.array([float(int(t_ns) - origin)])
+            out = []
+            for spec, d in plan:
+                if spec.kind == "gauge":
+                    out.append(int(round(float(d.level(t)[0]))))
+                else:
+                    v = int(np.floor(d.total(t)[0] + 1e-6))
+                    out.append(v & ((1 << spec.bits) - 1))
+            return out
+
+        return read
+
     def device_ticks(self, device: str, t_ns) -> int:
         clock = self._clocks.get(device)
         if clock is None:  # the switch has no clock of its own; it is read through the host
             return int(t_ns)
-        return int(clock.ticks(np.array([float(t_ns)]))[0])
+
+        return int(clock.ticks(self._rel(t_ns))[0])
 
     def true_rate(self, name: str, t0_ns: float, t1_ns: float) -> float:
         """Ground truth: mean increase per second (cumulative) or mean level (gauge) over [t0, t1]."""
@@ -209,6 +236,7 @@ class RegisterBank:
         d = self._data[name]
         if t1_ns <= t0_ns:
             raise ValueError("true_rate needs t1_ns > t0_ns")
+        t0_ns, t1_ns = (float(v) for v in self._rel([t0_ns, t1_ns]))
         if spec.kind == "gauge":
             # time-weighted mean of the step function
             ts = d.times
@@ -221,7 +249,14 @@ class RegisterBank:
 
     def total(self, name: str, t_ns: float) -> float:
         """Unwrapped cumulative value (tests and the model's own accounting)."""
-        return float(self._data[name].total(np.array([float(t_ns)]))[0])
+        return float(self._data[name].total(self._rel(t_ns))[0])
+
+    def _rel(self, t_ns) -> np.ndarray:
+        """Absolute host ns (ints, exact) -> the model's float ns since its start."""
+        t = np.atleast_1d(np.asarray(t_ns))
+        if t.dtype.kind in "iu":
+            return (t.astype(np.int64) - self.origin_ns).astype(np.float64)
+        return t.astype(np.float64) - float(self.origin_ns)
 
 
 def wrap_seconds(spec: CounterSpec) -> float:

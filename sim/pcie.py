@@ -1,0 +1,217 @@
+"""PCIe physics: link rates by generation and width, TLP overhead, and a fluid model of DMA flows.
+
+A transfer of S payload bytes costs a fixed latency L (descriptor fetch, first read round trip,
+switch traversal) and then flows at whatever share of every link direction on its path it gets.
+Shares are max-min fair over wire bytes: a posted write (D2H) or a read completion (H2D) costs
+(MPS + TLP overhead) / MPS wire bytes per payload byte on the data direction, and an H2D read
+also costs one header-only request per MRRS bytes on the opposite direction (full duplex, but
+not free). Alone on an idle link a transfer therefore achieves S / (L + S / B) with B the
+effective payload bandwidth, and concurrent DMA engines, devices or a shared switch uplink
+slow each other exactly as much as the bottleneck direction demands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# GT/s per lane by generation
+GT_PER_LANE = {3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+TLP_OVERHEAD_BYTES = 24  # framing 2 + sequence 2 + 3-4 DW header + LCRC 4 (AN 456: 92 % at MPS 256)
+FLIT_TLP_OVERHEAD_BYTES = 16  # Gen6 FLIT mode: no per-TLP framing/LCRC, header only
+READ_REQUEST_BYTES = 24  # a header-only memory read request TLP on the wire
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    gen: int
+    width: int
+    mps: int = 256  # Max Payload Size, bytes
+    mrrs: int = 512  # Max Read Request Size, bytes
+
+    @property
+    def encoding(self) -> float:
+        """Fraction of raw bits that carry TLP bytes: 128b/130b for Gen3-5, 236/256-byte FLITs for Gen6."""
+        return 236.0 / 256.0 if self.gen >= 6 else 128.0 / 130.0
+
+    @property
+    def wire_bytes_per_ns(self) -> float:
+        """TLP bytes per ns per direction after line encoding (Gen4 x16: 31.5)."""
+        return GT_PER_LANE[self.gen] * self.width / 8.0 * self.encoding
+
+    @property
+    def tlp_overhead(self) -> int:
+        return FLIT_TLP_OVERHEAD_BYTES if self.gen >= 6 else TLP_OVERHEAD_BYTES
+
+    @property
+    def data_weight(self) -> float:
+        """Wire bytes per payload byte on the direction that carries the data."""
+        return (self.mps + self.tlp_overhead) / self.mps
+
+    @property
+    def request_weight(self) -> float:
+        """Wire bytes per payload byte that an H2D read costs on the opposite direction."""
+        return READ_REQUEST_BYTES / self.mrrs
+
+    @property
+    def payload_bytes_per_ns(self) -> float:
+        """Effective payload bandwidth of one direction (the 100 % of utilisation counters)."""
+        return self.wire_bytes_per_ns / self.data_weight
+
+
+def achieved_bytes_per_ns(size_bytes: float, latency_ns: float, bandwidth_bytes_per_ns: float) -> float:
+    """The model's achieved bandwidth for one transfer alone on its path: S / (L + S/B)."""
+    return size_bytes / (latency_ns + size_bytes / bandwidth_bytes_per_ns)
+
+
+class Resource:
+    """One direction of one link (a device link or the switch uplink)."""
+
+    __slots__ = ("name", "cap", "link", "bytes_counter", "tlp_counter", "rate", "tlp_rate", "since")
+
+    def __init__(self, name: str, link: LinkConfig, bytes_counter: str | None, tlp_counter: str | None):
+        self.name = name
+        self.link = link
+        self.cap = link.wire_bytes_per_ns
+        self.bytes_counter = bytes_counter
+        self.tlp_counter = tlp_counter
+        self.rate = 0.0  # payload bytes/ns now
+        self.tlp_rate = 0.0
+        self.since = 0.0
+
+
+class Flow:
+    __slots__ = ("remaining", "rate", "uses", "done", "extra", "data_res")
+
+    def __init__(self, size_bytes: float, uses: list[tuple[Resource, float, float, bool]], done, extra):
+        self.remaining = float(size_bytes)
+        self.rate = 0.0
+        # (resource, wire weight per payload byte, TLPs per payload byte, carries payload)
+        self.uses = uses
+        self.done = done
+        self.extra = extra  # (counter name, per payload byte) pairs outside the fabric (HBM)
+
+
+class Fabric:
+    """All link directions of a topology and the flows crossing them, max-min fair."""
+
+    def __init__(self, sim, bank=None):
+        self.sim = sim
+        self.bank = bank
+        self.flows: list[Flow] = []
+        self.resources: list[Resource] = []
+        self._last = sim.now
+        self._token = 0
+        self._extra_rates: dict[str, float] = {}
+        self._extra_since: dict[str, float] = {}
+
+    def add_resource(self, res: Resource) -> Resource:
+        res.since = self.sim.now
+        self.resources.append(res)
+        return res
+
+    def start(self, size_bytes: float, uses, extra=()):
+        """Start a flow now; returns an Event fired when its last byte arrived."""
+        self._advance()
+        ev = self.sim.event()
+        self.flows.append(Flow(size_bytes, uses, ev, extra))
+        self._reallocate()
+        return ev
+
+    # -- internals -------------------------------------------------------------------------------
+    def _advance(self) -> None:
+        now = self.sim.now
+        dt = now - self._last
+        if dt > 0:
+            for f in self.flows:
+                f.remaining -= f.rate * dt
+        self._last = now
+
+    def _reallocate(self) -> None:
+        flows = self.flows
+        # progressive filling: raise every unfrozen flow's rate together until a direction fills
+        left = {id(r): r.cap for r in self.resources}
+        unfrozen = list(flows)
+        for f in flows:
+            f.rate = 0.0
+        while unfrozen:
+            weight: dict[int, float] = {}
+            for f in unfrozen:
+                for r, w, _t, _p in f.uses:
+                    weight[id(r)] = weight.get(id(r), 0.0) + w
+            best_rid, best = None, float("inf")
+            for rid, w in weight.items():
+                share = left[rid] / w
+                if share < best:
+                    best, best_rid = share, rid
+            still = []
+            for f in unfrozen:
+                if any(id(r) == best_rid for r, _w, _t, _p in f.uses):
+                    f.rate = best
+                    for r, w, _t, _p in f.uses:
+                        left[id(r)] -= best * w
+                else:
+                    still.append(f)
+            unfrozen = still
+        self._account()
+        self._schedule()
+
+    def _account(self) -> None:
+        """Close the previous constant-rate segment of every counter whose rate changed."""
+        now = self.sim.now
+        bank = self.bank
+        rates: dict[int, list[float]] = {id(r): [0.0, 0.0] for r in self.resources}
+        extra: dict[str, float] = {}
+        for f in self.flows:
+            for r, _w, tlp, payload in f.uses:
+                acc = rates[id(r)]
+                if payload:
+                    acc[0] += f.rate
+                acc[1] += f.rate * tlp
+            for name, per_byte in f.extra:
+                extra[name] = extra.get(name, 0.0) + f.rate * per_byte
+        for r in self.resources:
+            new_rate, new_tlp = rates[id(r)]
+            if new_rate != r.rate or new_tlp != r.tlp_rate:
+                if bank is not None and now > r.since:
+                    if r.bytes_counter:
+                        bank.add_rate(r.bytes_counter, r.since, now, r.rate)
+                    if r.tlp_counter:
+                        bank.add_rate(r.tlp_counter, r.since, now, r.tlp_rate)
+                r.rate, r.tlp_rate, r.since = new_rate, new_tlp, now
+        for name in set(extra) | set(self._extra_rates):
+            new = extra.get(name, 0.0)
+            old = self._extra_rates.get(name, 0.0)
+            if new != old:
+                since = self._extra_since.get(name, now)
+                if bank is not None and now > since:
+                    bank.add_rate(name, since, now, old)
+                self._extra_rates[name] = new
+                self._extra_since[name] = now
+
+    def _schedule(self) -> None:
+        self._token += 1
+        if not self.flows:
+            return
+        t_next = min(f.remaining / f.rate if f.rate > 0 else float("inf") for f in self.flows)
+        # at least a picosecond ahead, so float rounding of `now` can never stall the agenda
+        self.sim.at(self.sim.now + max(t_next, 1e-3), self._wake, self._token)
+
+    def _wake(self, token) -> None:
+        if token != self._token:
+            return  # a later reallocation superseded this completion time
+        self._advance()
+        finished = [f for f in self.flows if f.remaining <= 1e-2 + 1e-3 * f.rate]
+        if not finished:
+            self._schedule()
+            return
+        self.flows = [f for f in self.flows if f not in finished]
+        self._reallocate()
+        for f in finished:
+            f.done.succeed()
+
+    def close(self) -> None:
+        """Flush open counter segments at the end of the run."""
+        self._advance()
+        flows, self.flows = self.flows, []
+        self._account()
+        self.flows = flows
