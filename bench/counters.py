@@ -169,6 +169,34 @@ def source_costs(bank, n: int) -> list[tuple[str, str]]:
     return rows
 
 
+def ingest_rate(n_samples: int, n_counters: int) -> tuple[float, float, int]:
+    """Write n_samples x n_counters (half 32-bit cumulative, half gauges) with append_many; time ingest_actr."""
+    from collect.actr import ActrWriter
+    from ingest.actr import ingest_actr
+    from ingest.builder import TraceBuilder
+
+    rng = np.random.default_rng(0)
+    names = [f"c{i}" for i in range(n_counters)]
+    header = {"source": "bench", "devices": [{"name": "dev0", "clock_hz": 1e9, "slots": 0, "links": {}, "props": {}}],
+              "counters": [{"name": n, "unit": "B/s", "bits": 32, "device": "dev0", "group": 0,
+                            "kind": "cumulative" if i % 2 == 0 else "gauge"} for i, n in enumerate(names)],
+              "groups": [{"id": 0, "device": "dev0", "counters": names}]}
+    host = 10**18 + np.arange(n_samples, dtype=np.int64) * 100_000
+    raw = np.cumsum(rng.integers(0, 3_000_000, (n_samples, n_counters), dtype=np.uint64), axis=0) & np.uint64(2**32 - 1)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "big.actr"
+        w = ActrWriter(path, header, flush_records=8192)
+        w.append_many(0, host, host - 10**18, host - host[0], host - host[0], raw)
+        w.close({"ended": "completed"})
+        mb = os.path.getsize(path) / 1e6
+        b = TraceBuilder(Path(d) / "t.duckdb")
+        t0 = time.perf_counter()
+        ingest_actr(path, b)
+        t_ingest = time.perf_counter() - t0
+        b.abort()
+    return n_samples * n_counters / t_ingest, mb / t_ingest, n_samples * n_counters
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="real-time seconds per rate")
@@ -176,6 +204,7 @@ def main(argv=None) -> int:
     ap.add_argument("--counters", type=int, default=64)
     ap.add_argument("--spin-us", type=float, default=0.0)
     ap.add_argument("--reads", type=int, default=2000, help="reads per source for the per-read cost")
+    ap.add_argument("--ingest-samples", type=int, default=200_000, help="samples (x 16 counters) for the ingest rate")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
     bank = model_bank(a.seconds + 1)
@@ -209,6 +238,9 @@ def main(argv=None) -> int:
         print(f"largest rate without a missed deadline ({label.split(':')[0]}): {rate:g} Hz"
               f" = {rate / NSYS_DEFAULT_HZ:.2f}x Nsight Systems' default {NSYS_DEFAULT_HZ} Hz"
               f" ({rate / NSYS_MAX_HZ:.3f}x its max {NSYS_MAX_HZ} Hz), {rate / PERF_STAT_MIN_HZ:.0f}x perf stat -I 10 ms")
+    vps, mbps, n = ingest_rate(a.ingest_samples, 16)
+    print(f"ingest of .actr (raw -> rates/levels, into the builder): {n:,} values at {vps / 1e6:.1f} M values/s"
+          f" ({mbps:.0f} MB/s of file); issue 5's binary-ingest anchor is 10 M events/s")
     print("cost of one read per source:")
     for label, cost in source_costs(bank, a.reads):
         print(f"  {label:48} {cost}")

@@ -207,16 +207,15 @@ def _write(data: ActrData, builder, label: str, group: str | None, clock_map) ->
                      dropped=bad_intervals)
 
     n_tracks = 0
-    n_values = 0
+    batch: list[tuple[int, np.ndarray, np.ndarray]] = []  # one insert for all tracks: far cheaper than one each
 
     def emit(dev: str, name: str, unit: str, ts: np.ndarray, values: np.ndarray, sort_key: int) -> None:
-        nonlocal n_tracks, n_values
+        nonlocal n_tracks
         group_name = f"{group} {dev}" if group else dev
         tid = builder.track("counter", name, group_name=group_name, device=dev, unit=unit, sort_key=sort_key)
         if len(ts):
-            builder.add_counters(np.full(len(ts), tid, dtype=np.int32), ts, values)
+            batch.append((tid, ts, values))
         n_tracks += 1
-        n_values += len(ts)
 
     for dev, derived in _derived(specs, devices, series).items():
         for k, (name, unit, ts, values) in enumerate(derived):
@@ -225,6 +224,13 @@ def _write(data: ActrData, builder, label: str, group: str | None, clock_map) ->
         spec = specs[name]
         emit(spec.get("device", "host"), name, spec["unit"], ts, values, 100 + k)
 
+    n_values = sum(len(ts) for _, ts, _ in batch)
+    if batch:
+        builder.add_counters(
+            np.concatenate([np.full(len(ts), tid, dtype=np.int32) for tid, ts, _ in batch]),
+            np.concatenate([ts for _, ts, _ in batch]),
+            np.concatenate([v for _, _, v in batch]).astype(np.float64),
+        )
     _meta(builder, data, devices, residual)
     return {"devices": list(devices), "tracks": n_tracks, "samples": int(sum(len(s) for s in data.samples.values())),
             "values": n_values, "truncated": data.truncated}
