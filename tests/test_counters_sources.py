@@ -145,3 +145,21 @@ def test_sim_fast_reader_returns_exactly_what_the_bank_reads():
     backward = rng.uniform(0, bank.end_ns, 50)  # out of order: it must re-seek, not drift
     for t in np.concatenate([forward, backward, forward[::7]]):
         assert read(t) == bank.read_raw(names, t), t
+
+
+def test_docs_describe_every_source_role_and_cli_flag():
+    from pathlib import Path
+
+    from collect.counters import sim as sim_mod
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "counters.md").read_text()
+    for name in SOURCES:
+        assert f"| `{name}` |" in doc, name
+    roles = {r for _, r, _ in sim_mod._ROLES} | {"pcie_h2d_rate", "pcie_d2h_rate", "cpu_busy_jiffies",
+                                                  "cpu_total_jiffies"}
+    for role in roles:
+        assert f"`{role}`" in doc, role
+    for flag in ("--source", "--counters", "--rate", "--duration", "--out", "--list", "--socket"):
+        assert flag in doc, flag
+    for chunk in ("`HEAD`", "`SMPL`", "`NOTE`", "`TAIL`"):
+        assert chunk in doc
