@@ -155,6 +155,50 @@ def measure(browser, base: str, trace_id: str, seconds: float) -> dict:
     }
 
 
+def screenshot(out: Path) -> int:
+    """docs/screenshot.png: the A100 Kineto sample, its largest host-to-device copy selected with its chain."""
+    sample = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+    from playwright.sync_api import sync_playwright
+
+    store = Path(tempfile.mkdtemp(prefix="ui-shot-"))
+    subprocess.run([sys.executable, "-m", "acceltrace.cli", "--store", str(store), "ingest", str(sample)],
+                   cwd=ROOT, check=True, capture_output=True)
+    server = Server(store)
+    try:
+        tid = json.loads(urllib.request.urlopen(f"{server.base}/api/traces").read())["traces"][0]["id"]
+
+        def sql(q):
+            req = urllib.request.Request(f"{server.base}/api/traces/{tid}/query", data=json.dumps({"sql": q}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            return json.loads(urllib.request.urlopen(req).read())["rows"]
+
+        start = int(sql("SELECT value FROM trace_meta WHERE key = 'start_ns'")[0][0])
+        copy_id, ts, dur = sql(f"""SELECT s.slice_id, s.ts - {start}, s.dur FROM slices s JOIN tracks t USING (track_id)
+                                   WHERE t.lane = 'pcie' AND s.direction = 'h2d' ORDER BY s.bytes DESC, s.slice_id LIMIT 1""")[0]
+        counts = sql("SELECT t.track_id, t.lane, count(*) FROM slices s JOIN tracks t USING (track_id) GROUP BY ALL")
+        by_lane = {}
+        for track_id, lane, n in sorted(counts, key=lambda r: -r[2]):
+            by_lane.setdefault(lane, []).append(track_id)
+        # the busiest CPU thread, both PCIe directions and the two busiest streams, pinned in lane order
+        pins = by_lane.get("cpu", [])[:1] + by_lane.get("pcie", [])[:2] + by_lane.get("eu", [])[:2]
+        pad = dur * 0.35
+        frag = f"#s={int(ts - pad)}&e={int(ts + dur + pad)}&sel={copy_id}&pin={','.join(map(str, pins))}"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=LAUNCH_ARGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            page.goto(f"{server.base}/t/{tid}{frag}")
+            page.wait_for_function(f"() => window.acceltrace && window.acceltrace.selected === {copy_id}", timeout=60000)
+            page.wait_for_function("() => document.getElementById('timeline').dataset.state === 'idle'", timeout=60000)
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(out))
+            browser.close()
+    finally:
+        server.close()
+        shutil.rmtree(store, ignore_errors=True)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000", help="comma-separated slice counts to generate (default 1000000)")
@@ -163,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-id", action="append", default=[], help="existing trace id(s) in --store")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of the continuous pan/zoom")
     ap.add_argument("--json", action="store_true", help="also print one JSON line per trace")
+    ap.add_argument("--screenshot", type=Path, metavar="PNG", help="only write the README screenshot (A100 sample)")
     args = ap.parse_args(argv)
+    if args.screenshot:
+        return screenshot(args.screenshot)
     from playwright.sync_api import sync_playwright
 
     tmp = None

@@ -32,6 +32,7 @@ export function renderFrame(tl) {
   ctx.textBaseline = "middle";
   ctx.fillText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible`, 8, AXIS_PX / 2);
 
+
   const rows = tl.visibleRows();
   const scrollTop = tl.scrollTop_px;
   // scrolled rows first (clipped below the pinned band), then the pinned band over them
@@ -73,6 +74,17 @@ export function renderFrame(tl) {
   tl.drawnFlows = drawFlows(tl);
   ctx.restore();
   drawScrollbar(tl);
+  // tiles that failed are not retried; say so instead of showing a silently empty stretch
+  const failed = tl.visibleKeys.filter((k) => tl.tiles.errors.has(k));
+  if (failed.length) {
+    const msg = `${failed.length} tile(s) could not be loaded: ${tl.tiles.errors.get(failed[0])}`;
+    ctx.font = th.font;
+    ctx.fillStyle = "#fef2f2";
+    ctx.fillRect(NAMES_PX + 4, AXIS_PX + 4, Math.min(W - NAMES_PX - 8, msg.length * 6.6 + 12), 20);
+    ctx.fillStyle = "#b91c1c";
+    ctx.textBaseline = "middle";
+    ctx.fillText(msg, NAMES_PX + 10, AXIS_PX + 14);
+  }
 }
 
 function fmtSpan(ns) {
@@ -113,12 +125,13 @@ function drawRow(tl, row, y) {
   ctx.font = th.font;
   ctx.textBaseline = "top";
   const x = 10 + row.indent * 12;
-  const label = row.pinned ? `${t.group_name} › ${t.name}` : String(t.name);
-  ctx.fillText(clipText(label, NAMES_PX - x - 22), x, y + 5);
-  if (t.unit) {
+  ctx.fillText(clipText(String(t.name), NAMES_PX - x - 22), x, y + 5);
+  // second line: the unit of a counter, the group of a pinned track (it left its group's place)
+  const sub = [row.pinned ? String(t.group_name) : null, t.unit].filter(Boolean).join(" · ");
+  if (sub && row.h >= 30) {
     ctx.fillStyle = th.mutedText;
     ctx.font = th.smallFont;
-    ctx.fillText(t.unit, x, y + 19);
+    ctx.fillText(clipText(sub, NAMES_PX - x - 22), x, y + 19);
   }
   // pin toggle at the right of the names column
   ctx.fillStyle = row.pinned ? "#2563eb" : "#b8bec9";
