@@ -163,3 +163,31 @@ def test_docs_describe_every_source_role_and_cli_flag():
         assert flag in doc, flag
     for chunk in ("`HEAD`", "`SMPL`", "`NOTE`", "`TAIL`"):
         assert chunk in doc
+
+
+def test_host_perf_groups_sum_cpus_and_report_mean_enabled_running(monkeypatch):
+    import os
+    import struct
+
+    from collect.counters import host
+
+    g = host.PerfGroups.__new__(host.PerfGroups)
+    n = len(host.PERF_EVENTS)
+    g._size, g._fmt = 8 * (3 + n), struct.Struct(f"<{3 + n}Q")
+    fds = []
+    # two CPUs: (nr, enabled, running, cycles, instructions, misses); CPU 1 was multiplexed half the time
+    for rec in ((3, 1000, 1000, 500, 800, 7), (3, 1000, 500, 250, 300, 3)):
+        r, w = os.pipe()
+        os.write(w, struct.pack(f"<{3 + n}Q", *rec))
+        os.close(w)
+        fds.append(r)
+    g.leaders, g.fds = fds, list(fds)
+    totals, enabled, running = g.read()
+    g.close()
+    assert totals == [750, 1100, 10] and enabled == 1000 and running == 750
+
+    src = host.HostSource(perf=False)
+    src.perf = type("P", (), {"read": lambda self: ([10, 20, 30], 2000, 1000)})()
+    src.clock = VirtualClock(5)
+    r = src.reader("host", ["perf.instructions", "perf.cycles"])()
+    assert r.values == [20, 10] and r.times == (2000, 1000) and r.host_ns == 5
