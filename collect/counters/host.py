@@ -93,6 +93,20 @@ class PerfGroups:
         self.fds, self.leaders = [], []
 
 
+def _perf_hint(err: int | None) -> str:
+    """Why perf_event_open said no, in words a user can act on."""
+    import errno
+
+    if err in (errno.EACCES, errno.EPERM):
+        return ("system-wide counting needs kernel.perf_event_paranoid <= 0 "
+                "(sysctl kernel.perf_event_paranoid=0) or CAP_PERFMON")
+    if err in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
+        return "this CPU or kernel exposes no hardware PMU events, as in most VMs and sandboxes"
+    if err == errno.ENOSYS:
+        return "the perf_event_open system call is blocked here (a container's seccomp profile?)"
+    return "see perf_event_open(2)"
+
+
 def _cpu_lines() -> list[list[str]]:
     with open(_PROC_STAT, "rb") as f:
         return [ln.split() for ln in f.read().decode().splitlines() if ln.startswith("cpu")]
@@ -142,9 +156,8 @@ class HostSource(CounterSource):
                 self.perf = PerfGroups()
             except OSError as e:
                 self._notes.append(
-                    f"host hardware counters (cycles, instructions, cache misses) unavailable: {e}. "
-                    "perf_event_open needs kernel.perf_event_paranoid <= 0 or CAP_PERFMON for system-wide "
-                    "counting, and containers often block it; /proc counters are still collected")
+                    f"host hardware counters (cycles, instructions, cache misses) unavailable: {e} "
+                    f"({_perf_hint(e.errno)}); the /proc counters are still collected")
         if self.perf is not None:
             self._specs += [CounterSpec(f"perf.{n}", f"{u}/s", kind="cumulative", bits=64, device=DEV, raw_unit=u,
                                         read_group="perf", description=f"{n} on all CPUs (perf_event)")
