@@ -37,6 +37,9 @@ BATCH_ROWS = 65_536
 # Flow categories Kineto writes (and Chrome ingesters know): a correlation edge, an autograd dependency.
 CORRELATION_CAT = "ac2g"
 DEPENDENCY_CAT = "fwdbwd"
+# Links a Chrome ingester derives from the "External id" arg the slices already carry; Kineto
+# writes no flow events for them, and neither do we (they would come back twice).
+EXTERNAL_ID_RAW = "external_id"
 _CHAIN = ", ".join(f"'{k}'" for k in schema.CHAIN_FLOW_KINDS)
 
 # v2 (bind_id) only for flows of kind other between two slices with no other flow: v2 carries no
@@ -49,7 +52,7 @@ V2_CTES = f"""real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_s
         SELECT f.flow_id, f.src_slice, f.dst_slice FROM real f
         JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
         JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
-        WHERE f.kind = 'other'
+        WHERE f.kind = 'other' AND f.raw_kind IS DISTINCT FROM 'external_id'
           AND f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
     )"""
 
@@ -131,6 +134,7 @@ def _v1_flows_sql(start_ns: int) -> str:
         SELECT f.*, CASE WHEN f.kind IN ({_CHAIN}) THEN '{CORRELATION_CAT}'
                          WHEN f.kind = 'dependency' THEN '{DEPENDENCY_CAT}' ELSE 'other' END AS cat
         FROM flows f WHERE f.flow_id NOT IN (SELECT flow_id FROM v2)
+          AND f.raw_kind IS DISTINCT FROM '{EXTERNAL_ID_RAW}'
     ),
     ends AS (
         SELECT flow_id, kind, raw_kind, cat, 's' AS ph, src_slice AS slice_id FROM v1 WHERE src_slice IS NOT NULL
@@ -152,7 +156,7 @@ def _counters_sql(start_ns: int) -> str:
     WITH pids AS ({PIDS_SQL})
     SELECT ',' || chr(10) || '{{"ph":"C","name":' || to_json(t.name) || ',"pid":' || p.pid
         || ',"ts":' || {_us(f"c.ts - {start_ns}")}
-        || ',"args":{{' || to_json(coalesce(t.unit, 'value')) || ':' || to_json(c.value) || '}}}}' AS line
+        || ',"args":{{' || to_json(coalesce(t.unit, t.name)) || ':' || to_json(c.value) || '}}}}' AS line
     FROM counters c JOIN tracks t USING (track_id) JOIN pids p USING (track_id)
     ORDER BY c.track_id, c.ts
     """
