@@ -71,7 +71,9 @@ class TraceBuilder:
             if table == "slices":
                 # staging: depth may be unknown (NULL) until finish()
                 cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES[table]]
-                self.con.execute(schema.create_sql(table, cols, name="_slices_staging"))
+                # a TEMP table: appends stay in memory (spilling to the temp dir), and only
+                # the sorted final table is written to the trace file
+                self.con.execute(schema.create_sql(table, cols, name="_slices_staging").replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
             else:
                 self.con.execute(schema.create_sql(table))
         self.meta: dict[str, str] = {}

@@ -45,19 +45,17 @@ def ingest(source, builder, block: int | None = None) -> None:
     src = SourceState(idx=len(state.sources), name=source.name, group=source.group)
     state.sources.append(src)
     with source.open() as stream:
-        kwargs = {"block": block} if block else {}
-        reader = ChromeReader(stream, source.name, decode_events, **kwargs)
+        reader = ChromeReader(stream, source.name, decode_events, block=block)
         for chunk in reader.chunks():
             process_chunk(state, src, chunk)
     res = reader.result
     src.meta = res.meta
     if res.cut_off:
-        src.note(res.cut_off, None, dropped=res.partial_event, count=1 if res.partial_event else 0)
+        src.note_file(res.cut_off, dropped=1 if res.partial_event else 0)
     if res.ignored_tail:
-        src.note(f"bytes after the event array are not valid JSON and were ignored ({res.ignored_tail})",
-                 None, count=0)
+        src.note_file(f"{res.ignored_tail} bytes after the event array are not valid JSON and were ignored")
     if res.events == 0 and not res.cut_off:
-        src.note("the event array is empty", None, count=0)
+        src.note_file("the event array is empty")
     _apply_base_time(state, src)
     src.flush(builder)
 

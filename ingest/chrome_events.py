@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ingest import chrome_kineto as kin
 from ingest.chrome_columns import (
-    arg_fields, codes, ints, norm_id, raw_events, raw_text, strings, take, to_ns, values,
+    arg_fields, codes, id_strings, ints, norm_id, raw_events, raw_text, strings, take, to_ns, values,
 )
 from ingest.chrome_meta import handle_counters, handle_metadata
 from ingest.chrome_state import ChromeState, SourceState
@@ -103,6 +103,7 @@ def _classify(state, src, sub, names: pa.Array, cats: pa.Array, af):
     lane = np.full(n, -1, dtype=np.int8)
     direction = np.zeros(n, dtype=np.int8)
     host = np.zeros(n, dtype=np.int8)
+    dma = np.zeros(n, dtype=bool)
     cenc = cats.dictionary_encode()
     ccodes = cenc.indices.to_numpy(zero_copy_only=False)
     ccodes = np.where(cenc.indices.is_null().to_numpy(zero_copy_only=False), -1, ccodes)
@@ -123,6 +124,7 @@ def _classify(state, src, sub, names: pa.Array, cats: pa.Array, af):
                     lane[r] = kin.lane_for(cat, nm, "", d)
                 elif kin.is_dma_name(nm):
                     lane[r] = kin.PCIE
+                    dma[r] = True
                     if af is not None:
                         for i in r.tolist():
                             direction[i] = _DIR_CODES[kin.dma_direction(af[i].direction)]
@@ -130,7 +132,7 @@ def _classify(state, src, sub, names: pa.Array, cats: pa.Array, af):
                     lane[r] = kin.EU
         elif base is not None:
             lane[rows] = base
-    return lane, direction, host
+    return lane, direction, host, dma
 
 
 def _tracks(state, src, inv, keys, pid_of, tid_of, lane, direction, skip=None) -> np.ndarray:
@@ -196,7 +198,7 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray) -> 
     args = values(sub, "args")
     af = arg_fields(args)
     inv, keys, pid_of, tid_of = _threads(state, src, sub)
-    lane, direction, host = _classify(state, src, sub, names, cats, af)
+    lane, direction, host, dma = _classify(state, src, sub, names, cats, af)
     scoped = _instant_scopes(state, src, sub, is_x, inv, pid_of) if not is_x.all() else None
     track_ids = _tracks(state, src, inv, keys, pid_of, tid_of, lane, direction,
                         None if scoped is None else scoped >= 0)
@@ -208,8 +210,12 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray) -> 
     if af is not None:
         batch["corr_id"] = ints(values(af, "correlation"))
         nbytes = ints(values(af, "nbytes"))
-        if direction.any() and nbytes.null_count == len(nbytes):
-            nbytes = ints(values(af, "size"))
+        if dma.any():  # DMA requests give their size as "size"
+            size = ints(values(af, "size"))
+            nbytes = pa.array(np.where(dma & nbytes.is_null().to_numpy(zero_copy_only=False),
+                                       size.fill_null(0).to_numpy(), nbytes.fill_null(0).to_numpy()),
+                              mask=(nbytes.is_null().to_numpy(zero_copy_only=False)
+                                    & (~dma | size.is_null().to_numpy(zero_copy_only=False))), type=pa.int64())
         batch["bytes"] = nbytes
         ext = ints(values(af, "ext"))
         if ext.null_count:
@@ -272,7 +278,7 @@ def _stage_flow_events(state, work, sub, idx, ph) -> None:
         "ph": [ph] * len(k), "bp": strings(sub, "bp").take(pa.array(k)),
         "cat": strings(sub, "cat").fill_null("").take(pa.array(k)),
         "name": strings(sub, "name").fill_null("").take(pa.array(k)),
-        "fid": [norm_id(v) for v in values(take(sub, k), "id")],
+        "fid": id_strings(values(take(sub, k), "id")),
         "seq": work.chunk.first_index + idx[k],
     })
 
@@ -291,7 +297,7 @@ def _stage_begin_end(state, work, sub, idx, ph) -> None:
     inv, keys, pid_of, tid_of = _threads(state, src, sub)
     track = np.full(len(sub), -1, dtype=np.int32)
     if ph == "B":
-        lane, direction, _ = _classify(state, src, sub, names.fill_null(""), cats, None)
+        lane, direction, _, _ = _classify(state, src, sub, names.fill_null(""), cats, None)
         track = _tracks(state, src, inv, keys, pid_of, tid_of, lane, direction)
     state.stage("be", {
         "src": np.full(len(sub), src.idx, dtype=np.int32), "thread_key": keys[inv], "track_id": track,

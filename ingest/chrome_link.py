@@ -43,8 +43,8 @@ def write_track_tables(state) -> None:
     tt = sorted(state.track_threads)
     con.register("_tt", pa.table({"track_id": pa.array([a for a, _ in tt], pa.int32()),
                                   "thread_key": pa.array([b for _, b in tt], pa.int64())}))
-    con.execute("CREATE TABLE _chrome_tracks AS SELECT * FROM _t")
-    con.execute("CREATE TABLE _chrome_track_threads AS SELECT * FROM _tt")
+    con.execute("CREATE TEMP TABLE _chrome_tracks AS SELECT * FROM _t")
+    con.execute("CREATE TEMP TABLE _chrome_track_threads AS SELECT * FROM _tt")
     con.unregister("_t")
     con.unregister("_tt")
     state.staged.update({"tracks", "track_threads"})
@@ -59,9 +59,9 @@ def pair_begin_end(state) -> None:
     stacks: dict[int, list] = {}
     unmatched_e: dict[int, list] = {}
     mismatched: dict[int, list] = {}
-    reader = con.execute(
+    reader = con.sql(
         "SELECT src, thread_key, track_id, ts, seq, ph, name, cat, args FROM _chrome_be ORDER BY src, thread_key, ts, seq"
-    ).fetch_record_batch(_BATCH)
+    ).to_arrow_reader(_BATCH)
     for batch in reader:
         cols = batch.to_pydict()
         for src, thr, track, ts, seq, ph, name, cat, args in zip(*cols.values()):
@@ -94,9 +94,9 @@ def pair_async(state) -> None:
     out = _SliceBuffer(state)
     stacks: dict[tuple, list] = {}
     unmatched: dict[int, list] = {}
-    reader = con.execute(
+    reader = con.sql(
         "SELECT src, pid, cat, aid, name, ph, ts, seq, args FROM _chrome_async ORDER BY src, pid, cat, aid, ts, seq"
-    ).fetch_record_batch(_BATCH)
+    ).to_arrow_reader(_BATCH)
     for batch in reader:
         cols = batch.to_pydict()
         for src, pid, cat, aid, name, ph, ts, seq, args in zip(*cols.values()):
@@ -140,10 +140,24 @@ def correlation_flows(state) -> int:
     """)
 
 
+def _prune_correlated(con) -> None:
+    """Kineto's ac2g-style flow events whose id is a correlation id already linked both ways add
+    nothing: drop them before binding (they are most flow events of a Kineto trace)."""
+    corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)
+    con.execute(f"""
+        DELETE FROM _chrome_flow_ev f WHERE lower(f.cat) IN ({corr}) AND EXISTS (
+            SELECT 1 FROM flows fl JOIN _slices_staging d ON d.slice_id = fl.dst_slice
+            JOIN _chrome_tracks t ON t.track_id = d.track_id
+            WHERE fl.raw_kind = 'correlation' AND fl.src_slice IS NOT NULL
+              AND t.src = f.src AND d.corr_id = TRY_CAST(f.fid AS BIGINT))
+    """)
+
+
 def _bind_flow_events(con) -> None:
     """_chrome_flow_bound(src, seq, slice_id): the slice each flow event attaches to."""
+    _prune_correlated(con)
     con.execute("""
-        CREATE TABLE _chrome_flow_bound AS
+        CREATE TEMP TABLE _chrome_flow_bound AS
         SELECT f.src, f.seq, arg_min(s.slice_id, s.dur) AS slice_id
         FROM _chrome_flow_ev f
         JOIN _chrome_track_threads tt ON tt.thread_key = f.thread_key
@@ -259,14 +273,20 @@ def v2_flows(state) -> None:
 def external_id_flows(state) -> None:
     if "ext" not in state.staged:
         return
+    # the latest op with the same External id that started at or before the call (one sort, no join)
     state.builder.add_flows_sql("""
         WITH x AS (
-            SELECT e.src, e.slice_id, e.ext_id, s.ts, s.corr_id, t.lane
+            SELECT e.src, e.slice_id, e.ext_id, s.ts,
+                   CASE WHEN t.lane = 'cpu' AND s.corr_id IS NULL THEN 0
+                        WHEN t.lane IN ('cpu', 'driver') AND s.corr_id IS NOT NULL THEN 1 END AS is_call
             FROM _chrome_ext e JOIN _slices_staging s USING (slice_id) JOIN _chrome_tracks t USING (track_id)),
-        ops AS (SELECT * FROM x WHERE lane = 'cpu' AND corr_id IS NULL),
-        calls AS (SELECT * FROM x WHERE lane IN ('cpu', 'driver') AND corr_id IS NOT NULL)
-        SELECT o.slice_id AS src_slice, c.slice_id AS dst_slice, 'other' AS kind, 'external_id' AS raw_kind
-        FROM calls c ASOF JOIN ops o ON c.src = o.src AND c.ext_id = o.ext_id AND c.ts >= o.ts
+        w AS (
+            SELECT slice_id, is_call,
+                   last_value(CASE WHEN is_call = 0 THEN slice_id END IGNORE NULLS) OVER (
+                       PARTITION BY src, ext_id ORDER BY ts, is_call, slice_id ROWS UNBOUNDED PRECEDING) AS op
+            FROM x WHERE is_call IS NOT NULL)
+        SELECT op AS src_slice, slice_id AS dst_slice, 'other' AS kind, 'external_id' AS raw_kind
+        FROM w WHERE is_call = 1 AND op IS NOT NULL
     """)
 
 

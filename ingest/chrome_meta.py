@@ -75,7 +75,7 @@ def handle_counters(state, src, sub: list, ts, seq: np.ndarray) -> None:
                 bad += 1
                 first_bad = first_bad if first_bad is not None else int(seq[i])
                 continue
-            label = series if key == series else f"{series}: {key}"
+            label = series if key in (series, names[i]) else f"{series}: {key}"
             tk = (pid, label)
             t = tracks.get(tk)
             if t is None:

@@ -114,10 +114,10 @@ class ChromeReader:
     """Yields Chunks from the event array of one source; fills `result` as it goes."""
 
     def __init__(self, stream: BinaryIO, label: str, decode: Callable[[bytes], list],
-                 block: int = BLOCK_BYTES, prefetch: bool = True):
+                 block: int | None = None, prefetch: bool = True):
         self.label = label
         self.decode = decode
-        self.block = block
+        self.block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
         self.src = _Prefetch(stream, block) if prefetch else None
         self.stream = stream
         self.result = ReadResult()

@@ -52,10 +52,13 @@ class SourceState:
     counter_tracks: set = field(default_factory=set)
     problems: dict = field(default_factory=dict)  # message -> [count, first position, examples, dropped]
 
-    def _problem(self, message: str, count: int, position: int | None, example=None, dropped: bool = True):
-        p = self.problems.setdefault(message, [0, position, [], dropped])
+    def _problem(self, message: str, count: int, position: int | None, example=None, dropped: bool = True,
+                 counted: bool = True):
+        p = self.problems.setdefault(message, [0, position, [], dropped, counted])
         p[0] += count
         if example is not None and len(p[2]) < MAX_EXAMPLES:
+            if isinstance(example, (bytes, memoryview)) or type(example).__name__ == "Raw":
+                example = bytes(example).decode("utf-8", "replace")
             p[2].append(example)
 
     def drop(self, message: str, mask: np.ndarray, seq: np.ndarray, sub: list, field_name: str) -> None:
@@ -73,7 +76,12 @@ class SourceState:
         self._problem(f"events with phase {ph!r} ({what}) were skipped", n, first_seq, None)
 
     def note(self, message: str, position: int | None, dropped: bool = False, count: int = 1) -> None:
+        """A counted condition (count events, dropped or not)."""
         self._problem(message, count, position, None, dropped)
+
+    def note_file(self, message: str, dropped: int = 0) -> None:
+        """A condition of the file as a whole (the message says it all; `dropped` events lost)."""
+        self._problem(message, dropped, None, None, dropped > 0, counted=False)
 
     def note_slices(self, first: int, n: int, ts_ns: np.ndarray) -> None:
         if self.first_slice is None:
@@ -84,8 +92,8 @@ class SourceState:
             self.max_ts_ns = m if self.max_ts_ns is None else max(self.max_ts_ns, m)
 
     def flush(self, builder) -> None:
-        for message, (count, pos, examples, dropped) in self.problems.items():
-            text = f"{count} {message}"
+        for message, (count, pos, examples, dropped, counted) in self.problems.items():
+            text = f"{count} {message}" if counted else message
             if examples:
                 text += "; e.g. " + ", ".join(repr(e) for e in examples)
             builder.warn(self.name, text, f"event {pos}" if pos is not None else None,
@@ -152,7 +160,7 @@ class ChromeState:
         con = self.builder.con
         if table not in self.staged:
             body = ", ".join(f'"{c}" {t}' for c, t in cols)
-            con.execute(f"CREATE TABLE {name} ({body})")
+            con.execute(f"CREATE TEMP TABLE {name} ({body})")  # in memory, spills to the temp dir
             self.staged.add(table)
         arrays = {}
         for c, _ in cols:

@@ -1,0 +1,224 @@
+"""The Chrome Trace Event ingester on small hand-written traces, one behaviour each."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest import chrome, chrome_reader, pipeline
+from ingest.store import Store
+
+
+@pytest.fixture(autouse=True)
+def _no_post_steps(monkeypatch):
+    # analysis passes run after publish in the real pipeline; these tests look at ingest only
+    monkeypatch.setattr(pipeline, "AFTER_PUBLISH", [])
+
+
+def ingest_text(tmp_path: Path, text, name: str = "t.json", **kw):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / name
+    data = text if isinstance(text, bytes) else (text if isinstance(text, str) else json.dumps(text)).encode()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    store = Store(tmp_path / "store")
+    res = pipeline.ingest_paths(store, [path], **kw)[0]
+    assert res.error is None, res.error
+    return store.connect(res.id), res
+
+
+def rows(con, sql):
+    return con.execute(sql).fetchall()
+
+
+def ev(ph, name="e", ts=0, **kw):
+    d = {"ph": ph, "name": name, "pid": 1, "tid": 1, "ts": ts}
+    d.update(kw)
+    return d
+
+
+def test_microsecond_decimals_become_exact_nanoseconds(tmp_path):
+    text = ('{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1419116963736.702, "dur": 0.001},'
+            '{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": "1419116963736.703", "dur": "2"},'
+            '{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 1700000000000000.123, "dur": 1.5},'
+            '{"ph": "X", "name": "d", "pid": 1, "tid": 1, "ts": 1700000000000001, "dur": 1}]}')
+    con, _ = ingest_text(tmp_path, text)
+    got = dict((n, (t, d)) for n, t, d in rows(con, "SELECT name, ts, dur FROM slices"))
+    assert got["a"] == (1419116963736702, 1)
+    assert got["b"] == (1419116963736703, 2000)
+    assert got["c"] == (1700000000000000123, 1500)
+    assert got["d"] == (1700000000000001000, 1000)
+
+
+def test_complete_and_nested_begin_end_events_nest_by_depth(tmp_path):
+    evs = [ev("B", "outer", 0), ev("X", "inner", 10, dur=5), ev("B", "mid", 20), ev("E", "", 30),
+           ev("E", "", 100), ev("X", "after", 100, dur=1)]
+    con, res = ingest_text(tmp_path, {"traceEvents": evs})
+    got = {n: (t, d, dp) for n, t, d, dp in rows(con, "SELECT name, ts, dur, depth FROM slices")}
+    assert got == {"outer": (0, 100000, 0), "inner": (10000, 5000, 1), "mid": (20000, 10000, 1),
+                   "after": (100000, 1000, 0)}
+    assert res.warnings == []
+
+
+def test_unmatched_begin_and_end_become_counted_warnings(tmp_path):
+    evs = [ev("E", "", 1), ev("B", "never closed", 2), ev("X", "ok", 3, dur=1)]
+    con, res = ingest_text(tmp_path, evs)
+    assert [r[0] for r in rows(con, "SELECT name FROM slices")] == ["ok"]
+    assert any("E events without an open B" in w for w in res.warnings)
+    assert any("B events never closed" in w for w in res.warnings)
+    assert res.counts["dropped_events"] == 2
+
+
+def test_unsorted_input_gives_the_same_trace_as_sorted(tmp_path):
+    evs = [ev("X", f"s{i}", ts=i * 10, dur=5) for i in range(50)] + [ev("B", "b", 600), ev("E", "", 700)]
+    a, _ = ingest_text(tmp_path / "a", evs)
+    b, _ = ingest_text(tmp_path / "b", list(reversed(evs)))
+    q = "SELECT name, ts, dur, depth FROM slices ORDER BY ts, name"
+    assert rows(a, q) == rows(b, q)
+
+
+def test_instants_scopes_go_to_thread_process_and_global_tracks(tmp_path):
+    evs = [ev("X", "x", 0, dur=10), ev("i", "thread", 1, s="t"), ev("I", "proc", 2, s="p"),
+           ev("i", "global", 3, s="g", pid="", tid="")]
+    con, _ = ingest_text(tmp_path, evs)
+    got = dict(rows(con, "SELECT s.name, t.name FROM slices s JOIN tracks t USING (track_id) WHERE dur = 0"))
+    assert got == {"thread": "thread 1", "proc": "process instants", "global": "global instants"}
+    assert rows(con, "SELECT count(*) FROM tracks")[0][0] == 3  # no empty track for pid "" / tid ""
+
+
+def test_counter_args_become_one_series_each_with_id_suffix(tmp_path):
+    evs = [ev("C", "mem", 1, args={"used": 5, "free": 7.5}), ev("C", "mem", 2, args={"used": 6, "free": 6.5}),
+           ev("C", "q", 1, id=3, args={"q": 2}), ev("X", "x", 0, dur=5)]
+    con, _ = ingest_text(tmp_path, evs)
+    got = rows(con, "SELECT t.name, t.lane, count(*), max(value) FROM counters JOIN tracks t USING (track_id)"
+                    " GROUP BY ALL ORDER BY 1")
+    assert got == [("mem: free", "counter", 2, 7.5), ("mem: used", "counter", 2, 6.0), ("q[3]", "counter", 1, 2.0)]
+
+
+def test_flow_events_bind_to_enclosing_or_next_slice(tmp_path):
+    evs = [ev("X", "a", 0, dur=100), ev("X", "a-child", 10, dur=5), ev("s", "f", 50, id=1, cat="c"),
+           ev("X", "b", 200, dur=10, tid=2), ev("f", "f", 190, id=1, cat="c", tid=2),  # no bp: next slice
+           ev("s", "g", 205, id=2, cat="c", tid=2), ev("X", "c", 295, dur=15), ev("t", "g", 300, id=2, cat="c"),
+           ev("X", "d", 350, dur=100), ev("f", "g", 400, id=2, cat="c", bp="e")]
+    con, _ = ingest_text(tmp_path, evs)
+    got = rows(con, "SELECT a.name, b.name, f.kind, f.raw_kind FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+                    " JOIN slices b ON b.slice_id = f.dst_slice ORDER BY 1, 2")
+    # s inside a after its child ended -> a; f without bp -> the next slice b; t and f(bp=e) -> enclosing
+    assert got == [("a", "b", "other", "c"), ("b", "c", "other", "c"), ("c", "d", "other", "c")]
+
+
+def test_v2_flows_link_flow_out_to_next_flow_in(tmp_path):
+    evs = [ev("X", "src", 0, dur=10, bind_id="0x1", flow_out=True),
+           ev("X", "mid", 20, dur=10, bind_id="0x1", flow_in=True, flow_out=True),
+           ev("X", "dst", 40, dur=10, bind_id="0x1", flow_in=True)]
+    con, _ = ingest_text(tmp_path, evs)
+    got = rows(con, "SELECT a.name, b.name, f.raw_kind FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+                    " JOIN slices b ON b.slice_id = f.dst_slice ORDER BY 1")
+    assert got == [("mid", "dst", "flow_v2"), ("src", "mid", "flow_v2")]
+
+
+def test_metadata_names_and_sorts_tracks(tmp_path):
+    evs = [ev("X", "a", 0, dur=1, pid=7, tid=70), ev("X", "b", 0, dur=1, pid=8, tid=80),
+           {"ph": "M", "name": "process_name", "pid": 8, "tid": 0, "args": {"name": "trainer"}},
+           {"ph": "M", "name": "process_sort_index", "pid": 8, "tid": 0, "args": {"sort_index": -1}},
+           {"ph": "M", "name": "thread_name", "pid": 8, "tid": 80, "args": {"name": "main"}}]
+    con, _ = ingest_text(tmp_path, evs)
+    got = rows(con, "SELECT group_name, name, process, thread FROM tracks ORDER BY sort_key")
+    assert got == [("trainer (8)", "main", "8", "80"), ("process 7", "thread 70", "7", "70")]
+
+
+def test_async_begin_end_pairs_become_slices(tmp_path):
+    evs = [ev("b", "load", 0, id="0x1", cat="io"), ev("b", "load", 5, id="0x2", cat="io"),
+           ev("n", "tick", 7, id="0x1", cat="io"), ev("e", "load", 10, id="0x1", cat="io"),
+           ev("e", "load", 20, id="0x2", cat="io"), ev("e", "lost", 30, id="0x3", cat="io")]
+    con, res = ingest_text(tmp_path, evs)
+    got = sorted(rows(con, "SELECT s.name, s.ts, s.dur, t.name FROM slices s JOIN tracks t USING (track_id)"))
+    assert got == [("load", 0, 10000, "async io"), ("load", 5000, 15000, "async io"), ("tick", 7000, 0, "async io")]
+    assert res.counts["dropped_events"] == 1
+
+
+def test_pid_and_tid_as_int_or_string_are_one_thread(tmp_path):
+    evs = [ev("X", "a", 0, dur=1, pid=5, tid=6), ev("X", "b", 2, dur=1, pid="5", tid="6"),
+           ev("X", "c", 4, dur=1, pid=5.0, tid="6")]
+    con, _ = ingest_text(tmp_path, evs)
+    assert rows(con, "SELECT count(DISTINCT track_id) FROM slices")[0][0] == 1
+
+
+def test_big_integers_in_args_are_kept_verbatim(tmp_path):
+    text = b'[{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"ptr": 123456789012345678901234567890}}]'
+    con, _ = ingest_text(tmp_path, text)
+    (args,) = rows(con, "SELECT args FROM slices")[0]
+    assert "123456789012345678901234567890" in args
+
+
+def test_leading_blank_line_and_bom_are_tolerated(tmp_path):
+    text = "\ufeff\n\n" + json.dumps({"traceEvents": [ev("X", "a", 1, dur=1)]})
+    con, _ = ingest_text(tmp_path, text.encode("utf-8"))
+    assert rows(con, "SELECT name FROM slices") == [("a",)]
+
+
+def test_external_id_in_either_spelling_links_op_to_runtime_call(tmp_path):
+    evs = [ev("X", "aten::mm", 0, dur=50, cat="cpu_op", args={"External id": 9}),
+           ev("X", "cudaLaunchKernel", 10, dur=5, cat="cuda_runtime", args={"external id": 9, "correlation": 77}),
+           ev("X", "gemm", 20, dur=30, cat="kernel", pid=0, tid=7, args={"correlation": 77, "stream": 7})]
+    con, _ = ingest_text(tmp_path, evs)
+    got = rows(con, "SELECT a.name, b.name, f.kind, f.raw_kind FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+                    " JOIN slices b ON b.slice_id = f.dst_slice ORDER BY 1")
+    assert got == [("aten::mm", "cudaLaunchKernel", "other", "external_id"),
+                   ("cudaLaunchKernel", "gemm", "launch", "correlation")]
+
+
+def test_driver_record_makes_exec_and_submit_flows(tmp_path):
+    evs = [ev("X", "runFunction", 0, dur=5, cat="mtia_runtime", args={"correlation": 1}),
+           ev("X", "job", 10, dur=5, cat="mtia_ccp_events", pid=9, tid=4, args={"correlation": 1}),
+           ev("X", "dma_request", 12, dur=1, cat="mtia_ccp_events", pid=9, tid=801,
+              args={"direction": "HOST_TO_DEVICE", "size": 4096}),
+           ev("X", "cudaLaunch", 20, dur=5, cat="cuda_runtime", args={"correlation": 2}),
+           ev("X", "cuLaunchKernel", 21, dur=2, cat="cuda_driver", args={"correlation": 2}),
+           ev("X", "k", 30, dur=5, cat="kernel", pid=0, tid=7, args={"correlation": 2})]
+    con, _ = ingest_text(tmp_path, evs)
+    kinds = sorted(rows(con, "SELECT a.name, b.name, f.kind FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+                             " JOIN slices b ON b.slice_id = f.dst_slice"))
+    assert kinds == [("cuLaunchKernel", "k", "exec"), ("cudaLaunch", "cuLaunchKernel", "submit"),
+                     ("runFunction", "job", "exec")]
+    dma = rows(con, "SELECT t.lane, t.name, s.bytes, s.direction FROM slices s JOIN tracks t USING (track_id)"
+                    " WHERE s.name = 'dma_request'")
+    assert dma == [("pcie", "PCIe HtoD", 4096, "h2d")]
+
+
+def test_cut_off_array_loads_whole_events_with_a_warning(tmp_path):
+    full = json.dumps({"traceEvents": [ev("X", f"e{i}", i, dur=1) for i in range(10)]})
+    cut = full[: full.index('"e9"') - 30]
+    con, res = ingest_text(tmp_path, cut)
+    n = rows(con, "SELECT count(*) FROM slices")[0][0]
+    assert 7 <= n < 10
+    assert any("cut off" in w and "no closing" in w for w in res.warnings)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_tiny_read_sizes_give_the_same_trace(tmp_path, monkeypatch, block):
+    evs = ([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "a \\\" } ] { ["}}]
+           + [ev("X", f"op{i} }}, {{", i * 3, dur=2, args={"s": "x\"}]" * (i % 3)}) for i in range(40)])
+    text = json.dumps({"before": {"traceEvents": 1}, "traceEvents": evs, "after": [1, {"x": "]"}]})
+    q = "SELECT name, ts, dur, args FROM slices ORDER BY ts"
+    ref, _ = ingest_text(tmp_path / "ref", text)
+    monkeypatch.setattr(chrome_reader, "BLOCK_BYTES", block)
+    small, _ = ingest_text(tmp_path / "small", text)
+    assert rows(small, q) == rows(ref, q)
+    assert rows(small, "SELECT name FROM tracks") == [(evs[0]["args"]["name"],)]
+
+
+def test_same_content_under_an_unknown_name_is_detected_by_content(tmp_path):
+    text = json.dumps({"traceEvents": [ev("X", "a", 1, dur=1)]})
+    con, res = ingest_text(tmp_path, text, name="capture.bin")
+    assert res.format == "chrome"
+
+
+def test_sniff_accepts_objects_and_arrays_but_not_other_json():
+    assert chrome.sniff(b'\n{"traceEvents": [')
+    assert chrome.sniff(b'\xef\xbb\xbf[{"ph": "X"')
+    assert chrome.sniff(b"[]")
+    assert not chrome.sniff(b'{"rows": [1, 2]}')
+    assert not chrome.sniff(b"[1, 2, 3]")
