@@ -169,9 +169,21 @@ async def live_ws(ws: WebSocket, source: int = 0):
         await ws.close()
         return
     fol = _Follower(path)
-    sent_hello = False
+    sent_hello = was_finished = False
+    gone = asyncio.Event()
+
+    async def watch_close():
+        # the client never sends anything we need; receiving is how a disconnect is noticed
+        try:
+            while (await ws.receive())["type"] != "websocket.disconnect":
+                pass
+        except (WebSocketDisconnect, RuntimeError):
+            pass
+        gone.set()
+
+    watcher = asyncio.create_task(watch_close())
     try:
-        while True:
+        while not gone.is_set():
             try:
                 events = await asyncio.to_thread(fol.poll)
             except AtraceError as e:
@@ -180,14 +192,24 @@ async def live_ws(ws: WebSocket, source: int = 0):
             if events and not sent_hello:
                 await ws.send_json({"type": "hello", "file": path.name, "start_ns": str(fol.start_ns)})
                 sent_hello = True
-            if events or fol.skipped:
+            finished = fol.tail.trailer is not None
+            if events or fol.skipped or finished != was_finished:
                 await ws.send_json({"type": "events", "events": events, "skipped": fol.skipped,
-                                    "finished": fol.tail.trailer is not None})
-                fol.skipped = 0
-            await asyncio.sleep(PUSH_INTERVAL_S)
+                                    "finished": finished})
+                fol.skipped, was_finished = 0, finished
+            try:
+                await asyncio.wait_for(gone.wait(), PUSH_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
     except (WebSocketDisconnect, RuntimeError):
-        return
-    await ws.close()
+        pass
+    finally:
+        watcher.cancel()
+    if not gone.is_set():
+        try:
+            await ws.close()
+        except RuntimeError:
+            pass
 
 
 @router.get("/live", response_class=HTMLResponse, summary="Live trace page",
