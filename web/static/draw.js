@@ -4,7 +4,7 @@
 import { drawAxis, drawGrid } from "./axis.js";
 import { drawSliceTrack, drawCounterTrack, drawCounterLabels } from "./render.js";
 import { LANE_ACCENT } from "./util.js";
-import { NAMES_PX, AXIS_PX, sliceAreaHeight } from "./layout.js";
+import { NAMES_PX, AXIS_PX, ROW_PX, sliceAreaHeight } from "./layout.js";
 import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "./pcie.js";
 
 export const THEME = {
@@ -72,6 +72,7 @@ export function renderFrame(tl) {
   drawFindings(tl, rows);
   drawArea(tl);
   tl.drawnFlows = drawFlows(tl);
+  drawSelection(tl);
   ctx.restore();
   drawScrollbar(tl);
   // tiles that failed are not retried; say so instead of showing a silently empty stretch
@@ -147,9 +148,8 @@ function drawRow(tl, row, y) {
     const range = drawCounterTrack(ctx, pieces, tl.view, NAMES_PX, y, row.h, t, th);
     drawCounterLabels(ctx, NAMES_PX, y, row.h, range, t.unit, th);
   } else {
-    const sel = tl.selected ? tl.selected.id : null;
     const sh = sliceAreaHeight(t);
-    drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, sh, t, th, sel);
+    drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, sh, t, th);
     if (t.lane === "pcie") {
       const cols = drawBandwidth(ctx, pieces, tl.view, NAMES_PX, y + sh, PCIE_GRAPH_PX, linkPeak(tl.meta.links, t.device), th);
       tl.bandwidth.set(t.track_id, cols);
@@ -210,6 +210,25 @@ function drawArea(tl) {
   ctx.fillRect(xa, ya, xb - xa, yb - ya);
   ctx.strokeStyle = THEME.areaStroke;
   ctx.strokeRect(xa + 0.5, ya + 0.5, xb - xa - 1, yb - ya - 1);
+}
+
+/** Outline the selection from its details (so it shows even inside a merged block), at least 3 px wide. */
+function drawSelection(tl) {
+  const s = tl.selected;
+  if (!s) return;
+  const m = tl.rowMidY(s.track_id, s.depth);
+  if (!m) return;
+  const ctx = tl.ctx, v = tl.view;
+  let xa = NAMES_PX + v.x_of(s.ts), xb = NAMES_PX + v.x_of(s.ts + s.dur);
+  if (xb - xa < 3) { const c = (xa + xb) / 2; xa = c - 1.5; xb = c + 1.5; }
+  xa = Math.max(xa, NAMES_PX - 2);
+  xb = Math.min(xb, tl.width_css_px + 2);
+  if (xb < NAMES_PX) return;
+  const h = m.exact ? ROW_PX - 2 : 12;
+  ctx.strokeStyle = THEME.selection;
+  ctx.lineWidth = 2;
+  ctx.strokeRect(Math.round(xa) + 1, Math.round(m.y - h / 2), Math.max(Math.round(xb - xa) - 2, 2), h);
+  ctx.lineWidth = 1;
 }
 
 /** Arrows along the selection's correlation chain; returns the [src, dst] pairs drawn. */

@@ -58,7 +58,7 @@ class RunBatcher {
  * Draw a slice track. `pieces` are [{tile, tt}] for the visible tile indices (tt = the track's part of the
  * tile), each clipped to its tile's time range. Returns the labels drawn (for tests/inspection: count).
  */
-export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme, selected_id) {
+export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
   const w = view.width_css_px;
   const scale = w / view.span_ns;
   const s = view.start_ns;
@@ -67,7 +67,6 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme, select
   const batch = new RunBatcher(ctx);
   const labels = [];
   const labelled = new Set();
-  let selRect = null;
   for (const { tile, tt, c0: t0, c1: t1 } of pieces) {
     const tile_t0 = tile.start_ns;
     const cx0 = x0 + Math.max(0, (t0 - s) * scale), cx1 = x0 + Math.min(w, (t1 - s) * scale);
@@ -97,7 +96,6 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme, select
       if (xb > cx1) xb = cx1;
       const ry = y + TRACK_PAD_PX + d * ROW_PX + 1;
       batch.add(d, xa, xb, ry, ROW_PX - 2, tileColour(tile, lane, tt.name[i], false));
-      if (tt.id[i] === selected_id) selRect = [Math.max(full_xa, x0), Math.min(full_xb, x0 + w), ry];
       // label once per slice even when it spans several tiles
       const vis_w = Math.min(full_xb, x0 + w) - Math.max(full_xa, x0);
       if (vis_w >= MIN_LABEL_PX && !labelled.has(tt.id[i])) {
@@ -114,7 +112,6 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme, select
       const xa = x0 + (ts - s) * scale;
       if (xa < x0 - 1 || xa > x0 + w) continue;
       batch.add(d, xa - 1, xa + 1, y + TRACK_PAD_PX + d * ROW_PX + 1, ROW_PX - 2, tileColour(tile, lane, tt.in_name[i], true));
-      if (tt.in_id[i] === selected_id) selRect = [xa - 2, xa + 2, y + TRACK_PAD_PX + d * ROW_PX + 1];
     }
     batch.flush();
   }
@@ -127,12 +124,6 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme, select
     if (fit < 3) continue;
     const text = name.length > fit ? name.slice(0, fit - 1) + "\u2026" : name;
     ctx.fillText(text, lx + 3, ly + (ROW_PX - 2) / 2);
-  }
-  if (selRect) {
-    ctx.strokeStyle = theme.selection;
-    ctx.lineWidth = 2;
-    ctx.strokeRect(selRect[0] + 1, selRect[2], Math.max(selRect[1] - selRect[0] - 2, 2), ROW_PX - 2);
-    ctx.lineWidth = 1;
   }
   return labels.length;
 }
