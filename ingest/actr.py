@@ -243,12 +243,14 @@ def _meta(builder, data: ActrData, devices: dict, residual: int) -> None:
     builder.set_meta("counters_missed_deadlines", str(tail.get("missed_deadlines", "unknown")))
     if any((d.get("clock_hz") for d in devices.values())):
         builder.set_meta("counters_clock_residual_ns", str(residual))
+    if any(k == "link_gen" or k.startswith("link_gen:") for k in builder.meta):
+        return  # the events' own header (a run directory) already described the links
     with_links = [(n, d) for n, d in devices.items() if (d.get("links") or {}).get("link")]
     for name, d in with_links:
         link = d["links"]["link"]
         suffix = "" if len(with_links) == 1 else f":{name}"
         for key, src in (("link_gen", "gen"), ("link_width", "width"), ("max_payload_bytes", "max_payload_bytes")):
-            if src in link and (key + suffix) not in builder.meta:
+            if src in link:
                 builder.set_meta(key + suffix, str(link[src]))
 
 
@@ -287,8 +289,9 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
                 (f"PCIe {direction} utilisation ({link_name})", "%", ts, v / peak * 100.0))
         elif role in ("eu_busy_cycles", "dma_busy_ns") and spec.get("full_scale"):
             what = name[len(dev) + 1:] if name.startswith(dev + ".") else name
-            label = f"{what.rsplit('.', 1)[0]} utilisation"
-            out.setdefault(dev, []).append((label, "%", ts, v / float(spec["full_scale"]) * 100.0))
+            # "eu.matrix0.busy_cycles" -> "eu.matrix0 utilisation"; "dma.h2d_busy_ns" -> "dma.h2d utilisation"
+            stem = what.rsplit(".", 1)[0] if role == "eu_busy_cycles" else what.removesuffix("_busy_ns")
+            out.setdefault(dev, []).append((f"{stem} utilisation", "%", ts, v / float(spec["full_scale"]) * 100.0))
 
     for (dev, role), names in by_role.items():
         if role == "cpu_busy_jiffies":
@@ -308,7 +311,10 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
         out.setdefault(dev, []).append(("HBM bandwidth", "GB/s", ts, fetched / 1e9))
         req = by_role.get((dev, "hbm_requested_bytes"), [])
         if req:
-            used = _hold(ts, series[req[0]])
-            ok = (fetched > 0) & ~np.isnan(used)
-            out[dev].append(("HBM bytes used per byte fetched", "ratio", ts[ok], used[ok] / fetched[ok]))
+            # on the requested counter's own intervals (it may be multiplexed: fewer, counted intervals),
+            # with the fetched rate of the interval starting at the same time
+            rts, used = series[req[0]]
+            fetched_at = _hold(rts, (ts, fetched))
+            ok = (fetched_at > 0) & ~np.isnan(fetched_at)
+            out[dev].append(("HBM bytes used per byte fetched", "ratio", rts[ok], used[ok] / fetched_at[ok]))
     return out
