@@ -4,9 +4,13 @@ import { listTraces } from "./api.js";
 import { installDropTarget, pickAndUpload } from "./upload.js";
 import { el, fmtBytes, fmtCount } from "./util.js";
 
-async function main() {
+function main() {
   installDropTarget();
   document.getElementById("open-file").addEventListener("click", pickAndUpload);
+  refresh();
+}
+
+async function refresh() {
   const body = document.querySelector("#traces tbody");
   try {
     const { traces } = await listTraces();
@@ -18,6 +22,8 @@ async function main() {
       el("td", {}, t.counts && t.counts.slices !== undefined ? fmtCount(t.counts.slices) : "-"),
       el("td", {}, t.created ? new Date(t.created).toLocaleString() : "-"))));
     document.getElementById("traces-empty").hidden = traces.length > 0;
+    // traces still ingesting (uploaded elsewhere, or by the CLI) change state: look again shortly
+    if (traces.some((t) => t.status === "ingesting")) setTimeout(refresh, 2000);
   } catch (e) {
     body.replaceChildren(el("tr", {}, el("td", { colspan: 6, class: "error" }, `Could not list traces: ${e.message}`)));
   }
