@@ -180,6 +180,8 @@ function clipText(s, px) {
 function drawFindings(tl, rows) {
   if (!tl.findings.length || !tl.overlays.size) return;
   const ctx = tl.ctx, v = tl.view, H = tl.height_css_px;
+  const rowOf = new Map();
+  for (const r of rows) if (r.row.kind === "track") rowOf.set(r.row.track.track_id, r);
   for (const f of tl.findings) {
     if (!tl.overlays.has(f.pass) || f.ts === null || f.ts === undefined) continue;
     const xa = NAMES_PX + v.x_of(f.ts), xb = NAMES_PX + v.x_of(f.ts + (f.dur || 0));
@@ -188,9 +190,8 @@ function drawFindings(tl, rows) {
     const w = Math.max(xb - xa, 2);
     let placed = false;
     if (f.track_id !== null && f.track_id !== undefined) {
-      for (const r of rows) {
-        if (r.row.kind === "track" && r.row.track.track_id === f.track_id) { ctx.fillRect(xa, r.y, w, r.row.h); placed = true; }
-      }
+      const r = rowOf.get(f.track_id);
+      if (r) { ctx.fillRect(xa, r.y, w, r.row.h); placed = true; }
       if (!placed) {
         const m = tl.rowMidY(f.track_id, 0);
         if (m) { ctx.fillRect(xa, m.y - 11, w, 22); placed = true; }
