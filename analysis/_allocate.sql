@@ -21,10 +21,14 @@ CREATE OR REPLACE TEMP TABLE _claim_raw AS
 SELECT cand_id, claim_start AS a, claim_end AS b, local_ns
 FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start
 UNION ALL
-SELECT c.cand_id, greatest(c.claim_start, i.idle_start), least(c.claim_end, i.idle_end), c.local_ns
-FROM _cand c
-JOIN _eu_idle i ON i.dev = c.dev AND i.idle_start < c.claim_end AND i.idle_end > c.claim_start
-WHERE c.claim_mode = 'idle';
+-- same device and overlapping, as a pure range join on device-offset times (_dev_offset)
+SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns
+FROM (SELECT c.cand_id, c.local_ns, c.claim_start + o.off AS s, c.claim_end + o.off AS e, o.off
+      FROM _cand c JOIN _dev_offset o ON o.dev = c.dev
+      WHERE c.claim_mode = 'idle' AND c.claim_end > c.claim_start) c
+JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
+      FROM _eu_idle i JOIN _dev_offset o ON o.dev = i.dev) i
+  ON i.s < c.e AND i.e > c.s;
 
 -- keep the last local_ns ns of each candidate's claim
 CREATE OR REPLACE TEMP TABLE _claim AS
@@ -52,11 +56,12 @@ SELECT cand_id, sum(t1 - t0) AS alloc_ns FROM won GROUP BY cand_id;
 -- candidates with their allocation; min_share drops candidates mostly explained by
 -- findings of higher precedence (a residual pass such as launch_gaps sets it)
 CREATE OR REPLACE TEMP TABLE _kept AS
-SELECT c.*, CAST(coalesce(a.alloc_ns, 0) AS BIGINT) AS impact_ns,
-       coalesce((SELECT sum(cl.b - cl.a) FROM _claim cl WHERE cl.cand_id = c.cand_id), 0) AS claimed_ns,
+SELECT c.*, CAST(coalesce(a.alloc_ns, 0) AS BIGINT) AS impact_ns, coalesce(cl.claimed_ns, 0) AS claimed_ns,
        row_number() OVER (PARTITION BY c.pass ORDER BY coalesce(a.alloc_ns, 0) DESC, c.local_ns DESC, c.ts)
          AS pass_rank
-FROM _cand c LEFT JOIN _alloc a ON a.cand_id = c.cand_id
+FROM _cand c
+LEFT JOIN _alloc a ON a.cand_id = c.cand_id
+LEFT JOIN (SELECT cand_id, sum(b - a) AS claimed_ns FROM _claim GROUP BY cand_id) cl ON cl.cand_id = c.cand_id
 WHERE coalesce(a.alloc_ns, 0) >= c.min_share * c.local_ns;
 
 -- The findings (columns exactly as ingest/schema.py FINDINGS).

@@ -42,11 +42,12 @@ WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 AND s.depth = 0;
 -- When each piece of device work was handed to the device: the latest end of the slices
 -- whose correlation-chain flow points at it (driver submission, or the API call when the
 -- trace has no driver records), never later than the work's own start.
---   slice_id, ready_ns, src_slice (the submitting slice that arrived last).
+--   slice_id, ready_ns, src_slice (the submitting slice that arrived last), src_track_id.
 CREATE OR REPLACE TEMP TABLE _ready AS
 SELECT w.slice_id,
        max(least(s.ts + s.dur, w.ts)) AS ready_ns,
-       arg_max(s.slice_id, least(s.ts + s.dur, w.ts)) AS src_slice
+       arg_max(s.slice_id, least(s.ts + s.dur, w.ts)) AS src_slice,
+       arg_max(s.track_id, least(s.ts + s.dur, w.ts)) AS src_track_id
 FROM flows f
 JOIN _dev_work w ON w.slice_id = f.dst_slice
 JOIN slices s ON s.slice_id = f.src_slice
@@ -145,38 +146,54 @@ FROM _bw b
 LEFT JOIN _xfer x ON x.dev = b.dev AND x.direction = b.direction AND coalesce(x.host_mem, '') <> 'pageable'
 GROUP BY b.dev, b.direction, b.peak_Bps, b.bw_source;
 
--- Busy periods of each device's execution units (overlapping work merged).
---   dev, busy_start, busy_end.
-CREATE OR REPLACE TEMP TABLE _eu_busy AS
-WITH k AS (
-    SELECT dev, ts, end_ns,
-           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max_end
-    FROM _dev_work WHERE lane = 'eu'
+-- Every device's times shifted into a disjoint range of its own (off = a big per-device
+-- stride minus the run start): an interval join "same device and overlapping" then needs
+-- only inequalities, which run as a sort-based range join instead of a hash join on the
+-- device followed by a cross product.
+--   dev, off.
+CREATE OR REPLACE TEMP TABLE _dev_offset AS
+SELECT dev, row_number() OVER (ORDER BY dev) * CAST(1125899906842624 AS BIGINT)
+            - (SELECT run_start_ns FROM _run) AS off
+FROM (SELECT DISTINCT dev FROM _track_dev WHERE dev IS NOT NULL);
+
+-- Where each device's work resumes after an idle period (execution and DMA together): the
+-- work that starts at or after the end of all work before it.
+--   dev, slice_id, track_id, ts, idle_start (when the device ran out of work before it).
+CREATE OR REPLACE TEMP TABLE _work_starts AS
+WITH r AS (
+    SELECT dev, slice_id, track_id, ts, end_ns,
+           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id ROWS UNBOUNDED PRECEDING) AS run_max
+    FROM _dev_work
 ),
-g AS (
-    SELECT dev, ts, end_ns,
-           sum(CASE WHEN prev_max_end IS NULL OR ts > prev_max_end THEN 1 ELSE 0 END)
-             OVER (PARTITION BY dev ORDER BY ts, end_ns ROWS UNBOUNDED PRECEDING) AS grp
-    FROM k
+p AS (
+    SELECT dev, slice_id, track_id, ts,
+           lag(run_max) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id) AS idle_start
+    FROM r
 )
-SELECT dev, min(ts) AS busy_start, max(end_ns) AS busy_end FROM g GROUP BY dev, grp;
+SELECT * FROM p WHERE idle_start IS NOT NULL AND ts > idle_start;
 
 -- Idle periods of each device's execution units within the run: the critical-path
 -- exposure of anything the device waits for (a copy during which no unit computes
--- delays the run; one that overlaps computation does not).
+-- delays the run; one that overlaps computation does not). From a sweep over the
+-- device's execution in time order: a unit's work that starts after everything before it
+-- ended closes an idle period.
 --   dev, idle_start, idle_end.
 CREATE OR REPLACE TEMP TABLE _eu_idle AS
-WITH devs AS (SELECT DISTINCT dev FROM _dev_work),
-b AS (
-    SELECT dev, busy_start, busy_end,
-           lag(busy_end) OVER (PARTITION BY dev ORDER BY busy_start) AS prev_end
-    FROM _eu_busy
+WITH r AS (
+    SELECT dev, ts, end_ns,
+           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns ROWS UNBOUNDED PRECEDING) AS run_max
+    FROM _dev_work WHERE lane = 'eu'
 ),
+k AS (
+    SELECT dev, ts, lag(run_max) OVER (PARTITION BY dev ORDER BY ts, end_ns) AS prev_max_end, run_max FROM r
+),
+devs AS (SELECT DISTINCT dev FROM _dev_work),
 gaps AS (
-    SELECT dev, coalesce(prev_end, (SELECT run_start_ns FROM _run)) AS idle_start, busy_start AS idle_end FROM b
+    SELECT dev, prev_max_end AS idle_start, ts AS idle_end FROM k WHERE ts > prev_max_end
     UNION ALL
-    SELECT d.dev, coalesce(max(b.busy_end), (SELECT run_start_ns FROM _run)), (SELECT run_end_ns FROM _run)
-    FROM devs d LEFT JOIN _eu_busy b ON b.dev = d.dev GROUP BY d.dev
+    SELECT d.dev, (SELECT run_start_ns FROM _run), coalesce(min(k.ts), (SELECT run_end_ns FROM _run))
+    FROM devs d LEFT JOIN k ON k.dev = d.dev GROUP BY d.dev
+    UNION ALL
+    SELECT dev, max(run_max), (SELECT run_end_ns FROM _run) FROM k GROUP BY dev
 )
 SELECT dev, idle_start, idle_end FROM gaps WHERE idle_end > idle_start;

@@ -25,14 +25,12 @@
 --   claim         'idle' over the copy
 
 CREATE OR REPLACE TEMP TABLE _queued_work AS
-SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction, w.name,
-       r.ready_ns,
-       coalesce(CASE WHEN st.lane = 'driver' THEN 'queue:' || CAST(st.track_id AS VARCHAR) END,
-                'stream:' || w.dev || ':' || json_extract_string(w.args, '$.stream')) AS queue_key
+SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction, r.ready_ns,
+       CASE WHEN st.lane = 'driver' THEN 'queue:' || CAST(r.src_track_id AS VARCHAR)
+            ELSE 'stream:' || w.dev || ':' || json_extract_string(w.args, '$.stream') END AS queue_key
 FROM _dev_work w
 JOIN _ready r ON r.slice_id = w.slice_id
-JOIN slices src ON src.slice_id = r.src_slice
-JOIN _track_dev st ON st.track_id = src.track_id;
+JOIN _track_dev st ON st.track_id = r.src_track_id;
 
 CREATE OR REPLACE TEMP VIEW _copy_compute_serialization_check AS
 SELECT CASE
@@ -43,28 +41,25 @@ SELECT CASE
         THEN 'no device work is linked to the queue or stream it was submitted on'
     END AS reason;
 
+-- per queue in order: the previous item's end; a chain breaks where an item starts more
+-- than serial_max_gap_ns after the previous one ended; a copy is behind compute when the
+-- latest kernel on its queue started after its chain's latest break
 CREATE OR REPLACE TEMP TABLE _serial_rows AS
 WITH q AS (
-    SELECT *,
-           lag(end_ns) OVER (PARTITION BY queue_key ORDER BY ts, slice_id) AS prev_end
+    SELECT *, lag(end_ns) OVER (PARTITION BY queue_key ORDER BY ts, slice_id) AS prev_end
     FROM _queued_work WHERE queue_key IS NOT NULL
-),
-chain AS (
-    SELECT *,
-           sum(CASE WHEN prev_end IS NULL OR ts - prev_end > ${serial_max_gap_ns} THEN 1 ELSE 0 END)
-             OVER (PARTITION BY queue_key ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS chain_id
-    FROM q
 ),
 c AS (
     SELECT *,
-           sum(CASE WHEN lane = 'eu' THEN 1 ELSE 0 END)
-             OVER (PARTITION BY queue_key, chain_id ORDER BY ts, slice_id
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS kernels_before
-    FROM chain
+           max(CASE WHEN prev_end IS NULL OR ts - prev_end > ${serial_max_gap_ns} THEN ts END)
+             OVER (PARTITION BY queue_key ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS chain_start,
+           max(CASE WHEN lane = 'eu' THEN ts END)
+             OVER (PARTITION BY queue_key ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS last_kernel_ts
+    FROM q
 )
 SELECT * FROM c
 WHERE lane = 'pcie' AND direction = 'h2d'
-  AND coalesce(kernels_before, 0) > 0
+  AND last_kernel_ts >= chain_start
   AND ts - prev_end <= ${serial_max_gap_ns}
   AND ts - ready_ns >= ${serial_min_wait_ns};
 

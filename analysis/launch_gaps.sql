@@ -31,18 +31,13 @@ SELECT CASE
     END AS reason;
 
 CREATE OR REPLACE TEMP TABLE _launch_gap_rows AS
-WITH k AS (
-    SELECT dev, slice_id, track_id, ts, name, host_mem,
-           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS idle_start
-    FROM _dev_work
-)
-SELECT k.*, r.ready_ns
-FROM k JOIN _ready r ON r.slice_id = k.slice_id
-WHERE k.idle_start IS NOT NULL
-  AND k.ts - k.idle_start >= ${launch_gap_min_ns}
+SELECT k.dev, k.slice_id, k.track_id, k.ts, k.idle_start, w.name, r.ready_ns
+FROM _work_starts k
+JOIN _ready r ON r.slice_id = k.slice_id
+JOIN _dev_work w ON w.slice_id = k.slice_id
+WHERE k.ts - k.idle_start >= ${launch_gap_min_ns}
   AND r.ready_ns > k.idle_start
-  AND coalesce(k.host_mem, '') <> 'pageable';
+  AND coalesce(w.host_mem, '') <> 'pageable';
 
 SELECT g.idle_start AS ts,
        g.ts - g.idle_start AS dur,

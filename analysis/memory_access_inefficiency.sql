@@ -26,12 +26,17 @@
 --   claim         'direct' over the last local_ns of the kernel when on the critical path
 
 CREATE OR REPLACE TEMP TABLE _kernel_counters AS
-SELECT w.slice_id, w.track_id, w.dev, w.ts, w.end_ns, w.dur, w.name,
-       TRY_CAST(json_extract_string(w.args, '$.bytes_requested') AS DOUBLE) AS requested,
-       TRY_CAST(json_extract_string(w.args, '$.bytes_fetched') AS DOUBLE) AS fetched,
-       coalesce(TRY_CAST(json_extract_string(w.args, '$.flops') AS DOUBLE), 0) AS flops
-FROM _dev_work w
-WHERE w.lane = 'eu' AND w.args LIKE '%bytes_fetched%' AND w.args LIKE '%bytes_requested%';
+WITH j AS (
+    -- one parse of the args for all three counters
+    SELECT w.slice_id, w.track_id, w.dev, w.ts, w.end_ns, w.dur, w.name,
+           json_extract_string(w.args, ['$.bytes_requested', '$.bytes_fetched', '$.flops']) AS v
+    FROM _dev_work w
+    WHERE w.lane = 'eu' AND w.args LIKE '%bytes_fetched%'
+)
+SELECT slice_id, track_id, dev, ts, end_ns, dur, name,
+       TRY_CAST(v[1] AS DOUBLE) AS requested, TRY_CAST(v[2] AS DOUBLE) AS fetched,
+       coalesce(TRY_CAST(v[3] AS DOUBLE), 0) AS flops
+FROM j;
 
 CREATE OR REPLACE TEMP VIEW _memory_access_inefficiency_check AS
 SELECT CASE

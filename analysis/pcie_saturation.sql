@@ -111,8 +111,21 @@ FROM g GROUP BY link_dev, direction, win;
 CREATE OR REPLACE TEMP TABLE _sat_members AS
 SELECT w.link_dev, w.direction, w.win, w.win_start, w.win_end, w.mean_pct, w.shared, x.*
 FROM _sat_windows w
-JOIN _sat_xfer x ON x.direction = w.direction AND (w.shared OR x.dev = w.link_dev)
- AND x.ts < w.win_end AND x.end_ns > w.win_start;
+JOIN _sat_xfer x ON x.direction = w.direction AND x.ts < w.win_end AND x.end_ns > w.win_start
+WHERE w.shared
+UNION ALL
+-- a device's own link: same device, same direction and overlapping, as a range join on
+-- times shifted per device (_dev_offset) and per direction
+SELECT w.link_dev, w.direction, w.win, w.win_start, w.win_end, w.mean_pct, w.shared,
+       x.slice_id, x.track_id, x.dev, x.direction, x.ts, x.end_ns, x.dur, x.bytes, x.peak_Bps, x.lat_ns,
+       x.unloaded_ns, x.delay_ns
+FROM (SELECT w.*, w.win_start + o.off + CASE WHEN w.direction = 'd2h' THEN CAST(562949953421312 AS BIGINT) ELSE 0 END AS s,
+             w.win_end + o.off + CASE WHEN w.direction = 'd2h' THEN CAST(562949953421312 AS BIGINT) ELSE 0 END AS e
+      FROM _sat_windows w JOIN _dev_offset o ON o.dev = w.link_dev WHERE NOT w.shared) w
+JOIN (SELECT x.*, x.ts + o.off + CASE WHEN x.direction = 'd2h' THEN CAST(562949953421312 AS BIGINT) ELSE 0 END AS s,
+             x.end_ns + o.off + CASE WHEN x.direction = 'd2h' THEN CAST(562949953421312 AS BIGINT) ELSE 0 END AS e
+      FROM _sat_xfer x JOIN _dev_offset o ON o.dev = x.dev) x
+  ON x.s < w.e AND x.e > w.s;
 
 -- the union of the delay tails per window and device
 CREATE OR REPLACE TEMP TABLE _sat_delay AS

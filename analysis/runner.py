@@ -81,6 +81,7 @@ class Report:
     statuses: list[PassStatus]
     run_ns: int
     elapsed_ms: float
+    phase_ms: dict = field(default_factory=dict)  # _common, _allocate, write
 
 
 class AnalysisError(Exception):
@@ -171,7 +172,9 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
     try:
         if threads:
             con.execute(f"SET threads = {int(threads)}")
+        t_phase = time.perf_counter()
         _exec_file(con, SQL_DIR / "_common.sql", values)
+        phase_ms = {"_common": (time.perf_counter() - t_phase) * 1e3}
         (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
         statuses: dict[str, PassStatus] = {}
         ran: list[str] = []
@@ -182,7 +185,9 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         for pid in specs:
             if pid not in statuses:
                 statuses[pid] = PassStatus(pid, "not selected", "not selected in this run")
+        t_phase = time.perf_counter()
         table = _allocate(con, specs, ran, values)
+        phase_ms["_allocate"] = (time.perf_counter() - t_phase) * 1e3
         findings = table.to_pylist()
         for st in statuses.values():
             rows = [f for f in findings if f["pass"] == st.pass_id]
@@ -192,8 +197,11 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         con.close()
     status_list = [statuses[p] for p in sorted(statuses, key=lambda p: (specs[p].precedence, p))]
     if write:
+        t_phase = time.perf_counter()
         _write_side(store, trace_id, table, status_list, values)
-    return Report(trace_id, findings, status_list, int(run_ns or 0), (time.perf_counter() - t_start) * 1e3)
+        phase_ms["write"] = (time.perf_counter() - t_phase) * 1e3
+    return Report(trace_id, findings, status_list, int(run_ns or 0), (time.perf_counter() - t_start) * 1e3,
+                  phase_ms)
 
 
 def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:

@@ -46,33 +46,25 @@ SELECT c.*, td.dev
 FROM _sync_calls c JOIN _thread_dev td ON td.track_id = c.track_id
 WHERE c.dur >= ${sync_min_ns};
 
--- per (call, device): the last device work to end before the call returned, and the
--- first to start after it (a sweep over one time-ordered stream per device)
+-- per (call, device): where the device's work next resumed after an idle period at or
+-- after the call returned, and when that idle period began (the device ran out of work);
+-- a sweep over the device's resumption points and the calls' ends in time order
 CREATE OR REPLACE TEMP TABLE _sync_edges AS
-WITH ends AS (
-    SELECT dev, end_ns AS t, 0 AS kind, end_ns AS v, CAST(NULL AS BIGINT) AS sync_id FROM _dev_work
+WITH pts AS (
+    SELECT dev, ts AS t, 1 AS kind, ts AS resume_ns, idle_start, CAST(NULL AS BIGINT) AS sync_id FROM _work_starts
     UNION ALL
-    SELECT dev, end_ns, 1, CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
+    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
 ),
-last_end AS (
-    SELECT sync_id, dev,
-           max(v) OVER (PARTITION BY dev ORDER BY t, kind ROWS UNBOUNDED PRECEDING) AS work_end_ns
-    FROM ends
-),
-starts AS (
-    SELECT dev, ts AS t, 1 AS kind, ts AS v, CAST(NULL AS BIGINT) AS sync_id FROM _dev_work
-    UNION ALL
-    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
-),
-next_start AS (
-    SELECT sync_id, dev,
-           min(v) OVER (PARTITION BY dev ORDER BY t, kind
-                        ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_ns
-    FROM starts
+nxt AS (
+    SELECT sync_id, dev, t,
+           min(resume_ns) OVER (PARTITION BY dev ORDER BY t, kind
+                                ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_ns,
+           min(idle_start) OVER (PARTITION BY dev ORDER BY t, kind
+                                 ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS work_end_ns
+    FROM pts
 )
-SELECT l.sync_id, l.dev, l.work_end_ns, n.next_ns
-FROM (SELECT * FROM last_end WHERE sync_id IS NOT NULL) l
-JOIN (SELECT * FROM next_start WHERE sync_id IS NOT NULL) n ON n.sync_id = l.sync_id AND n.dev = l.dev;
+-- the device must already have been idle when the call returned
+SELECT sync_id, dev, work_end_ns, next_ns FROM nxt WHERE sync_id IS NOT NULL AND work_end_ns <= t;
 
 SELECT c.ts,
        c.dur,

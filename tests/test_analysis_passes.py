@@ -17,6 +17,8 @@ def store(tmp_path):
 def findings(store, spec, passes=None, params=None):
     tid = spec.build(store)
     rep = run_passes(store, tid, passes=passes, params=params)
+    failed = [(s.pass_id, s.reason) for s in rep.statuses if s.status == "failed"]
+    assert failed == []
     return rep, [f for f in rep.findings if passes is None or f["pass"] in passes]
 
 
