@@ -389,3 +389,63 @@ def test_names_from_a_trace_are_shown_as_text_not_markup(page):
     assert evil in page.locator("#pane-details h3").inner_text()
     assert page.evaluate("() => window.__pwned") is None
     assert page.locator("#pane-details img").count() == 0
+
+
+def test_shift_drag_aggregates_the_area_per_name(page, server, trace_id):
+    open_trace(page, trace_id)
+    busiest_cpu = query(server, trace_id, """SELECT t.track_id FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane = 'cpu' GROUP BY ALL ORDER BY count(*) DESC LIMIT 1""")[0][0]
+    page.evaluate("(id) => window.acceltrace.timeline.revealTrack(id)", busiest_cpu)
+    wait_idle(page)
+    r = next(r for r in lane_rows(page) if r["track_id"] == busiest_cpu)
+    box = page.locator("#timeline canvas").bounding_box()
+    y = box["y"] + r["y"] + 8
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + NAMES_PX + 100, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + NAMES_PX + 500, y + 20, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    rows = page.locator("#pane-area table.grid tbody tr")
+    rows.first.wait_for(timeout=15000)
+    assert rows.count() >= 1
+    first = rows.first.locator("td").all_inner_texts()
+    assert first[0] and first[1].replace(",", "").isdigit(), first  # a name and its count
+    shot(page, "area-selection")
+
+
+def test_pinned_track_stays_on_top_while_tracks_scroll(page, trace_id):
+    open_trace(page, trace_id)
+    last = lane_rows(page)[-1]["track_id"]
+    page.evaluate("(id) => { const tl = window.acceltrace.timeline; tl.layout.togglePin(id); tl.relayout(); }", last)
+    wait_idle(page)
+    pinned_y = next(r["y"] for r in lane_rows(page) if r["track_id"] == last)
+    box = page.locator("#timeline canvas").bounding_box()
+    page.mouse.move(box["x"] + 60, box["y"] + 400)  # over the names column: the wheel scrolls
+    page.mouse.wheel(0, 300)
+    wait_idle(page)
+    assert page.evaluate("() => window.acceltrace.timeline.scrollY") > 0
+    assert next(r["y"] for r in lane_rows(page) if r["track_id"] == last) == pinned_y
+    assert f"pin={last}" in page.url
+
+
+def test_findings_list_is_sorted_by_impact_and_toggles_its_overlay(page, server, trace_id):
+    findings = _get_json(f"{server}/api/traces/{trace_id}/findings")["findings"]
+    if not findings:
+        pytest.skip("the analysis passes found nothing in this trace")
+    open_trace(page, trace_id)
+    page.click(".tabs button[data-tab='findings']")
+    items = page.locator("#pane-findings ol.findings li")
+    items.first.wait_for()
+    impacts = sorted((f.get("impact_ns") or 0 for f in findings), reverse=True)
+    assert items.count() == min(len(findings), 500)
+    top = items.first.inner_text()
+    best = max(findings, key=lambda f: f.get("impact_ns") or 0)
+    assert best["message"][:30] in top and impacts[0] == (best.get("impact_ns") or 0)
+    p = best["pass"]
+    box = page.locator(f"#pane-findings input[data-pass='{p}']")
+    assert box.is_checked()
+    page.wait_for_function("(p) => new URLSearchParams(location.hash.slice(1)).get('ov').split(',').includes(p)", arg=p)
+    box.uncheck()
+    page.wait_for_function("(p) => !(new URLSearchParams(location.hash.slice(1)).get('ov') || '').split(',').includes(p)", arg=p)
+    assert p not in page.evaluate("() => [...window.acceltrace.timeline.overlays]")

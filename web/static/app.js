@@ -132,6 +132,7 @@ async function main() {
     const list = r.findings || [];
     if (fresh) for (const f of list) tl.overlays.add(f.pass);
     tl.setFindings(list);
+    saveUrl();
     $("findings-count").textContent = list.length ? String(list.length) : "";
     drawFindings(list);
   }).catch((e) => { panes.findings.textContent = `Findings unavailable: ${e.message}`; });
