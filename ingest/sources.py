@@ -24,6 +24,7 @@ BOMB_FLOOR_BYTES = 512 << 20
 BOMB_RATIO = 200
 BOMB_ABS_MAX = 64 << 30
 HEAD_BYTES = 4096
+GUARD_READ_BYTES = 256 << 10
 
 
 class ProgressReader(io.RawIOBase):
@@ -61,7 +62,8 @@ class BombGuard(io.RawIOBase):
 
     def readinto(self, b) -> int:
         try:
-            data = self.inner.read(len(b))
+            # bounded reads, so a damaged stream is reported near where it breaks
+            data = self.inner.read(min(len(b), GUARD_READ_BYTES))
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError, zipfile.BadZipFile, tarfile.TarError) as e:
             raise IngestError(
                 self.label, f"compressed data is damaged or cut short ({e}); expected a complete stream",
@@ -73,7 +75,7 @@ class BombGuard(io.RawIOBase):
             raise IngestError(
                 self.label,
                 f"decompresses to more than {self.limit} bytes (limit: {BOMB_RATIO}x the compressed size,"
-                " at least 512 MiB); refused as a possible decompression bomb",
+                f" at least {BOMB_FLOOR_BYTES >> 20} MiB); refused as a possible decompression bomb",
                 f"decompressed byte {self.total}",
             )
         b[:n] = data

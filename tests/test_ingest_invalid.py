@@ -1,0 +1,114 @@
+"""Bad inputs (sample_traces/invalid): each refused with a clear message or ingested with warnings.
+
+The expected outcome of each file is snapshotted in tests/snapshots/invalid/<file>.txt
+(regenerate with ACCELTRACE_UPDATE_SNAPSHOTS=1). No outcome is a traceback, and no
+failed ingest leaves a trace, a catalog row or a temp file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest import derive, pipeline, sources
+from ingest.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+INVALID = sorted((ROOT / "sample_traces" / "invalid").iterdir())
+SNAPSHOTS = ROOT / "tests" / "snapshots" / "invalid"
+UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    monkeypatch.setattr(pipeline, "AFTER_PUBLISH", [])
+    monkeypatch.setattr(derive, "STEPS", [])
+    # the bomb sample is small (16 KiB -> 16 MiB); the real floor is 512 MiB
+    monkeypatch.setattr(sources, "BOMB_FLOOR_BYTES", 1 << 20)
+
+
+def outcome(res) -> str:
+    if res.error:
+        return f"refused: {res.error}\n"
+    lines = [f"ingested: {res.counts['slices']} slices, {res.counts['warnings']} warnings,"
+             f" {res.counts['dropped_events']} events dropped"]
+    lines += [f"warning: {w}" for w in res.warnings]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.name for p in INVALID])
+def test_bad_input_outcome_matches_snapshot(tmp_path, quick, path):
+    store = Store(tmp_path / "store")
+    res = pipeline.ingest_paths(store, [path])[0]
+    text = outcome(res)
+    assert "Traceback" not in text and "internal error" not in text
+    snap = SNAPSHOTS / f"{path.name}.txt"
+    if UPDATE or not snap.exists():
+        SNAPSHOTS.mkdir(parents=True, exist_ok=True)
+        snap.write_text(text)
+        if not UPDATE:
+            pytest.fail(f"wrote missing snapshot {snap.name}; review and commit it")
+    assert text == snap.read_text()
+    visible = [r["id"] for r in store.list()]
+    assert visible == ([res.id] if res.error is None else [])
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_html_in_names_is_kept_verbatim(tmp_path, quick):
+    store = Store(tmp_path / "store")
+    res = pipeline.ingest_paths(store, [ROOT / "sample_traces" / "invalid" / "html-in-names.json"])[0]
+    con = store.connect(res.id)
+    assert con.execute("SELECT name, category FROM slices").fetchall() == [
+        ("<script>alert(1)</script>", "<b>cat</b>")]
+    (group,) = con.execute("SELECT group_name FROM tracks").fetchone()
+    assert "<img src=x onerror=alert(2)>" in group
+
+
+def test_cli_reports_every_bad_input_without_a_traceback(tmp_path):
+    env = dict(os.environ, ACCELTRACE_STORE=str(tmp_path / "store"))
+    p = subprocess.run([sys.executable, "-m", "acceltrace", "ingest", "--json", *map(str, INVALID)],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert len(lines) == len(INVALID)
+    assert p.returncode == 1  # some inputs were refused
+    refused = {x["name"] for x in lines if x.get("error")}
+    assert {"empty.json", "binary.json", "not-json.json", "climbs-out.tar.gz", "truncated.json.gz",
+            "nan-timestamp.json", "deeply-nested-args.json", "zero-events.json"} <= refused
+
+
+def test_killed_ingest_leaves_nothing_and_is_swept_next_time(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gen_chrome
+
+    big = tmp_path / "big.json"
+    gen_chrome.write(big, 400_000)
+    root = tmp_path / "store"
+    env = dict(os.environ, ACCELTRACE_STORE=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "acceltrace", "ingest", str(big)], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # wait until the ingest has begun writing its temp file
+            tmp = root / "tmp"
+            if tmp.exists() and any(p.suffix == ".duckdb" for p in tmp.iterdir()):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the ingest never started")
+        time.sleep(0.5)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    store = Store(root)  # opening the store sweeps what dead ingests left
+    assert store.list() == []
+    assert list((root / "tmp").iterdir()) == []
+    assert list((root / "traces").iterdir()) == []
