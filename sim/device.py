@@ -90,6 +90,13 @@ class DeviceClock:
         drift = t * (1.0 + self.drift_ppm * 1e-6) + self.wander_ppm * 1e-6 * (1.0 - np.cos(w * t)) / w
         return np.floor(self.offset_ticks + per_ns * drift).astype(np.int64)
 
+    def ticks_at(self, t_ns: float) -> int:
+        """ticks() for one time without numpy (the counter sampler reads it once per sample)."""
+        t = t_ns - self.t0_ns
+        w = 2.0 * math.pi / self.wander_period_ns
+        drift = t * (1.0 + self.drift_ppm * 1e-6) + self.wander_ppm * 1e-6 * (1.0 - math.cos(w * t)) / w
+        return math.floor(self.offset_ticks + self.hz * 1e-9 * drift)
+
     def host_ns(self, ticks) -> np.ndarray:
         """Inverse of ticks() (tests use it as the truth the ingester's correction approximates)."""
         ticks = np.asarray(ticks, dtype=np.float64)

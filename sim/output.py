@@ -168,8 +168,8 @@ def write_atrace(result, path: Path, seed: int, process_name: str = "inference_s
 
 
 def sample_rate_hz(duration_ns: float) -> float:
-    """10 kHz (Nsight's default GPU-metrics rate) unless that exceeds ~200 k ticks for a long run."""
-    return float(max(10.0, min(10_000.0, 200_000 / max(duration_ns * 1e-9, 1e-9))))
+    """10 kHz (Nsight's default GPU-metrics rate) unless that exceeds ~40 k ticks for a long run."""
+    return float(max(10.0, min(10_000.0, 40_000 / max(duration_ns * 1e-9, 1e-9))))
 
 
 def write_actr(result, path: Path, seed: int) -> dict:

@@ -228,6 +228,8 @@ class RegisterBank:
         if clock is None:  # the switch has no clock of its own; it is read through the host
             return int(t_ns)
 
+        if hasattr(clock, "ticks_at"):
+            return clock.ticks_at(float(int(t_ns) - self.origin_ns))
         return int(clock.ticks(self._rel(t_ns))[0])
 
     def true_rate(self, name: str, t0_ns: float, t1_ns: float) -> float:
