@@ -3,12 +3,15 @@
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from collect import record as R
+from ingest.atrace import ingest_atrace
+from ingest.builder import TraceBuilder
 from test_traced import _records, _start, _stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,11 +29,13 @@ def _build(tmp_path) -> Path:
 def test_c_client_writes_the_same_records_from_several_threads(tmp_path):
     exe = _build(tmp_path)
     proc, sock, out = _start(tmp_path, buffer_mb=64)
+    before_ns = time.monotonic_ns()
     try:
         r = subprocess.run([str(exe), "20000", "4"], env={**os.environ, "ACCELTRACE_SOCKET": str(sock)},
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
     finally:
+        after_ns = time.monotonic_ns()
         _stop(proc)
     rd, recs, streams = _records(out)
     names = rd.strings[int(streams[0])]
@@ -45,6 +50,12 @@ def test_c_client_writes_the_same_records_from_several_threads(tmp_path):
     assert R.counter_values(np.array([cnt]))[0] == 1.5e9 and names[cnt["cat"]] == "B/s"
     (dma,) = ops[ops["lane"] == R.LANE_CODES["pcie"]]
     assert (dma["bytes"], dma["direction"], dma["mem"], dma["device"], dma["tid"]) == (1 << 20, 1, 2, 0, 0)
+    # timestamps (TSC ticks on x86-64) become host CLOCK_MONOTONIC ns at ingest, inside the run's window
+    b = TraceBuilder(tmp_path / "c.duckdb")
+    ingest_atrace(out, b)
+    lo, hi = b.con.execute("SELECT min(ts), max(ts + dur) FROM _slices_staging").fetchone()
+    assert before_ns <= lo <= hi <= after_ns
+    b.abort()
 
 
 def test_c_client_without_a_daemon_says_so(tmp_path):

@@ -8,6 +8,8 @@
  *   at_init(NULL);                                   // $ACCELTRACE_SOCKET, or a path
  *   uint32_t k = at_intern("gemm");                  // intern names once
  *   int64_t t0 = at_now();  ...  at_complete(k, AT_LANE_CPU, t0, at_now() - t0, corr, 0);
+ *   (at_now() is in the ticks of clock domain AT_CLOCK_DOMAIN: the TSC on x86-64, else host ns;
+ *    records you fill yourself for at_write take .clock = AT_CLOCK_DOMAIN with at_now() values)
  *   at_shutdown();
  *
  * Thread-safe: each thread gets its own ring on first use (one socket round trip).
@@ -92,10 +94,61 @@ typedef struct at__global {
 static at__global at__g = {-1, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, NULL, NULL, 1};
 static __thread at__thread at__t;
 
-AT__API int64_t at_now(void) {
+/* Host CLOCK_MONOTONIC in ns (clock domain 0). */
+AT__API int64_t at_host_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Timestamps: on x86-64 the TSC (a few ns to read, where clock_gettime costs tens), recorded in
+ * clock domain AT_CLOCK_DOMAIN; the client sends (CLOCK_MONOTONIC ns, TSC) pairs at connect, about
+ * every 100 ms while events flow, and at shutdown, and ingest maps ticks to host ns between them.
+ * Define AT_USE_CLOCK_MONOTONIC to record host ns directly instead. */
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(AT_USE_CLOCK_MONOTONIC)
+#include <x86intrin.h>
+#define AT__TSC 1
+#define AT_CLOCK_DOMAIN 254
+#else
+#define AT__TSC 0
+#define AT_CLOCK_DOMAIN 0
+#endif
+
+static uint64_t at__next_sync = UINT64_MAX; /* TSC value at which the next sync pair is due */
+static uint64_t at__sync_every = 0;          /* ticks between sync pairs (~100 ms) */
+AT__API int at__send(const char *json, size_t n);
+
+/* One (host ns, TSC) pair; the host time is the midpoint of two clock reads around the TSC read. */
+AT__API void at__sync_pair_locked(void) {
+#if AT__TSC
+    int64_t a = at_host_ns();
+    uint64_t tsc = __rdtsc();
+    int64_t b = at_host_ns();
+    if (at__g.fd >= 0) {
+        char msg[160];
+        int n = snprintf(msg, sizeof msg, "{\"op\":\"sync\",\"domain\":%d,\"pairs\":[[%lld,%llu]]}",
+                         AT_CLOCK_DOMAIN, (long long)(a + (b - a) / 2), (unsigned long long)tsc);
+        at__send(msg, (size_t)n);
+    }
+    __atomic_store_n(&at__next_sync, at__g.fd >= 0 ? tsc + at__sync_every : UINT64_MAX, __ATOMIC_RELAXED);
+#endif
+}
+
+static __attribute__((noinline)) void at__sync_slow(void) {
+    if (pthread_mutex_trylock(&at__g.lock) != 0) return; /* busy: the next at_now() tries again */
+    at__sync_pair_locked();
+    pthread_mutex_unlock(&at__g.lock);
+}
+
+/* Now, in the ticks of AT_CLOCK_DOMAIN. */
+AT__API int64_t at_now(void) {
+#if AT__TSC
+    uint64_t t = __rdtsc();
+    if (__builtin_expect(t >= __atomic_load_n(&at__next_sync, __ATOMIC_RELAXED), 0)) at__sync_slow();
+    return (int64_t)t;
+#else
+    return at_host_ns();
+#endif
 }
 
 /* ---- socket messages: u32 length + JSON ---------------------------------------------------- */
@@ -190,10 +243,31 @@ AT__API int at_init(const char *path) {
     at__g.fd = fd;
     at__g.pid = (uint32_t)getpid();
     char msg[256], reply[512];
-    int n = snprintf(msg, sizeof msg, "{\"op\":\"hello\",\"pid\":%u,\"version\":1,\"name\":\"c-client\"}", at__g.pid);
+    /* $ACCELTRACE_RING_RECORDS asks for a ring size per thread (the daemon rounds and bounds it) */
+    const char *rr = getenv("ACCELTRACE_RING_RECORDS");
+    long long ring_records = rr ? atoll(rr) : 0;
+    int n = ring_records > 0
+        ? snprintf(msg, sizeof msg, "{\"op\":\"hello\",\"pid\":%u,\"version\":1,\"name\":\"c-client\","
+                   "\"ring_records\":%lld}", at__g.pid, ring_records)
+        : snprintf(msg, sizeof msg, "{\"op\":\"hello\",\"pid\":%u,\"version\":1,\"name\":\"c-client\"}",
+                   at__g.pid);
     int rc = at__send(msg, (size_t)n) == 0 && at__recv(reply, sizeof reply, NULL) == 0 ? 0 : -1;
-    if (rc == 0) at__g.ring_mode = strstr(reply, "\"mode\":\"ring\"") != NULL;
-    else { close(fd); at__g.fd = -1; }
+    if (rc == 0) {
+        at__g.ring_mode = strstr(reply, "\"mode\":\"ring\"") != NULL;
+#if AT__TSC
+        /* ticks per ns, measured over ~2 ms, only to space the sync pairs */
+        int64_t h0 = at_host_ns();
+        uint64_t k0 = __rdtsc();
+        struct timespec pause = {0, 2000000};
+        nanosleep(&pause, NULL);
+        double per_ns = (double)(__rdtsc() - k0) / (double)(at_host_ns() - h0);
+        at__sync_every = (uint64_t)(per_ns * 1e8);
+        n = snprintf(msg, sizeof msg, "{\"op\":\"metadata\",\"data\":{\"clock_domains\":[{\"id\":%d,"
+                     "\"name\":\"tsc\",\"kind\":\"host-tsc\",\"hz\":%.0f}]}}", AT_CLOCK_DOMAIN, per_ns * 1e9);
+        at__send(msg, (size_t)n);
+        at__sync_pair_locked();
+#endif
+    } else { close(fd); at__g.fd = -1; }
     pthread_mutex_unlock(&at__g.lock);
     return rc;
 }
@@ -258,7 +332,7 @@ AT__API void at_write(const at_record *rec) {
 AT__API void at_complete(uint32_t name, uint8_t lane, int64_t ts, int64_t dur, uint64_t corr, uint32_t args) {
     at_record r;
     memset(&r, 0, sizeof r);
-    r.kind = AT_COMPLETE; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name;
+    r.kind = AT_COMPLETE; r.clock = AT_CLOCK_DOMAIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name;
     r.ts = ts; r.dur = dur; r.corr = corr; r.args = args;
     r.flags = corr ? AT_FLAG_HAS_CORR : 0;
     at_write(&r);
@@ -267,28 +341,28 @@ AT__API void at_complete(uint32_t name, uint8_t lane, int64_t ts, int64_t dur, u
 AT__API void at_instant(uint32_t name, uint8_t lane, int64_t ts) {
     at_record r;
     memset(&r, 0, sizeof r);
-    r.kind = AT_INSTANT; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = ts;
+    r.kind = AT_INSTANT; r.clock = AT_CLOCK_DOMAIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = ts;
     at_write(&r);
 }
 
 AT__API void at_begin(uint32_t name, uint8_t lane) {
     at_record r;
     memset(&r, 0, sizeof r);
-    r.kind = AT_BEGIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = at_now();
+    r.kind = AT_BEGIN; r.clock = AT_CLOCK_DOMAIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = at_now();
     at_write(&r);
 }
 
 AT__API void at_end(uint32_t name, uint8_t lane) {
     at_record r;
     memset(&r, 0, sizeof r);
-    r.kind = AT_END; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = at_now();
+    r.kind = AT_END; r.clock = AT_CLOCK_DOMAIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name; r.ts = at_now();
     at_write(&r);
 }
 
 AT__API void at_counter(uint32_t name, double value, uint32_t unit) {
     at_record r;
     memset(&r, 0, sizeof r);
-    r.kind = AT_COUNTER; r.lane = AT_LANE_COUNTER; r.device = AT_NO_DEVICE; r.name = name; r.cat = unit;
+    r.kind = AT_COUNTER; r.clock = AT_CLOCK_DOMAIN; r.lane = AT_LANE_COUNTER; r.device = AT_NO_DEVICE; r.name = name; r.cat = unit;
     r.ts = at_now();
     memcpy(&r.dur, &value, 8);
     at_write(&r);
@@ -366,6 +440,7 @@ AT__API int at_flush(void) {
     if (at__g.fd < 0) return -1;
     pthread_mutex_lock(&at__g.lock);
     char reply[128];
+    at__sync_pair_locked();
     int rc = at__send("{\"op\":\"drain\"}", 14) == 0 && at__recv(reply, sizeof reply, NULL) == 0 ? 0 : -1;
     pthread_mutex_unlock(&at__g.lock);
     return rc;
@@ -376,6 +451,7 @@ AT__API void at_shutdown(void) {
     if (at__g.fd < 0) return;
     pthread_mutex_lock(&at__g.lock);
     char reply[128];
+    at__sync_pair_locked(); /* the last events are interpolated, not extrapolated */
     if (at__send("{\"op\":\"bye\"}", 12) == 0) at__recv(reply, sizeof reply, NULL);
     close(at__g.fd);
     at__g.fd = -1;

@@ -37,19 +37,20 @@ def _code(table: dict, value, what: str) -> int:
 class Span:
     """`with t.span(...)`: one COMPLETE record written at exit. Also a decorator."""
 
-    __slots__ = ("_t", "_prefix", "_corr", "_nbytes", "_flow", "_args", "_start")
+    __slots__ = ("_t", "_emit", "_prefix", "_corr", "_nbytes", "_flow", "_args", "_start")
 
-    def __init__(self, t, prefix, corr, nbytes, flow, args):
-        self._t, self._prefix, self._corr, self._nbytes, self._flow, self._args = t, prefix, corr, nbytes, flow, args
+    def __init__(self, t, emit, prefix, corr, nbytes, flow, args):
+        self._t, self._emit, self._prefix = t, emit, prefix
+        self._corr, self._nbytes, self._flow, self._args = corr, nbytes, flow, args
 
     def __enter__(self):
         self._start = _now()
         return self
 
     def __exit__(self, *exc):
-        end = _now()
-        self._t._writer().emit(self._prefix, self._start, end - self._start, self._corr, self._nbytes,
-                               self._flow, self._args)
+        # the bound emit of the creating thread's buffer: a span belongs to the thread that made it
+        start = self._start
+        self._emit(self._prefix, start, _now() - start, self._corr, self._nbytes, self._flow, self._args)
         return False
 
     def __call__(self, fn):
@@ -91,6 +92,7 @@ class Tracer:
             w = self._tl.w = self._sink.writer()
             self._tl.tid = threading.get_native_id()
             self._tl.prefixes = {}
+            self._tl.fast = {}
             return w
 
     def intern(self, text: str) -> int:
@@ -137,7 +139,13 @@ class Tracer:
         Typed args (bytes, direction, mem, cat, device, flow_out, flow_in, flow_kind, queue, tid)
         go into their record fields; any other keyword goes into the args JSON.
         """
-        self._writer()
+        if not args:  # the common case, kept short: one dict lookup per span
+            try:
+                prefix = self._tl.fast[(name, lane, corr is not None)]
+                return Span(self, self._tl.w.emit, prefix, corr or 0, 0, 0, 0)
+            except (AttributeError, KeyError):
+                pass
+        emit = self._writer().emit
         typed = {k: args.pop(k) for k in ("bytes", "direction", "mem", "cat", "device", "flow_out", "flow_in",
                                           "flow_kind", "queue", "tid") if k in args}
         # only what shapes the prefix goes in the key (bytes and flow values vary per call)
@@ -152,8 +160,10 @@ class Tracer:
                                   typed.get("flow_kind") or ("dependency" if flow else None), flags,
                                   typed.get("device"), typed.get("cat"), None, typed.get("tid", typed.get("queue")))
             prefixes[key] = prefix
+            if not typed and not args:
+                self._tl.fast[(name, lane, corr is not None)] = prefix
         flow = typed.get("flow_out") or typed.get("flow_in") or 0
-        return Span(self, prefix, corr or 0, typed.get("bytes") or 0, flow, self._args_id(args))
+        return Span(self, emit, prefix, corr or 0, typed.get("bytes") or 0, flow, self._args_id(args))
 
     @staticmethod
     def _flags(typed: dict, corr) -> tuple[int, int]:

@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     at_record r;
     memset(&r, 0, sizeof r);
     r.kind = AT_COMPLETE; r.lane = AT_LANE_PCIE; r.device = 0; r.direction = AT_DIR_H2D; r.mem = AT_MEM_PINNED;
-    r.flags = AT_FLAG_HAS_BYTES; r.bytes = 1 << 20; r.name = at_intern("DMA"); r.ts = at_now(); r.dur = 1000;
+    r.flags = AT_FLAG_HAS_BYTES; r.bytes = 1 << 20; r.name = at_intern("DMA"); r.clock = AT_CLOCK_DOMAIN; r.ts = at_now(); r.dur = 1000;
     at_write(&r);
     if (at_flush() != 0) return 4;
     at_shutdown();
