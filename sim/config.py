@@ -90,8 +90,8 @@ def random_machine(seed: int, n_devices: int | None = None, switch: str = "auto"
             hz=dev.clock_hz * (1.0 + _u(rng, -1e-4, 1e-4)),
             offset_ticks=float(rng.randrange(1 << 36, 1 << 44)),
             drift_ppm=_u(rng, -40.0, 40.0),
-            wander_ppm=_u(rng, 0.5, 4.0),
-            wander_period_ns=_u(rng, 20e6, 200e6),
+            wander_ppm=_u(rng, 1.0, 5.0),
+            wander_period_ns=_u(rng, 2e9, 20e9),  # temperature: seconds, not milliseconds
         )
         for _ in range(n)
     )
@@ -117,3 +117,13 @@ class _ScaledLink(LinkConfig):
     @property
     def wire_bytes_per_ns(self) -> float:
         return LinkConfig.wire_bytes_per_ns.fget(self) * self._factor
+
+
+def fixed_machine(link: LinkConfig, n_devices: int = 1, uplink: LinkConfig | None = None,
+                  device: DeviceConfig | None = None, jitter: float = 0.0, n_queues: int = 4) -> MachineConfig:
+    """A machine with default parts and no randomness (physics tests and benchmarks)."""
+    dev = device or DeviceConfig()
+    clocks = tuple(ClockParams(hz=dev.clock_hz, offset_ticks=float(1 << 40), drift_ppm=25.0, wander_ppm=3.0,
+                               wander_period_ns=4e9) for _ in range(n_devices))
+    return MachineConfig(n_devices=n_devices, link=link, uplink=uplink, device=dev, host=HostConfig(),
+                         driver=DriverConfig(), clocks=clocks, n_queues=n_queues, start_ns=1e12, jitter=jitter)
