@@ -16,8 +16,6 @@ from pathlib import Path
 import duckdb
 
 TABLES = ("trace_meta", "tracks", "slices", "flows", "counters")
-ORDER = {"trace_meta": "key", "tracks": "track_id", "slices": "track_id, ts", "flows": "flow_id",
-         "counters": "track_id, ts"}
 FILE_NAMES = {f"{t}.parquet" for t in (*TABLES, "findings")}
 
 
@@ -37,9 +35,10 @@ def write_files(con: duckdb.DuckDBPyConnection, directory: Path) -> list[Path]:
     out = []
     for table in tables_of(con):
         path = directory / f"{table}.parquet"
-        order = ORDER.get(table, "ts")
+        # no ORDER BY: the store keeps slices and counters sorted by (track_id, ts) and the other
+        # tables in id order, and DuckDB's preserve_insertion_order (on) keeps that order here
         con.execute(
-            f"COPY (SELECT * FROM {table} ORDER BY {order}) TO '{_sql_str(path)}'"
+            f"COPY (SELECT * FROM {table}) TO '{_sql_str(path)}'"
             " (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)"
         )
         out.append(path)

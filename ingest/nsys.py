@@ -58,6 +58,8 @@ def ingest(source, builder) -> None:
                 stage.close()
         finally:
             ex.close()
+            if path != getattr(source, "path", None):  # a decompressed copy: its disk space goes now
+                path.unlink(missing_ok=True)
     finally:
         if tmp is not None:
             tmp.cleanup()

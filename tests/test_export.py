@@ -247,3 +247,18 @@ def test_counter_samples_survive_a_chrome_round_trip(traces, tmp_path):
     assert len(after) == len(before) == 18
     for (n0, ts0, v0), (n1, ts1, v1) in zip(before, after):
         assert n1.startswith(n0) and (ts1, v1) == (ts0, v0)
+
+
+def test_parquet_slices_and_counters_come_sorted_by_track_and_time(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gen_synthetic import build_trace
+
+    store = Store(tmp_path / "store")
+    tid, _ = build_trace(store, 60_000, name="sorted")
+    out = tmp_path / "pq"
+    export_trace(store, tid, "parquet", out)
+    for table in ("slices", "counters"):
+        t = pq.read_table(out / f"{table}.parquet", columns=["track_id", "ts"])
+        keys = list(zip(t["track_id"].to_pylist(), t["ts"].to_pylist()))
+        assert keys == sorted(keys) and len(keys) > 0

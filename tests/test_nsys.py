@@ -120,27 +120,26 @@ def test_a100_summary_matches_snapshot(a100):
     assert text == SNAPSHOT.read_text(), text
 
 
-def test_tiny_read_batches_give_the_same_trace(tmp_path, monkeypatch, a100):
-    store, res = a100
+def test_tiny_read_batches_give_the_same_trace(tmp_path, monkeypatch):
+    path = tmp_path / "small.sqlite"
+    nsys_synth.write(path, iterations=4, metric_samples=3)
+    store, res = ingest_ok(tmp_path / "whole", path)
     expected = canonical_summary(store.connect(res.id))
     monkeypatch.setattr(nsys_read, "BATCH_ROWS", 3)
     monkeypatch.setattr(nsys, "BATCH_ROWS", 2)
-    store2, res2 = ingest_ok(tmp_path, A100)
+    store2, res2 = ingest_ok(tmp_path / "tiny", path)
     assert canonical_summary(store2.connect(res2.id)) == expected
 
 
-def test_sniffed_by_content_under_another_name_and_through_gzip(tmp_path, a100):
+def test_sniffed_by_content_under_another_name_inside_gzip(tmp_path, a100):
     store, res = a100
     expected = canonical_summary(store.connect(res.id))
-    renamed = tmp_path / "report.bin"
-    shutil.copy(A100, renamed)
-    packed = tmp_path / "report.sqlite.gz"
+    packed = tmp_path / "report.bin.gz"  # no .sqlite anywhere: found by its SQLite header
     with open(A100, "rb") as src, gzip.open(packed, "wb") as dst:
         shutil.copyfileobj(src, dst)
-    for i, path in enumerate((renamed, packed)):
-        s, r = ingest_ok(tmp_path / str(i), path)
-        assert r.format == "nsys"
-        assert canonical_summary(s.connect(r.id)) == expected
+    s, r = ingest_ok(tmp_path, packed)
+    assert r.format == "nsys"
+    assert canonical_summary(s.connect(r.id)) == expected
 
 
 def test_3x_export_maps_every_table(tmp_path):
@@ -272,3 +271,23 @@ def test_a_truncated_export_is_refused_clearly(tmp_path):
     path.write_bytes(A100.read_bytes()[: 600_000])
     err = refused(tmp_path, path)
     assert "cut.sqlite" in err and ("damaged" in err or "SQLite" in err), err
+
+
+def test_two_exports_merged_keep_their_tracks_and_links_apart(tmp_path):
+    paths = []
+    for name in ("rank0", "rank1"):
+        paths.append(tmp_path / f"{name}.sqlite")
+        nsys_synth.write(paths[-1], iterations=3, metric_samples=2)
+    store = Store(tmp_path / "store")
+    (res,) = ingest_paths(store, paths, merge=True)
+    assert res.error is None, res.error
+    con = store.connect(res.id)
+    groups = {g for (g,) in con.execute("SELECT DISTINCT group_name FROM tracks").fetchall()}
+    assert groups == {"rank0: train (pid 4242)", "rank0: GPU 0 (NVIDIA H100 80GB HBM3)",
+                      "rank1: train (pid 4242)", "rank1: GPU 0 (NVIDIA H100 80GB HBM3)"}
+    cross = count(con, "SELECT count(*) FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+                       " JOIN tracks ta ON ta.track_id = a.track_id JOIN slices b ON b.slice_id = f.dst_slice"
+                       " JOIN tracks tb ON tb.track_id = b.track_id"
+                       " WHERE split_part(ta.group_name, ':', 1) <> split_part(tb.group_name, ':', 1)")
+    assert cross == 0
+    assert count(con, "SELECT count(*) FROM flows") == 2 * (2 * 3 + 3 + 3)
