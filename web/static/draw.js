@@ -13,7 +13,7 @@ export const THEME = {
   selection: "#111111", hoverRow: "rgba(60,110,220,0.06)", counterFill: "rgba(42,154,160,0.35)",
   areaFill: "rgba(59,130,246,0.12)", areaStroke: "rgba(37,99,235,0.8)", flow: "#d9480f",
   finding: { high: "rgba(220,38,38,0.18)", medium: "rgba(234,88,12,0.15)", low: "rgba(202,138,4,0.13)" },
-  merged: { cpu: "#2c4a7c", driver: "#7a5218", pcie: "#1f5f39", eu: "#6a2b5e", counter: "#1d5d60" },
+  merged: { cpu: "#34558c", driver: "#8a6128", pcie: "#2a6e46", eu: "#7a3a6d", counter: "#1d5d60" },
   font: "11px system-ui, -apple-system, 'Segoe UI', sans-serif",
   boldFont: "600 11px system-ui, -apple-system, 'Segoe UI', sans-serif",
   smallFont: "10px system-ui, -apple-system, 'Segoe UI', sans-serif",

@@ -21,68 +21,99 @@ function tileColour(tile, lane, i, dark) {
 }
 
 /**
- * Coalesces adjacent rects of one colour on one row into runs, and paints the runs grouped by colour so
- * fillStyle (a string parse) is set once per colour per phase, not once per rect.
+ * Coalesces rects per row (depth) into runs in whole pixels and paints them grouped by colour, so
+ * fillStyle (a string parse) is set once per colour, and a rect that falls inside a pixel column already
+ * painted on its row is skipped: at most about one fillRect per pixel column per row.
  */
 class RunBatcher {
-  constructor(ctx) { this.ctx = ctx; this.runs = new Map(); this.byColour = new Map(); }
-  add(row, x0, x1, y, h, colour) {
-    const r = this.runs.get(row);
-    if (r && r.colour === colour && x0 <= r.x1 + 0.75 && r.y === y) {
-      if (x1 > r.x1) r.x1 = x1;
-      return;
-    }
-    if (r) this.finish(r);
-    this.runs.set(row, { x0, x1, y, h, colour });
+  constructor(ctx, rows) {
+    this.ctx = ctx;
+    this.x0 = new Float64Array(rows);
+    this.x1 = new Float64Array(rows).fill(-Infinity);
+    this.y = new Float64Array(rows);
+    this.colour = new Array(rows).fill(null);
+    this.h = ROW_PX - 2;
+    this.byColour = new Map();
   }
-  finish(r) {
-    let a = this.byColour.get(r.colour);
-    if (!a) this.byColour.set(r.colour, (a = []));
-    // whole pixels: no anti-aliased edges to rasterise, and sub-pixel slices still cover one pixel
-    const xa = Math.round(r.x0);
-    a.push(xa, r.y, Math.max(Math.round(r.x1) - xa, 1), r.h);
+  add(row, xa, xb, y, colour) {
+    const end = this.x1[row];
+    if (xb <= end) return;                       // inside what this row already covers
+    if (this.colour[row] === colour && xa <= end + 0.75) { this.x1[row] = xb; return; }
+    if (this.colour[row] !== null) this.finish(row);
+    this.x0[row] = Math.max(xa, end);             // never repaint a pixel already covered on this row
+    this.x1[row] = xb;
+    this.y[row] = y;
+    this.colour[row] = colour;
+  }
+  finish(row) {
+    const c = this.colour[row];
+    let a = this.byColour.get(c);
+    if (!a) this.byColour.set(c, (a = []));
+    const xa = Math.round(this.x0[row]);
+    a.push(xa, this.y[row], Math.max(Math.round(this.x1[row]) - xa, 1));
+    this.colour[row] = null;
   }
   flush() {
-    for (const r of this.runs.values()) this.finish(r);
-    this.runs.clear();
-    const ctx = this.ctx;
+    for (let r = 0; r < this.colour.length; r++) if (this.colour[r] !== null) this.finish(r);
+    this.x1.fill(-Infinity);
+    const ctx = this.ctx, h = this.h;
     for (const [colour, a] of this.byColour) {
       ctx.fillStyle = colour;
-      for (let i = 0; i < a.length; i += 4) ctx.fillRect(a[i], a[i + 1], a[i + 2], a[i + 3]);
+      for (let i = 0; i < a.length; i += 3) ctx.fillRect(a[i], a[i + 1], a[i + 2], h);
     }
     this.byColour.clear();
   }
 }
 
 /**
- * Draw a slice track. `pieces` are [{tile, tt}] for the visible tile indices (tt = the track's part of the
- * tile), each clipped to its tile's time range. Returns the labels drawn (for tests/inspection: count).
+ * Runs of consecutive merged buckets per depth for one track of one tile, built once per tile:
+ * Int32Array [bucket_start, bucket_end, ...] per depth. Dense stretches become one rect each.
+ */
+function mergedRuns(tt) {
+  if (tt._runs) return tt._runs;
+  const byDepth = [];
+  const open = [];
+  for (let i = 0; i < tt.mn; i++) {
+    const d = tt.m_depth[i], b = tt.m_bucket[i];
+    let list = byDepth[d];
+    if (!list) list = byDepth[d] = [];
+    if (open[d] === b && list.length) list[list.length - 1] = b + 1;
+    else list.push(b, b + 1);
+    open[d] = b + 1;
+  }
+  tt._runs = byDepth.map((l) => (l ? Int32Array.from(l) : null));
+  return tt._runs;
+}
+
+/**
+ * Draw a slice track. `pieces` are [{tile, tt, c0, c1}] for the visible tile indices (tt = the track's
+ * part of the tile), each clipped to the time range [c0, c1) it stands for.
  */
 export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
   const w = view.width_css_px;
   const scale = w / view.span_ns;
   const s = view.start_ns;
   const lane = track.lane;
-  const maxRows = Math.floor((h - 2 * TRACK_PAD_PX) / ROW_PX);
-  const batch = new RunBatcher(ctx);
+  const maxRows = Math.max(1, Math.floor((h - 2 * TRACK_PAD_PX) / ROW_PX));
+  const batch = new RunBatcher(ctx, maxRows);
   const labels = [];
   const labelled = new Set();
+  const rowY = (d) => y + TRACK_PAD_PX + d * ROW_PX + 1;
   for (const { tile, tt, c0: t0, c1: t1 } of pieces) {
-    const tile_t0 = tile.start_ns;
     const cx0 = x0 + Math.max(0, (t0 - s) * scale), cx1 = x0 + Math.min(w, (t1 - s) * scale);
     if (cx1 <= cx0) continue;
-    // merged buckets first, exact slices over them
-    const bn = tile.bucket_ns;
-    for (let i = 0; i < tt.mn; i++) {
-      const d = tt.m_depth[i];
-      if (d >= maxRows) continue;
-      const b0 = tile_t0 + tt.m_bucket[i] * bn;
-      let xa = x0 + (b0 - s) * scale, xb = x0 + (b0 + bn - s) * scale;
-      if (xb < cx0 || xa > cx1) continue;
-      if (xa < cx0) xa = cx0;
-      if (xb > cx1) xb = cx1;
-      // the longest merged slice's colour, darkened: truthful (something is there) and still telling names apart
-      batch.add(d, xa, xb, y + TRACK_PAD_PX + d * ROW_PX + 1, ROW_PX - 2, tileColour(tile, lane, tt.m_name[i], true));
+    // merged buckets first (one darker shade per lane: they stand for many names), exact slices over them
+    const bn = tile.bucket_ns, runs = mergedRuns(tt), dark = theme.merged[lane] || theme.merged.cpu;
+    for (let d = 0; d < runs.length && d < maxRows; d++) {
+      const r = runs[d];
+      if (!r) continue;
+      for (let i = 0; i < r.length; i += 2) {
+        let xa = x0 + (tile.start_ns + r[i] * bn - s) * scale, xb = x0 + (tile.start_ns + r[i + 1] * bn - s) * scale;
+        if (xb < cx0 || xa > cx1) continue;
+        if (xa < cx0) xa = cx0;
+        if (xb > cx1) xb = cx1;
+        batch.add(d, xa, xb, rowY(d), dark);
+      }
     }
     batch.flush();
     for (let i = 0; i < tt.n; i++) {
@@ -94,13 +125,12 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
       const full_xa = xa, full_xb = xb;
       if (xa < cx0) xa = cx0;
       if (xb > cx1) xb = cx1;
-      const ry = y + TRACK_PAD_PX + d * ROW_PX + 1;
-      batch.add(d, xa, xb, ry, ROW_PX - 2, tileColour(tile, lane, tt.name[i], false));
+      batch.add(d, xa, xb, rowY(d), tileColour(tile, lane, tt.name[i], false));
       // label once per slice even when it spans several tiles
       const vis_w = Math.min(full_xb, x0 + w) - Math.max(full_xa, x0);
       if (vis_w >= MIN_LABEL_PX && !labelled.has(tt.id[i])) {
         labelled.add(tt.id[i]);
-        labels.push([Math.max(full_xa, x0), vis_w, ry, tile.names[tt.name[i]] ?? "?"]);
+        labels.push([Math.max(full_xa, x0), vis_w, rowY(d), tile.names[tt.name[i]] ?? "?"]);
       }
     }
     batch.flush();
@@ -111,7 +141,7 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
       if (d >= maxRows || ts < t0 || ts >= t1) continue;
       const xa = x0 + (ts - s) * scale;
       if (xa < x0 - 1 || xa > x0 + w) continue;
-      batch.add(d, xa - 1, xa + 1, y + TRACK_PAD_PX + d * ROW_PX + 1, ROW_PX - 2, tileColour(tile, lane, tt.in_name[i], true));
+      batch.add(d, xa - 1, xa + 1, rowY(d), tileColour(tile, lane, tt.in_name[i], true));
     }
     batch.flush();
   }

@@ -80,7 +80,9 @@ export class TileStore {
       this.api.tile(level, index, group, ctl.signal)
         .then((buf) => {
           this.bytes_fetched += buf.byteLength;
-          this.tiles.set(k, decodeTile(buf, level, index));
+          const t = decodeTile(buf, level, index);
+          t.bytes = buf.byteLength;
+          this.tiles.set(k, t);
           this.evict();
         })
         .catch((e) => {
@@ -126,6 +128,13 @@ export class TileStore {
       }
     }
     return out;
+  }
+
+  /** Bytes of tile buffers held by the cache (outside the JS heap proper, so reported separately). */
+  retainedBytes() {
+    let n = 0;
+    for (const t of this.tiles.values()) n += t.bytes || 0;
+    return n;
   }
 
   evict() {
