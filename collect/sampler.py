@@ -160,6 +160,11 @@ class Sampler:
         specs, plan = plan_groups(source, counters)
         self.specs = specs
         self.groups = [Group(i, dev, names, mux, source.reader(dev, names)) for i, (dev, names, mux) in enumerate(plan)]
+        # a source that can read every group at one instant in one call (the model: one vectorised
+        # pass) is read once per tick; only the groups scheduled now are recorded, as with slots
+        batch = getattr(source, "tick_reader", None)
+        self._batch = batch([(g.device, g.names) for g in self.groups]) if batch is not None else None
+        self._batch_readings = None
         self.fixed = [g for g in self.groups if not g.multiplexed]
         # per device: the groups that take turns on its slots, and whose turn it is
         self.rotations: dict[str, list[Group]] = {}
@@ -216,6 +221,10 @@ class Sampler:
 
     def _read(self, g: Group) -> Reading | None:
         try:
+            if self._batch is not None:
+                if self._batch_readings is None:
+                    self._batch_readings = self._batch()
+                return self._batch_readings[g.id]
             return g.read()
         except (OSError, RuntimeError) as e:  # a transient read failure loses one sample, not the run
             self.stats.read_errors += 1
@@ -224,6 +233,7 @@ class Sampler:
             return None
 
     def _tick(self) -> None:
+        self._batch_readings = None  # a batch-reading source is read once per tick, on first use
         for g in self.fixed:
             r = self._read(g)
             if r is not None:

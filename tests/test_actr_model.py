@@ -60,3 +60,16 @@ def test_model_rates_reconstructed_within_1pct_per_interval(model_run):
         checked += 1
         wrapped += bank.total(spec.name, bank.end_ns) >= 2**spec.bits
     assert checked >= 10 and wrapped >= 1
+
+
+def test_fast_reader_equals_the_model_banks_own_reads(model_run):
+    from collect.counters.sim import CursorReader
+
+    bank = model_run[0]
+    names = [s.name for s in bank.specs]
+    read = CursorReader(bank, names)
+    rng = np.random.default_rng(5)
+    lo, hi = int(bank.start_ns) - 10**6, int(bank.end_ns) + 10**6
+    times = np.concatenate([np.sort(rng.integers(lo, hi, 600)), rng.integers(lo, hi, 60)])
+    for t in times:
+        assert read(t) == bank.read_raw(names, t), t

@@ -33,7 +33,10 @@ def open_source(name: str, duration_s: float | None) -> CounterSource:
     """The named source, ready to read; the sim source builds its model for the duration."""
     cls = source_class(name)
     if name == "sim":
-        return cls.realtime(duration_s=duration_s or 10.0)
+        def progress(msg: str) -> None:
+            print(f"acceltrace collect: {msg} (the model runs first, then is read in real time)", file=sys.stderr)
+
+        return cls.realtime(duration_s=duration_s or 10.0, progress=progress)
     return cls()
 
 
@@ -101,7 +104,8 @@ def collect_command(args) -> int:
     if args.duration is not None and args.duration <= 0:
         return _err("--duration must be positive")
     try:
-        src = open_source(args.source, args.duration) if cls is not None else None
+        # --list only needs the model's registers, not a long run
+        src = open_source(args.source, 0.05 if args.list else args.duration)
     except SourceUnavailable as e:
         return _err(str(e))
     if args.list:

@@ -10,6 +10,7 @@ model time = bank.start_ns + (CLOCK_MONOTONIC now - when collection began).
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from typing import Callable
 
@@ -68,7 +69,8 @@ class SimSource(CounterSource):
         self._clock_hz = clock_hz if clock_hz is not None else dict(getattr(bank, "clock_hz", {}) or {})
 
     @classmethod
-    def realtime(cls, duration_s: float, scenario: str = REALTIME_SCENARIO, seed: int = 0) -> "SimSource":
+    def realtime(cls, duration_s: float, scenario: str = REALTIME_SCENARIO, seed: int = 0,
+                 progress=None) -> "SimSource":
         """A source over a model run simulated up front, read as wall-clock time passes."""
         from collect.sampler import WallClock
 
@@ -81,11 +83,12 @@ class SimSource(CounterSource):
             except (ImportError, AttributeError):
                 continue
         if factory is None:
-            raise SourceUnavailable(
-                "sim: the device model offers no register_bank_for(scenario, seed, duration_ns) "
-                f"(looked for {', '.join(BANK_FACTORIES)}), so it cannot run {scenario} in real time")
-        # a little more model time than asked: the sampler's last tick must still read inside the run
-        bank = factory(scenario, seed, int((duration_s + 1.0) * 1e9))
+            factory = _bank_from_scenario
+        need_ns = int((duration_s * 1.02 + 0.05) * 1e9)  # the last tick must still read inside the run
+        if factory is _bank_from_scenario:
+            bank = factory(scenario, seed, need_ns, progress)
+        else:
+            bank = factory(scenario, seed, need_ns)
         src = cls(bank, WallClock())
         src.realtime_anchor = True
         return src
@@ -108,6 +111,35 @@ class SimSource(CounterSource):
     def specs(self) -> list[CounterSpec]:
         return list(self._specs)
 
+    def tick_reader(self, groups: list[tuple[str, list[str]]]) -> Callable[[], list[Reading]]:
+        """All groups' registers at one instant in one vectorised read (one Reading per group).
+
+        The sampler records only the groups that hold slots at that tick; evaluating the others
+        too is how a model is read cheaply, and changes no recorded value.
+        """
+        names = [n for _, grp in groups for n in grp]
+        if not CursorReader.available(self.bank, names):
+            return None
+        read_all = CursorReader(self.bank, names)
+        bank = self.bank
+        bounds, pos = [], 0
+        for dev, grp in groups:
+            bounds.append((dev, pos, pos + len(grp)))
+            pos += len(grp)
+        devices = list(dict.fromkeys(dev for dev, _ in groups))
+
+        def read() -> list[Reading]:
+            host_ns = self.clock.now_ns()
+            if self.realtime_anchor:
+                self.model_offset_ns = int(bank.start_ns) - host_ns
+                self.realtime_anchor = False
+            t = host_ns + self.model_offset_ns
+            values = read_all(t)
+            ticks = {d: bank.device_ticks(d, t) for d in devices}
+            return [Reading(host_ns, ticks[dev], values[a:b]) for dev, a, b in bounds]
+
+        return read
+
     def reader(self, device: str, names: list[str]) -> Callable[[], Reading]:
         bank = self.bank
         names = list(names)
@@ -129,6 +161,30 @@ class SimSource(CounterSource):
         return read
 
 
+def _bank_from_scenario(scenario: str, seed: int, duration_ns: int, progress=None):
+    """Simulate `scenario` long enough to cover duration_ns of model time; its frozen register bank.
+
+    Uses the model's public entry points (sim.scenarios.build, sim.run.run_plan): one run at
+    the scenario's own length tells the model time per step, a second run takes enough steps.
+    """
+    try:
+        from sim.run import run_plan
+        from sim.scenarios import build
+    except ImportError as e:
+        raise SourceUnavailable(f"sim: the device model cannot be imported ({e})") from None
+    try:
+        plan = build(scenario, seed)
+    except (ValueError, KeyError) as e:
+        raise SourceUnavailable(f"sim: {e}") from None
+    res = run_plan(plan)
+    if res.duration_ns < duration_ns:
+        steps = int(math.ceil(plan.steps * duration_ns / max(res.duration_ns, 1.0) * 1.05))
+        if progress:
+            progress(f"simulating {scenario}: {steps} steps for {duration_ns / 1e9:.1f} s of model time")
+        res = run_plan(plan, steps=steps)
+    return res.bank
+
+
 class CursorReader:
     """Reads many registers of a frozen RegisterBank at non-decreasing times in one numpy pass.
 
@@ -140,7 +196,7 @@ class CursorReader:
     (times/totals/slopes, times/values); `available()` says whether they are there.
     """
 
-    _MAX_STEPS = 8  # cursor advances per read before falling back to a binary search
+    _MAX_STEPS = 2  # cursor advances per read before falling back to the vectorised seek
 
     @staticmethod
     def available(bank, names) -> bool:
@@ -179,6 +235,17 @@ class CursorReader:
             gauge.append(is_gauge)
         self.times, self.base, self.slope = np.concatenate(times), np.concatenate(base), np.concatenate(slope)
         self.starts, self.lens = np.array(starts), np.array(lens)
+        # One globally sorted key array for a vectorised seek: register i's times shifted into its own
+        # band [i * span, (i + 1) * span). Float rounding may misplace a query that falls within an ulp
+        # of a breakpoint; _seek checks every result exactly and redoes those registers alone.
+        finite = self.times[np.isfinite(self.times) & (self.times > -1e299)]
+        self.tmin = float(finite.min()) if len(finite) else 0.0
+        rng = float(finite.max()) - self.tmin if len(finite) else 0.0
+        self.span = 4.0 * max(rng, 1e9)
+        band = np.repeat(np.arange(len(names), dtype=np.float64) * self.span, self.lens + 2)
+        rel = np.clip(self.times - self.tmin, -self.span / 4, self.span * 3 / 4)
+        self.keys = band + rel
+        self.bands = np.arange(len(names), dtype=np.float64) * self.span
         self.mask = np.array(masks, dtype=np.uint64)
         # floor(total + 1e-6) for counters as the bank does; levels round to nearest (a level exactly
         # halfway between integers rounds up here, to even in the bank: levels are whole entries)
@@ -196,9 +263,16 @@ class CursorReader:
         self.next_t = self.times[k + 1]
 
     def _seek(self, t: float) -> None:
+        """Place every cursor at the segment holding t: one searchsorted over all bands, then an exact check."""
         np = self.np
-        for i, (s, n) in enumerate(zip(self.starts, self.lens)):
-            self.k[i] = s + np.searchsorted(self.times[s + 1 : s + 1 + n], t, side="right")
+        q = self.bands + min(max(t - self.tmin, -self.span / 4 + 1.0), self.span * 3 / 4 - 1.0)
+        k = np.searchsorted(self.keys, q, side="right") - 1
+        k = np.clip(k, self.starts, self.starts + self.lens)
+        bad = ~((self.times[k] <= t) & (self.times[k + 1] > t))
+        for i in np.flatnonzero(bad):
+            s, n = self.starts[i], self.lens[i]
+            k[i] = s + np.searchsorted(self.times[s + 1 : s + 1 + n], t, side="right")
+        self.k = k
         self._load()
 
     def __call__(self, t_ns) -> list[int]:
