@@ -122,6 +122,11 @@ class _Ingest:
 
     def _gid(self, ids: np.ndarray, streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global string index per record and a mask of ids the stream never defined."""
+        if len(streams) and streams.min() == streams.max():  # one producer: no per-stream masks
+            off, size = self.str_off.get(int(streams[0]), (len(self.gstrings) - 1, 1))
+            local = ids.astype(np.int64)
+            bad = local >= size
+            return np.where(bad, len(self.gstrings) - 1, off + local), bad
         out = np.full(len(ids), len(self.gstrings) - 1, dtype=np.int64)
         bad = np.zeros(len(ids), dtype=bool)
         for s in np.unique(streams):
@@ -166,8 +171,11 @@ class _Ingest:
         self._drop("unknown record kind", bad_kind.sum())
         self._drop("unknown lane", (bad_lane & ~bad_kind).sum())
         keep = ev & ~bad_kind & ~bad_lane
-        recs, streams = recs[keep], streams[keep]
-        order = self.order + np.flatnonzero(keep)
+        if keep.all():  # the usual case: no copy of the records
+            order = self.order + np.arange(len(recs))
+        else:
+            recs, streams = recs[keep], streams[keep]
+            order = self.order + np.flatnonzero(keep)
         if not len(recs):
             return
         name, bad_name = self._gid(recs["name"], streams)
@@ -199,7 +207,9 @@ class _Ingest:
             self.be_parts.append(part)
             self.be_order.append(order[be])
         sl = (kind == R.COMPLETE) | (kind == R.INSTANT)
-        if sl.any():
+        if sl.all():
+            self._add_slices(recs, streams, track, ts, np.maximum(end - ts, 0), name, cat, args)
+        elif sl.any():
             self._add_slices(recs[sl], streams[sl], track[sl], ts[sl], np.maximum(end[sl] - ts[sl], 0), name[sl],
                              cat[sl], args[sl])
 
@@ -331,21 +341,20 @@ class _Ingest:
                     JOIN _atrace_lanes l USING (track_id)
                     WHERE x.slice_id BETWEEN {lo} AND {hi} AND x.corr_id IS NOT NULL
                       AND l.lane IN ('cpu', 'driver', 'pcie', 'eu')),
-                firsts AS (SELECT corr_id, lane, arg_min(slice_id, (ts, slice_id)) AS sid FROM s
+                firsts AS (SELECT corr_id, lane, arg_min(slice_id, ts) AS sid FROM s
                            WHERE lane IN ('cpu', 'driver') GROUP BY corr_id, lane),
                 cpu AS (SELECT corr_id, sid FROM firsts WHERE lane = 'cpu'),
                 drv AS (SELECT corr_id, sid FROM firsts WHERE lane = 'driver'),
-                taken AS (SELECT dst_slice FROM flows WHERE dst_slice BETWEEN {lo} AND {hi})
+                taken AS (SELECT DISTINCT dst_slice FROM flows WHERE dst_slice BETWEEN {lo} AND {hi})
                 SELECT cpu.sid AS src_slice, drv.sid AS dst_slice, 'submit' AS kind, 'corr' AS raw_kind
-                FROM cpu JOIN drv USING (corr_id)
-                WHERE drv.sid NOT IN (SELECT dst_slice FROM taken)
+                FROM cpu JOIN drv USING (corr_id) ANTI JOIN taken ON taken.dst_slice = drv.sid
                 UNION ALL
                 SELECT coalesce(drv.sid, cpu.sid), s.slice_id,
                        CASE WHEN drv.sid IS NULL THEN 'launch' WHEN s.lane = 'pcie' THEN 'dma' ELSE 'exec' END,
                        'corr'
                 FROM s LEFT JOIN drv USING (corr_id) LEFT JOIN cpu USING (corr_id)
+                ANTI JOIN taken ON taken.dst_slice = s.slice_id
                 WHERE s.lane IN ('pcie', 'eu') AND coalesce(drv.sid, cpu.sid) IS NOT NULL
-                  AND s.slice_id NOT IN (SELECT dst_slice FROM taken)
                 ORDER BY 2""")
         finally:
             self.b.con.execute("DROP TABLE IF EXISTS _atrace_lanes")

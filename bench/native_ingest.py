@@ -1,0 +1,141 @@
+"""Native .atrace ingest speed: decode (chunks -> numpy) and the whole ingest, against DuckDB's own insert.
+
+    .venv/bin/python bench/native_ingest.py                 # 2 M events (~1 min)
+    .venv/bin/python bench/native_ingest.py --events 20000000
+
+The file is synthetic but shaped like the device model's: cpu API calls on 8 threads, driver
+submissions, DMA and kernel records in a device clock domain with clock-sync pairs every
+10 ms, correlation ids on everything, explicit submit flows on a tenth of the calls. The anchor
+is DuckDB inserting an Arrow table of the same rows and columns into the same schema: the
+floor any ingester that goes through the builder pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from collect import record as R  # noqa: E402
+from collect.atrace import AtraceReader, AtraceWriter, default_header  # noqa: E402
+from ingest.atrace import ingest_atrace  # noqa: E402
+from ingest.builder import TraceBuilder  # noqa: E402
+
+
+def make_file(path: Path, n: int, seed: int = 1) -> None:
+    rng = np.random.default_rng(seed)
+    hdr = default_header(devices=[{"id": 0, "name": "dev0", "link_gen": 4, "link_width": 16,
+                                   "max_payload_bytes": 256}], host_clock="virtual")
+    w = AtraceWriter(path, hdr, chunk_events=16384)
+    names = [w.intern(s) for s in ("launch", "memcpyAsync", "submit", "DMA h2d", "gemm", "softmax")]
+    quarter = n // 4
+    corr = np.arange(1, quarter + 1, dtype=np.uint64)
+    t_host = np.cumsum(rng.integers(500, 3000, quarter)).astype(np.int64) + 10**12
+    step = 1 << 16
+    ticks_per_ns = 1.5
+    span_ns = int(t_host[-1] - t_host[0]) + 10**8
+    sync_host = np.arange(t_host[0] - 10**7, t_host[0] + span_ns, 10**7, dtype=np.int64)
+    w.add_clock_sync(1, sync_host, ((sync_host - sync_host[0]) * ticks_per_ns).astype(np.int64))
+    for lo in range(0, quarter, step):
+        hi = min(quarter, lo + step)
+        k = hi - lo
+        recs = np.zeros(4 * k, R.RECORD_DTYPE)
+        cpu, drv, dma, eu = (recs[i * k:(i + 1) * k] for i in range(4))
+        th = t_host[lo:hi]
+        for part in (cpu, drv, dma, eu):
+            part["kind"], part["corr"], part["flags"], part["device"] = R.COMPLETE, corr[lo:hi], R.FLAG_HAS_CORR, 255
+        cpu["lane"], cpu["tid"], cpu["pid"], cpu["ts"], cpu["dur"] = 0, corr[lo:hi] % 8 + 100, 7, th, 400
+        cpu["name"] = np.where(corr[lo:hi] % 3 == 0, names[1], names[0])
+        drv["lane"], drv["device"], drv["tid"], drv["name"], drv["ts"], drv["dur"] = 1, 0, 0, names[2], th + 100, 200
+        dev_ticks = ((th + 1000 - sync_host[0]) * ticks_per_ns).astype(np.int64)
+        is_copy = corr[lo:hi] % 3 == 0
+        dma["lane"], dma["device"], dma["clock"], dma["name"], dma["ts"], dma["dur"] = 2, 0, 1, names[3], dev_ticks, 900
+        dma["bytes"], dma["direction"], dma["mem"] = np.where(is_copy, 1 << 20, 4096), 1, 2
+        dma["flags"] |= R.FLAG_HAS_BYTES
+        eu["lane"], eu["device"], eu["clock"], eu["ts"], eu["dur"] = 3, 0, 1, dev_ticks + 1500, 3000
+        eu["tid"] = corr[lo:hi] % 4
+        eu["name"] = np.where(corr[lo:hi] % 2 == 0, names[4], names[5])
+        flow = (corr[lo:hi] % 10 == 0)
+        cpu["flags"] |= np.where(flow, R.FLAG_FLOW_OUT, 0).astype(np.uint8)
+        drv["flags"] |= np.where(flow, R.FLAG_FLOW_IN, 0).astype(np.uint8)
+        cpu["flow"] = drv["flow"] = np.where(flow, corr[lo:hi], 0).astype(np.uint32)
+        cpu["flow_kind"] = drv["flow_kind"] = np.where(flow, R.FLOW_CODES["submit"], 0)
+        w.add_records(recs)
+    w.close()
+
+
+def anchor_insert(tmp: Path, n: int) -> float:
+    """DuckDB inserting n rows of the slice columns from Arrow through the same builder."""
+    b = TraceBuilder(tmp / "anchor.duckdb")
+    tr = b.track("cpu", "t")
+    rng = np.random.default_rng(2)
+    step = 1 << 20
+    t0 = time.perf_counter()
+    for lo in range(0, n, step):
+        k = min(step, n - lo)
+        b.add_slices(pa.table({
+            "track_id": pa.array(np.full(k, tr, np.int32)), "ts": pa.array(np.arange(lo, lo + k) * 10),
+            "dur": pa.array(np.full(k, 5)), "depth": pa.array(np.zeros(k, np.int32)),
+            "name": pa.DictionaryArray.from_arrays(pa.array(rng.integers(0, 6, k)),
+                                                   pa.array(["a", "b", "c", "d", "e", "f"])),
+            "corr_id": pa.array(np.arange(lo, lo + k)), "bytes": pa.array(np.full(k, 4096))}))
+    elapsed = time.perf_counter() - t0
+    b.abort()
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=2_000_000)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="acceltrace-native-"))
+    path = tmp / "bench.atrace"
+    t0 = time.perf_counter()
+    make_file(path, args.events)
+    gen_s = time.perf_counter() - t0
+    n = args.events // 4 * 4
+    mb = path.stat().st_size / 1e6
+
+    t0 = time.perf_counter()
+    r = AtraceReader.open(path)
+    got = sum(len(recs) for recs, _ in r.iter_events())
+    r.close()
+    decode_s = time.perf_counter() - t0
+    assert got == n, (got, n)
+
+    b = TraceBuilder(tmp / "trace.duckdb")
+    t0 = time.perf_counter()
+    ingest_atrace(path, b)
+    mapped_s = time.perf_counter() - t0
+    counts = b.finish("atrace", path.name)
+    total_s = time.perf_counter() - t0
+    anchor_s = anchor_insert(tmp, n)
+
+    rows = [
+        ("file", f"{n:,} events, {mb:,.0f} MB (written in {gen_s:.1f} s)", ""),
+        ("decode: chunks -> numpy records (CRC checked)", f"{n / decode_s / 1e6:,.1f} M events/s", "target >= 10"),
+        ("ingest into the builder (clock map, tracks, flows)", f"{n / mapped_s / 1e6:,.2f} M events/s", ""),
+        ("  + builder.finish (depths, sort, LOD tables)", f"{n / total_s / 1e6:,.2f} M events/s end to end", ""),
+        ("anchor: DuckDB insert of the same number of Arrow rows", f"{n / anchor_s / 1e6:,.2f} M rows/s",
+         f"ingest / anchor = {anchor_s / mapped_s:.2f}"),
+        ("result", f"{counts['slices']:,} slices, {counts['flows']:,} flows, {counts['tracks']} tracks", ""),
+    ]
+    w = max(len(r[0]) for r in rows)
+    for name, value, note in rows:
+        print(f"{name:<{w}}  {value:<44}  {note}")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
