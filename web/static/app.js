@@ -70,6 +70,7 @@ async function main() {
 
   const clear = () => {
     selSeq++;
+    $("help").hidden = true;
     tl.area = null;
     tl.setSelection(null);
     renderDetails(panes.details, null);
