@@ -71,7 +71,7 @@ def random_machine(seed: int, n_devices: int | None = None, switch: str = "auto"
         sync_ns=_u(rng, 700, 1_500),
         malloc_ns=_u(rng, 15_000, 40_000),
         free_ns=_u(rng, 5_000, 12_000),
-        pin_ns_per_byte=_u(rng, 0.08, 0.2),
+        pin_ns_per_byte=_u(rng, 0.05, 0.15),
         host_memcpy_bytes_per_ns=_u(rng, 6.0, 12.0),
         staging_chunk_bytes=rng.choice((1 << 20, 2 << 20, 4 << 20)),
         fence_poll_ns=_u(rng, 500, 1_500),

@@ -22,7 +22,7 @@ def steps_for(plan: Plan, events: int | None) -> int:
     e3 = len(run_plan(plan, 3).rec)
     per_step = max((e3 - e1) / 2.0, 1.0)
     fixed = e1 - per_step
-    return max(1, int(round((events - fixed) / per_step)))
+    return max(plan.min_steps, int(round((events - fixed) / per_step)))
 
 
 def run_scenario(name: str, out_dir: Path, seed: int = 0, events: int | None = None) -> dict:

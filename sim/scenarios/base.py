@@ -35,6 +35,7 @@ class Plan:
     # kind -> fn(plan) -> plan without that issue; default drops the kind from `issues`
     removers: dict = field(default_factory=dict)
     events_per_step: float = 100.0
+    min_steps: int = 1  # fewer steps would not show the issue (e.g. pinning costs not yet paid back)
     thread_names: tuple[str, ...] = ()
 
     def remove(self, kind: str) -> "Plan":
