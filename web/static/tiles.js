@@ -7,6 +7,7 @@ import { decodeTile } from "./decode.js";
 
 export const TILE_BUCKETS = 1024;
 const MAX_TILES = 400;
+const MAX_BYTES = 160e6; // tile buffers kept, whatever the trace size (the page's memory target is 300 MB)
 const MAX_IN_FLIGHT = 8;
 
 export function tileSpanNs(level) {
@@ -32,6 +33,7 @@ export class TileStore {
     this.errors = new Map();    // key -> message (not refetched)
     this.wanted = new Set();    // keys wanted by the latest update
     this.bytes_fetched = 0;
+    this.held_bytes = 0;
     this.min_level = 0;
     this.max_level = 60;
   }
@@ -83,6 +85,7 @@ export class TileStore {
           const t = decodeTile(buf, level, index);
           t.bytes = buf.byteLength;
           this.tiles.set(k, t);
+          this.held_bytes += t.bytes;
           this.evict();
         })
         .catch((e) => {
@@ -131,17 +134,15 @@ export class TileStore {
   }
 
   /** Bytes of tile buffers held by the cache (outside the JS heap proper, so reported separately). */
-  retainedBytes() {
-    let n = 0;
-    for (const t of this.tiles.values()) n += t.bytes || 0;
-    return n;
-  }
+  retainedBytes() { return this.held_bytes; }
 
+  /** Drop least recently used tiles nobody wants now until both the count and the byte budget hold. */
   evict() {
-    while (this.tiles.size > MAX_TILES) {
+    while (this.tiles.size > MAX_TILES || this.held_bytes > MAX_BYTES) {
       let victim = null;
       for (const k of this.tiles.keys()) { if (!this.wanted.has(k)) { victim = k; break; } }
       if (victim === null) break;
+      this.held_bytes -= this.tiles.get(victim).bytes || 0;
       this.tiles.delete(victim);
     }
   }
