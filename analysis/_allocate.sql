@@ -65,11 +65,15 @@ LEFT JOIN (SELECT cand_id, sum(b - a) AS claimed_ns FROM _claim GROUP BY cand_id
 WHERE coalesce(a.alloc_ns, 0) >= c.min_share * c.local_ns;
 
 -- The findings (columns exactly as ingest/schema.py FINDINGS).
---   severity: error when the impact is at least error_run_fraction of the run, warning at
---   warning_min_impact_ns or more, else info (including waste off the critical path).
+--   severity: info when the finding costs nothing on the critical path, or when all of its
+--   pass's findings together cost less than report_run_fraction of the run (noted, not
+--   worth fixing); else error when it alone costs error_run_fraction of the run, warning
+--   from warning_min_impact_ns, info below.
 CREATE OR REPLACE TEMP TABLE _findings AS
+WITH k AS (SELECT *, sum(impact_ns) OVER (PARTITION BY pass) AS pass_impact_ns FROM _kept)
 SELECT pass,
-       CASE WHEN impact_ns > 0 AND impact_ns >= ${error_run_fraction} * (SELECT run_ns FROM _run) THEN 'error'
+       CASE WHEN impact_ns <= 0 OR pass_impact_ns < ${report_run_fraction} * (SELECT run_ns FROM _run) THEN 'info'
+            WHEN impact_ns >= ${error_run_fraction} * (SELECT run_ns FROM _run) THEN 'error'
             WHEN impact_ns >= ${warning_min_impact_ns} THEN 'warning'
             ELSE 'info' END AS severity,
        ts, dur, track_id, slice_id, metric, value, threshold, impact_ns,
@@ -89,5 +93,5 @@ SELECT pass,
            WHEN impact_ns < local_ns THEN
                '; ' || _fmt_ns(impact_ns) || ' of its ' || _fmt_ns(local_ns) || ' local excess is on the critical path'
            ELSE '; costs ' || _fmt_ns(impact_ns) || ' on the critical path' END AS message
-FROM _kept
+FROM k
 WHERE pass_rank <= ${max_findings_per_pass};

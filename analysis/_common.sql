@@ -99,7 +99,8 @@ cfg AS (
            coalesce(s.width, g.width) AS width,
            coalesce(s.mps_bytes, g.mps_bytes, 256) AS mps_bytes
     FROM devs d
-    LEFT JOIN _link_cfg s ON s.dev = d.dev
+    -- ingesters suffix the keys with the device name or its index ('dev0' or '0')
+    LEFT JOIN _link_cfg s ON s.dev = d.dev OR 'dev' || s.dev = d.dev
     LEFT JOIN (SELECT * FROM _link_cfg WHERE dev IS NULL) g ON TRUE
 )
 SELECT dev,
@@ -133,14 +134,16 @@ LEFT JOIN best b ON b.dev = d.dev AND b.direction = d.direction
 LEFT JOIN (SELECT dev, max(best_Bps) AS best_Bps FROM best GROUP BY dev) a ON a.dev = d.dev
 WHERE coalesce(l.link_peak_Bps, b.best_Bps, a.best_Bps) IS NOT NULL;
 
--- Fixed cost per transfer L (dev, direction): the parameter when set, else the 10th
--- percentile of (duration - bytes / peak) over non-pageable transfers, i.e. what an
--- unloaded transfer pays beyond its bytes.
+-- Fixed cost per transfer L (dev, direction): the parameter when set, else what the
+-- shortest non-pageable transfer took beyond its bytes (duration - bytes / B; the
+-- shortest one is the most latency-dominated and the least likely to have shared the
+-- link), capped at max_latency_ns.
 --   dev, direction, peak_Bps, bw_source, latency_ns.
 CREATE OR REPLACE TEMP TABLE _xfer_model AS
 SELECT b.dev, b.direction, b.peak_Bps, b.bw_source,
        CASE WHEN ${assumed_latency_ns} > 0 THEN ${assumed_latency_ns}
-            ELSE greatest(0, coalesce(quantile_cont(x.dur - x.bytes * 1e9 / b.peak_Bps, 0.1), 0)) END
+            ELSE least(${max_latency_ns},
+                       greatest(0, coalesce(arg_min(x.dur - x.bytes * 1e9 / b.peak_Bps, x.dur), 0))) END
          AS latency_ns
 FROM _bw b
 LEFT JOIN _xfer x ON x.dev = b.dev AND x.direction = b.direction AND coalesce(x.host_mem, '') <> 'pageable'
@@ -156,44 +159,37 @@ SELECT dev, row_number() OVER (ORDER BY dev) * CAST(1125899906842624 AS BIGINT)
             - (SELECT run_start_ns FROM _run) AS off
 FROM (SELECT DISTINCT dev FROM _track_dev WHERE dev IS NOT NULL);
 
--- Where each device's work resumes after an idle period (execution and DMA together): the
--- work that starts at or after the end of all work before it.
---   dev, slice_id, track_id, ts, idle_start (when the device ran out of work before it).
-CREATE OR REPLACE TEMP TABLE _work_starts AS
+-- Gaps in each device's execution: from a sweep over its execution units' work in time
+-- order, a kernel that starts after everything before it ended closes a gap.
+--   dev, idle_start (when the units ran out of work), idle_end, next_slice (the work that
+--   ended the gap).
+CREATE OR REPLACE TEMP TABLE _eu_gaps AS
 WITH r AS (
-    SELECT dev, slice_id, track_id, ts, end_ns,
+    SELECT dev, slice_id, ts, end_ns,
            max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id ROWS UNBOUNDED PRECEDING) AS run_max
-    FROM _dev_work
-),
-p AS (
-    SELECT dev, slice_id, track_id, ts,
-           lag(run_max) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id) AS idle_start
-    FROM r
-)
-SELECT * FROM p WHERE idle_start IS NOT NULL AND ts > idle_start;
-
--- Idle periods of each device's execution units within the run: the critical-path
--- exposure of anything the device waits for (a copy during which no unit computes
--- delays the run; one that overlaps computation does not). From a sweep over the
--- device's execution in time order: a unit's work that starts after everything before it
--- ended closes an idle period.
---   dev, idle_start, idle_end.
-CREATE OR REPLACE TEMP TABLE _eu_idle AS
-WITH r AS (
-    SELECT dev, ts, end_ns,
-           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns ROWS UNBOUNDED PRECEDING) AS run_max
     FROM _dev_work WHERE lane = 'eu'
 ),
 k AS (
-    SELECT dev, ts, lag(run_max) OVER (PARTITION BY dev ORDER BY ts, end_ns) AS prev_max_end, run_max FROM r
-),
-devs AS (SELECT DISTINCT dev FROM _dev_work),
-gaps AS (
-    SELECT dev, prev_max_end AS idle_start, ts AS idle_end FROM k WHERE ts > prev_max_end
-    UNION ALL
-    SELECT d.dev, (SELECT run_start_ns FROM _run), coalesce(min(k.ts), (SELECT run_end_ns FROM _run))
-    FROM devs d LEFT JOIN k ON k.dev = d.dev GROUP BY d.dev
-    UNION ALL
-    SELECT dev, max(run_max), (SELECT run_end_ns FROM _run) FROM k GROUP BY dev
+    SELECT dev, slice_id, ts, lag(run_max) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id) AS prev_max_end
+    FROM r
 )
-SELECT dev, idle_start, idle_end FROM gaps WHERE idle_end > idle_start;
+SELECT dev, prev_max_end AS idle_start, ts AS idle_end, slice_id AS next_slice FROM k WHERE ts > prev_max_end;
+
+-- Idle periods of each device's execution units within the run (the gaps, plus the time
+-- before its first and after its last work): the critical-path exposure of anything the
+-- device waits for (a copy during which no unit computes delays the run; one that
+-- overlaps computation does not).
+--   dev, idle_start, idle_end.
+CREATE OR REPLACE TEMP TABLE _eu_idle AS
+WITH devs AS (SELECT DISTINCT dev FROM _dev_work),
+span AS (SELECT dev, min(ts) AS first_ns, max(end_ns) AS last_ns FROM _dev_work WHERE lane = 'eu' GROUP BY dev),
+edges AS (
+    SELECT d.dev, (SELECT run_start_ns FROM _run) AS idle_start,
+           coalesce(s.first_ns, (SELECT run_end_ns FROM _run)) AS idle_end
+    FROM devs d LEFT JOIN span s ON s.dev = d.dev
+    UNION ALL
+    SELECT dev, last_ns, (SELECT run_end_ns FROM _run) FROM span
+)
+SELECT dev, idle_start, idle_end FROM _eu_gaps
+UNION ALL
+SELECT dev, idle_start, idle_end FROM edges WHERE idle_end > idle_start;

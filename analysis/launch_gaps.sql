@@ -1,12 +1,11 @@
 -- launch_gaps: the device idle because the host or driver submitted the next work late
 -- precedence: 90
 --
--- What it detects: periods of at least launch_gap_min_ns during which a device did nothing
--- (no execution unit and no DMA engine busy) and that end with work the host submitted
--- only after the device had run out of work (its submission, reached through the
--- correlation-chain flows, arrived after the idle period began).
--- Gaps ending in a pageable copy's chunk are the copy's staging, reported by
--- pageable_memory instead.
+-- What it detects: periods of at least launch_gap_min_ns during which none of a device's
+-- execution units computed, ending with a kernel the host submitted only after the units
+-- had run out of work (its submission, reached through the correlation-chain flows,
+-- arrived after the idle period began). (A kernel submitted in time that waited for a
+-- copy is the copy's problem: see the transfer passes.)
 -- Why it matters: the device is the expensive part; time it waits for the host to issue
 -- the next kernel or copy is lost outright.
 -- What to do: move host work (Python overhead, data preparation, allocation) off the
@@ -25,19 +24,18 @@
 
 CREATE OR REPLACE TEMP VIEW _launch_gaps_check AS
 SELECT CASE
-    WHEN NOT EXISTS (SELECT 1 FROM _dev_work) THEN 'the trace has no device work (execution or DMA)'
+    WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'eu') THEN 'the trace has no device computation'
     WHEN NOT EXISTS (SELECT 1 FROM _ready)
         THEN 'no flow links device work to the host calls that submitted it, so late submission cannot be told apart'
     END AS reason;
 
 CREATE OR REPLACE TEMP TABLE _launch_gap_rows AS
-SELECT k.dev, k.slice_id, k.track_id, k.ts, k.idle_start, w.name, r.ready_ns
-FROM _work_starts k
-JOIN _ready r ON r.slice_id = k.slice_id
-JOIN _dev_work w ON w.slice_id = k.slice_id
-WHERE k.ts - k.idle_start >= ${launch_gap_min_ns}
-  AND r.ready_ns > k.idle_start
-  AND coalesce(w.host_mem, '') <> 'pageable';
+SELECT g.dev, g.next_slice AS slice_id, w.track_id, g.idle_end AS ts, g.idle_start, w.name, r.ready_ns
+FROM _eu_gaps g
+JOIN _ready r ON r.slice_id = g.next_slice
+JOIN _dev_work w ON w.slice_id = g.next_slice
+WHERE g.idle_end - g.idle_start >= ${launch_gap_min_ns}
+  AND r.ready_ns > g.idle_start;
 
 SELECT g.idle_start AS ts,
        g.ts - g.idle_start AS dur,

@@ -5,11 +5,13 @@
 -- kernel (args bytes_requested, bytes_fetched, flops):
 --   (a) kernels that fetched at least mem_amplification_threshold times the bytes their
 --       loads asked for (strided or scattered access pulls whole access granules of which
---       a few bytes are used), while memory-bound;
---   (b) memory-bound kernels that reach under mem_low_bw_fraction of the memory bandwidth.
--- Peaks come from the trace itself: the memory bandwidth is the best bytes_fetched /
--- duration any kernel of the device reached, the compute peak the best flops / duration of
--- any kernel on the same execution unit (a roofline fitted to what the device showed).
+--       a few bytes are used), while bandwidth-bound (fetching at >= half the bandwidth);
+--   (b) kernels bound by neither: under mem_low_bw_fraction of the memory bandwidth while
+--       their compute needs under half their time (latency-bound access).
+-- Peaks come from the trace itself (a roofline fitted to what the device showed): the
+-- memory bandwidth is the best bytes_fetched / duration any kernel of the device reached,
+-- a unit's compute peak the best flops / duration of its kernels that are not
+-- bandwidth-bound (unknown when it has none; then compute time counts as 0).
 -- Why it matters: a memory-bound kernel's time is its traffic; amplified traffic is
 -- directly longer kernels.
 -- What to do: make accesses contiguous (change the layout, transpose once, coalesce the
@@ -45,27 +47,33 @@ SELECT CASE
         THEN 'no kernel records its bytes requested and fetched (per-kernel counter deltas)'
     END AS reason;
 
+-- the device's memory bandwidth: the best fetched bytes per second any of its kernels
+-- reached; a kernel reaching at least half of it is bandwidth-bound. Compute peak per unit:
+-- the best flops per second of the unit's other (not bandwidth-bound) kernels, when any.
 CREATE OR REPLACE TEMP TABLE _kernel_roofline AS
 WITH k AS (SELECT * FROM _kernel_counters WHERE requested > 0 AND fetched > 0),
 bw AS (SELECT dev, max(fetched * 1e9 / dur) AS mem_Bps FROM k GROUP BY dev),
-fl AS (SELECT track_id, max(flops * 1e9 / dur) AS flops_ps FROM k GROUP BY track_id),
+kb AS (SELECT k.*, bw.mem_Bps, fetched * 1e9 / dur >= 0.5 * bw.mem_Bps AS bw_bound FROM k JOIN bw ON bw.dev = k.dev),
+fl AS (SELECT track_id, max(flops * 1e9 / dur) AS flops_ps FROM kb WHERE NOT bw_bound AND flops > 0 GROUP BY track_id),
 nxt AS (
     SELECT slice_id,
            lead(slice_id) OVER (PARTITION BY track_id ORDER BY ts, slice_id) AS next_slice
     FROM _dev_work WHERE lane = 'eu'
 )
-SELECT k.*, bw.mem_Bps, fl.flops_ps,
-       fetched * 1e9 / bw.mem_Bps AS mem_ns,
+SELECT kb.*, fl.flops_ps,
+       fetched * 1e9 / mem_Bps AS mem_ns,
        CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END AS compute_ns,
-       greatest(requested * 1e9 / bw.mem_Bps,
+       greatest(requested * 1e9 / mem_Bps,
                 CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END) AS ideal_ns,
        n.next_slice, r.ready_ns AS next_ready_ns
-FROM k
-JOIN bw ON bw.dev = k.dev
-JOIN fl ON fl.track_id = k.track_id
-LEFT JOIN nxt n ON n.slice_id = k.slice_id
+FROM kb
+LEFT JOIN fl ON fl.track_id = kb.track_id
+LEFT JOIN nxt n ON n.slice_id = kb.slice_id
 LEFT JOIN _ready r ON r.slice_id = n.next_slice;
 
+-- (a) amplified and bandwidth-bound; (b) neither bandwidth- nor compute-bound: under
+-- mem_low_bw_fraction of the bandwidth with compute needing under half its time (only
+-- where the unit's compute peak is known)
 CREATE OR REPLACE TEMP TABLE _mem_rows AS
 SELECT *,
        fetched / requested AS amplification,
@@ -76,9 +84,8 @@ SELECT *,
        -- on the critical path unless the unit afterwards waited for the host
        next_slice IS NULL OR next_ready_ns IS NULL OR next_ready_ns <= end_ns AS critical
 FROM _kernel_roofline
-WHERE mem_ns >= compute_ns
-  AND (fetched / requested >= ${mem_amplification_threshold}
-       OR fetched * 1e9 / dur < ${mem_low_bw_fraction} * mem_Bps);
+WHERE (fetched / requested >= ${mem_amplification_threshold} AND bw_bound)
+   OR (fetched * 1e9 / dur < ${mem_low_bw_fraction} * mem_Bps AND flops_ps > 0 AND compute_ns < 0.5 * dur);
 
 SELECT ts,
        dur,

@@ -28,11 +28,17 @@ PARAMS: dict[str, Param] = {
         16, "B", "Gen6 FLIT mode: TLP header bytes per packet (no per-TLP framing or LCRC)"),
     "assumed_latency_ns": Param(
         0, "ns", "per-transfer fixed cost L when the trace does not let it be estimated (0 = estimate from data)"),
+    "max_latency_ns": Param(
+        20_000, "ns", "upper bound on the estimated per-transfer fixed cost L (DMA setup is a few us; a larger "
+        "estimate means every transfer shared the link)", minimum=1),
     "reference_min_bytes": Param(
         1 << 20, "B", "copies at least this big define the best achieved (reference) bandwidth when the trace "
         "has no link configuration"),
     "warning_min_impact_ns": Param(
         1000, "ns", "a finding with at least this critical-path impact is a warning (below: info)"),
+    "report_run_fraction": Param(
+        0.005, "fraction", "a pass whose findings together cost less than this share of the run reports them "
+        "as info (noted, not worth fixing)", maximum=1),
     "error_run_fraction": Param(
         0.05, "fraction", "a finding whose impact is at least this share of the run is an error", maximum=1),
     "max_findings_per_pass": Param(

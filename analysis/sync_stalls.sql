@@ -3,16 +3,17 @@
 --
 -- What it detects: synchronising API calls (names containing "synchronize"/"synchronise":
 -- device, queue/stream and event synchronisation) of at least sync_min_ns during which a
--- device that the calling thread submits to was still running work, and after which that
--- device sat idle for at least sync_gap_min_ns until new work arrived.
+-- device that the calling thread submits to was still computing, and after which that
+-- device's execution units sat idle for at least sync_gap_min_ns until the next kernel.
 -- Why it matters: while the thread waits it cannot prepare or submit the next work, so the
 -- device drains its queue and then idles for the wake-up, the host's next call and the
 -- submission latency: the pipeline between host and device is broken at every such call.
 -- What to do: drop synchronisations that are not needed for correctness; wait on an event
 -- for just the result needed, as late as possible; keep the next work queued before
 -- waiting.
--- Impact: the device's idle period from the end of the work the call waited for to the
--- start of the next work (had the host not blocked, that work would have been queued).
+-- Impact: the execution units' idle period from the end of the work the call waited for
+-- to the next kernel (had the host not blocked, the work in between would have been queued
+-- and overlapped with the computation).
 --
 -- Output columns (one row per call and device):
 --   ts, dur       the synchronising call
@@ -30,7 +31,7 @@ WHERE t.lane = 'cpu'
 
 CREATE OR REPLACE TEMP VIEW _sync_stalls_check AS
 SELECT CASE
-    WHEN NOT EXISTS (SELECT 1 FROM _dev_work) THEN 'the trace has no device work (execution or DMA)'
+    WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'eu') THEN 'the trace has no device computation'
     WHEN NOT EXISTS (SELECT 1 FROM _sync_calls) THEN 'the trace records no synchronising API call'
     WHEN NOT EXISTS (SELECT 1 FROM _origin)
         THEN 'no correlation links device work to host threads, so a call cannot be tied to a device'
@@ -46,24 +47,25 @@ SELECT c.*, td.dev
 FROM _sync_calls c JOIN _thread_dev td ON td.track_id = c.track_id
 WHERE c.dur >= ${sync_min_ns};
 
--- per (call, device): where the device's work next resumed after an idle period at or
--- after the call returned, and when that idle period began (the device ran out of work);
--- a sweep over the device's resumption points and the calls' ends in time order
+-- per (call, device): the gap in the device's execution during which the call returned
+-- (a sweep over the gaps' ends and the calls' ends in time order: the first gap ending at
+-- or after the call's end)
 CREATE OR REPLACE TEMP TABLE _sync_edges AS
 WITH pts AS (
-    SELECT dev, ts AS t, 1 AS kind, ts AS resume_ns, idle_start, CAST(NULL AS BIGINT) AS sync_id FROM _work_starts
+    SELECT dev, idle_end AS t, 1 AS kind, idle_end AS next_ns, idle_start, CAST(NULL AS BIGINT) AS sync_id
+    FROM _eu_gaps
     UNION ALL
     SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
 ),
 nxt AS (
     SELECT sync_id, dev, t,
-           min(resume_ns) OVER (PARTITION BY dev ORDER BY t, kind
-                                ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_ns,
+           min(next_ns) OVER (PARTITION BY dev ORDER BY t, kind
+                              ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_ns,
            min(idle_start) OVER (PARTITION BY dev ORDER BY t, kind
                                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS work_end_ns
     FROM pts
 )
--- the device must already have been idle when the call returned
+-- the units must already have been idle when the call returned
 SELECT sync_id, dev, work_end_ns, next_ns FROM nxt WHERE sync_id IS NOT NULL AND work_end_ns <= t;
 
 SELECT c.ts,
