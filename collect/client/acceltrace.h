@@ -285,7 +285,9 @@ static __attribute__((noinline)) at__thread *at__ring(void) {
         if (at__send(msg, (size_t)n) == 0 && at__recv(reply, sizeof reply, &ring_fd) == 0 && ring_fd >= 0) {
             long long cap = at__json_int(reply, "capacity");
             size_t bytes = AT__DATA_OFF + (size_t)cap * 64;
-            void *m = cap > 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, 0) : MAP_FAILED;
+            /* MAP_POPULATE: fault the ring in now, not one page per 64 events on the hot path */
+            void *m = cap > 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring_fd, 0)
+                              : MAP_FAILED;
             if (m != MAP_FAILED && *(uint32_t *)m == AT__RING_MAGIC) {
                 t->map = m;
                 t->map_bytes = bytes;

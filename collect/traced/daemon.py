@@ -305,7 +305,7 @@ class Daemon:
         lost, producers = self.totals()
         return {"ok": True, "cmd": cmd, "draining": self.draining, "mode": self.mode, "out": str(self.out_path),
                 "events_written": self.writer.events_written, "lost_events": lost,
-                "producers": producers, "ring_bytes": self.allocated_bytes}
+                "producers": producers, "ring_bytes": self.allocated_bytes, "cpu_s": time.process_time()}
 
     # -- draining ----------------------------------------------------------------------------------
     def drain_all(self, force: bool = False) -> None:
