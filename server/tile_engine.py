@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from ingest.lod import TILE_BUCKETS_LOG2
+from ingest.lod import FIRST_KEY, LONGEST_KEY, TILE_BUCKETS_LOG2, key_dur_sql, key_id_sql
 
 TILE_FORMAT_VERSION = 1
 MAX_LEVEL = 62
@@ -94,7 +94,6 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None) -> dict[str
     else:
         out["slices"] = f"SELECT {cols} FROM lod_slices WHERE false"
 
-    longest = "max({'d': dur, 'neg_id': -slice_id, 'id': slice_id, 'name': name_id})"
     if L >= info.base_level:
         out["merged"] = (
             f"SELECT track_id, b - {b0}, depth, count, busy::DOUBLE, coalesce(bytes, 0)::DOUBLE, l_id::DOUBLE,"
@@ -103,9 +102,10 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None) -> dict[str
         )
     else:
         out["merged"] = (
-            "SELECT track_id, bucket, depth, n, busy, bytes, m.id::DOUBLE, m.d::DOUBLE, m.name FROM ("
-            f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, depth, count(*) AS n, sum(dur)::DOUBLE AS busy,"
-            f" coalesce(sum(bytes), 0)::DOUBLE AS bytes, {longest} AS m"
+            f"SELECT track_id, bucket, depth, n, busy, bytes, {key_id_sql('k')}::DOUBLE, {key_dur_sql('k')}::DOUBLE,"
+            f" name FROM (SELECT track_id, (ts >> {L}) - {b0} AS bucket, depth, count(*) AS n,"
+            f" sum(dur)::DOUBLE AS busy, coalesce(sum(bytes), 0)::DOUBLE AS bytes, max({LONGEST_KEY}) AS k,"
+            f" arg_max(name_id, {LONGEST_KEY}) AS name"
             f" FROM lod_slices WHERE {g}{_chunks(info, t0, t1)}cls < {L} AND ts >= {t0} AND ts < {t1}"
             " GROUP BY ALL) ORDER BY 1, 2, 3"
         )
@@ -117,9 +117,9 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None) -> dict[str
         )
     else:
         out["instants"] = (
-            "SELECT track_id, bucket, depth, n, f.id::DOUBLE, f.ts::DOUBLE, f.name FROM ("
-            f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, depth, count(*) AS n,"
-            f" min({{'ts': ts, 'id': slice_id, 'name': name_id}}) AS f"
+            "SELECT track_id, bucket, depth, n, id::DOUBLE, ts::DOUBLE, name FROM ("
+            f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, depth, count(*) AS n, arg_min(slice_id, {FIRST_KEY}) AS id,"
+            f" min(ts) AS ts, arg_min(name_id, {FIRST_KEY}) AS name"
             f" FROM lod_instants WHERE {g}ts >= {t0} AND ts < {t1} GROUP BY ALL) ORDER BY 1, 2, 3"
         )
 
