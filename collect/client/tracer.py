@@ -230,9 +230,10 @@ class Tracer:
         self._sink.metadata(data)
 
     def clock_domain(self, domain_id: int, name: str, device: int | None = None, hz: float | None = None) -> int:
-        """Declare a device clock domain (ids 1..254; 0 is the host clock) and return its id."""
-        if not 1 <= domain_id <= 254:
-            raise ValueError("clock domain ids are 1..254 (0 is the host clock)")
+        """Declare a device clock domain (ids 1..253; 0 is the host clock, 254 the C client's TSC,
+        255 the daemon's wall clock) and return its id."""
+        if not 1 <= domain_id <= 253:
+            raise ValueError("device clock domain ids are 1..253 (0 host, 254 TSC, 255 wall clock are reserved)")
         self._sink.metadata({"clock_domains": [{"id": domain_id, "name": name, "kind": "device",
                                                 "device": device, "hz": hz}]})
         return domain_id
