@@ -389,7 +389,8 @@ class _Ingest:
             first = False
         if isinstance(self.meta.get("switch"), dict):
             b.set_meta("switch", json.dumps(self.meta["switch"], sort_keys=True))
-        res = [m.residual_ns() for m in self.maps.values()]
+        # domain 255 is the daemon's wall clock (NTP may step it): not an event clock, no residual
+        res = [m.residual_ns() for dom, m in self.maps.items() if dom != 255]
         res = [x for x in res if x is not None]
         if res:
             b.set_meta("clock_sync_residual_ns", str(max(res)))
