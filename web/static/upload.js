@@ -52,7 +52,11 @@ export function uploadFile(file) {
   form.append("file", file, name);
   const xhr = new XMLHttpRequest();
   xhr.open("POST", "/api/traces");
-  xhr.upload.onprogress = (e) => { if (e.lengthComputable) show(`Uploading ${name}…`, 0.5 * e.loaded / e.total); };
+  xhr.upload.onprogress = (e) => {
+    if (!e.lengthComputable) return;
+    // once every byte is sent the server is already ingesting; it answers when done or after ~2 s
+    show(e.loaded < e.total ? `Uploading ${name}…` : `Uploaded ${name}; ingesting…`, 0.5 * e.loaded / e.total);
+  };
   xhr.onerror = () => fail(name, "the upload did not reach the server");
   xhr.onload = () => {
     if (xhr.status >= 400) { fail(name, errorMessage(xhr)); return; }
@@ -78,7 +82,9 @@ function follow(id, url, name) {
     if (done) return;
     if (st.status === "ready") { done = true; open(id, name); }
     else if (st.status === "failed") { done = true; fail(name, st.error || "ingest failed"); }
-    else show(`Ingesting ${name}…`, 0.5 + 0.5 * (st.progress || 0));
+    // the server's progress is the share of the input read; building the trace after that takes a while
+    // more, so the bar stops short of full until the trace is ready
+    else show(st.progress >= 1 ? `Building the trace for ${name}…` : `Ingesting ${name}…`, 0.5 + 0.45 * (st.progress || 0));
   };
   if (window.EventSource) {
     const es = new EventSource(url);
