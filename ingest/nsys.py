@@ -137,7 +137,8 @@ class _Ingest:
         self.q("CREATE TABLE _copykind AS SELECT * FROM _copykind_src")
         self.stage.unregister("_copykind_src")
         (unknown,) = self.q(
-            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind NOT IN (SELECT id FROM _copykind)"
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+            " WHERE copyKind IS NULL OR copyKind NOT IN (SELECT id FROM _copykind)"
         ).fetchone()
         if unknown:
             self.b.warn(self.ex.name, f"{unknown} copies with an unknown copyKind were left out"
@@ -149,8 +150,10 @@ class _Ingest:
             (n,) = self.q(sql.format(nvtx_types=m.nvtx_types())).fetchone()
             if n:
                 label = "CUPTI_ACTIVITY_KIND_RUNTIME/DRIVER" if table == "_calls" else table
-                self.b.warn(self.ex.name, f"{n} rows without a start or with an end before their start were left out",
-                            f"table {label}", dropped=n)
+                what = "a start" if table in ("_calls", "NVTX_EVENTS") else (
+                    "a timestamp or value" if table == "GPU_METRICS" else "a start, device or stream")
+                self.b.warn(self.ex.name, f"{n} rows without {what}, or with an end before their start,"
+                            " were left out", f"table {label}", dropped=n)
         (unterminated,) = self.q(
             f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({', '.join(map(str, m.NVTX_RANGES))})"
             ' AND "end" IS NULL AND start IS NOT NULL').fetchone()

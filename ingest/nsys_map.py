@@ -84,6 +84,7 @@ SELECT DISTINCT deviceId, coalesce(globalPid, 0) AS gpid, streamId, lane, direct
     UNION ALL SELECT m.deviceId, m.globalPid, m.streamId, k.lane, CASE WHEN k.lane = 'pcie' THEN k.direction END
               FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN _copykind k ON k.id = m.copyKind
 )
+WHERE deviceId IS NOT NULL AND streamId IS NOT NULL
 ORDER BY deviceId, lane, streamId
 """
 
@@ -104,20 +105,19 @@ WHERE g.timestamp IS NOT NULL AND g.value IS NOT NULL
 """
 
 # Rows each table cannot turn into a slice (no start, or an end before its start); counted and warned.
+_DEV_BAD = 'start IS NULL OR "end" IS NULL OR "end" < start OR deviceId IS NULL OR streamId IS NULL'
 INVALID_SQL = {
     "_calls": 'SELECT count(*) FROM _calls WHERE start IS NULL OR "end" IS NULL OR "end" < start',
-    "CUPTI_ACTIVITY_KIND_KERNEL": 'SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL'
-                                  ' WHERE start IS NULL OR "end" IS NULL OR "end" < start',
-    "CUPTI_ACTIVITY_KIND_MEMCPY": 'SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY'
-                                  ' WHERE start IS NULL OR "end" IS NULL OR "end" < start',
-    "CUPTI_ACTIVITY_KIND_MEMSET": 'SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET'
-                                  ' WHERE start IS NULL OR "end" IS NULL OR "end" < start',
+    "CUPTI_ACTIVITY_KIND_KERNEL": f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {_DEV_BAD}",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE {_DEV_BAD}",
+    "CUPTI_ACTIVITY_KIND_MEMSET": f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE {_DEV_BAD}",
     "NVTX_EVENTS": "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({nvtx_types})"
-                   ' AND (start IS NULL OR "end" < start)',
+                   f' AND (start IS NULL OR ("end" < start AND eventType <> {NVTX_MARK}))',
     "GPU_METRICS": "SELECT count(*) FROM GPU_METRICS WHERE timestamp IS NULL OR value IS NULL",
 }
 
 _VALID = 'x.start IS NOT NULL AND x."end" IS NOT NULL AND x."end" >= x.start'
+_VALID_DEV = _VALID + " AND x.deviceId IS NOT NULL AND x.streamId IS NOT NULL"
 _DEV_ARGS = "'device', x.deviceId, 'context', x.contextId, 'stream', x.streamId"
 
 
@@ -129,7 +129,7 @@ def _args(pairs: str) -> str:
 def calls_sql(off: int) -> str:
     return f"""
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           coalesce(s.value, 'API call ' || x.nameId) AS name,
+           coalesce(s.value, 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)')) AS name,
            CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args("'return value', x.returnValue, 'callchain id', coalesce(x.callchainId, x.bt_chain)")} AS args,
@@ -162,7 +162,7 @@ def kernels_sql(off: int) -> str:
     LEFT JOIN StringIds dn ON dn.id = x.demangledName
     LEFT JOIN StringIds sn ON sn.id = x.shortName
     LEFT JOIN StringIds mn ON mn.id = x.mangledName
-    WHERE {_VALID}
+    WHERE {_VALID_DEV}
     """
 
 
@@ -188,7 +188,7 @@ def memcpy_sql(off: int) -> str:
                      AND t.direction IS NOT DISTINCT FROM (CASE WHEN k.lane = 'pcie' THEN k.direction END)
     LEFT JOIN _memkind src ON src.id = x.srcKind
     LEFT JOIN _memkind dst ON dst.id = x.dstKind
-    WHERE {_VALID}
+    WHERE {_VALID_DEV}
     """
 
 
@@ -203,7 +203,7 @@ def memset_sql(off: int) -> str:
     JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
                      AND t.streamId = x.streamId AND t.lane = 'eu'
     LEFT JOIN _memkind mk ON mk.id = x.memKind
-    WHERE {_VALID}
+    WHERE {_VALID_DEV}
     """
 
 

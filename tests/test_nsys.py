@@ -195,14 +195,17 @@ def test_rows_ending_before_they_start_are_dropped_and_counted(tmp_path):
     nsys_synth.write(path, iterations=3, metric_samples=0)
     db = sqlite3.connect(path)
     db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 1 WHERE correlationId = 2')
+    db.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = 99 WHERE correlationId = 11")
     db.commit()
     db.close()
     store, res = ingest_ok(tmp_path, path)
     con = store.connect(res.id)
     meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
-    assert meta["dropped_events"] == "1"
+    assert meta["dropped_events"] == "2"
     assert any("CUPTI_ACTIVITY_KIND_KERNEL" in w and "end before their start" in w for w in res.warnings)
+    assert any("unknown copyKind" in w for w in res.warnings)
     assert count(con, "SELECT count(*) FROM slices WHERE category = 'kernel'") == 5
+    assert count(con, "SELECT count(*) FROM slices WHERE category = 'gpu_memcpy'") == 5
 
 
 def refused(tmp_path, path):
