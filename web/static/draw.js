@@ -10,7 +10,8 @@ import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "./pcie.js";
 export const THEME = {
   bg: "#ffffff", axisBg: "#f4f5f7", namesBg: "#f7f8fa", headerBg: "#eceef2", groupBg: "#f2f3f6",
   grid: "rgba(0,0,0,0.07)", border: "#d5d8de", text: "#2b2f36", mutedText: "#6b7280", sliceText: "#ffffff",
-  selection: "#111111", hoverRow: "rgba(60,110,220,0.06)", counterFill: "rgba(42,154,160,0.35)",
+  selection: "#111111", hoverRow: "rgba(60,110,220,0.06)", counterFill: "rgba(42,154,160,0.45)",
+  counterArea: "rgba(42,154,160,0.14)",
   areaFill: "rgba(59,130,246,0.12)", areaStroke: "rgba(37,99,235,0.8)", flow: "#d9480f",
   finding: { high: "rgba(220,38,38,0.18)", medium: "rgba(234,88,12,0.15)", low: "rgba(202,138,4,0.13)" },
   merged: { cpu: "#34558c", driver: "#8a6128", pcie: "#2a6e46", eu: "#7a3a6d", counter: "#1d5d60" },

@@ -178,12 +178,40 @@ export function drawCounterTrack(ctx, pieces, view, x0, y, h, track, theme) {
   const range = hi - base || 1;
   const yOf = (v) => bottom - (v - base) / range * (bottom - top);
   const accent = LANE_ACCENT.counter;
+  // the level as a step function: each bucket starts at its first sample, ends at its last, and the last
+  // value holds until the next bucket (a counter keeps its value between samples)
+  const pts = [];
+  let prevY = null;
+  for (const { tile, tt, c0, c1 } of pieces) {
+    const bn = tile.bucket_ns;
+    for (let i = 0; i < tt.cn; i++) {
+      const b0 = tile.start_ns + tt.c_bucket[i] * bn;
+      if (b0 >= c1 || b0 + bn <= c0) continue;
+      const xa = Math.max(x0, Math.min(x0 + w, x0 + (b0 - s) * scale));
+      const xb = Math.max(x0, Math.min(x0 + w, x0 + (b0 + bn - s) * scale));
+      if (prevY !== null) pts.push(xa, prevY);
+      pts.push(xa, yOf(tt.c_first[i]), xb, yOf(tt.c_last[i]));
+      prevY = yOf(tt.c_last[i]);
+    }
+  }
+  if (pts.length) {
+    const lastX = Math.min(x0 + w, Math.max(x0, x0 + (view.duration_ns - s) * scale));
+    if (lastX > pts[pts.length - 2]) pts.push(lastX, prevY);
+    ctx.fillStyle = theme.counterArea;
+    ctx.beginPath();
+    ctx.moveTo(pts[0], bottom);
+    for (let i = 0; i < pts.length; i += 2) ctx.lineTo(pts[i], pts[i + 1]);
+    ctx.lineTo(pts[pts.length - 2], bottom);
+    ctx.closePath();
+    ctx.fill();
+  }
+  // where a bucket holds several samples, the band between their min and max
   ctx.fillStyle = theme.counterFill;
-  ctx.strokeStyle = accent;
   ctx.beginPath();
   for (const { tile, tt, c0, c1 } of pieces) {
     const bn = tile.bucket_ns;
     for (let i = 0; i < tt.cn; i++) {
+      if (tt.c_max[i] <= tt.c_min[i]) continue;
       const b0 = tile.start_ns + tt.c_bucket[i] * bn;
       if (b0 >= c1 || b0 + bn <= c0) continue;
       const xa = x0 + (b0 - s) * scale;
@@ -193,21 +221,9 @@ export function drawCounterTrack(ctx, pieces, view, x0, y, h, track, theme) {
     }
   }
   ctx.fill();
-  // the level line: each bucket's last value held until the next bucket (counters are step functions)
+  ctx.strokeStyle = accent;
   ctx.beginPath();
-  let started = false;
-  for (const { tile, tt, c0, c1 } of pieces) {
-    const bn = tile.bucket_ns;
-    for (let i = 0; i < tt.cn; i++) {
-      const b0 = tile.start_ns + tt.c_bucket[i] * bn;
-      if (b0 >= c1 || b0 + bn <= c0) continue;
-      const xa = Math.max(x0, Math.min(x0 + w, x0 + (b0 - s) * scale));
-      const xb = Math.max(x0, Math.min(x0 + w, x0 + (b0 + bn - s) * scale));
-      const ya = yOf(tt.c_first[i]), yb = yOf(tt.c_last[i]);
-      if (!started) { ctx.moveTo(xa, ya); started = true; } else ctx.lineTo(xa, ya);
-      ctx.lineTo(xb, yb);
-    }
-  }
+  for (let i = 0; i < pts.length; i += 2) { if (i === 0) ctx.moveTo(pts[0], pts[1]); else ctx.lineTo(pts[i], pts[i + 1]); }
   ctx.stroke();
   return { lo, hi };
 }
