@@ -185,3 +185,26 @@ def test_same_content_under_another_name_is_detected_by_magic(tmp_path, store):
     shutil.copy(p, q)
     (res,) = ingest_paths(store, [q])
     assert res.error is None and res.format == "atrace"
+
+
+def test_run_directory_with_counters_maps_their_device_ticks_with_the_trace_clock(tmp_path, store):
+    from collect.actr import ActrWriter
+
+    run = tmp_path / "run2"
+    run.mkdir()
+    _sim_like(run / "run.atrace")
+    hdr = {"devices": [{"name": "dev0", "clock_hz": 2e9}],
+           "counters": [{"name": "hbm_read_bytes", "unit": "B", "bits": 32, "kind": "cumulative", "group": 0,
+                         "device": "dev0"}],
+           "groups": [{"id": 0, "counters": ["hbm_read_bytes"]}]}
+    w = ActrWriter(run / "run.actr", hdr)
+    for i in range(4):
+        # recorded host times are deliberately far off: the trace's clock-sync pairs must win
+        w.append(0, 10**9 + i, i * 1500, i * 1000, i * 1000, [i * 100])
+    w.close()
+    res, con = _one(store, run)
+    assert con.execute("SELECT value FROM trace_meta WHERE key = 'format'").fetchone()[0] == "atrace+actr"
+    ts = [r[0] for r in con.execute("""SELECT c.ts FROM counters c JOIN tracks t USING (track_id)
+                                       WHERE t.name = 'hbm_read_bytes' ORDER BY c.ts""").fetchall()]
+    # device clock of _sim_like: host = 1000 + ticks / 2 (up to the drift between pairs)
+    assert ts and all(abs(t - (1000 + k * 750)) <= 2 for t, k in zip(ts, range(4 - len(ts), 4)))
