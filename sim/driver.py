@@ -88,7 +88,8 @@ class Queue:
         self.track = rec.track_id("driver", f"dev{d} queue {index}", d, index)
         self.irq_track = rec.track_id("driver", f"dev{d} queue {index} completions", d, 64 + index)
         self.occupancy_counter = f"dev{d}.q{index}.occupancy"
-        self.occ: list[tuple[float, float]] = []  # (t, +1/-1) ring occupancy changes, fed to the bank at the end
+        # (t, +1/-1, corr) ring occupancy changes, fed to the bank at the end (kept for the scale path)
+        self.occ: list[tuple[float, float, int]] = []
         self.sim = sim
         self.rec = rec
         self.submit_ns = cfg.submit_ns
@@ -127,7 +128,7 @@ class Queue:
         else:
             rec.add(INSTANT, self.track, doorbell_ns, 0.0, "doorbell", cmd.corr, -1, None, None, None, 0, None, 0, tag)
         cmd.doorbell_ns = doorbell_ns
-        self.occ.append((t0, 1.0))
+        self.occ.append((t0, 1.0, cmd.corr))
         self.last = cmd
         # handed over now; the command processor waits for doorbell + fetch before acting on it
         self.fifo.put(cmd)
@@ -157,7 +158,7 @@ class Queue:
             if cmd._dev_ev is not None:
                 cmd._dev_ev.succeed()
             self.ring.release(0)
-            self.occ.append((sim.now, -1.0))
+            self.occ.append((sim.now, -1.0, cmd.corr))
             if cmd.notify:
                 if not self._irq_pending:
                     sim.at(sim.now + m.cfg.driver.irq_latency_ns, self._irq, None)
@@ -165,9 +166,8 @@ class Queue:
 
     def flush_counters(self) -> None:
         if self.occ:
-            t, delta = zip(*self.occ)
+            t, delta, _corr = zip(*self.occ)
             self.m.bank.extend_levels(self.occupancy_counter, t, delta)
-            self.occ = []
 
     def _irq(self, _arg) -> None:
         m = self.m

@@ -103,13 +103,20 @@ def build(result: RunResult, scenario: str, seed: int, steps: int | None = None,
             "impact_ns": int(round(result.duration_ns - without.duration_ns)),
             "affected": affected,
         })
-    cfg = plan.cfg
+    return document(result, scenario, seed, issues)
+
+
+def document(result: RunResult, scenario: str, seed: int, issues: list[dict], run_end_ns: float | None = None) -> dict:
+    """The ground-truth JSON object around a list of issues."""
+    cfg = result.plan.cfg
+    origin = result.machine.origin_ns
+    end = result.end_ns if run_end_ns is None else run_end_ns
     return {
         "scenario": scenario,
         "seed": seed,
         "run_start_ns": origin,
-        "run_end_ns": origin + int(round(result.end_ns)),
-        "run_ns": int(round(result.duration_ns)),
+        "run_end_ns": origin + int(round(end)),
+        "run_ns": int(round(end - result.start_ns)),
         "config": {
             "devices": cfg.n_devices,
             "link_gen": cfg.link.gen, "link_width": cfg.link.width,

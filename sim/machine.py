@@ -236,6 +236,7 @@ class Machine:
         self.devices = [Device(self, i) for i in range(cfg.n_devices)]
         self._completion_args: dict[int, str] = {}
         self._launch_args: dict[str, str] = {}
+        self.step_marks: dict[int, list[float]] = {}
 
     def jitter(self) -> float:
         j = self.cfg.jitter

@@ -53,6 +53,8 @@ class Runtime:
         self.track = machine.rec.track_id("cpu", thread_name, None, 1000 + thread_index)
         self.end_ns = None
         self._next_buf = [thread_index * 1000]
+        self.step_marks: list[float] = []  # when each workload step began (the scale path repeats steps)
+        machine.step_marks[thread_index] = self.step_marks
 
     # -- helpers ---------------------------------------------------------------------------------
     def _api(self, t0: float, name: str, corr: int, flow: int, nbytes: int = -1, direction=None, mem=None,
@@ -223,6 +225,10 @@ class Runtime:
                 waited = True
         yield self.m.cfg.driver.wake_ns if waited else self.h.fence_poll_ns
         self._api(t0, "acDeviceSynchronize", self.m.rec.new_corr(), 0, tag=tag)
+
+    def step_begin(self) -> None:
+        """The workload starts a step (not traced; the scale path uses step boundaries)."""
+        self.step_marks.append(self.sim.now)
 
     def host_work(self, ns: float):
         """User code between API calls (not traced: only the runtime is instrumented)."""

@@ -11,17 +11,22 @@ from sim.run import run_plan
 from sim.scenarios.base import Plan
 
 # Above this many events the scale path (sim/scale.py) repeats fully simulated steps.
-FULL_MODEL_MAX_EVENTS = 2_000_000
+FULL_MODEL_MAX_EVENTS = 1_000_000
 
 
-def steps_for(plan: Plan, events: int | None) -> int:
-    """Steps that make about `events` records: measured from 1- and 3-step runs of this plan."""
-    if events is None:
-        return plan.steps
+def measure(plan: Plan) -> tuple[float, float]:
+    """(records outside the steps, records per step), from 1- and 3-step runs of this plan."""
     e1 = len(run_plan(plan, 1).rec)
     e3 = len(run_plan(plan, 3).rec)
     per_step = max((e3 - e1) / 2.0, 1.0)
-    fixed = e1 - per_step
+    return e1 - per_step, per_step
+
+
+def steps_for(plan: Plan, events: int | None) -> int:
+    """Steps that make about `events` records."""
+    if events is None:
+        return plan.steps
+    fixed, per_step = measure(plan)
     return max(plan.min_steps, int(round((events - fixed) / per_step)))
 
 
@@ -30,11 +35,12 @@ def run_scenario(name: str, out_dir: Path, seed: int = 0, events: int | None = N
     plan = scenarios.build(name, seed)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    steps = steps_for(plan, events)
     if events is not None and events > FULL_MODEL_MAX_EVENTS:
         from sim.scale import run_scaled
 
-        return run_scaled(name, plan, steps, out_dir, seed)
+        fixed, per_step = measure(plan)
+        return run_scaled(name, plan, events, fixed, per_step, out_dir, seed)
+    steps = steps_for(plan, events)
     result = run_plan(plan, steps)
     truth = ground_truth.build(result, name, seed, steps)
     return write_run(result, truth, out_dir, seed)

@@ -77,6 +77,7 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
     done_steps = 0
     while done_steps < steps:
         n_decode = min(p["decode_per_batch"], steps - done_steps)
+        rt.step_begin()  # a step of the scale path is a whole batch
         tokens_in.write()
         yield from rt.host_work(p["sched_ns"])
         yield from rt.memcpy(H2D_Q, tokens_in, b * p["prompt"] * 4, "h2d")

@@ -149,6 +149,7 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
     gather = p["gather_strided"] if STRIDED in on else p["gather"]
     done = []
     for s in range(steps):
+        rt.step_begin()
         inb, outb = inputs[s % 2], outputs[s % 2]
         inb.write()
         outb.write()

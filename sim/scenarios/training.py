@@ -60,6 +60,7 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
     yield from rt.memcpy(H2D_Q, batches[0], p["batch_bytes"], "h2d")
     prev_loss = None
     for s in range(steps):
+        rt.step_begin()
         ev = yield from rt.event_record(H2D_Q)
         yield from rt.queue_wait_event(COMPUTE_Q, ev)
         for _ in range(L):

@@ -1,0 +1,268 @@
+"""The scale path: simulate representative steps in full, then repeat them to reach N events.
+
+A run of K workload steps goes through the full model. Its steps [k0, k1) (past warm-up, before
+the tail) form a block; the block is repeated R times, each copy shifted by the block's period
+plus a small random pause (0 to 0.4 % of the period: the host doing slightly different amounts
+of work between steps), and the tail follows the last copy. Durations, sizes and rates inside
+every copy are the fully simulated ones, so the physics of each step stays consistent; only
+where the copies sit in time varies. Records are assigned to a step by their correlation id
+(the step whose API call caused them), counters by time window; device timestamps are
+re-derived from each copy's host time through the device clock, so clock drift continues
+across copies. Records go to the writer in bulk, one block copy at a time.
+
+The counterfactual of each issue is scaled the same way (same K, same copies, same pauses),
+so impact_ns compares like with like.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from collect import record as R
+from collect.atrace import AtraceWriter
+from sim import ground_truth, output
+from sim.registers import RegisterBank
+from sim.run import RunResult, run_plan
+from sim.scenarios.base import Plan
+from sim.trace import COLUMNS
+
+FULL_EVENTS = 150_000  # records simulated in full before repeating
+PAUSE_MAX = 0.004
+MAX_AFFECTED_RANGES = 20_000
+
+_TS, _DUR, _TRACK, _CORR = (COLUMNS.index(c) for c in ("ts", "dur", "track", "corr"))
+
+
+class Layout:
+    """Where the block is in a K-step run and where its copies go."""
+
+    def __init__(self, result: RunResult, n_copies: int, pauses: np.ndarray):
+        marks = result.machine.step_marks
+        n_marks = min(len(v) for v in marks.values())
+        if n_marks < 3:
+            raise ValueError("the scale path needs at least 3 workload steps")
+        self.k0 = 1 if n_marks < 6 else 2
+        self.k1 = n_marks - 1
+        self.w0 = min(v[self.k0] for v in marks.values())
+        self.w1 = max(v[self.k1] for v in marks.values())
+        self.period = self.w1 - self.w0
+        self.marks = marks
+        self.n_copies = n_copies
+        gaps = self.period * (1.0 + pauses[:n_copies])
+        self.shifts = np.concatenate([[0.0], np.cumsum(gaps)[:-1]])  # copy r starts at w0 + shifts[r]
+        self.suffix_shift = float(self.shifts[-1] + gaps[-1] - self.period)
+        self.end_ns = result.end_ns + self.suffix_shift
+
+    def step_of_thread(self, thread: int, t: float) -> int:
+        return bisect.bisect_right(self.marks[thread], t) - 1
+
+
+def _classify(result: RunResult, lay: Layout) -> np.ndarray:
+    """Per record: 0 prefix, 1 block, 2 suffix (by the step of the API call that caused it)."""
+    rec = result.rec
+    tracks = rec.tracks
+    thread_of_track = {}
+    for i, t in enumerate(tracks):
+        if t.lane == "cpu":
+            thread_of_track[i] = t.tid - 1000
+    corr_part: dict[int, int] = {}
+    part = np.empty(len(rec.rows), dtype=np.int8)
+
+    def by_step(step: int) -> int:
+        return 0 if step < lay.k0 else (1 if step < lay.k1 else 2)
+
+    rows = rec.rows
+    for i, row in enumerate(rows):
+        th = thread_of_track.get(row[_TRACK])
+        if th is not None:
+            p = by_step(lay.step_of_thread(th, row[_TS]))
+            part[i] = p
+            if row[_CORR]:
+                corr_part.setdefault(row[_CORR], p)
+    for i, row in enumerate(rows):
+        if row[_TRACK] in thread_of_track:
+            continue
+        p = corr_part.get(row[_CORR]) if row[_CORR] else None
+        if p is None:
+            dev = tracks[row[_TRACK]].device or 0
+            p = by_step(lay.step_of_thread(dev if dev in lay.marks else 0, row[_TS]))
+        part[i] = p
+    return part
+
+
+def scaled_bank(result: RunResult, lay: Layout, part_of_corr: dict[int, int]) -> RegisterBank:
+    """A bank whose registers count what the scaled run did: block segments repeated per copy."""
+    src = result.bank
+    bank = RegisterBank(origin_ns=src.origin_ns)
+    for spec in src.specs:
+        bank.define(spec)
+    bank.programmable_slots = dict(src.programmable_slots)
+    bank.links = dict(src.links)
+    for dev in result.machine.devices:
+        bank.set_clock(f"dev{dev.index}", dev.clock)
+    shifts = lay.shifts
+    for spec in src.specs:
+        d = src._data[spec.name]
+        if spec.kind == "gauge":
+            continue
+        t0 = np.asarray(d.t0)
+        t1 = np.asarray(d.t1)
+        r = np.asarray(d.rate)
+        pre = t0 < lay.w0
+        blk = (t0 >= lay.w0) & (t0 < lay.w1)
+        suf = t0 >= lay.w1
+        bank.extend_segments(spec.name, t0[pre], t1[pre], r[pre])
+        for s in shifts:
+            bank.extend_segments(spec.name, t0[blk] + s, t1[blk] + s, r[blk])
+        bank.extend_segments(spec.name, t0[suf] + lay.suffix_shift, t1[suf] + lay.suffix_shift, r[suf])
+    for dev in result.machine.devices:
+        for q in dev.queues:
+            if not q.occ:
+                continue
+            t, delta, corr = (np.asarray(c) for c in zip(*q.occ))
+            part = np.array([part_of_corr.get(int(c), 0) for c in corr])
+            bank.extend_levels(q.occupancy_counter, t[part == 0], delta[part == 0])
+            for s in shifts:
+                bank.extend_levels(q.occupancy_counter, t[part == 1] + s, delta[part == 1])
+            bank.extend_levels(q.occupancy_counter, t[part == 2] + lay.suffix_shift, delta[part == 2])
+    bank.freeze(0.0, lay.end_ns)
+    return bank
+
+
+def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: int) -> int:
+    m = result.machine
+    pid = output.app_pid(seed)
+    writer = AtraceWriter(path, header=output.header_for(m, seed))
+    writer.add_records(output.naming_records(m, writer, pid, "inference_server"))
+    recs = output.to_records(m, writer, pid)
+    t0 = np.asarray([r[_TS] for r in m.rec.rows], dtype=np.float64)
+    t1 = t0 + np.asarray([r[_DUR] for r in m.rec.rows], dtype=np.float64)
+    flow_stride = np.uint32(int(recs["flow"].max()) + 1 if len(recs) else 1)
+    corr_stride = np.uint64(int(recs["corr"].max()) + 1 if len(recs) else 1)
+    writer.add_records(recs[part == 0])
+    blk = part == 1
+    block, bt0, bt1 = recs[blk], t0[blk], t1[blk]
+    dev_masks = [(dev, block["clock"] == dev.index + 1) for dev in m.devices]
+    host = block["clock"] == 0
+    has_flow = block["flow"] != 0
+    has_corr = block["corr"] != 0
+    for r, shift in enumerate(lay.shifts):
+        copy = block.copy()
+        copy["ts"][host] += np.int64(round(shift))
+        for dev, sel in dev_masks:
+            if sel.any():
+                a = dev.clock.ticks(bt0[sel] + shift)
+                copy["ts"][sel] = a
+                copy["dur"][sel] = np.where(copy["kind"][sel] == R.INSTANT, 0, dev.clock.ticks(bt1[sel] + shift) - a)
+        if r:
+            copy["flow"][has_flow] += flow_stride * np.uint32(r)
+            copy["corr"][has_corr] += corr_stride * np.uint64(r)
+        writer.add_records(copy)
+    suf = part == 2
+    tail = recs[suf]
+    host = tail["clock"] == 0
+    tail["ts"][host] += np.int64(round(lay.suffix_shift))
+    for dev in m.devices:
+        sel = tail["clock"] == dev.index + 1
+        if sel.any():
+            a = dev.clock.ticks(t0[suf][sel] + lay.suffix_shift)
+            tail["ts"][sel] = a
+            tail["dur"][sel] = np.where(tail["kind"][sel] == R.INSTANT, 0,
+                                        dev.clock.ticks(t1[suf][sel] + lay.suffix_shift) - a)
+    writer.add_records(tail)
+    for domain, host_ns, ticks in output.sync_pairs(m, seed, lay.end_ns):
+        writer.add_clock_sync(domain, host_ns, ticks)
+    writer.close(lost_events=0, producers=[{"stream": 0, "pid": pid, "name": "inference_server", "lost": 0}],
+                 closed_unix_ns=0)
+    return writer.events_written
+
+
+def _scaled_ranges(result: RunResult, lay: Layout, kind: str) -> list[list]:
+    ranges = ground_truth.affected_ranges(result, kind)
+    names = [t.name for t in result.rec.tracks]
+    out: dict[int, list[tuple[float, float]]] = {}
+    for t, a, b in ranges:
+        if a < lay.w0:
+            out.setdefault(t, []).append((a, b))
+        elif a < lay.w1:
+            out.setdefault(t, []).extend((a + s, b + s) for s in lay.shifts)
+        else:
+            out.setdefault(t, []).append((a + lay.suffix_shift, b + lay.suffix_shift))
+    gap = ground_truth.MERGE_GAP_NS
+    while True:
+        merged = []
+        for t, spans in sorted(out.items()):
+            spans.sort()
+            cur_a, cur_b = spans[0]
+            for a, b in spans[1:]:
+                if a <= cur_b + gap:
+                    cur_b = max(cur_b, b)
+                else:
+                    merged.append((t, cur_a, cur_b))
+                    cur_a, cur_b = a, b
+            merged.append((t, cur_a, cur_b))
+        if len(merged) <= MAX_AFFECTED_RANGES:
+            break
+        gap *= 4  # a 100 M-event run would list millions of ranges: coarsen until it is readable
+    origin = result.machine.origin_ns
+    return [[names[t], origin + int(round(a)), origin + int(round(b))] for t, a, b in merged]
+
+
+def run_scaled(name: str, plan: Plan, events: int, fixed: float, per_step: float, out_dir: Path, seed: int) -> dict:
+    """Write a run of about `events` records by repeating fully simulated steps."""
+    k_steps = max(plan.min_steps, 6, int(FULL_EVENTS / max(per_step, 1.0)))
+    result = run_plan(plan, k_steps)
+    rng = np.random.default_rng(seed + 99)
+    probe = Layout(result, 1, np.zeros(1))
+    part = _classify(result, probe)
+    n_block = int((part == 1).sum())
+    n_copies = max(1, int(round((events - (len(part) - n_block)) / max(n_block, 1))))
+    pauses = rng.uniform(0.0, PAUSE_MAX, n_copies)
+    lay = Layout(result, n_copies, pauses)
+    corr_col = np.asarray([r[_CORR] for r in result.rec.rows])
+    part_of_corr = {int(c): int(p) for c, p in zip(corr_col[corr_col > 0], part[corr_col > 0])}
+    atrace_tmp, actr_tmp, gt_tmp = (out_dir / f".{n}.tmp" for n in ("run.atrace", "run.actr", "ground_truth.json"))
+    n_events = _write(result, lay, part, atrace_tmp, seed)
+    bank = scaled_bank(result, lay, part_of_corr)
+    scaled = _ScaledResult(result, bank, lay.end_ns)
+    counters = output.write_actr(scaled, actr_tmp, seed)
+    issues = []
+    for kind in plan.issues:
+        cf = run_plan(plan.remove(kind), k_steps)
+        cf_lay = Layout(cf, n_copies, pauses)
+        affected = _scaled_ranges(result, lay, kind)
+        issues.append({
+            "kind": kind,
+            "start_ns": min((a for _n, a, _b in affected), default=result.machine.origin_ns),
+            "end_ns": max((b for _n, _a, b in affected), default=result.machine.origin_ns),
+            "impact_ns": int(round(lay.end_ns - cf_lay.end_ns)),
+            "affected": affected,
+        })
+    truth = ground_truth.document(result, name, seed, issues, run_end_ns=lay.end_ns)
+    truth["scaled"] = {"simulated_steps": k_steps, "block_steps": lay.k1 - lay.k0, "copies": n_copies}
+    gt_tmp.write_text(json.dumps(truth, separators=(",", ":")) + "\n")
+    os.replace(atrace_tmp, out_dir / "run.atrace")
+    os.replace(actr_tmp, out_dir / "run.actr")
+    os.replace(gt_tmp, out_dir / "ground_truth.json")
+    return {"out": str(out_dir), "events": n_events, "run_ns": truth["run_ns"], "devices": plan.cfg.n_devices,
+            "counter_samples": counters["samples"], "scaled": truth["scaled"],
+            "issues": [{"kind": i["kind"], "impact_ns": i["impact_ns"]} for i in issues]}
+
+
+class _ScaledResult:
+    """What output.write_actr needs from a run: the machine (origin, clocks), a bank, the end."""
+
+    def __init__(self, result: RunResult, bank: RegisterBank, end_ns: float):
+        self.machine = _MachineView(result.machine, bank)
+        self.end_ns = end_ns
+
+
+class _MachineView:
+    def __init__(self, machine, bank):
+        self.origin_ns = machine.origin_ns
+        self.bank = bank
