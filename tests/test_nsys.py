@@ -294,3 +294,28 @@ def test_two_exports_merged_keep_their_tracks_and_links_apart(tmp_path):
                        " WHERE split_part(ta.group_name, ':', 1) <> split_part(tb.group_name, ':', 1)")
     assert cross == 0
     assert count(con, "SELECT count(*) FROM flows") == 2 * (2 * 3 + 3 + 3)
+
+
+def test_two_processes_on_one_gpu_get_their_own_streams_and_correlation_scopes(tmp_path):
+    path = tmp_path / "two-procs.sqlite"
+    nsys_synth.write(path, iterations=2, metric_samples=0)
+    other_pid = 5000 << 24
+    db = sqlite3.connect(path)
+    # a kernel of another process, same device, stream and correlation id as the first process's launch
+    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId,"
+               " globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY,"
+               " blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId)"
+               " VALUES (70000, 71000, 0, 2, ?, 2, ?, 5, 6, 32, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 99)",
+               (nsys_synth.STREAM, other_pid))
+    db.commit()
+    db.close()
+    store, res = ingest_ok(tmp_path, path)
+    con = store.connect(res.id)
+    streams = sorted(n for (n,) in con.execute("SELECT name FROM tracks WHERE lane = 'eu'").fetchall())
+    assert streams == ["stream 13 (pid 4242)", "stream 13 (pid 5000)"]
+    # its correlation id 2 belongs to the other process: it must not link to this process's cudaLaunchKernel
+    linked = count(con, "SELECT count(*) FROM flows f JOIN slices k ON k.slice_id = f.dst_slice"
+                        " JOIN tracks t ON t.track_id = k.track_id WHERE t.name = 'stream 13 (pid 5000)'")
+    assert linked == 0
+    meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
+    assert meta["nsys_unlinked_device_ops"] == "1"
