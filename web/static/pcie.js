@@ -4,7 +4,8 @@
 
 import { LANE_ACCENT, fmtGbps } from "./util.js";
 
-export const PCIE_GRAPH_PX = 30;
+export const PCIE_GRAPH_PX = 36;
+const LABEL_PX = 12; // the top strip of the band holds its label; the graph is below it
 
 // GB/s per lane per direction after line encoding (Gen1/2 8b/10b, Gen3-5 128b/130b, Gen6 FLIT, 236/256).
 const LANE_GBPS = { 1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.375 };
@@ -12,17 +13,35 @@ const LANE_GBPS = { 1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.375 };
 /** Share of the link left for payload at a max payload size (about 20-26 bytes of TLP overhead each). */
 function tlpEfficiency(mps) {
   if (!mps) return 0.92;
-  return mps / (mps + 22);
+  return mps / (mps + 24);
 }
 
-/** {gbps, label} of the link's effective peak per direction for a device, or null when unknown. */
+/**
+ * {gbps, label} of the link's effective peak per direction for a track's device, or null when unknown.
+ * `links` maps a device suffix ("" for one device) to {link_gen, link_width, max_payload_bytes,
+ * link_peak_bytes_per_s} (docs/api.md); a track's device may be "dev0" where the suffix is "0".
+ */
 export function linkPeak(links, device) {
-  if (!links) return null;
-  const get = (k) => links[`${k}:${device}`] ?? links[k];
-  const gen = Number(get("link_gen")), width = Number(get("link_width")), mps = Number(get("max_payload_bytes")) || 0;
-  if (!LANE_GBPS[gen] || !width) return null;
-  const gbps = LANE_GBPS[gen] * width * tlpEfficiency(mps);
-  return { gbps, label: `Gen${gen} x${width}${mps ? `, MPS ${mps}` : ""}` };
+  if (!links || typeof links !== "object") return null;
+  const keys = Object.keys(links);
+  if (!keys.length) return null;
+  let l = null;
+  if (typeof links.link_gen !== "undefined") l = links;                 // a flat object of one link
+  else {
+    const dev = device === null || device === undefined ? "" : String(device);
+    const digits = (dev.match(/(\d+)$/) || [])[1];
+    for (const k of [dev, digits, ""]) if (k !== undefined && links[k]) { l = links[k]; break; }
+    if (!l && keys.length === 1) l = links[keys[0]];
+  }
+  if (!l) return null;
+  const gen = Number(l.link_gen), width = Number(l.link_width), mps = Number(l.max_payload_bytes) || 0;
+  let gbps = Number(l.link_peak_bytes_per_s) / 1e9;
+  if (!(gbps > 0)) {
+    if (!LANE_GBPS[gen] || !width) return null;
+    gbps = LANE_GBPS[gen] * width * tlpEfficiency(mps);
+  }
+  const label = gen && width ? `Gen${gen} x${width}${mps ? `, MPS ${mps}` : ""}` : "link";
+  return { gbps, label };
 }
 
 /** Bytes per css-px column over the visible window from exact transfers and merged buckets. */
@@ -80,7 +99,7 @@ export function drawBandwidth(ctx, pieces, view, x0, y, h, peak, theme) {
   let maxG = 0;
   for (let i = 0; i < cols.length; i++) { cols[i] /= ns_per_col; if (cols[i] > maxG) maxG = cols[i]; }
   const top = Math.max(maxG, peak ? peak.gbps : 0) || 1;
-  const inner = h - 4;
+  const inner = h - LABEL_PX - 2;
   ctx.fillStyle = LANE_ACCENT.pcie;
   ctx.globalAlpha = 0.55;
   ctx.beginPath();
