@@ -72,6 +72,30 @@ class Span:
         return traced
 
 
+class _CachedSpan:
+    """The span object for `t.span(name)` with no corr and no args, reused per thread: no allocation.
+
+    Start times live on a small stack, so the same name may nest or recurse.
+    """
+
+    __slots__ = ("_emit", "_prefix", "_starts", "_t")
+
+    def __init__(self, t, emit, prefix):
+        self._t, self._emit, self._prefix, self._starts = t, emit, prefix, []
+
+    def __enter__(self):
+        self._starts.append(_now())
+        return self
+
+    def __exit__(self, *exc):
+        start = self._starts.pop()
+        self._emit(self._prefix, start, _now() - start, 0, 0, 0, 0)
+        return False
+
+    def __call__(self, fn):
+        return Span(self._t, self._emit, self._prefix, 0, 0, 0, 0)(fn)
+
+
 class Tracer:
     """Writes events for one process. Thread-safe: each thread gets its own buffer or ring."""
 
@@ -93,6 +117,7 @@ class Tracer:
             self._tl.tid = threading.get_native_id()
             self._tl.prefixes = {}
             self._tl.fast = {}
+            self._tl.cached = {}
             return w
 
     def intern(self, text: str) -> int:
@@ -139,10 +164,11 @@ class Tracer:
         Typed args (bytes, direction, mem, cat, device, flow_out, flow_in, flow_kind, queue, tid)
         go into their record fields; any other keyword goes into the args JSON.
         """
-        if not args:  # the common case, kept short: one dict lookup per span
+        if not args:  # the common cases, kept short: one dict lookup per span
             try:
-                prefix = self._tl.fast[(name, lane, corr is not None)]
-                return Span(self, self._tl.w.emit, prefix, corr or 0, 0, 0, 0)
+                if corr is None:
+                    return self._tl.cached[(name, lane)]
+                return Span(self, self._tl.w.emit, self._tl.fast[(name, lane, True)], corr, 0, 0, 0)
             except (AttributeError, KeyError):
                 pass
         emit = self._writer().emit
@@ -162,6 +188,9 @@ class Tracer:
             prefixes[key] = prefix
             if not typed and not args:
                 self._tl.fast[(name, lane, corr is not None)] = prefix
+                if corr is None:
+                    self._tl.cached[(name, lane)] = _CachedSpan(self, emit, prefix)
+                    return self._tl.cached[(name, lane)]
         flow = typed.get("flow_out") or typed.get("flow_in") or 0
         return Span(self, emit, prefix, corr or 0, typed.get("bytes") or 0, flow, self._args_id(args))
 
