@@ -41,16 +41,19 @@ def test_nvml_without_a_driver_exits_nonzero_with_a_message(tmp_path):
     assert not (tmp_path / "g.actr").exists()
 
 
-def test_unknown_source_counter_and_rate_are_refused(tmp_path):
+def test_unknown_source_counter_and_rate_are_refused(tmp_path, capsys):
+    from acceltrace.cli import main
+
     out = str(tmp_path / "x.actr")
-    r = collect("--source", "nope", "--out", out)
-    assert r.returncode == 2 and "expected one of: host, nvml, sim" in r.stderr
-    r = collect("--source", "host", "--counters", "cpu.busy,bogus", "--out", out)
-    assert r.returncode == 2 and "unknown counter(s) bogus" in r.stderr
-    r = collect("--source", "host", "--rate", "50000", "--out", out)
-    assert r.returncode == 2 and "outside 1..10000 Hz" in r.stderr
-    r = collect("--source", "host")
-    assert r.returncode == 2 and "--out" in r.stderr
+    cases = [
+        (["--source", "nope", "--out", out], "expected one of: host, nvml, sim"),
+        (["--source", "host", "--counters", "cpu.busy,bogus", "--out", out], "unknown counter(s) bogus"),
+        (["--source", "host", "--rate", "50000", "--out", out], "outside 1..10000 Hz"),
+        (["--source", "host"], "--out"),
+    ]
+    for argv, message in cases:
+        assert main(["collect", *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
 
 
 def test_a_short_run_writes_a_complete_file_and_a_summary(tmp_path):
