@@ -11,7 +11,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import nsys_synth, schema
+from ingest import derive, nsys_synth, pipeline, schema
 from ingest.builder import TraceBuilder
 from ingest.export import export_command, export_trace
 from ingest.export_chrome import chrome_chunks
@@ -23,8 +23,18 @@ ROOT = Path(__file__).resolve().parent.parent
 A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ingest_only():
+    # no analysis passes or level-of-detail tables: exports read only the store's own tables
+    mp = pytest.MonkeyPatch()
+    mp.setattr(pipeline, "AFTER_PUBLISH", [])
+    mp.setattr(derive, "STEPS", [])
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory):
+def traces(tmp_path_factory, ingest_only):
     """The A100 Nsight trace and a synthesized 3.x one with counters and a submit -> exec chain."""
     tmp = tmp_path_factory.mktemp("export")
     synth = tmp / "h100.sqlite"
@@ -161,7 +171,7 @@ def test_parquet_files_read_back_equal_to_the_store_without_acceltrace(traces, t
     store, _, synth = traces
     out = tmp_path / "pq"
     export_trace(store, synth, "parquet", out)
-    analysed = store.side_path(synth, "findings").exists()  # analysis runs after every ingest
+    analysed = store.side_path(synth, "findings").exists()  # a findings file only once analysed
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{t}.parquet" for t in ("trace_meta", "tracks", "slices", "flows", "counters") + ("findings",) * analysed)
     con = store.connect(synth)
@@ -181,7 +191,7 @@ def test_parquet_files_read_back_equal_to_the_store_without_acceltrace(traces, t
 def test_parquet_includes_the_findings_of_an_analysed_trace(traces, tmp_path):
     store, a100, _ = traces
     side = store.side_path(a100, "findings")
-    if not side.exists():  # the pipeline analyses after ingest; without analysis/, write findings by hand
+    if not side.exists():  # analysis is off in these tests: findings written by hand
 
         def build(con):
             con.execute(schema.create_sql("findings", schema.FINDINGS))
