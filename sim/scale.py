@@ -215,6 +215,8 @@ def _scaled_ranges(result: RunResult, lay: Layout, kind: str) -> list[list]:
 
 def run_scaled(name: str, plan: Plan, events: int, fixed: float, per_step: float, out_dir: Path, seed: int) -> dict:
     """Write a run of about `events` records by repeating fully simulated steps."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     k_steps = max(plan.min_steps, 6, int(FULL_EVENTS / max(per_step, 1.0)))
     result = run_plan(plan, k_steps)
     rng = np.random.default_rng(seed + 99)
