@@ -191,3 +191,29 @@ def test_tile_past_the_end_of_the_trace_is_empty(api, trace_store):
     tid = trace_store.ids["chain"]
     header, _ = _fetch(api, tid, 4, 10_000_000)
     assert all(s["rows"] == 0 for s in header["sections"].values())
+
+
+def test_tiles_of_a_real_nsys_trace_match_brute_force(tmp_path):
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from ingest.pipeline import ingest_paths
+    from server.app import create_app
+
+    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+    store = Store(tmp_path / "store")
+    (res,) = ingest_paths(store, [sample])
+    assert res.error is None, res.error
+    with TestClient(create_app(store.root), raise_server_exceptions=False) as client:
+        meta = client.get(f"/api/traces/{res.id}").json()
+        con = duckdb.connect(":memory:")
+        con.execute(f"ATTACH '{store.trace_path(res.id)}' AS t (READ_ONLY)")
+        con.execute("USE t")
+        rng = np.random.default_rng(3)
+        for _ in range(12):
+            level = int(rng.integers(0, meta["max_level"] + 1))
+            n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+            groups = [None] + [g["id"] for g in meta["groups"]]
+            _check(client, con, meta, res.id, level, int(rng.integers(n_tiles)), groups[int(rng.integers(len(groups)))])
+        con.close()
