@@ -167,12 +167,14 @@ def write_atrace(result, path: Path, seed: int, process_name: str = "inference_s
     return writer.events_written or n
 
 
-def sample_rate_hz(duration_ns: float) -> float:
-    """10 kHz (Nsight's default GPU-metrics rate) unless that exceeds ~40 k ticks for a long run."""
-    return float(max(10.0, min(10_000.0, 40_000 / max(duration_ns * 1e-9, 1e-9))))
+def sample_rate_hz(duration_ns: float, n_events: int = 0) -> float:
+    """Up to 10 kHz (Nsight's default GPU-metrics rate); the number of samples grows with the trace
+    (1200 at least, one per 20 events, 200 k at most), so counters never outweigh the events."""
+    ticks = min(200_000, max(1200, n_events // 20))
+    return float(max(10.0, min(10_000.0, ticks / max(duration_ns * 1e-9, 1e-9))))
 
 
-def write_actr(result, path: Path, seed: int) -> dict:
+def write_actr(result, path: Path, seed: int, n_events: int = 0) -> dict:
     """Sample the register bank on a virtual clock with collect's sampler into run.actr."""
     from collect.counters.sim import SimSource
     from collect.sampler import Sampler, VirtualClock
@@ -182,7 +184,7 @@ def write_actr(result, path: Path, seed: int) -> dict:
     end = m.origin_ns + int(result.end_ns)
     clock = VirtualClock(start)
     source = SimSource(m.bank, clock=clock)
-    sampler = Sampler(source, path, sample_rate_hz(result.end_ns), clock=clock,
+    sampler = Sampler(source, path, sample_rate_hz(result.end_ns, n_events), clock=clock,
                       header_extra={"host": "acceltrace-sim", "pid": app_pid(seed)})
     stats = sampler.run_until(end)
     # wall-clock costs of sampling say nothing about a simulated run and would make its bytes vary

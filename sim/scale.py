@@ -232,7 +232,7 @@ def run_scaled(name: str, plan: Plan, events: int, fixed: float, per_step: float
     n_events = _write(result, lay, part, atrace_tmp, seed)
     bank = scaled_bank(result, lay, part_of_corr)
     scaled = _ScaledResult(result, bank, lay.end_ns)
-    counters = output.write_actr(scaled, actr_tmp, seed)
+    counters = output.write_actr(scaled, actr_tmp, seed, n_events)
     issues = []
     for kind in plan.issues:
         cf = run_plan(plan.remove(kind), k_steps)

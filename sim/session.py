@@ -51,7 +51,7 @@ def write_run(result, truth: dict, out_dir: Path, seed: int) -> dict:
     atrace_tmp = out_dir / ".run.atrace.tmp"
     actr_tmp = out_dir / ".run.actr.tmp"
     n_events = output.write_atrace(result, atrace_tmp, seed)
-    counters = output.write_actr(result, actr_tmp, seed)
+    counters = output.write_actr(result, actr_tmp, seed, n_events)
     gt_tmp = out_dir / ".ground_truth.json.tmp"
     gt_tmp.write_text(json.dumps(truth, separators=(",", ":")) + "\n")
     os.replace(atrace_tmp, out_dir / "run.atrace")
