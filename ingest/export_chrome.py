@@ -56,6 +56,13 @@ V2_CTES = f"""real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_s
           AND f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
     )"""
 
+# A slice's args object plus the typed columns Chrome has no field for. Args that are not a JSON
+# object (the store does not forbid it) travel as a string under "args" rather than failing the export.
+_EXTRA = "json_object('correlation', s.corr_id, 'bytes', s.bytes, 'direction', s.direction, 'host_mem', s.host_mem)"
+_ARGS = f"""CASE WHEN s.args IS NULL THEN json_merge_patch('{{}}', {_EXTRA})
+        WHEN try(json_type(s.args)) = 'OBJECT' THEN json_merge_patch(s.args, {_EXTRA})
+        ELSE json_merge_patch(json_object('args', s.args), {_EXTRA}) END"""
+
 # One Chrome process per track group, numbered in the order the groups' first tracks appear.
 PIDS_SQL = (
     "SELECT track_id, dense_rank() OVER (ORDER BY first_track) AS pid FROM"
@@ -117,8 +124,7 @@ def _slices_sql(start_ns: int) -> str:
         || ',"pid":' || p.pid || ',"tid":' || (s.track_id + 1)
         || ',"ts":' || {_us(rel)} || ',"dur":' || {_us("s.dur")}
         || coalesce(',"bind_id":' || b.flow_id || ',' || b.side, '')
-        || ',"args":' || json_merge_patch(coalesce(s.args, '{{}}'), json_object(
-            'correlation', s.corr_id, 'bytes', s.bytes, 'direction', s.direction, 'host_mem', s.host_mem))
+        || ',"args":' || {_ARGS}
         || '}}' AS line
     FROM slices s JOIN pids p USING (track_id)
     LEFT JOIN bind b ON b.slice_id = s.slice_id

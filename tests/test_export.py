@@ -272,3 +272,16 @@ def test_parquet_slices_and_counters_come_sorted_by_track_and_time(tmp_path):
         t = pq.read_table(out / f"{table}.parquet", columns=["track_id", "ts"])
         keys = list(zip(t["track_id"].to_pylist(), t["ts"].to_pylist()))
         assert keys == sorted(keys) and len(keys) > 0
+
+
+def test_args_that_are_not_a_json_object_do_not_break_the_export(tmp_path):
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("odd-args", 0, None)
+    b = TraceBuilder(tmp)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    b.add_slices({"track_id": [cpu] * 4, "ts": [0, 10, 20, 30], "dur": [5] * 4, "name": ["a", "b", "c", "d"],
+                  "args": ['{"k": 1}', "[1, 2]", "not json", None], "corr_id": [7, None, None, None]})
+    store.publish(tid, tmp, "test", b.finish("test", "odd-args"))
+    _, doc = chrome_doc(store.connect(tid))
+    args = {e["name"]: e["args"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert args == {"a": {"k": 1, "correlation": 7}, "b": {"args": "[1, 2]"}, "c": {"args": "not json"}, "d": {}}
