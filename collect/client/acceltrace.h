@@ -309,35 +309,51 @@ static __attribute__((noinline)) at__thread *at__ring(void) {
 
 /* ---- the hot path ------------------------------------------------------------------------------ */
 /* Writes one record (its ts/dur/corr/bytes already filled) into this thread's ring. */
-AT__API void at_write(const at_record *rec) {
+/* This thread's next free slot, or NULL when the event cannot be written (counted exactly). */
+AT__API at_record *at__claim(void) {
     at__thread *t = &at__t;
     if (__builtin_expect(t->data == NULL, 0)) {
         t = at__ring();
-        if (!t->data) { __atomic_fetch_add(&at__g.dropped_no_daemon, 1, __ATOMIC_RELAXED); return; }
+        if (!t->data) { __atomic_fetch_add(&at__g.dropped_no_daemon, 1, __ATOMIC_RELAXED); return NULL; }
     }
     uint64_t w = t->w;
     if (__builtin_expect(w >= t->limit, 0)) {
         t->limit = __atomic_load_n(t->read_idx, __ATOMIC_ACQUIRE) + t->cap;
         if (w >= t->limit) { /* discard mode, ring full: count it exactly, never block */
             __atomic_store_n(t->lost_idx, ++t->lost, __ATOMIC_RELAXED);
-            return;
+            return NULL;
         }
     }
-    at_record *slot = &t->data[w & t->mask];
-    *slot = *rec;
-    slot->pid = at__g.pid;
-    if (rec->lane == AT_LANE_CPU && rec->tid == 0) slot->tid = t->tid; /* device lanes keep engine/unit */
-    t->w = w + 1;
-    __atomic_store_n(t->write_idx, w + 1, __ATOMIC_RELEASE); /* a plain store on x86-64 */
+    return &t->data[w & t->mask];
 }
 
+/* Publishes the slot at__claim returned (a plain store on x86-64: release is free there). */
+AT__API void at__publish(void) {
+    at__thread *t = &at__t;
+    t->w += 1;
+    __atomic_store_n(t->write_idx, t->w, __ATOMIC_RELEASE);
+}
+
+/* Writes one record you filled yourself. pid is stamped; a cpu-lane record with tid 0 gets this
+ * thread's id (device lanes keep their engine or unit number). */
+AT__API void at_write(const at_record *rec) {
+    at_record *slot = at__claim();
+    if (!slot) return;
+    *slot = *rec;
+    slot->pid = at__g.pid;
+    if (rec->lane == AT_LANE_CPU && rec->tid == 0) slot->tid = at__t.tid;
+    at__publish();
+}
+
+/* A span measured with at_now(): written straight into the ring slot, no temporary record. */
 AT__API void at_complete(uint32_t name, uint8_t lane, int64_t ts, int64_t dur, uint64_t corr, uint32_t args) {
-    at_record r;
-    memset(&r, 0, sizeof r);
-    r.kind = AT_COMPLETE; r.clock = AT_CLOCK_DOMAIN; r.lane = lane; r.device = AT_NO_DEVICE; r.name = name;
-    r.ts = ts; r.dur = dur; r.corr = corr; r.args = args;
-    r.flags = corr ? AT_FLAG_HAS_CORR : 0;
-    at_write(&r);
+    at_record *s = at__claim();
+    if (!s) return;
+    s->kind = AT_COMPLETE; s->lane = lane; s->clock = AT_CLOCK_DOMAIN; s->direction = 0; s->mem = 0;
+    s->flow_kind = 0; s->flags = corr ? AT_FLAG_HAS_CORR : 0; s->device = AT_NO_DEVICE;
+    s->name = name; s->cat = 0; s->pid = at__g.pid; s->tid = at__t.tid;
+    s->ts = ts; s->dur = dur; s->corr = corr; s->bytes = 0; s->flow = 0; s->args = args;
+    at__publish();
 }
 
 AT__API void at_instant(uint32_t name, uint8_t lane, int64_t ts) {
