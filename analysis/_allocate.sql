@@ -13,19 +13,26 @@
 -- one trace sum to at most the run's duration.
 -- Reads _candidates (built by the runner: pass, precedence + the pass columns).
 
+-- The device whose computation ends last sets the run's end: waste on a device that
+-- finished earlier does not lengthen the run (its findings keep impact 0).
+CREATE OR REPLACE TEMP TABLE _critical_dev AS
+SELECT arg_max(dev, end_ns) AS dev, max(end_ns) AS end_ns FROM _dev_work WHERE lane = 'eu';
+
 CREATE OR REPLACE TEMP TABLE _cand AS
-SELECT row_number() OVER (ORDER BY precedence, local_ns DESC, ts, slice_id) AS cand_id, *
+SELECT row_number() OVER (ORDER BY precedence, local_ns DESC, ts, slice_id) AS cand_id, *,
+       dev IS NULL OR NOT EXISTS (SELECT 1 FROM _critical_dev) OR dev = (SELECT dev FROM _critical_dev)
+         OR (SELECT dev FROM _critical_dev) IS NULL AS on_critical_dev
 FROM _candidates;
 
 CREATE OR REPLACE TEMP TABLE _claim_raw AS
 SELECT cand_id, claim_start AS a, claim_end AS b, local_ns
-FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start
+FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start AND on_critical_dev
 UNION ALL
 -- same device and overlapping, as a pure range join on device-offset times (_dev_offset)
 SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns
 FROM (SELECT c.cand_id, c.local_ns, c.claim_start + o.off AS s, c.claim_end + o.off AS e, o.off
       FROM _cand c JOIN _dev_offset o ON o.dev = c.dev
-      WHERE c.claim_mode = 'idle' AND c.claim_end > c.claim_start) c
+      WHERE c.claim_mode = 'idle' AND c.claim_end > c.claim_start AND c.on_critical_dev) c
 JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
       FROM _eu_idle i JOIN _dev_offset o ON o.dev = i.dev) i
   ON i.s < c.e AND i.e > c.s;
@@ -65,16 +72,19 @@ LEFT JOIN (SELECT cand_id, sum(b - a) AS claimed_ns FROM _claim GROUP BY cand_id
 WHERE coalesce(a.alloc_ns, 0) >= c.min_share * c.local_ns;
 
 -- The findings (columns exactly as ingest/schema.py FINDINGS).
---   severity: info when the finding costs nothing on the critical path, or when all of its
---   pass's findings together cost less than report_run_fraction of the run (noted, not
---   worth fixing); else error when it alone costs error_run_fraction of the run, warning
---   from warning_min_impact_ns, info below.
+--   severity: info when the finding has no time on the critical path (off it, not
+--   placeable, or on a device that finished early), or when all findings of its pass
+--   together have less than report_run_fraction of the run on the critical path (noted,
+--   not worth fixing); else error when it alone costs error_run_fraction of the run,
+--   warning when its critical-path time is at least warning_min_impact_ns (even when that
+--   time is already counted under a finding of higher precedence: both causes are real,
+--   fixing either helps, and the impact is counted once), else info.
 CREATE OR REPLACE TEMP TABLE _findings AS
-WITH k AS (SELECT *, sum(impact_ns) OVER (PARTITION BY pass) AS pass_impact_ns FROM _kept)
+WITH k AS (SELECT *, sum(claimed_ns) OVER (PARTITION BY pass) AS pass_claimed_ns FROM _kept)
 SELECT pass,
-       CASE WHEN impact_ns <= 0 OR pass_impact_ns < ${report_run_fraction} * (SELECT run_ns FROM _run) THEN 'info'
+       CASE WHEN claimed_ns <= 0 OR pass_claimed_ns < ${report_run_fraction} * (SELECT run_ns FROM _run) THEN 'info'
             WHEN impact_ns >= ${error_run_fraction} * (SELECT run_ns FROM _run) THEN 'error'
-            WHEN impact_ns >= ${warning_min_impact_ns} THEN 'warning'
+            WHEN claimed_ns >= ${warning_min_impact_ns} THEN 'warning'
             ELSE 'info' END AS severity,
        ts, dur, track_id, slice_id, metric, value, threshold, impact_ns,
        message || CASE
@@ -84,6 +94,9 @@ SELECT pass,
            WHEN impact_ns = 0 AND claimed_ns > 0 THEN
                '; its critical-path time is already counted by a finding of higher precedence (local estimate '
                || _fmt_ns(local_ns) || ')'
+           WHEN NOT on_critical_dev THEN
+               printf('; not on the critical path: device %s finished before the run''s last device %s '
+                      || '(local estimate %s)', dev, (SELECT dev FROM _critical_dev), _fmt_ns(local_ns))
            WHEN impact_ns = 0 AND claim_mode = 'idle' THEN
                '; not on the critical path: the execution units were busy meanwhile (local estimate '
                || _fmt_ns(local_ns) || ')'

@@ -1,27 +1,30 @@
--- copy_compute_serialization: copies that wait behind computation they do not need
+-- copy_compute_serialization: copies queued between computations that do not need them
 -- precedence: 60
 --
--- What it detects: host-to-device copies that run back to back after computation on the
--- same submission queue (driver queue, or stream in traces without driver records) --
--- within a chain of queue items each starting at most serial_max_gap_ns after the previous
--- one ended, that contains a kernel before the copy -- although the copy had been
--- submitted at least serial_min_wait_ns before it started. A host-to-device copy cannot
--- consume a kernel's results, so the order came from sharing the queue, not from the data.
+-- What it detects: copies that sit between computations on one submission queue (driver
+-- queue, or stream in traces without driver records): in a chain of queue items each
+-- starting at most serial_max_gap_ns after the previous one ended, with a kernel before and
+-- a kernel after the copy. A host-to-device copy must also have been submitted at least
+-- serial_min_wait_ns before it started (it waited for compute it cannot need: a copy from
+-- the host does not read kernel results); a device-to-host copy reads results that are
+-- finished, and the compute after it does not need it. The order came from sharing the
+-- queue, not from the data.
 -- Why it matters: the DMA engines and the execution units are separate; a copy queued
 -- behind kernels waits for them and then makes the next kernel wait for it, so copy time
 -- and compute time add up instead of overlapping.
 -- What to do: issue copies on their own queue/stream (double-buffer the input), and order
 -- them against the kernels with events only where the data requires it.
--- Impact: the part of the copy that could have run earlier (the smaller of its duration
--- and how long it waited after being submitted), on the critical path only where the
--- device's execution units were idle during the copy.
+-- Impact: the part of the copy that could have overlapped computation (host-to-device:
+-- the smaller of its duration and how long it waited after being submitted;
+-- device-to-host: all of it), on the critical path only where the device's execution
+-- units were idle during the copy.
 --
 -- Output columns (one row per copy):
 --   ts, dur       the copy
 --   track_id, slice_id  the copy
 --   metric        'queued_behind_compute_ns'; value = start - submission;
 --                 threshold = serial_min_wait_ns
---   local_ns      min(duration, start - submission)
+--   local_ns      H2D: min(duration, start - submission); D2H: duration
 --   claim         'idle' over the copy
 
 CREATE OR REPLACE TEMP TABLE _queued_work AS
@@ -42,8 +45,8 @@ SELECT CASE
     END AS reason;
 
 -- per queue in order: the previous item's end; a chain breaks where an item starts more
--- than serial_max_gap_ns after the previous one ended; a copy is behind compute when the
--- latest kernel on its queue started after its chain's latest break
+-- than serial_max_gap_ns after the previous one ended; a copy sits between computations
+-- when its chain has a kernel before it and one after it
 CREATE OR REPLACE TEMP TABLE _serial_rows AS
 WITH q AS (
     SELECT *, lag(end_ns) OVER (PARTITION BY queue_key ORDER BY ts, slice_id) AS prev_end
@@ -56,12 +59,22 @@ c AS (
            max(CASE WHEN lane = 'eu' THEN ts END)
              OVER (PARTITION BY queue_key ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS last_kernel_ts
     FROM q
+),
+a AS (
+    SELECT *,
+           max(CASE WHEN lane = 'eu' THEN 1 ELSE 0 END)
+             OVER (PARTITION BY queue_key, chain_start ORDER BY ts, slice_id
+                   ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS kernel_after
+    FROM c
 )
-SELECT * FROM c
-WHERE lane = 'pcie' AND direction = 'h2d'
+SELECT * FROM a
+WHERE lane = 'pcie'
   AND last_kernel_ts >= chain_start
+  AND kernel_after = 1
   AND ts - prev_end <= ${serial_max_gap_ns}
-  AND ts - ready_ns >= ${serial_min_wait_ns};
+  -- a device-to-host copy reads finished results; a host-to-device copy must have been
+  -- ready while it waited
+  AND (direction <> 'h2d' OR ts - ready_ns >= ${serial_min_wait_ns});
 
 SELECT ts,
        dur,
@@ -70,10 +83,14 @@ SELECT ts,
        'queued_behind_compute_ns' AS metric,
        CAST(ts - ready_ns AS DOUBLE) AS value,
        CAST(${serial_min_wait_ns} AS DOUBLE) AS threshold,
-       printf('H2D copy of %s waited %s behind computation on the same queue although it was submitted '
-              || 'already; on its own queue it could have overlapped with the compute', _fmt_bytes(bytes),
-              _fmt_ns(ts - ready_ns)) AS message,
-       least(dur, ts - ready_ns) AS local_ns,
+       CASE WHEN direction = 'h2d'
+            THEN printf('H2D copy of %s waited %s behind computation on the same queue although it was '
+                        || 'submitted already, and the computation after it waited for it; on its own queue '
+                        || 'it could have overlapped with the compute', _fmt_bytes(bytes), _fmt_ns(ts - ready_ns))
+            ELSE printf('%s copy of %s ran between computations on their queue, which waited for it; on its '
+                        || 'own queue it could have overlapped with the compute', upper(direction),
+                        _fmt_bytes(bytes)) END AS message,
+       CASE WHEN direction = 'h2d' THEN least(dur, ts - ready_ns) ELSE dur END AS local_ns,
        dev,
        'idle' AS claim_mode,
        ts AS claim_start,

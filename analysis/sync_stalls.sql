@@ -4,7 +4,8 @@
 -- What it detects: synchronising API calls (names containing "synchronize"/"synchronise":
 -- device, queue/stream and event synchronisation) of at least sync_min_ns during which a
 -- device that the calling thread submits to was still computing, and after which that
--- device's execution units sat idle for at least sync_gap_min_ns until the next kernel.
+-- device's execution units sat idle for at least sync_gap_min_ns until the next kernel,
+-- which the thread submitted only after the call returned.
 -- Why it matters: while the thread waits it cannot prepare or submit the next work, so the
 -- device drains its queue and then idles for the wake-up, the host's next call and the
 -- submission latency: the pipeline between host and device is broken at every such call.
@@ -52,10 +53,12 @@ WHERE c.dur >= ${sync_min_ns};
 -- or after the call's end)
 CREATE OR REPLACE TEMP TABLE _sync_edges AS
 WITH pts AS (
-    SELECT dev, idle_end AS t, 1 AS kind, idle_end AS next_ns, idle_start, CAST(NULL AS BIGINT) AS sync_id
+    SELECT dev, idle_end AS t, 1 AS kind, idle_end AS next_ns, idle_start, next_slice,
+           CAST(NULL AS BIGINT) AS sync_id
     FROM _eu_gaps
     UNION ALL
-    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
+    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), slice_id
+    FROM _sync_candidates
 ),
 nxt AS (
     SELECT sync_id, dev, t,
@@ -66,7 +69,11 @@ nxt AS (
     FROM pts
 )
 -- the units must already have been idle when the call returned
-SELECT sync_id, dev, work_end_ns, next_ns FROM nxt WHERE sync_id IS NOT NULL AND work_end_ns <= t;
+SELECT n.sync_id, n.dev, n.work_end_ns, n.next_ns, g.next_slice, r.ready_ns AS next_ready_ns
+FROM nxt n
+JOIN _eu_gaps g ON g.dev = n.dev AND g.idle_end = n.next_ns
+LEFT JOIN _ready r ON r.slice_id = g.next_slice
+WHERE n.sync_id IS NOT NULL AND n.work_end_ns <= n.t;
 
 SELECT c.ts,
        c.dur,
@@ -88,4 +95,7 @@ FROM _sync_candidates c
 JOIN _sync_edges e ON e.sync_id = c.slice_id AND e.dev = c.dev
 WHERE e.work_end_ns > c.ts
   AND e.next_ns IS NOT NULL
+  -- the kernel that ended the gap was submitted only after the call returned (had it been
+  -- queued already, the gap was a wait for something else, e.g. a copy)
+  AND coalesce(e.next_ready_ns, e.next_ns) >= c.end_ns
   AND e.next_ns - e.work_end_ns >= ${sync_gap_min_ns};
