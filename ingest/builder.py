@@ -232,9 +232,10 @@ class TraceBuilder:
         con.execute(schema.create_sql("slices"))
         con.execute(f"INSERT INTO slices SELECT {cols} FROM _slices_staging ORDER BY track_id, ts, depth")
         con.execute("DROP TABLE _slices_staging")
-        con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
-        con.execute("DROP TABLE counters")
-        con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
+        if self.n_counters:  # re-sorting an empty table still costs a table rewrite
+            con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
+            con.execute("DROP TABLE counters")
+            con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
 
         start, end = con.execute(
             "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM slices"

@@ -1,0 +1,188 @@
+"""Chrome/Kineto ingest throughput against json.load and HTA on the same bytes, in one run.
+
+    .venv/bin/python bench/ingest.py                      # A100 sample + a generated 2M-event trace
+    .venv/bin/python bench/ingest.py --events 200000      # a quicker generated trace
+    .venv/bin/python bench/ingest.py --hta-python /tmp/htavenv/bin/python
+
+Every measurement runs in its own child process, so its peak memory (ru_maxrss) is
+its own. Rows:
+  json.load            Python's json.loads of the decompressed bytes (held in memory)
+  acceltrace parse     ingest through the Chrome ingester into the store, without the
+                       level-of-detail tables and analysis passes other parts add
+  acceltrace +LOD      the same plus the level-of-detail tables (ingest/derive.py steps)
+  acceltrace pipeline  `acceltrace ingest` as a user runs it, analysis passes included
+                       (only with --with-analysis: the passes are the analysis part's cost)
+  HTA TraceAnalysis    HolisticTraceAnalysis' load, if it is installed in --hta-python
+MB/s are of decompressed JSON, events/s of events in the file; cpu_s is user+sys (with its children) of
+the child (this machine is shared, so wall times are noisy; compare ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# this script is bench/ingest.py: keep its folder from shadowing the `ingest` package
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+A100 = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+
+_CHILD = r"""
+import json, os, resource, sys, time
+mode, path = sys.argv[1], sys.argv[2]
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter(); c0 = os.times()
+if mode == "json":
+    import gzip
+    data = (gzip.open if path.endswith(".gz") else open)(path, "rb").read()
+    t0 = time.perf_counter(); c0 = os.times()  # json.load alone, on bytes already in memory
+    n = len(json.loads(data)["traceEvents"])
+elif mode in ("parse", "lod", "pipeline"):
+    from pathlib import Path
+    from ingest import derive, pipeline
+    from ingest.store import Store
+    if mode in ("parse", "lod"):
+        pipeline.AFTER_PUBLISH[:] = []
+    if mode == "parse":
+        derive.STEPS[:] = []
+    t0 = time.perf_counter(); c0 = os.times()
+    r = pipeline.ingest_paths(Store(sys.argv[3]), [Path(path)])[0]
+    if r.error:
+        raise SystemExit(r.error)
+    n = r.counts["slices"]
+elif mode == "hta":
+    import logging
+    logging.disable(logging.CRITICAL)
+    from hta.trace_analysis import TraceAnalysis
+    t0 = time.perf_counter(); c0 = os.times()
+    TraceAnalysis(trace_dir=os.path.dirname(path))
+    n = -1
+c1 = os.times()
+print(json.dumps({{"wall_s": time.perf_counter() - t0, "cpu_s": sum(c1[:4]) - sum(c0[:4]),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "n": n}}))
+"""
+
+
+def run_child(python: str, mode: str, path: Path, store: Path | None = None, timeout: int = 1800) -> dict | str:
+    code = _CHILD.format(root=str(ROOT))
+    args = [python, "-c", code, mode, str(path)] + ([str(store)] if store else [])
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    if p.returncode != 0:
+        return (p.stderr.strip().splitlines() or ["failed"])[-1][:120]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def count_events(path: Path) -> tuple[int, int]:
+    """(events, decompressed bytes) via the ingester's own reader (no second full parse)."""
+    from ingest.chrome_reader import ChromeReader
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        size = 0
+        while chunk := f.read(1 << 24):
+            size += len(chunk)
+    with opener(path, "rb") as f:
+        r = ChromeReader(f, path.name, lambda raw: [None] * _quick_count(raw))
+        for _ in r.chunks():
+            pass
+    return r.result.events, size
+
+
+def _quick_count(raw: bytes) -> int:
+    import msgspec
+
+    class _Any(msgspec.Struct):
+        pass
+
+    return len(msgspec.json.decode(raw, type=list[_Any]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2_000_000, help="size of the generated trace (default 2M)")
+    ap.add_argument("--hta-python", default="/tmp/htavenv/bin/python",
+                    help="a Python with HolisticTraceAnalysis installed (skipped if missing)")
+    ap.add_argument("--skip-json", action="store_true", help="skip the json.load anchor (it needs much memory)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest is shown")
+    ap.add_argument("--with-analysis", action="store_true", help="add a row for the full pipeline (analysis passes)")
+    a = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    try:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("gen_chrome", ROOT / "bench" / "gen_chrome.py")
+        gen_chrome = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gen_chrome)
+
+        gen = work / "gen" / "generated.json"
+        gen.parent.mkdir()
+        gen_chrome.write(gen, a.events)
+        a100_dir = work / "a100"
+        a100_dir.mkdir()
+        a100 = a100_dir / A100.name
+        shutil.copy(A100, a100)
+        inputs = [("A100 Kineto (gz)", a100), (f"generated {a.events // 1000}k events", gen)]
+        hta = a.hta_python if Path(a.hta_python).exists() else None
+        rows = []
+        for label, path in inputs:
+            n_events, nbytes = count_events(path)
+            modes = (([] if a.skip_json else ["json"]) + ["parse", "lod"] + (["pipeline"] if a.with_analysis else [])
+                     + (["hta"] if hta else []))
+            for mode in modes:
+                best = None
+                for _ in range(a.repeat):
+                    store = work / f"store-{mode}"
+                    shutil.rmtree(store, ignore_errors=True)
+                    r = run_child(hta if mode == "hta" else sys.executable, mode, path, store)
+                    if isinstance(r, str) or best is None or r["wall_s"] < best["wall_s"]:
+                        best = r
+                    if isinstance(r, str):
+                        break
+                rows.append((label, mode, n_events, nbytes, best))
+            if not hta:
+                rows.append((label, "hta", n_events, nbytes, f"n/a: no HolisticTraceAnalysis at {a.hta_python}"))
+        print_table(rows)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+NAMES = {"json": "json.load alone", "parse": "acceltrace parse+store", "lod": "acceltrace +LOD tables",
+         "pipeline": "acceltrace +analysis passes",
+         "hta": "HTA TraceAnalysis load"}
+
+
+def print_table(rows) -> None:
+    print(f"{'input':<26} {'what':<28} {'events':>9} {'MB':>7} {'wall s':>7} {'cpu s':>7} {'MB/s':>7}"
+          f" {'MB/cpu-s':>8} {'Mev/s':>6} {'x json':>6} {'peak MB':>8}")
+    anchors = {}
+    for label, mode, n, nbytes, r in rows:
+        if mode == "json" and isinstance(r, dict):
+            anchors[label] = r["cpu_s"]
+    for label, mode, n, nbytes, r in rows:
+        mb = nbytes / 1e6
+        if isinstance(r, str):
+            print(f"{label:<26} {NAMES[mode]:<28} {n:>9} {mb:>7.1f}  {r}")
+            continue
+        ratio = anchors[label] / r["cpu_s"] if label in anchors and r["cpu_s"] else float("nan")
+        print(f"{label:<26} {NAMES[mode]:<28} {n:>9} {mb:>7.1f} {r['wall_s']:>7.2f} {r['cpu_s']:>7.2f}"
+              f" {mb / r['wall_s']:>7.1f} {mb / max(r['cpu_s'], 1e-9):>8.1f} {n / r['wall_s'] / 1e6:>6.2f}"
+              f" {ratio:>6.2f} {r['rss_mb']:>8.0f}")
+    print("x json: json.load's CPU time / this row's CPU time (>1: faster than json.load alone)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
