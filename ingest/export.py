@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import secrets
+import shutil
 import sys
 from pathlib import Path
 
@@ -50,12 +52,27 @@ def write_chrome(con, dest: Path) -> int:
     return dest.stat().st_size
 
 
+def connect_for_export(store: Store, trace_id: str, memory_limit: str = "1GB", threads: int | None = None):
+    """(connection, spill dir): read-only, its sorts and joins spilling into the store's tmp/.
+
+    The spill directory is named <id>.<pid>.* so the store's sweep removes it if this process
+    dies; the caller removes it after closing the connection.
+    """
+    con = store.connect(trace_id)
+    spill = store.tmp_dir / f"{trace_id}.{os.getpid()}.export-spill-{secrets.token_hex(4)}"
+    con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    return con, spill
+
+
 def export_trace(store: Store, trace_id: str, fmt: str, dest: Path) -> str:
     """Export one trace; returns a one-line description of what was written."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     tid = resolve(store, trace_id)
-    con = store.connect(tid)
+    con, spill = connect_for_export(store, tid)
     try:
         if fmt == "chrome":
             size = write_chrome(con, dest)
@@ -65,6 +82,7 @@ def export_trace(store: Store, trace_id: str, fmt: str, dest: Path) -> str:
         return f"wrote {dest}/ ({', '.join(f.name for f in files)}; {total} bytes)"
     finally:
         con.close()
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 def export_command(args) -> int:

@@ -161,6 +161,7 @@ def test_export_command_writes_gzip_and_refuses_unknown_ids(traces, tmp_path, ca
     with gzip.open(out) as f:
         doc = json.load(f)
     assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 99
+    assert not [p for p in store.tmp_dir.iterdir() if ".export" in p.name]  # spill directory removed
     ns = argparse.Namespace(store=str(store.root), id="no-such-trace", format="chrome", out=tmp_path / "x.json")
     assert export_command(ns) == 1
     assert "no ready trace with id 'no-such-trace'" in capsys.readouterr().err

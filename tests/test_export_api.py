@@ -57,7 +57,7 @@ def test_parquet_download_is_a_zip_of_tables_and_leaves_no_temp_files(client):
     assert {"trace_meta.parquet", "tracks.parquet", "slices.parquet", "flows.parquet", "counters.parquet"} <= names
     slices = pq.read_table(io.BytesIO(zf.read("slices.parquet")))
     assert slices.num_rows == 99
-    assert not [p for p in store.tmp_dir.iterdir() if ".export-" in p.name]
+    assert not [p for p in store.tmp_dir.iterdir() if ".export" in p.name]
 
 
 def test_unknown_trace_and_format_answer_the_json_error_shape(client):

@@ -13,6 +13,7 @@ from typing import Iterator
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
+from ingest.export import connect_for_export
 from ingest.export_chrome import chrome_chunks
 from ingest.export_parquet import write_zip
 from server.deps import AppState, get_state
@@ -58,15 +59,12 @@ def export(trace_id: str, format: ExportFormat = Query(..., description="chrome 
 # The bodies open what they need only once the response is being sent, inside their own
 # try/finally, so a client that goes away early leaves no open connection, slot or temp file.
 def _connect(state: AppState, trace_id: str):
-    con = state.store.connect(trace_id)
-    con.execute(f"SET memory_limit = '{EXPORT_MEMORY_LIMIT}'")
-    con.execute("SET threads = 2")
-    return con
+    return connect_for_export(state.store, trace_id, memory_limit=EXPORT_MEMORY_LIMIT, threads=2)
 
 
 def _chrome_body(state: AppState, trace_id: str, gzip: bool) -> Iterator[bytes]:
     with _slots:
-        con = _connect(state, trace_id)
+        con, spill = _connect(state, trace_id)
         try:
             if not gzip:
                 yield from chrome_chunks(con)
@@ -79,6 +77,7 @@ def _chrome_body(state: AppState, trace_id: str, gzip: bool) -> Iterator[bytes]:
             yield z.flush()
         finally:
             con.close()
+            shutil.rmtree(spill, ignore_errors=True)
 
 
 def _parquet_body(state: AppState, trace_id: str) -> Iterator[bytes]:
@@ -86,11 +85,12 @@ def _parquet_body(state: AppState, trace_id: str) -> Iterator[bytes]:
     work = state.store.tmp_dir / f"{trace_id}.{os.getpid()}.export-{threading.get_ident()}"
     with _slots:
         try:
-            con = _connect(state, trace_id)
+            con, spill = _connect(state, trace_id)
             try:
                 archive = write_zip(con, work)
             finally:
                 con.close()
+                shutil.rmtree(spill, ignore_errors=True)
             with open(archive, "rb") as f:
                 while chunk := f.read(_CHUNK):
                     yield chunk
