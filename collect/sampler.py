@@ -9,8 +9,8 @@ the last sample", so there is no drift. A tick that cannot be taken before the n
 deadline is counted as missed and skipped; the grid never shifts.
 
 When more programmable counters are requested than a device has slots, the counters are
-split into groups that take the slots round-robin, `mux_ticks` ticks each (as perf
-multiplexes). Each group's samples carry enabled and running time (perf's
+split into groups that take the slots round-robin, `mux_ticks` ticks each (default: 4 ms
+of ticks, perf's default rotation interval; at least one tick). Each group's samples carry enabled and running time (perf's
 time_enabled/time_running): enabled grows from the start, running only while the group
 holds the slots. A group is read once more at the moment it is scheduled in, so the
 pair (schedule-in, next tick) spans exactly the time it counted; ingest turns
@@ -30,6 +30,7 @@ from collect.counters.base import CounterSource, CounterSpec, Reading
 
 MIN_RATE_HZ = 1.0
 MAX_RATE_HZ = 10_000.0
+DEFAULT_MUX_S = 0.004  # perf_event_mux_interval_ms defaults to 4
 
 
 class VirtualClock:
@@ -140,7 +141,7 @@ class Sampler:
         rate_hz: float,
         counters: list[str] | None = None,
         clock=None,
-        mux_ticks: int = 1,
+        mux_ticks: int | None = None,
         flush_records: int = 1024,
         header_extra: dict | None = None,
     ):
@@ -152,7 +153,8 @@ class Sampler:
             source.clock = self.clock
         self.rate_hz = float(rate_hz)
         self.period_ns = int(round(1e9 / self.rate_hz))
-        self.mux_ticks = max(1, int(mux_ticks))
+        # default rotation: every 4 ms of sampling, Linux perf's default multiplexing interval
+        self.mux_ticks = max(1, int(mux_ticks if mux_ticks is not None else round(self.rate_hz * DEFAULT_MUX_S)))
         self.stats = Stats()
         # called after every sample with (group, reading, enabled_ns, running_ns)
         self.listeners: list[Callable[[Group, Reading, int, int], None]] = []

@@ -269,7 +269,7 @@ class CursorReader:
         k = np.searchsorted(self.keys, q, side="right") - 1
         k = np.clip(k, self.starts, self.starts + self.lens)
         bad = ~((self.times[k] <= t) & (self.times[k + 1] > t))
-        for i in np.flatnonzero(bad):
+        for i in (np.flatnonzero(bad) if bad.any() else ()):
             s, n = self.starts[i], self.lens[i]
             k[i] = s + np.searchsorted(self.times[s + 1 : s + 1 + n], t, side="right")
         self.k = k
