@@ -66,8 +66,10 @@ class Live:
         self.units = {s.name: s.unit for s in sampler.specs}
         self.next_print = 0.0
         self.cpu0 = time.thread_time_ns()
-        self.shown = [s.name for s in sampler.specs if s.kind == "cumulative"][:3] or \
-                     [s.name for s in sampler.specs][:3]
+        # a few telling counters for the live line: rates with a known role first, bookkeeping ones never
+        ranked = sorted((s for s in sampler.specs if s.role != "cpu_total_jiffies"),
+                        key=lambda s: (s.kind != "cumulative", not s.role))
+        self.shown = [s.name for s in ranked[:3]]
         sampler.listeners.append(self.on_sample)
 
     def on_sample(self, g, r, enabled_ns, running_ns) -> None:
