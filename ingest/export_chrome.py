@@ -2,8 +2,9 @@
 
 Layout (docs/export.md): one Chrome process per track group (process_name = group_name), one
 Chrome thread per track (thread_name = track name), sort indexes from sort_key, and one
-`acceltrace_track` metadata event per track carrying lane, device, process, thread and unit so
-an acceltrace ingest of the file restores the tracks exactly (other viewers ignore it).
+`acceltrace_track` metadata event per track carrying what Chrome has no field for (lane,
+device, process, thread, unit); viewers ignore it, and acceltrace's Chrome ingester derives
+lanes from the categories without it.
 
 Times are ns relative to the trace's start, written as microseconds with exactly three
 decimals from integer arithmetic (never through a float), so they stay exact; the absolute
@@ -15,7 +16,8 @@ tell what they are (every slice also carries its correlation id in args); they b
 slice starting at their time ("bp": "e"). Perfetto's v2 form (bind_id with flow_out /
 flow_in on the slices) has no category and allows one bind_id per slice, so it is used only
 for flows of kind other between two slices that have no other flow; the rest are s/f pairs
-of category "other". docs/export.md has the details.
+of category "other". Links derived from Kineto's "External id" arg get no flow events (the
+arg is in args, as in Kineto's files). docs/export.md has the details.
 
 The JSON lines are built by DuckDB in SQL and leave as Arrow string buffers, so no Python
 runs per event and memory stays bounded by the batch size. Events are ordered (slices by
@@ -52,7 +54,7 @@ V2_CTES = f"""real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_s
         SELECT f.flow_id, f.src_slice, f.dst_slice FROM real f
         JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
         JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
-        WHERE f.kind = 'other' AND f.raw_kind IS DISTINCT FROM 'external_id'
+        WHERE f.kind = 'other' AND f.raw_kind IS DISTINCT FROM '{EXTERNAL_ID_RAW}'
           AND f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
     )"""
 
