@@ -243,3 +243,28 @@ def test_ctl_commands_report_status_and_refuse_unknown_ones(tmp_path):
         assert r.returncode == 0 and '"draining": true' in r.stdout
     finally:
         _stop(proc)
+
+
+def test_threads_refused_a_ring_count_their_events_as_lost(tmp_path):
+    proc, sock, out = _start(tmp_path, buffer_mb=1)
+    try:
+        # 1 MiB budget: rings past twice the budget are refused; each refused thread's events are counted
+        t = client.connect(sock, ring_records=8192)
+
+        def work():
+            for j in range(100):
+                t.complete("e", j, 1)
+
+        import threading
+
+        for _ in range(30):
+            th = threading.Thread(target=work)
+            th.start()
+            th.join()
+        refused = sum(1 for w in t._sink.lost_writers)
+        t.close()
+    finally:
+        _stop(proc)
+    r, recs, _ = _records(out)
+    assert refused >= 1
+    assert len(recs) + r.trailer["lost_events"] == 3000 and r.trailer["lost_events"] == 100 * refused

@@ -132,6 +132,18 @@ class RingWriter:
                 self.idx[RG.L] = self.lost
 
 
+class LostWriter:
+    """A thread the daemon gave no ring: its events are counted, and reported to the daemon as lost."""
+
+    __slots__ = ("lost",)
+
+    def __init__(self, sink) -> None:
+        self.lost = 0
+
+    def emit(self, prefix, ts, dur, corr, nbytes, flow, args):
+        self.lost += 1
+
+
 class DaemonSink:
     """Talks to the daemon over its unix socket: one stream per process, one ring per thread."""
 
@@ -149,6 +161,8 @@ class DaemonSink:
         self.dead = False
         self.strings = StringTable()
         self.rings: list[RingWriter] = []
+        self.lost_writers: list[LostWriter] = []
+        self.lost_reported = 0
         hello = {"op": "hello", "pid": os.getpid(), "version": P.PROTOCOL_VERSION,
                  "name": name or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")}
         if ring_records:
@@ -179,7 +193,17 @@ class DaemonSink:
             raise ClientError(f"the tracing daemon refused {msg.get('op')!r}: {reply.get('error')}")
         return (reply, fds) if want_fd else reply
 
-    def writer(self) -> RingWriter:
+    def writer(self):
+        try:
+            return self._ring_writer()
+        except ClientError:
+            # no ring for this thread (daemon refused or gone): count its events, report them as lost
+            w = LostWriter(self)
+            with self.lock:
+                self.lost_writers.append(w)
+            return w
+
+    def _ring_writer(self) -> RingWriter:
         reply, fds = self._call({"op": "ring", "tid": threading.get_native_id()}, want_fd=True)
         if len(fds) != 1:
             raise ClientError("the tracing daemon sent no ring")
@@ -231,6 +255,11 @@ class DaemonSink:
     def publish_all(self) -> None:
         for r in list(self.rings):
             r.publish()
+        lost = sum(w.lost for w in self.lost_writers)
+        if lost != self.lost_reported:
+            with self.lock:
+                self._send_locked({"op": "lost", "count": lost})
+            self.lost_reported = lost
 
     def flush(self) -> None:
         """Publish every ring and wait until the daemon has drained this producer into the file."""

@@ -111,7 +111,12 @@ class Daemon:
                         self._readable(key.data)
                 now = time.monotonic()
                 if now >= next_drain:
-                    self.drain_all()
+                    try:
+                        self.drain_all()
+                    except OSError as e:  # disk full, file gone: say so and stop, never spin
+                        self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e}); stopping")
+                        self.stop_requested = True
+                        self.write_failed = True
                     next_drain = now + DRAIN_INTERVAL_S
                 if now >= next_sync:
                     self.writer.add_clock_sync(REALTIME_DOMAIN, time.monotonic_ns(), time.time_ns())
@@ -124,11 +129,16 @@ class Daemon:
         self.stop_requested = True
 
     def _shutdown(self, srv) -> None:
-        self.drain_all(force=True)
-        for c in list(self.conns.values()):
-            self._drop(c, "daemon stopping")
-        lost, producers = self.totals()
-        self.writer.close(lost_events=lost, producers=producers)
+        try:
+            if not getattr(self, "write_failed", False):
+                self.drain_all(force=True)
+            for c in list(self.conns.values()):
+                self._drop(c, "daemon stopping")
+            lost, producers = self.totals()
+            self.writer.close(lost_events=lost, producers=producers)
+        except OSError as e:
+            self._print(f"acceltrace traced: could not finish {self.out_path} ({e.strerror or e})")
+            lost = -1
         self.sel.close()
         srv.close()
         try:
@@ -207,8 +217,7 @@ class Daemon:
         had not published), remember its counts for the trailer."""
         if c.stream is not None:
             self._drain_conn(c, force=True)
-            lost = sum(r.producer_lost + r.overwritten for r in c.rings)
-            self.retired.append(self._producer_info(c, lost))
+            self.retired.append(self._producer_info(c, self._conn_lost(c)))
             for r in c.rings:
                 self.allocated_bytes -= RG.ring_bytes(r.cap)
                 r.close()
@@ -266,6 +275,9 @@ class Daemon:
             ticks = [_int(p[1], -(2**63), 2**63 - 1, "dev_ticks") for p in pairs]
             if pairs:
                 self.writer.add_clock_sync(dom, host, ticks)
+        elif op == "lost":
+            # events the client could not put in any ring (the daemon refused it one): cumulative count
+            c.client_lost = max(getattr(c, "client_lost", 0), _int(msg.get("count"), 0, 2**63 - 1, "count"))
         elif op == "drain":
             if self.draining:
                 self._drain_conn(c)
@@ -285,6 +297,11 @@ class Daemon:
         # within the budget if possible; never below the minimum ring
         while want > 1024 and self.allocated_bytes + RG.ring_bytes(want) > self.budget_bytes:
             want //= 2
+        if self.allocated_bytes + RG.ring_bytes(want) > 2 * self.budget_bytes:
+            # past twice the budget: refuse; the client counts that thread's events as lost
+            self._reply(c, {"ok": False, "error": f"ring memory exhausted ({self.allocated_bytes >> 20} MiB in "
+                                                  f"rings; --buffer-mb {self.budget_bytes >> 20})"})
+            return
         ring = DaemonRing(want, RG.MODES[self.mode], c.pid, tid)
         self.allocated_bytes += RG.ring_bytes(want)
         c.rings.append(ring)
@@ -358,20 +375,23 @@ class Daemon:
         now = {}
         for c in self.conns.values():
             if c.stream is not None:
-                lost = sum(r.producer_lost + r.overwritten for r in c.rings)
+                lost = self._conn_lost(c)
                 if lost != self._last_loss.get(c.stream, 0):
                     now[c.stream] = lost
         if now:
             self.writer.add_loss(now)
             self._last_loss.update(now)
 
+    @staticmethod
+    def _conn_lost(c: Conn) -> int:
+        return sum(r.producer_lost + r.overwritten for r in c.rings) + getattr(c, "client_lost", 0)
+
     def _producer_info(self, c: Conn, lost: int) -> dict:
         return {"stream": c.stream, "pid": c.pid, "name": c.name, "events": c.events, "lost": lost,
                 "rings": len(c.rings)}
 
     def totals(self) -> tuple[int, list[dict]]:
-        live = [self._producer_info(c, sum(r.producer_lost + r.overwritten for r in c.rings))
-                for c in self.conns.values() if c.stream is not None]
+        live = [self._producer_info(c, self._conn_lost(c)) for c in self.conns.values() if c.stream is not None]
         producers = self.retired + live
         return sum(p["lost"] for p in producers), producers
 
