@@ -57,13 +57,13 @@ GROUP BY w.slice_id;
 -- The host API call each piece of device work came from: the earliest CPU slice sharing its
 -- correlation id (runtimes give a call, its driver submission and its device work one id).
 --   slice_id, call_slice, call_ts, call_end_ns, call_track_id.
-CREATE OR REPLACE TEMP VIEW _origin AS
+CREATE OR REPLACE TEMP TABLE _origin AS
 SELECT w.slice_id, arg_min(c.slice_id, c.ts) AS call_slice, min(c.ts) AS call_ts,
        arg_min(c.ts + c.dur, c.ts) AS call_end_ns, arg_min(c.track_id, c.ts) AS call_track_id
 FROM _dev_work w
-JOIN slices c ON c.corr_id = w.corr_id
-JOIN _track_dev t ON t.track_id = c.track_id AND t.lane = 'cpu'
-WHERE w.corr_id IS NOT NULL
+JOIN (SELECT s.slice_id, s.ts, s.dur, s.track_id, s.corr_id FROM slices s
+      WHERE s.corr_id IS NOT NULL AND s.track_id IN (SELECT track_id FROM _track_dev WHERE lane = 'cpu')) c
+  ON c.corr_id = w.corr_id
 GROUP BY w.slice_id;
 
 -- Transfers: DMA copies with a byte count.
@@ -193,3 +193,13 @@ edges AS (
 SELECT dev, idle_start, idle_end FROM _eu_gaps
 UNION ALL
 SELECT dev, idle_start, idle_end FROM edges WHERE idle_end > idle_start;
+
+-- Gaps that end with a kernel the host submitted only after the units had run out of work
+-- (the device waited for the host), with the thread that submitted it.
+--   dev, idle_start, idle_end, next_slice, ready_ns, thread_track_id.
+CREATE OR REPLACE TEMP TABLE _late_gaps AS
+SELECT g.dev, g.idle_start, g.idle_end, g.next_slice, r.ready_ns, o.call_track_id AS thread_track_id
+FROM _eu_gaps g
+JOIN _ready r ON r.slice_id = g.next_slice
+LEFT JOIN _origin o ON o.slice_id = g.next_slice
+WHERE r.ready_ns > g.idle_start;
