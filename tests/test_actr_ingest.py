@@ -167,3 +167,15 @@ def test_garbage_with_actr_name_is_refused_with_file_and_position(tmp_path):
     assert r.error and "bad.actr" in r.error and "newer than this reader" in r.error and "byte 8" in r.error
     with pytest.raises(IngestError, match="bad.actr: byte 8"):
         ingest_actr_mod.ingest_actr(bad, TraceBuilder(tmp_path / "x.duckdb"))
+
+
+def test_file_with_a_header_and_no_samples_is_refused_clearly(tmp_path):
+    from collect.actr import ActrWriter
+
+    hdr = {"devices": [{"name": "dev0", "clock_hz": None}],
+           "counters": [{"name": "a", "unit": "B/s", "bits": 32, "kind": "cumulative", "group": 0}],
+           "groups": [{"id": 0, "counters": ["a"]}]}
+    ActrWriter(tmp_path / "empty.actr", hdr).close({"ended": "interrupted"})
+    store = Store(tmp_path / "store")
+    (r,) = ingest_paths(store, [tmp_path / "empty.actr"])
+    assert r.error and "empty.actr" in r.error and "no events" in r.error
