@@ -17,7 +17,10 @@ slice starting at their time ("bp": "e"). Perfetto's v2 form (bind_id with flow_
 flow_in on the slices) has no category and allows one bind_id per slice, so it is used only
 for flows of kind other between two slices that have no other flow; the rest are s/f pairs
 of category "other". Links derived from Kineto's "External id" arg get no flow events (the
-arg is in args, as in Kineto's files). docs/export.md has the details.
+arg is in args, as in Kineto's files), and neither does a correlation flow (both ends with the
+same correlation id) whose end shares its start time with a shorter slice of its track: an
+s/f event there would bind to that other slice, while the correlation ids in args still say
+exactly which slices are linked. docs/export.md has the details.
 
 The JSON lines are built by DuckDB in SQL and leave as Arrow string buffers, so no Python
 runs per event and memory stays bounded by the batch size. Events are ordered (slices by
@@ -138,11 +141,27 @@ def _v1_flows_sql(start_ns: int) -> str:
     return f"""
     WITH {V2_CTES},
     pids AS ({PIDS_SQL}),
+    chain AS (
+        SELECT f.flow_id, f.src_slice, f.dst_slice FROM flows f
+        JOIN slices a ON a.slice_id = f.src_slice JOIN slices b ON b.slice_id = f.dst_slice
+        WHERE f.kind IN ({_CHAIN}) AND a.corr_id = b.corr_id
+    ),
+    ends_at AS (
+        SELECT s.slice_id, s.track_id, s.ts, s.dur FROM slices s
+        WHERE s.slice_id IN (SELECT src_slice FROM chain UNION SELECT dst_slice FROM chain)
+    ),
+    -- an end that another slice of its track starting at the same time could be taken for
+    ambiguous AS (
+        SELECT DISTINCT e.slice_id FROM ends_at e
+        JOIN slices o ON o.track_id = e.track_id AND o.ts = e.ts AND o.slice_id <> e.slice_id AND o.dur <= e.dur
+    ),
     v1 AS (
         SELECT f.*, CASE WHEN f.kind IN ({_CHAIN}) THEN '{CORRELATION_CAT}'
                          WHEN f.kind = 'dependency' THEN '{DEPENDENCY_CAT}' ELSE 'other' END AS cat
         FROM flows f WHERE f.flow_id NOT IN (SELECT flow_id FROM v2)
           AND f.raw_kind IS DISTINCT FROM '{EXTERNAL_ID_RAW}'
+          AND f.flow_id NOT IN (SELECT flow_id FROM chain WHERE src_slice IN (SELECT slice_id FROM ambiguous)
+                                OR dst_slice IN (SELECT slice_id FROM ambiguous))
     ),
     ends AS (
         SELECT flow_id, kind, raw_kind, cat, 's' AS ph, src_slice AS slice_id FROM v1 WHERE src_slice IS NOT NULL

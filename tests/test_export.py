@@ -286,3 +286,29 @@ def test_args_that_are_not_a_json_object_do_not_break_the_export(tmp_path):
     _, doc = chrome_doc(store.connect(tid))
     args = {e["name"]: e["args"] for e in doc["traceEvents"] if e["ph"] == "X"}
     assert args == {"a": {"k": 1, "correlation": 7}, "b": {"args": "[1, 2]"}, "c": {"args": "not json"}, "d": {}}
+
+
+def test_a_correlation_flow_whose_end_shares_its_start_gets_no_flow_events_but_round_trips(tmp_path):
+    from ingest.summary import canonical_summary
+
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("same-start", 0, None)
+    b = TraceBuilder(tmp)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    eu = b.track("eu", "stream 7", group_name="gpu0", device="0")
+    # cudaLaunchKernel (corr 5) starts with a shorter cudaPeekAtLastError: an "s" at that time is ambiguous
+    first = b.add_slices({"track_id": [cpu, cpu, eu, cpu, eu], "ts": [100, 100, 300, 500, 600],
+                          "dur": [50, 10, 40, 20, 30], "depth": [0, 1, 0, 0, 0],
+                          "name": ["cudaLaunchKernel", "cudaPeekAtLastError", "k1", "cudaLaunchKernel", "k2"],
+                          "category": ["cuda_runtime", "cuda_runtime", "kernel", "cuda_runtime", "kernel"],
+                          "corr_id": [5, 4, 5, 6, 6]})
+    b.add_flows([first, first + 3], [first + 2, first + 4], ["launch", "launch"], ["correlation"] * 2)
+    store.publish(tid, tmp, "test", b.finish("test", "same-start"))
+    _, doc = chrome_doc(store.connect(tid))
+    ids = {e["id"] for e in doc["traceEvents"] if e["ph"] in ("s", "f")}
+    assert len(ids) == 1  # only the unambiguous flow (corr 6) is drawn
+    out = tmp_path / "same-start.json"
+    export_trace(store, tid, "chrome", out)
+    (again,) = ingest_paths(store, [out])
+    assert again.error is None, again.error
+    assert canonical_summary(store.connect(again.id)) == canonical_summary(store.connect(tid))
