@@ -55,5 +55,31 @@ export function decodeTile(buf, level, index) {
       c_first: pick("counters", "first", c, EMPTY_F64), c_last: pick("counters", "last", c, EMPTY_F64),
     });
   }
+  // merged buckets as runs per depth, built here (when the tile arrives) rather than in a frame
+  for (const tt of tile.tracks.values()) {
+    tt.runs = mergedRuns(tt);
+    // the longest exact slice bounds how far before a window a slice overlapping it can start
+    let m = 0;
+    for (let i = 0; i < tt.n; i++) if (tt.dur[i] > m) m = tt.dur[i];
+    tt.maxDur = m;
+  }
   return tile;
+}
+
+/**
+ * Runs of consecutive merged buckets per depth for one track of one tile: an Int32Array
+ * [bucket_start, bucket_end, ...] per depth (null where none). Dense stretches become one rect each.
+ */
+export function mergedRuns(tt) {
+  const byDepth = [];
+  const open = [];
+  for (let i = 0; i < tt.mn; i++) {
+    const d = tt.m_depth[i], b = tt.m_bucket[i];
+    let list = byDepth[d];
+    if (!list) list = byDepth[d] = [];
+    if (open[d] === b && list.length) list[list.length - 1] = b + 1;
+    else list.push(b, b + 1);
+    open[d] = b + 1;
+  }
+  return Array.from(byDepth, (l) => (l ? Int32Array.from(l) : null));
 }

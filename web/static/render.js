@@ -4,7 +4,7 @@
 // darker blocks, counters as a min/max band with the last value as a line. Adjacent same-colour rects are
 // coalesced per depth so a frame costs about one fillRect per pixel column at worst.
 
-import { nameColour, LANE_ACCENT } from "./util.js";
+import { nameColour, LANE_ACCENT, lowerBound } from "./util.js";
 import { ROW_PX, TRACK_PAD_PX } from "./layout.js";
 
 const CHAR_PX = 6.6;    // average glyph width of the 11px UI font, for fitting labels without measureText
@@ -66,26 +66,6 @@ class RunBatcher {
 }
 
 /**
- * Runs of consecutive merged buckets per depth for one track of one tile, built once per tile:
- * Int32Array [bucket_start, bucket_end, ...] per depth. Dense stretches become one rect each.
- */
-function mergedRuns(tt) {
-  if (tt._runs) return tt._runs;
-  const byDepth = [];
-  const open = [];
-  for (let i = 0; i < tt.mn; i++) {
-    const d = tt.m_depth[i], b = tt.m_bucket[i];
-    let list = byDepth[d];
-    if (!list) list = byDepth[d] = [];
-    if (open[d] === b && list.length) list[list.length - 1] = b + 1;
-    else list.push(b, b + 1);
-    open[d] = b + 1;
-  }
-  tt._runs = byDepth.map((l) => (l ? Int32Array.from(l) : null));
-  return tt._runs;
-}
-
-/**
  * Draw a slice track. `pieces` are [{tile, tt, c0, c1}] for the visible tile indices (tt = the track's
  * part of the tile), each clipped to the time range [c0, c1) it stands for.
  */
@@ -103,7 +83,7 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
     const cx0 = x0 + Math.max(0, (t0 - s) * scale), cx1 = x0 + Math.min(w, (t1 - s) * scale);
     if (cx1 <= cx0) continue;
     // merged buckets first (one darker shade per lane: they stand for many names), exact slices over them
-    const bn = tile.bucket_ns, runs = mergedRuns(tt), dark = theme.merged[lane] || theme.merged.cpu;
+    const bn = tile.bucket_ns, runs = tt.runs, dark = theme.merged[lane] || theme.merged.cpu;
     for (let d = 0; d < runs.length && d < maxRows; d++) {
       const r = runs[d];
       if (!r) continue;
@@ -116,10 +96,15 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
       }
     }
     batch.flush();
-    for (let i = 0; i < tt.n; i++) {
+    // exact slices are sorted by start: visit only those that can reach the visible part of this piece
+    const from = Math.max(t0, s), to = Math.min(t1, view.end_ns);
+    const i0 = lowerBound(tt.ts, from - (tt.maxDur ?? Infinity));
+    for (let i = i0; i < tt.n; i++) {
+      const ts = tt.ts[i];
+      if (ts > to) break;
       const d = tt.depth[i];
       if (d >= maxRows) continue;
-      const ts = tt.ts[i], dur = tt.dur[i];
+      const dur = tt.dur[i];
       let xa = x0 + (ts - s) * scale, xb = x0 + (ts + dur - s) * scale;
       if (xb < cx0 || xa > cx1) continue;
       const full_xa = xa, full_xb = xb;

@@ -16,7 +16,7 @@ export class Timeline {
     this.api = api;
     this.meta = meta;
     this.canvas = root.querySelector("canvas");
-    this.ctx = this.canvas.getContext("2d", { alpha: false });
+    this.ctx = this.canvas.getContext("2d", { alpha: false, desynchronized: true });
     this.view = new View(meta.duration_ns || 1);
     this.layout = new Layout(meta.tracks || []);
     this.groupOf = new Map((meta.tracks || []).map((t) => [t.track_id, t.group ?? null]));
