@@ -360,7 +360,7 @@ class AtraceReader:
                 break
             end = off + CHUNK_HEADER.size + length
             if end > size:
-                self._cut(off, f"file ends inside a {CHUNK_NAMES[ctype]} chunk ({size - off - CHUNK_HEADER.size} "
+                self._cut(off, f"file ends inside the {CHUNK_NAMES[ctype]} chunk starting here ({size - off - CHUNK_HEADER.size} "
                                f"of {length} payload bytes)", length // RECORD_SIZE if ctype == EVENTS else 0)
                 break
             ch = Chunk(off, ctype, stream, length, crc)
