@@ -121,10 +121,17 @@ class Device:
             self.queues.append(Queue(m, self, q))
         bank.programmable_slots[name] = 4
         self._kernel_info: dict = {}
+        self._paths: dict = {}
         self.kernel_log: list[tuple] = []
 
     def path(self, direction: str):
         """(resource, wire weight, TLPs per byte, carries payload) for a DMA of this direction."""
+        cached = self._paths.get(direction)
+        if cached is None:
+            cached = self._paths[direction] = self._path(direction)
+        return cached
+
+    def _path(self, direction: str):
         link = self.m.cfg.link
         data_w, req_w = link.data_weight, link.request_weight
         m = self.m

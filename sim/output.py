@@ -169,8 +169,8 @@ def write_atrace(result, path: Path, seed: int, process_name: str = "inference_s
 
 def sample_rate_hz(duration_ns: float, n_events: int = 0) -> float:
     """Up to 10 kHz (Nsight's default GPU-metrics rate); the number of samples grows with the trace
-    (1200 at least, one per 20 events, 200 k at most), so counters never outweigh the events."""
-    ticks = min(200_000, max(1200, n_events // 20))
+    (1200 at least, one per 40 events, 50 k at most), so counters never outweigh the events."""
+    ticks = min(50_000, max(1200, n_events // 40))
     return float(max(10.0, min(10_000.0, ticks / max(duration_ns * 1e-9, 1e-9))))
 
 

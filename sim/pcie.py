@@ -66,7 +66,7 @@ def achieved_bytes_per_ns(size_bytes: float, latency_ns: float, bandwidth_bytes_
 class Resource:
     """One direction of one link (a device link or the switch uplink)."""
 
-    __slots__ = ("name", "cap", "link", "bytes_counter", "tlp_counter", "rate", "tlp_rate", "since")
+    __slots__ = ("name", "cap", "link", "bytes_counter", "tlp_counter", "rate", "tlp_rate", "since", "index")
 
     def __init__(self, name: str, link: LinkConfig, bytes_counter: str | None, tlp_counter: str | None):
         self.name = name
@@ -77,18 +77,19 @@ class Resource:
         self.rate = 0.0  # payload bytes/ns now
         self.tlp_rate = 0.0
         self.since = 0.0
+        self.index = -1
 
 
 class Flow:
-    __slots__ = ("remaining", "rate", "uses", "done", "extra", "data_res")
+    __slots__ = ("remaining", "rate", "uses", "done", "rset", "limit", "meters")
 
-    def __init__(self, size_bytes: float, uses: list[tuple[Resource, float, float, bool]], done, extra):
+    def __init__(self, size_bytes: float, uses, done, shape):
         self.remaining = float(size_bytes)
         self.rate = 0.0
         # (resource, wire weight per payload byte, TLPs per payload byte, carries payload)
         self.uses = uses
+        self.rset, self.limit, self.meters = shape
         self.done = done
-        self.extra = extra  # (counter name, per payload byte) pairs outside the fabric (HBM)
 
 
 class Fabric:
@@ -101,21 +102,56 @@ class Fabric:
         self.resources: list[Resource] = []
         self._last = sim.now
         self._token = 0
-        self._extra_rates: dict[str, float] = {}
-        self._extra_since: dict[str, float] = {}
+        # meters: every counter a flow advances (link bytes and TLPs, HBM bytes), each with the
+        # rate it grows at now and since when
+        self._meter_ids: dict[str, int] = {}
+        self._meter_names: list[str] = []
+        self._meter_rate: list[float] = []
+        self._meter_since: list[float] = []
+        self._shapes: dict[int, tuple] = {}
 
     def add_resource(self, res: Resource) -> Resource:
         res.since = self.sim.now
+        res.index = len(self.resources)
         self.resources.append(res)
         return res
 
     def start(self, size_bytes: float, uses, extra=()):
-        """Start a flow now; returns an Event fired when its last byte arrived."""
+        """Start a flow now; returns an Event fired when its last byte arrived.
+
+        `uses` and `extra` ((counter, per payload byte) outside the fabric) should be the same
+        objects for every flow of one path: what is derived from them is cached by identity.
+        """
         self._advance()
         ev = self.sim.event()
-        self.flows.append(Flow(size_bytes, uses, ev, extra))
+        shape = self._shapes.get(id(uses))
+        if shape is None:
+            shape = self._shapes[id(uses)] = self._shape(uses, extra)
+        self.flows.append(Flow(size_bytes, uses, ev, shape))
         self._reallocate()
         return ev
+
+    def _meter(self, name: str) -> int:
+        i = self._meter_ids.get(name)
+        if i is None:
+            i = self._meter_ids[name] = len(self._meter_names)
+            self._meter_names.append(name)
+            self._meter_rate.append(0.0)
+            self._meter_since.append(self.sim.now)
+        return i
+
+    def _shape(self, uses, extra) -> tuple:
+        rset = {r.index for r, _w, _t, _p in uses}
+        limit = min(r.cap / w for r, w, _t, _p in uses)  # alone, the narrowest direction sets the pace
+        meters = []
+        for r, _w, t, payload in uses:
+            if payload and r.bytes_counter:
+                meters.append((self._meter(r.bytes_counter), 1.0))
+            if r.tlp_counter:
+                meters.append((self._meter(r.tlp_counter), t))
+        for name, per_byte in extra:
+            meters.append((self._meter(name), per_byte))
+        return rset, limit, tuple(meters)
 
     # -- internals -------------------------------------------------------------------------------
     def _advance(self) -> None:
@@ -128,65 +164,56 @@ class Fabric:
 
     def _reallocate(self) -> None:
         flows = self.flows
-        # progressive filling: raise every unfrozen flow's rate together until a direction fills
-        left = {id(r): r.cap for r in self.resources}
-        unfrozen = list(flows)
-        for f in flows:
-            f.rate = 0.0
+        if len(flows) == 1:
+            flows[0].rate = flows[0].limit
+        elif flows:
+            self._fill(flows)
+        self._account()
+        self._schedule()
+
+    def _fill(self, flows: list[Flow]) -> None:
+        """Progressive filling: raise every unfrozen flow's rate together until a direction fills."""
+        n = len(self.resources)
+        left = [r.cap for r in self.resources]
+        unfrozen = flows
         while unfrozen:
-            weight: dict[int, float] = {}
+            weight = [0.0] * n
             for f in unfrozen:
                 for r, w, _t, _p in f.uses:
-                    weight[id(r)] = weight.get(id(r), 0.0) + w
-            best_rid, best = None, float("inf")
-            for rid, w in weight.items():
-                share = left[rid] / w
-                if share < best:
-                    best, best_rid = share, rid
+                    weight[r.index] += w
+            best, best_i = float("inf"), -1
+            for i in range(n):
+                w = weight[i]
+                if w > 0.0:
+                    share = left[i] / w
+                    if share < best:
+                        best, best_i = share, i
             still = []
             for f in unfrozen:
-                if any(id(r) == best_rid for r, _w, _t, _p in f.uses):
+                if best_i in f.rset:
                     f.rate = best
                     for r, w, _t, _p in f.uses:
-                        left[id(r)] -= best * w
+                        left[r.index] -= best * w
                 else:
                     still.append(f)
             unfrozen = still
-        self._account()
-        self._schedule()
 
     def _account(self) -> None:
         """Close the previous constant-rate segment of every counter whose rate changed."""
         now = self.sim.now
-        bank = self.bank
-        rates: dict[int, list[float]] = {id(r): [0.0, 0.0] for r in self.resources}
-        extra: dict[str, float] = {}
+        new = [0.0] * len(self._meter_names)
         for f in self.flows:
-            for r, _w, tlp, payload in f.uses:
-                acc = rates[id(r)]
-                if payload:
-                    acc[0] += f.rate
-                acc[1] += f.rate * tlp
-            for name, per_byte in f.extra:
-                extra[name] = extra.get(name, 0.0) + f.rate * per_byte
-        for r in self.resources:
-            new_rate, new_tlp = rates[id(r)]
-            if new_rate != r.rate or new_tlp != r.tlp_rate:
-                if bank is not None and now > r.since:
-                    if r.bytes_counter:
-                        bank.add_rate(r.bytes_counter, r.since, now, r.rate)
-                    if r.tlp_counter:
-                        bank.add_rate(r.tlp_counter, r.since, now, r.tlp_rate)
-                r.rate, r.tlp_rate, r.since = new_rate, new_tlp, now
-        for name in set(extra) | set(self._extra_rates):
-            new = extra.get(name, 0.0)
-            old = self._extra_rates.get(name, 0.0)
-            if new != old:
-                since = self._extra_since.get(name, now)
-                if bank is not None and now > since:
-                    bank.add_rate(name, since, now, old)
-                self._extra_rates[name] = new
-                self._extra_since[name] = now
+            rate = f.rate
+            for i, k in f.meters:
+                new[i] += rate * k
+        old, since, names = self._meter_rate, self._meter_since, self._meter_names
+        bank = self.bank
+        for i, v in enumerate(new):
+            if v != old[i]:
+                if bank is not None and old[i] and now > since[i]:
+                    bank.add_rate(names[i], since[i], now, old[i])
+                old[i] = v
+                since[i] = now
 
     def _schedule(self) -> None:
         self._token += 1

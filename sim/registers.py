@@ -60,18 +60,26 @@ class CounterSpec:
 class _Cumulative:
     """Rate segments (t0, t1, rate per ns) -> a piecewise-linear total."""
 
-    __slots__ = ("t0", "t1", "rate", "times", "totals", "slopes")
+    __slots__ = ("segs", "bulk", "times", "totals", "slopes")
 
     def __init__(self):
-        self.t0: list[float] = []
-        self.t1: list[float] = []
-        self.rate: list[float] = []
+        self.segs: list[tuple[float, float, float]] = []  # (t0, t1, rate per ns), one append per change
+        self.bulk: list[np.ndarray] = []  # (3, n) arrays added in bulk
         self.times = self.totals = self.slopes = None
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All segments as (t0, t1, rate) arrays."""
+        parts = list(self.bulk)
+        if self.segs:
+            parts.append(np.asarray(self.segs, dtype=np.float64).T)
+        if not parts:
+            z = np.zeros(0)
+            return z, z, z
+        a = np.concatenate(parts, axis=1)
+        return a[0], a[1], a[2]
+
     def freeze(self) -> None:
-        t0 = np.asarray(self.t0, dtype=np.float64)
-        t1 = np.asarray(self.t1, dtype=np.float64)
-        r = np.asarray(self.rate, dtype=np.float64)
+        t0, t1, r = self.arrays()
         times = np.concatenate([t0, t1])
         dslope = np.concatenate([r, -r])
         order = np.argsort(times, kind="stable")
@@ -147,10 +155,7 @@ class RegisterBank:
     def add_rate(self, name: str, t0_ns: float, t1_ns: float, per_ns: float) -> None:
         """The counter grows by per_ns each ns during [t0, t1)."""
         if t1_ns > t0_ns and per_ns:
-            d = self._data[name]
-            d.t0.append(t0_ns)
-            d.t1.append(t1_ns)
-            d.rate.append(per_ns)
+            self._data[name].segs.append((t0_ns, t1_ns, per_ns))
 
     def add_amount(self, name: str, t0_ns: float, t1_ns: float, amount: float) -> None:
         """The counter grows by amount spread evenly over [t0, t1) (at t0 when the span is empty)."""
@@ -166,10 +171,10 @@ class RegisterBank:
 
     def extend_segments(self, name: str, t0, t1, per_ns) -> None:
         """Bulk add_rate from arrays (the scale path replicates steps this way)."""
-        d = self._data[name]
-        d.t0.extend(np.asarray(t0, dtype=np.float64).tolist())
-        d.t1.extend(np.asarray(t1, dtype=np.float64).tolist())
-        d.rate.extend(np.asarray(per_ns, dtype=np.float64).tolist())
+        seg = np.vstack([np.asarray(t0, dtype=np.float64), np.asarray(t1, dtype=np.float64),
+                         np.asarray(per_ns, dtype=np.float64)])
+        if seg.shape[1]:
+            self._data[name].bulk.append(seg)
 
     def extend_levels(self, name: str, t, v) -> None:
         """Bulk step_level (deltas)."""

@@ -110,9 +110,7 @@ def scaled_bank(result: RunResult, lay: Layout, part_of_corr: dict[int, int]) ->
         d = src._data[spec.name]
         if spec.kind == "gauge":
             continue
-        t0 = np.asarray(d.t0)
-        t1 = np.asarray(d.t1)
-        r = np.asarray(d.rate)
+        t0, t1, r = d.arrays()
         pre = t0 < lay.w0
         blk = (t0 >= lay.w0) & (t0 < lay.w1)
         suf = t0 >= lay.w1
