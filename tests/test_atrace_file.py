@@ -134,3 +134,46 @@ def test_file_written_chunk_by_chunk_reads_the_same_as_in_one_piece(tmp_path):
     got = np.concatenate([x for x, _ in a.iter_events(batch_events=3)])
     assert got.tobytes() == b.read_all()[0].tobytes()
     assert data.startswith(MAGIC)
+
+
+def test_tail_follower_reads_a_file_growing_a_few_bytes_at_a_time(tmp_path):
+    from collect.atrace_tail import AtraceTail
+
+    data = _write(n_events=300, chunk_events=37)
+    p = tmp_path / "grow.atrace"
+    p.write_bytes(b"")
+    tail = AtraceTail(p)
+    got = []
+    with open(p, "ab") as f:
+        for off in range(0, len(data), 101):  # pieces that end anywhere: inside headers and payloads
+            f.write(data[off: off + 101])
+            f.flush()
+            recs, _ = tail.poll()
+            got.append(recs)
+    recs = np.concatenate(got)
+    assert recs.tobytes() == AtraceReader.from_bytes(data).read_all()[0].tobytes()
+    assert tail.trailer["lost_events"] == 3 and tail.problems == []
+
+
+def test_gzipped_atrace_ingests_like_the_plain_file(tmp_path):
+    import gzip
+
+    from ingest.pipeline import ingest_paths
+    from ingest.store import Store
+
+    data = _write(n_events=50, chunk_events=16)
+    (tmp_path / "a.atrace").write_bytes(data)
+    (tmp_path / "b.atrace.gz").write_bytes(gzip.compress(data))
+    store = Store(tmp_path / "s")
+    import importlib.util
+
+    from ingest import registry
+
+    mods = [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None]
+    old, registry.FORMAT_MODULES = registry.FORMAT_MODULES, mods
+    try:
+        a, b = ingest_paths(store, [tmp_path / "a.atrace", tmp_path / "b.atrace.gz"])
+    finally:
+        registry.FORMAT_MODULES = old
+    assert a.error is None and b.error is None, (a.error, b.error)
+    assert a.counts["slices"] == b.counts["slices"] == 50
