@@ -3,6 +3,7 @@
     acceltrace collect --source S [--counters a,b] [--rate HZ] [--duration S] --out FILE.actr
     acceltrace collect --source S --list
     acceltrace collect ... --socket PATH      also stream values to a running tracing daemon
+    acceltrace collect ... --duration 0       until Ctrl-C
 
 Ctrl-C (SIGINT) or SIGTERM ends sampling after the current tick and still writes a
 complete file (TAIL chunk with ended = "interrupted"). Exit codes: 0 done, 2 bad request
@@ -85,7 +86,7 @@ class Live:
         self.next_print = now + SUMMARY_EVERY_S
         st = sampler.stats
         elapsed = (sampler.clock.now_ns() - st.start_ns) / 1e9
-        total = f"/{self.duration_s:g}" if self.duration_s else ""
+        total = f"/{self.duration_s:g}" if self.duration_s else " (Ctrl-C ends)"
         vals = "  ".join(f"{n} {human(self.rates.latest[n], self.units[n])}"
                          for n in self.shown if n in self.rates.latest)
         cost = (st.cpu_ns + time.thread_time_ns() - self.cpu0) / max(1, sampler.clock.now_ns() - st.start_ns) * 100
@@ -103,11 +104,13 @@ def collect_command(args) -> int:
         return _err("--out FILE.actr is required (or --list to see the counters)")
     if not args.list and not (MIN_RATE_HZ <= args.rate <= MAX_RATE_HZ):
         return _err(f"--rate {args.rate:g} is outside {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz")
-    if args.duration is not None and args.duration <= 0:
-        return _err("--duration must be positive")
+    if args.duration is not None and args.duration < 0:
+        return _err("--duration must be positive (0: until Ctrl-C)")
+    until_stopped = args.duration == 0
     try:
         # --list only needs the model's registers, not a long run
-        src = open_source(args.source, 0.05 if args.list else args.duration)
+        # --list only needs the model's registers, not a long run; "until Ctrl-C" simulates 10 minutes
+        src = open_source(args.source, 0.05 if args.list else (args.duration or 600.0))
     except SourceUnavailable as e:
         return _err(str(e))
     if args.list:
@@ -148,7 +151,7 @@ def collect_command(args) -> int:
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     ended = "completed"
     try:
-        sampler.run(args.duration, on_tick=live.on_tick)
+        sampler.run(None if until_stopped else args.duration, on_tick=live.on_tick)
         if interrupted:
             ended = "interrupted"
     except Exception as e:  # the file must still be closed validly
