@@ -109,8 +109,8 @@ def collect_command(args) -> int:
     until_stopped = args.duration == 0
     try:
         # --list only needs the model's registers, not a long run
-        # --list only needs the model's registers, not a long run; "until Ctrl-C" simulates 10 minutes
-        src = open_source(args.source, 0.05 if args.list else (args.duration or 600.0))
+        # --list only needs the model's registers, not a long run; "until Ctrl-C" simulates one minute
+        src = open_source(args.source, 0.05 if args.list else (args.duration or 60.0))
     except SourceUnavailable as e:
         return _err(str(e))
     if args.list:
