@@ -449,3 +449,60 @@ def test_findings_list_is_sorted_by_impact_and_toggles_its_overlay(page, server,
     box.uncheck()
     page.wait_for_function("(p) => !(new URLSearchParams(location.hash.slice(1)).get('ov') || '').split(',').includes(p)", arg=p)
     assert p not in page.evaluate("() => [...window.acceltrace.timeline.overlays]")
+
+
+def test_tile_decoder_reads_what_the_server_put_in_a_tile(page, server, trace_id):
+    """The browser's decoder against raw SQL: exact slices by id, merged slices by count, per track."""
+    meta = _get_json(f"{server}/api/traces/{trace_id}")
+    busiest = query(server, trace_id, """SELECT track_id FROM slices GROUP BY 1 ORDER BY count(*) DESC LIMIT 1""")[0][0]
+    group = next(t["group"] for t in meta["tracks"] if t["track_id"] == busiest)
+    level = max(meta["levels"]["min"], meta["levels"]["max"] - 4)
+    index = 3
+    open_trace(page, trace_id)
+    got = page.evaluate("""async ([id, level, index, group]) => {
+        const { decodeTile } = await import('/static/decode.js');
+        const r = await fetch(`/api/traces/${id}/tiles/${level}/${index}?group=${group}`);
+        const t = decodeTile(await r.arrayBuffer(), level, index);
+        const out = {};
+        for (const [tid, tt] of t.tracks) out[tid] = {ids: Array.from(tt.id).sort((a, b) => a - b),
+            merged: tt.m_count.reduce((a, b) => a + b, 0), t0: t.start_ns, t1: t.start_ns + t.span_ns};
+        return out; }""", [trace_id, level, index, group])
+    bucket = 2 ** level
+    t0, t1 = index * 1024 * bucket, (index + 1) * 1024 * bucket
+    start = int(query(server, trace_id, "SELECT value FROM trace_meta WHERE key = 'start_ns'")[0][0])
+    tracks = [t["track_id"] for t in meta["tracks"] if t["group"] == group and t["lane"] != "counter"]
+    rows = query(server, trace_id, f"""
+        SELECT track_id, list(slice_id ORDER BY slice_id) FILTER (WHERE dur >= {bucket}),
+               count(*) FILTER (WHERE dur > 0 AND dur < {bucket} AND ts - {start} >= {t0} AND ts - {start} < {t1})
+        FROM slices WHERE track_id IN ({','.join(map(str, tracks))})
+          AND ts - {start} < {t1} AND ts - {start} + greatest(dur, 1) > {t0}
+        GROUP BY track_id""")
+    # the query route answers lists as their text form
+    want = {str(tid): (json.loads(ids) if isinstance(ids, str) else ids or [], merged)
+            for tid, ids, merged in rows if ids or merged}
+    assert want, "the chosen tile is empty; pick another"
+    for tid, (ids, merged) in want.items():
+        assert tid in got, f"track {tid} missing from the decoded tile"
+        assert got[tid]["ids"] == ids, f"track {tid}: exact slices differ"
+        assert got[tid]["merged"] == merged, f"track {tid}: {got[tid]['merged']} merged, SQL says {merged}"
+        assert got[tid]["t0"] == t0 and got[tid]["t1"] == t1
+
+
+def test_axis_ticks_and_link_peak_helpers(page, trace_id):
+    open_trace(page, trace_id)
+    r = page.evaluate("""async () => {
+        const axis = await import('/static/axis.js'), pcie = await import('/static/pcie.js');
+        return {
+          deep: axis.ticks(5e9, 5.003e9, 900).ticks.map(t => t.label),
+          whole: axis.ticks(0, 2.0e9, 900).ticks.map(t => t.label),
+          tiny: axis.ticks(1000, 1300, 900).ticks.map(t => t.label),
+          gen4: pcie.linkPeak({"": {link_gen: "4", link_width: "16", max_payload_bytes: "256"}}, "dev0"),
+          byDevice: pcie.linkPeak({"0": {link_peak_bytes_per_s: 1e9}, "1": {link_peak_bytes_per_s: 2e9}}, "dev1"),
+          none: pcie.linkPeak({}, "dev0"),
+        }; }""")
+    assert r["deep"][:2] == ["5.0000 s", "5.0005 s"], r["deep"]
+    assert r["whole"][:3] == ["0.0 s", "0.5 s", "1.0 s"], r["whole"]
+    assert r["tiny"][0] == "1.00 us" and r["tiny"][1] == "1.05 us", r["tiny"]
+    assert abs(r["gen4"]["gbps"] - 1.969 * 16 * 256 / 280) < 0.01 and r["gen4"]["label"] == "Gen4 x16, MPS 256"
+    assert r["byDevice"]["gbps"] == 2.0
+    assert r["none"] is None
