@@ -127,6 +127,8 @@ def test_area_aggregation_by_name_transfers_and_counters(api, trace_store):
     track = next(t for t in api.get(f"/api/traces/{tid}").json()["tracks"] if t["lane"] == "eu")["track_id"]
     p = api.post(f"/api/traces/{tid}/aggregate", json={"start_ns": 0, "end_ns": 10_000, "tracks": [track]}).json()
     assert {n["name"] for n in p["names"]} == {"gemm_kernel"}
+    g = api.get(f"/api/traces/{tid}/aggregate", params={"start_ns": 0, "end_ns": 10_000, "track_ids": f"{track}"})
+    assert {n["name"] for n in g.json()["names"]} == {"gemm_kernel"}
 
 
 def test_area_aggregation_refuses_an_empty_range(api, trace_store):

@@ -29,6 +29,7 @@ class AreaIn(BaseModel):
     start_ns: int = Field(..., ge=0, description="window start, ns relative to the trace start")
     end_ns: int = Field(..., ge=0, description="window end (exclusive)")
     tracks: list[int] | None = Field(None, max_length=10_000, description="track ids (default: all)")
+    track_ids: list[int] | None = Field(None, max_length=10_000, description="alias of tracks")
 
 
 def _json_value(v):
@@ -111,8 +112,9 @@ def _aggregate(state: AppState, trace_id: str, area: AreaIn) -> dict:
         raise ApiError(400, "bad_request", f"end_ns ({area.end_ns}) must be greater than start_ns ({area.start_ns})")
     h = state.trace(trace_id)
     t0, t1 = area.start_ns + h.start_ns, area.end_ns + h.start_ns
-    track_filter = "TRUE" if area.tracks is None else "track_id IN (SELECT unnest(?::INTEGER[]))"
-    tparams = [] if area.tracks is None else [area.tracks]
+    tracks = area.tracks if area.tracks is not None else area.track_ids
+    track_filter = "TRUE" if tracks is None else "track_id IN (SELECT unnest(?::INTEGER[]))"
+    tparams = [] if tracks is None else [tracks]
     where = f"{track_filter} AND ts < {t1} AND ts + dur > {t0} AND (dur > 0 OR ts >= {t0})"
     cur = h.cursor()
     try:
@@ -142,7 +144,13 @@ def _aggregate(state: AppState, trace_id: str, area: AreaIn) -> dict:
                         "memory kind; counters min, mean, max. Whole slices, not clipped.")
 def aggregate_get(trace_id: str, start_ns: int = Query(..., ge=0), end_ns: int = Query(..., ge=0),
                   track: list[int] | None = Query(None, description="track id (repeatable)"),
+                  track_ids: str | None = Query(None, max_length=100_000, description="comma-separated track ids"),
                   state: AppState = Depends(get_state)) -> dict:
+    if track_ids:
+        try:
+            track = (track or []) + [int(t) for t in track_ids.split(",") if t.strip()]
+        except ValueError:
+            raise ApiError(400, "bad_request", f"track_ids must be comma-separated integers, got {track_ids[:80]!r}")
     return _aggregate(state, trace_id, AreaIn(start_ns=start_ns, end_ns=end_ns, tracks=track))
 
 

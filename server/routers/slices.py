@@ -60,7 +60,7 @@ def slice_details(trace_id: str, slice_id: int, state: AppState = Depends(get_st
         hops = {sid: n for sid, n in chain_rows}
         ids = list(hops)
         chain = [
-            {"id": r[0], "track_id": r[1], "lane": r[2], "ts": r[3] - h.start_ns, "dur": r[4], "depth": r[5],
+            {"id": r[0], "slice_id": r[0], "track_id": r[1], "lane": r[2], "ts": r[3] - h.start_ns, "dur": r[4], "depth": r[5],
              "name": r[6], "hops": hops[r[0]]}
             for r in cur.execute(
                 "SELECT s.slice_id, s.track_id, t.lane, s.ts, s.dur, s.depth, s.name FROM slices s"

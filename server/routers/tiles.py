@@ -16,9 +16,8 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 TILE_MEDIA_TYPE = "application/octet-stream"
 
 
-def _group_index(state: AppState, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str]]:
+def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str]]:
     """The group number behind ?group=gN and the sections it cannot have rows in."""
-    h = state.trace(trace_id)
     counts = h.cache.get("group_counts")
     if counts is None:
         cur = h.cursor()
@@ -86,7 +85,7 @@ def get_tile(
         raise ApiError(422, "validation_error",
                        f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
                        "covers the whole trace)")
-    grp, empty = _group_index(state, trace_id, group)
+    grp, empty = _group_index(h, trace_id, group)
     if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
         empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
     etag = '"' + hashlib.sha256(
