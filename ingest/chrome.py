@@ -45,7 +45,8 @@ def ingest(source, builder, block: int | None = None) -> None:
     src = SourceState(idx=len(state.sources), name=source.name, group=source.group)
     state.sources.append(src)
     with source.open() as stream:
-        reader = ChromeReader(stream, source.name, decode_events, block=block)
+        reader = ChromeReader(stream, source.name, decode_events, block=block,
+                              on_prefix=lambda meta: _early_base_time(src, meta))
         for chunk in reader.chunks():
             process_chunk(state, src, chunk)
     res = reader.result
@@ -60,13 +61,44 @@ def ingest(source, builder, block: int | None = None) -> None:
     src.flush(builder)
 
 
-def _apply_base_time(state: ChromeState, src: SourceState) -> None:
-    """Newer Kineto writes times relative to "baseTimeNanoseconds": add it back (one host clock)."""
-    base = src.meta.get("baseTimeNanoseconds")
+def _base_ns(meta: dict) -> int | None:
+    base = meta.get("baseTimeNanoseconds")
     if not isinstance(base, int) or isinstance(base, bool) or base <= 0 or base >= (1 << 62):
+        return None
+    return base
+
+
+def _early_base_time(src: SourceState, meta: dict) -> None:
+    """A base written before the events is added while parsing (no second pass over the rows)."""
+    base = _base_ns(meta)
+    if base is not None:
+        src.offset_ns = base
+
+
+def _apply_base_time(state: ChromeState, src: SourceState) -> None:
+    """Newer Kineto writes times relative to "baseTimeNanoseconds": add it back (one host clock).
+
+    Times at or above the base were already absolute (Kineto leaves those alone): then the
+    base is not added, or taken back out if it was added while parsing.
+    """
+    base = _base_ns(src.meta)
+    applied = src.offset_ns
+    if base is None and not applied:
         return
-    if src.max_ts_ns is not None and src.max_ts_ns >= base:
+    raw_max = None if src.max_ts_ns is None else src.max_ts_ns - applied
+    if applied:
+        if raw_max is None or raw_max < applied:
+            return  # relative times, base already added
+        _shift(state, src, -applied)
+        src.offset_ns = 0
+        return
+    if raw_max is not None and raw_max >= base:
         return  # already absolute
+    _shift(state, src, base)
+    src.offset_ns = base
+
+
+def _shift(state: ChromeState, src: SourceState, base: int) -> None:
     con = state.builder.con
     if src.first_slice is not None:
         con.execute("UPDATE _slices_staging SET ts = ts + ? WHERE slice_id >= ? AND slice_id < ?",
@@ -77,7 +109,6 @@ def _apply_base_time(state: ChromeState, src: SourceState) -> None:
     for table in ("flow_ev", "flow_v2", "be", "async"):
         if table in state.staged:
             con.execute(f"UPDATE _chrome_{table} SET ts = ts + ? WHERE src = ?", [base, src.idx])
-    src.offset_ns = base
 
 
 def finish(builder) -> None:

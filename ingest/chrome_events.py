@@ -42,8 +42,9 @@ class ChunkWork:
         return self._raw
 
     def times(self, evs: list, idx: np.ndarray, field_name: str):
+        """Exact ns of a time field; timestamps (not durations) move by the source's base time."""
         p = to_ns(values(evs, field_name), lambda: values(take(self.raw(), idx), field_name))
-        if self.src.offset_ns:
+        if self.src.offset_ns and field_name == "ts":
             p.values[p.ok] += self.src.offset_ns
         return p
 
@@ -62,7 +63,7 @@ def process_chunk(state: ChromeState, src: SourceState, chunk) -> None:
     slice_idx = [groups[p] for p in SLICE_PHASES if p in groups]
     if slice_idx:
         idx = np.sort(np.concatenate(slice_idx)) if len(slice_idx) > 1 else slice_idx[0]
-        _slices(state, work, take(evs, idx), idx)
+        _slices(state, work, take(evs, idx), idx, groups.get("X"))
     for ph, idx in groups.items():
         if ph in SLICE_PHASES:
             continue
@@ -158,13 +159,12 @@ def _tracks(state, src, inv, keys, pid_of, tid_of, lane, direction, skip=None) -
     return ids[cinv]
 
 
-def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray) -> None:
+def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_idx) -> None:
     src = work.src
     seq = work.chunk.first_index + idx
     ts = work.times(sub, idx, "ts")
-    phs = values(sub, "ph")
-    is_x = np.fromiter((p == "X" for p in phs), dtype=bool, count=len(sub)) if len(set(phs)) > 1 \
-        else np.full(len(sub), phs[0] == "X")
+    is_x = np.isin(idx, x_idx, assume_unique=True) if x_idx is not None and len(x_idx) != len(idx) \
+        else np.full(len(sub), x_idx is not None)
     dur = work.times(sub, idx, "dur") if is_x.any() else None
     keep = ts.ok.copy()
     if (~ts.ok).any():

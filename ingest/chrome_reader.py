@@ -114,8 +114,9 @@ class ChromeReader:
     """Yields Chunks from the event array of one source; fills `result` as it goes."""
 
     def __init__(self, stream: BinaryIO, label: str, decode: Callable[[bytes], list],
-                 block: int | None = None, prefetch: bool = True):
+                 block: int | None = None, prefetch: bool = True, on_prefix: Callable[[dict], None] | None = None):
         self.label = label
+        self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
         self.decode = decode
         self.block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
         self.src = _Prefetch(stream, block) if prefetch else None
@@ -194,6 +195,8 @@ class ChromeReader:
     def chunks(self) -> Iterator[Chunk]:
         try:
             buf = self._find_array()
+            if self._prefix and self.on_prefix:
+                self.on_prefix(self._meta(self._prefix + b'"traceEvents": []}'))
             yield from self._events(buf)
         finally:
             self.close()
