@@ -131,6 +131,19 @@ def plan_groups(source: CounterSource, names: list[str] | None) -> tuple[list[Co
     return chosen, groups
 
 
+def wrap_risks(specs: list[CounterSpec], period_ns: int) -> list[str]:
+    """Counters that can wrap more than once between two reads at this period (ingest cannot tell)."""
+    out = []
+    for s in specs:
+        if s.kind == "cumulative" and s.full_scale and s.bits < 64:
+            wrap_s = (1 << s.bits) / float(s.full_scale)
+            if period_ns / 1e9 >= wrap_s:
+                out.append(f"{s.name}: a {s.bits}-bit register wraps in {wrap_s:.3g} s at its peak rate, sooner "
+                           f"than one sampling period ({period_ns / 1e9:.3g} s); at full load its rate cannot be "
+                           f"recovered; sample at {1.25 / wrap_s:.3g} Hz or more")
+    return out
+
+
 class Sampler:
     """Samples `source` at `rate_hz` into `out_path` (.actr). Call run()/run_until(), then close()."""
 
@@ -194,7 +207,8 @@ class Sampler:
         header.update(source.header_extra())
         header.update(header_extra or {})
         self.writer = ActrWriter(out_path, header, flush_records=flush_records)
-        for text in source.notes():
+        self.wrap_risks = wrap_risks(specs, self.period_ns)
+        for text in [*source.notes(), *self.wrap_risks]:
             self.writer.note({"message": text})
         self._k = 0
         self._t0: int | None = None

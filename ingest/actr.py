@@ -81,6 +81,8 @@ def ingest_actr(source_or_path, builder, clock_map=None, group: str | None = Non
         raise IngestError(label, f"cannot read ({e.strerror or e})") from None
     for offset, message, dropped in data.warnings:
         builder.warn(label, message, f"byte {offset}", dropped=dropped)
+    for note in data.notes:  # what the collector said about its run (unavailable counters, wrap risks)
+        builder.warn(label, f"collector note: {note.get('message', note)}")
     return _write(data, builder, label, group, clock_map)
 
 

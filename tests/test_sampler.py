@@ -121,3 +121,17 @@ def test_stop_ends_the_loop_after_the_current_tick(tmp_path):
     s.close("interrupted")
     d = read_actr_path(tmp_path / "r.actr")
     assert len(d.samples[0]) == 7 and d.tail["ended"] == "interrupted" and not d.truncated
+
+
+def test_a_rate_too_low_for_a_registers_wrap_time_is_noted_in_the_file(tmp_path):
+    bank = make_bank(span_s=3.0)
+    clock = VirtualClock()
+    s = Sampler(SimSource(bank, clock), tmp_path / "slow.actr", rate_hz=2, clock=clock)
+    assert any("dev0.pcie.h2d_bytes" in w and "wraps in 0.172 s" in w for w in s.wrap_risks)
+    s.run(1.0)
+    s.close()
+    notes = [n["message"] for n in read_actr_path(tmp_path / "slow.actr").notes]
+    assert any("cannot be recovered" in n for n in notes)
+    fast = Sampler(SimSource(bank, VirtualClock()), tmp_path / "fast.actr", rate_hz=100, clock=VirtualClock())
+    assert fast.wrap_risks == []
+    fast.close()

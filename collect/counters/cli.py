@@ -131,6 +131,8 @@ def collect_command(args) -> int:
         src.close()
         return _err(f"cannot write {out}: {e.strerror or e}")
 
+    for text in sampler.wrap_risks:
+        print(f"acceltrace collect: warning: {text}", file=sys.stderr)
     tracer = None
     if getattr(args, "socket", None):
         try:
