@@ -19,6 +19,7 @@ import pyarrow as pa
 from collect import record as R
 from collect.atrace import MAGIC, AtraceError, AtraceReader
 from ingest.atrace_clock import domain_maps
+from ingest.atrace_flows import corr_flows, explicit_flows
 from ingest.atrace_tracks import Tracks
 from ingest.errors import IngestError
 from ingest.sources import Source
@@ -150,8 +151,8 @@ class _Ingest:
         for p in self.r.problems:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()
-        self._explicit_flows()
-        self._corr_flows()
+        explicit_flows(self.b, self.label, self.flow_parts)
+        corr_flows(self.b, self.first_slice, self.b.n_slices - 1)
         self.tracks.apply_names()
         for why, n in self.dropped.items():
             self.b.warn(self.label, f"{n} events dropped: {why}", dropped=n)
@@ -288,76 +289,6 @@ class _Ingest:
         # the END may carry args/bytes/corr too; the BEGIN's win where both have them
         self._add_slices(beg, beg["stream"], beg["track"], beg["ts"], np.maximum(fin["ts"] - beg["ts"], 0),
                          beg["name"], beg["cat"], beg["args"])
-
-    # -- flows ---------------------------------------------------------------------------------------
-    def _explicit_flows(self) -> None:
-        if not self.flow_parts:
-            return
-        key = np.concatenate([p["key"] for p in self.flow_parts])
-        out = np.concatenate([p["out"] for p in self.flow_parts])
-        kind = np.concatenate([p["kind"] for p in self.flow_parts])
-        sl = np.concatenate([p["slice"] for p in self.flow_parts])
-        okey, oslice, okind = key[out], sl[out], kind[out]
-        uk, first = np.unique(okey, return_index=True)
-        dup = len(okey) - len(uk)
-        if dup:
-            self.b.warn(self.label, f"{dup} flow sources reuse a flow id already used in their stream; "
-                                    "the first source is kept")
-        ikey, islice, ikind = key[~out], sl[~out], kind[~out]
-        pos = np.searchsorted(uk, ikey)
-        pos_c = np.minimum(pos, max(len(uk) - 1, 0))
-        found = (pos < len(uk)) & (uk[pos_c] == ikey) if len(uk) else np.zeros(len(ikey), bool)
-        src = np.where(found, oslice[first][pos_c] if len(uk) else 0, -1)
-        k = np.where(found & (okind[first][pos_c] if len(uk) else 0) > 0,
-                     okind[first][pos_c] if len(uk) else 0, ikind)
-        names = np.array([n or "other" for n in R.FLOW_KINDS], dtype=object)
-        if (~found).any():
-            self.b.warn(self.label, f"{int((~found).sum())} flow destinations have no source in the file "
-                                    "(kept with an empty source end)")
-        matched_out = np.zeros(len(uk), bool)
-        matched_out[pos_c[found]] = True
-        if (~matched_out).any():
-            self.b.warn(self.label, f"{int((~matched_out).sum())} flow sources have no destination in the file")
-        src_arr = pa.array(src, pa.int64(), mask=~found)
-        self.b.add_flows(src_arr, pa.array(islice, pa.int64()), pa.array(names[np.clip(k, 0, 6)].tolist(),
-                                                                           pa.string()),
-                         pa.array(["atrace"] * len(islice), pa.string()))
-
-    def _corr_flows(self) -> None:
-        lo, hi = self.first_slice, self.b.n_slices - 1
-        if hi < lo:
-            return
-        rows = self.b.track_rows
-        lanes = pa.table({"track_id": pa.array([r[0] for r in rows], pa.int32()),
-                          "lane": pa.array([r[1] for r in rows], pa.string())})
-        # a temp table, not a registered view: add_flows_sql leaves a result open that unregister trips on
-        self.b.con.register("_atrace_lanes_arrow", lanes)
-        self.b.con.execute("CREATE OR REPLACE TEMP TABLE _atrace_lanes AS SELECT * FROM _atrace_lanes_arrow")
-        self.b.con.unregister("_atrace_lanes_arrow")
-        try:
-            self.b.add_flows_sql(f"""
-                WITH s AS (
-                    SELECT x.slice_id, x.corr_id, x.ts, l.lane FROM _slices_staging x
-                    JOIN _atrace_lanes l USING (track_id)
-                    WHERE x.slice_id BETWEEN {lo} AND {hi} AND x.corr_id IS NOT NULL
-                      AND l.lane IN ('cpu', 'driver', 'pcie', 'eu')),
-                firsts AS (SELECT corr_id, lane, arg_min(slice_id, ts) AS sid FROM s
-                           WHERE lane IN ('cpu', 'driver') GROUP BY corr_id, lane),
-                cpu AS (SELECT corr_id, sid FROM firsts WHERE lane = 'cpu'),
-                drv AS (SELECT corr_id, sid FROM firsts WHERE lane = 'driver'),
-                taken AS (SELECT DISTINCT dst_slice FROM flows WHERE dst_slice BETWEEN {lo} AND {hi})
-                SELECT cpu.sid AS src_slice, drv.sid AS dst_slice, 'submit' AS kind, 'corr' AS raw_kind
-                FROM cpu JOIN drv USING (corr_id) ANTI JOIN taken ON taken.dst_slice = drv.sid
-                UNION ALL
-                SELECT coalesce(drv.sid, cpu.sid), s.slice_id,
-                       CASE WHEN drv.sid IS NULL THEN 'launch' WHEN s.lane = 'pcie' THEN 'dma' ELSE 'exec' END,
-                       'corr'
-                FROM s LEFT JOIN drv USING (corr_id) LEFT JOIN cpu USING (corr_id)
-                ANTI JOIN taken ON taken.dst_slice = s.slice_id
-                WHERE s.lane IN ('pcie', 'eu') AND coalesce(drv.sid, cpu.sid) IS NOT NULL
-                ORDER BY 2""")
-        finally:
-            self.b.con.execute("DROP TABLE IF EXISTS _atrace_lanes")
 
     # -- metadata -------------------------------------------------------------------------------------
     def _meta(self) -> None:

@@ -210,3 +210,20 @@ def test_run_directory_with_counters_maps_their_device_ticks_with_the_trace_cloc
     # (the counters ingest stamps each rate at its interval's start or end; either way on that grid)
     grid = [1000 + k * 750 for k in range(4)]
     assert len(ts) >= 3 and all(min(abs(t - g) for g in grid) <= 2 for t in ts)
+
+
+def test_flow_ends_without_partners_are_counted_and_kept_as_open_flows(tmp_path, store):
+    p = tmp_path / "flows.atrace"
+    t = client.connect(file=p)
+    t.instant("orphan source", ts=10, flow_out=77, flow_kind="dependency")
+    t.instant("orphan destination", ts=20, flow_in=78, flow_kind="exec")
+    t.instant("fan source", ts=30, flow_out=5, flow_kind="dma")
+    t.instant("fan a", ts=40, flow_in=5)
+    t.instant("fan b", ts=50, flow_in=5)
+    t.close()
+    res, con = _one(store, p)
+    rows = con.execute("""SELECT s.name, d.name, f.kind FROM flows f LEFT JOIN slices s ON s.slice_id = f.src_slice
+                          JOIN slices d ON d.slice_id = f.dst_slice ORDER BY d.name""").fetchall()
+    assert rows == [("fan source", "fan a", "dma"), ("fan source", "fan b", "dma"), (None, "orphan destination", "exec")]
+    text = " ".join(res.warnings)
+    assert "1 flow destinations have no source" in text and "1 flow sources have no destination" in text
