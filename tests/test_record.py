@@ -60,3 +60,45 @@ def test_little_endian_on_the_wire():
     raw = R.encode(R.INSTANT, 0x01020304, ts=1)
     assert raw[8:12] == struct.pack("<I", 0x01020304)
     assert np.frombuffer(raw, R.RECORD_DTYPE)["name"][0] == 0x01020304
+
+
+def test_docs_formats_table_documents_every_field_at_its_offset():
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "formats.md").read_text()
+    section = doc.split("## The event record")[1].split("###")[0]
+    rows = re.findall(r"^\| (\d+) \| (u8|u32|i64|u64) \| (\w+) \|", section, re.M)
+    assert {name: int(off) for off, _, name in rows} == R.OFFSETS
+
+
+def test_docs_formats_lists_every_chunk_type():
+    from pathlib import Path
+
+    from collect import atrace
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "formats.md").read_text()
+    for code, name in atrace.CHUNK_NAMES.items():
+        assert f"| {code} | {name} |" in doc, name
+
+
+def test_c_header_struct_matches_the_python_layout(tmp_path):
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        import pytest
+
+        pytest.skip("no C compiler")
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "offsets.c"
+    fields = list(R.OFFSETS)
+    src.write_text('#include "acceltrace.h"\nint main(void) {\n'
+                   + "".join(f'    printf("{f} %zu\\n", offsetof(at_record, {f}));\n' for f in fields)
+                   + "    return 0;\n}\n")
+    subprocess.run([cc, "-pthread", "-I", str(root / "collect/client"), str(src), "-o", str(tmp_path / "o")],
+                   check=True)
+    out = subprocess.run([str(tmp_path / "o")], capture_output=True, text=True, check=True).stdout
+    assert {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()} == R.OFFSETS
