@@ -312,3 +312,22 @@ def test_a_correlation_flow_whose_end_shares_its_start_gets_no_flow_events_but_r
     (again,) = ingest_paths(store, [out])
     assert again.error is None, again.error
     assert canonical_summary(store.connect(again.id)) == canonical_summary(store.connect(tid))
+
+
+def test_chrome_times_are_exact_for_any_nanosecond_value(tmp_path):
+    import random
+
+    rng = random.Random(7)
+    start = 1_700_000_000_123_456_789  # an epoch start: too big for a double to keep its ns
+    offsets = [0, 1, 999, 1000, 1001, 123_456_789_012] + [rng.randrange(10**15) for _ in range(40)]
+    durs = [0, 1, 999, 1000, 1001, 5] + [rng.randrange(10 ** rng.randrange(1, 13)) for _ in range(40)]
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("times", 0, None)
+    b = TraceBuilder(tmp)
+    cpu = b.track("cpu", "t", group_name="p")
+    b.add_slices({"track_id": [cpu] * len(offsets), "ts": [start + o for o in offsets], "dur": durs,
+                  "name": [f"e{i}" for i in range(len(offsets))]})
+    store.publish(tid, tmp, "test", b.finish("test", "times"))
+    _, doc = chrome_doc(store.connect(tid))
+    got = {e["name"]: (int(e["ts"] * 1000), int(e["dur"] * 1000)) for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert got == {f"e{i}": (offsets[i], durs[i]) for i in range(len(offsets))}
