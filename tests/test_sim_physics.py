@@ -23,9 +23,6 @@ def run_copies(cfg, plan_per_device):
         rt = Runtime(m, d, f"t{d}", d)
 
         def prog(rt=rt, copies=copies):
-            for q, nbytes, direction in copies:
-                buf = yield from rt.host_alloc(nbytes, pinned=True)
-                del buf
             bufs = []
             for q, nbytes, direction in copies:
                 bufs.append((yield from rt.host_alloc(nbytes, pinned=True)))
