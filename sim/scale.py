@@ -6,9 +6,9 @@ plus a small random pause (0 to 0.4 % of the period: the host doing slightly dif
 of work between steps), and the tail follows the last copy. Durations, sizes and rates inside
 every copy are the fully simulated ones, so the physics of each step stays consistent; only
 where the copies sit in time varies. Records are assigned to a step by their correlation id
-(the step whose API call caused them), counters by time window; device timestamps are
+(the step whose API call caused them); device timestamps are
 re-derived from each copy's host time through the device clock, so clock drift continues
-across copies. Records go to the writer in bulk, one block copy at a time.
+across copies. Counter registers map each read onto the simulated run (sim/scale_bank.py). Records go to the writer in bulk, one block copy at a time.
 
 The counterfactual of each issue is scaled the same way (same K, same copies, same pauses),
 so impact_ns compares like with like.
@@ -27,6 +27,7 @@ from collect import record as R
 from collect.atrace import AtraceWriter
 from sim import ground_truth, output
 from sim.registers import RegisterBank
+from sim.scale_bank import PeriodicBank
 from sim.run import RunResult, run_plan
 from sim.scenarios.base import Plan
 from sim.trace import COLUMNS
@@ -93,43 +94,6 @@ def _classify(result: RunResult, lay: Layout) -> np.ndarray:
             p = by_step(lay.step_of_thread(dev if dev in lay.marks else 0, row[_TS]))
         part[i] = p
     return part
-
-
-def scaled_bank(result: RunResult, lay: Layout, part_of_corr: dict[int, int]) -> RegisterBank:
-    """A bank whose registers count what the scaled run did: block segments repeated per copy."""
-    src = result.bank
-    bank = RegisterBank(origin_ns=src.origin_ns)
-    for spec in src.specs:
-        bank.define(spec)
-    bank.programmable_slots = dict(src.programmable_slots)
-    bank.links = dict(src.links)
-    for dev in result.machine.devices:
-        bank.set_clock(f"dev{dev.index}", dev.clock)
-    shifts = lay.shifts
-    for spec in src.specs:
-        d = src._data[spec.name]
-        if spec.kind == "gauge":
-            continue
-        t0, t1, r = d.arrays()
-        pre = t0 < lay.w0
-        blk = (t0 >= lay.w0) & (t0 < lay.w1)
-        suf = t0 >= lay.w1
-        bank.extend_segments(spec.name, t0[pre], t1[pre], r[pre])
-        for s in shifts:
-            bank.extend_segments(spec.name, t0[blk] + s, t1[blk] + s, r[blk])
-        bank.extend_segments(spec.name, t0[suf] + lay.suffix_shift, t1[suf] + lay.suffix_shift, r[suf])
-    for dev in result.machine.devices:
-        for q in dev.queues:
-            if not q.occ:
-                continue
-            t, delta, corr = (np.asarray(c) for c in zip(*q.occ))
-            part = np.array([part_of_corr.get(int(c), 0) for c in corr])
-            bank.extend_levels(q.occupancy_counter, t[part == 0], delta[part == 0])
-            for s in shifts:
-                bank.extend_levels(q.occupancy_counter, t[part == 1] + s, delta[part == 1])
-            bank.extend_levels(q.occupancy_counter, t[part == 2] + lay.suffix_shift, delta[part == 2])
-    bank.freeze(0.0, lay.end_ns)
-    return bank
 
 
 def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: int) -> int:
@@ -224,11 +188,9 @@ def run_scaled(name: str, plan: Plan, events: int, fixed: float, per_step: float
     n_copies = max(1, int(round((events - (len(part) - n_block)) / max(n_block, 1))))
     pauses = rng.uniform(0.0, PAUSE_MAX, n_copies)
     lay = Layout(result, n_copies, pauses)
-    corr_col = np.asarray([r[_CORR] for r in result.rec.rows])
-    part_of_corr = {int(c): int(p) for c, p in zip(corr_col[corr_col > 0], part[corr_col > 0])}
     atrace_tmp, actr_tmp, gt_tmp = (out_dir / f".{n}.tmp" for n in ("run.atrace", "run.actr", "ground_truth.json"))
     n_events = _write(result, lay, part, atrace_tmp, seed)
-    bank = scaled_bank(result, lay, part_of_corr)
+    bank = PeriodicBank(result.bank, lay.w0, lay.w1, lay.shifts, lay.suffix_shift, lay.end_ns)
     scaled = _ScaledResult(result, bank, lay.end_ns)
     counters = output.write_actr(scaled, actr_tmp, seed, n_events)
     issues = []

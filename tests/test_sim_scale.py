@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ingest.pipeline import ingest_paths
 from ingest.store import Store
 from sim import scale, scenarios
@@ -40,3 +42,24 @@ def test_scaled_run_repeats_steps_without_breaking_the_trace(tmp_path, monkeypat
     assert overlaps == 0
     (n_exec,) = con.execute("SELECT count(*) FROM flows WHERE kind = 'exec'").fetchone()
     assert n_exec > 0
+
+
+def test_scaled_registers_count_every_copy_and_never_run_backwards():
+    import numpy as np
+
+    from sim.run import run_plan
+    from sim.scale_bank import PeriodicBank
+
+    plan = scenarios.build("clean", 2)
+    result = run_plan(plan, 8)
+    lay = scale.Layout(result, 5, np.full(5, 0.002))
+    bank = PeriodicBank(result.bank, lay.w0, lay.w1, lay.shifts, lay.suffix_shift, lay.end_ns)
+    name = "dev0.hbm.read_bytes"  # 48-bit: no wrap in this run
+    origin = bank.origin_ns
+    times = np.linspace(origin, origin + int(lay.end_ns), 400).astype(np.int64)
+    read = bank.reader([name])
+    values = [read(int(t))[0] for t in times]
+    assert all(b >= a for a, b in zip(values, values[1:]))
+    block = result.bank.total(name, origin + int(lay.w1)) - result.bank.total(name, origin + int(lay.w0))
+    expected_end = result.bank.total(name, origin + int(result.end_ns)) + 4 * block
+    assert values[-1] == pytest.approx(expected_end, rel=1e-6)
