@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -247,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     anchor = results[0][1]
+    load1, load5, _ = os.getloadavg()
+    print(f"# load average {load1:.1f} / {load5:.1f} (1 / 5 min) on {os.cpu_count()} CPUs: a loaded machine slows "
+          f"the browser and the server alike; compare rows with the anchor of the same run")
     cols = [("first_render_ms", "first render ms", 1000), ("settle_p50_ms", "settle p50 ms", 300),
             ("settle_max_ms", "settle max ms", 300), ("frame_p50_ms", "frame p50 ms", 16.7),
             ("frame_p95_ms", "frame p95 ms", 16.7), ("render_p95_ms", "render() p95 ms", None),
