@@ -157,6 +157,7 @@ class Sampler:
         mux_ticks: int | None = None,
         flush_records: int = 1024,
         header_extra: dict | None = None,
+        flush_interval_s: float = 1.0,
     ):
         if not (MIN_RATE_HZ <= rate_hz <= MAX_RATE_HZ):
             raise SamplerError(f"rate {rate_hz} Hz outside {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz")
@@ -212,6 +213,9 @@ class Sampler:
             self.writer.note({"message": text})
         self._k = 0
         self._t0: int | None = None
+        # hand buffered samples to the OS at least this often, so a killed collector loses little
+        self.flush_interval_ns = int(flush_interval_s * 1e9)
+        self._last_flush_ns = 0
 
     # -- one tick ---------------------------------------------------------------------------
     def _emit(self, g: Group, r: Reading) -> None:
@@ -285,6 +289,7 @@ class Sampler:
         if self._t0 is None:
             self._t0 = clock.now_ns()
             self.stats.start_ns = self._t0
+            self._last_flush_ns = self._t0
         period = self.period_ns
         cpu0 = time.thread_time_ns()
         while not self.stop_requested:
@@ -314,6 +319,9 @@ class Sampler:
             self.stats.busy_ns += time.perf_counter_ns() - w0
             self.stats.ticks += 1
             self._k += 1
+            if deadline - self._last_flush_ns >= self.flush_interval_ns:
+                self.writer.flush()
+                self._last_flush_ns = deadline
             if on_tick is not None:
                 on_tick(self)
         self.stats.end_ns = clock.now_ns()
