@@ -101,6 +101,7 @@ class _Ingest:
         for p in problems:
             builder.warn(label, p)
         self.flow_parts: list[dict] = []
+        self.corr_targets = 0
         self.be_parts: list[np.ndarray] = []
         self.be_order: list[np.ndarray] = []
         self.order = 0
@@ -152,7 +153,8 @@ class _Ingest:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()
         explicit_flows(self.b, self.label, self.flow_parts)
-        corr_flows(self.b, self.first_slice, self.b.n_slices - 1)
+        if self.corr_targets:
+            corr_flows(self.b, self.first_slice, self.b.n_slices - 1)
         self.tracks.apply_names()
         for why, n in self.dropped.items():
             self.b.warn(self.label, f"{n} events dropped: {why}", dropped=n)
@@ -201,7 +203,7 @@ class _Ingest:
         be = (kind == R.BEGIN) | (kind == R.END)
         if be.any():
             part = np.zeros(int(be.sum()), dtype=_BE_DTYPE)
-            for f in ("kind", "flags", "direction", "mem", "flow_kind", "corr", "bytes", "flow"):
+            for f in ("kind", "lane", "flags", "direction", "mem", "flow_kind", "corr", "bytes", "flow"):
                 part[f] = recs[f][be]
             part["track"], part["ts"], part["name"], part["stream"] = track[be], ts[be], name[be], streams[be]
             part["cat"], part["args"] = cat[be], args[be]
@@ -249,6 +251,10 @@ class _Ingest:
             "host_mem": pa.DictionaryArray.from_arrays(pa.array(mem), _HOST_MEM),
             "args": pa.DictionaryArray.from_arrays(pa.array(args, pa.int64(), mask=self.empty[args]), self.dict_arr),
         })
+        # slices a correlation flow could still point at (driver/pcie/eu with a corr id and no explicit
+        # incoming flow): when a file has none, as the device model's do, the corr join is skipped
+        self.corr_targets += int(((s["lane"] >= 1) & (s["lane"] <= 3) & ((flags & R.FLAG_HAS_CORR) != 0)
+                                  & ((flags & R.FLAG_FLOW_IN) == 0)).sum())
         fl = (flags & (R.FLAG_FLOW_OUT | R.FLAG_FLOW_IN)) != 0
         if fl.any():
             idx = np.flatnonzero(fl)
@@ -341,6 +347,6 @@ class _Ingest:
         return out
 
 
-_BE_DTYPE = np.dtype([("kind", "u1"), ("flags", "u1"), ("direction", "u1"), ("mem", "u1"), ("flow_kind", "u1"),
+_BE_DTYPE = np.dtype([("kind", "u1"), ("lane", "u1"), ("flags", "u1"), ("direction", "u1"), ("mem", "u1"), ("flow_kind", "u1"),
                       ("track", "<i4"), ("stream", "<u4"), ("ts", "<i8"), ("name", "<i8"), ("cat", "<i8"),
                       ("args", "<i8"), ("corr", "<u8"), ("bytes", "<u8"), ("flow", "<u4")])

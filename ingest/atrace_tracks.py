@@ -37,7 +37,15 @@ class Tracks:
     def ids(self, recs: np.ndarray, name_gid: np.ndarray, cat_gid: np.ndarray) -> np.ndarray:
         a, kt = self._key_cols(recs["lane"], recs["device"], recs["pid"], recs["tid"], name_gid)
         h = a ^ (kt * np.uint64(0x9E3779B97F4A7C15))
-        uh, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        # few tracks, many events: find the keys in a sample, then place every record by binary
+        # search (no sort of the whole batch); records the sample missed fall back to np.unique
+        step = max(1, len(h) // 4096)
+        cand, cidx = np.unique(h[::step], return_index=True)
+        pos = np.minimum(np.searchsorted(cand, h), len(cand) - 1)
+        if (cand[pos] == h).all():
+            first, inv = cidx * step, pos
+        else:
+            _, first, inv = np.unique(h, return_index=True, return_inverse=True)
         if not (np.array_equal(a, a[first][inv]) and np.array_equal(kt, kt[first][inv])):
             # a 64-bit hash collision: fall back to an exact unique over both columns
             pair = np.stack([a, kt], axis=1)
