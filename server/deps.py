@@ -126,16 +126,16 @@ class AppState:
                 return old
             self._open[trace_id] = h
             while len(self._open) > OPEN_TRACES_MAX:
-                _, evicted = self._open.popitem(last=False)
-                evicted.close()
+                # not closed here: a request may still hold a cursor of it; the DuckDB instance
+                # goes when its last cursor does
+                self._open.popitem(last=False)
         return h
 
     def forget(self, trace_id: str) -> None:
+        """Drop a removed trace's handle and tiles (in-flight requests keep their cursors)."""
         self.tiles.drop_trace(trace_id)
         with self._lock:
-            h = self._open.pop(trace_id, None)
-        if h is not None:
-            h.close()
+            self._open.pop(trace_id, None)
 
     def close_all(self) -> None:
         with self._lock:
