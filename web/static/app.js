@@ -48,7 +48,7 @@ async function main() {
   for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
 
   /** Select a slice by id: fetch its details and chain, optionally frame it and reveal its track. */
-  const select = async (id, { frame = false, centre = false } = {}) => {
+  const select = async (id, { frame = false, centre = false, reveal = false } = {}) => {
     const seq = ++selSeq;
     let detail;
     try {
@@ -61,7 +61,7 @@ async function main() {
     const s = detail.slice;
     if (frame) tl.view.frame(s.ts, s.dur);
     else if (centre) { if (s.dur > tl.view.span_ns * 0.8) tl.view.frame(s.ts, s.dur); else tl.view.centre(s.ts + s.dur / 2); }
-    if (frame || centre) tl.revealTrack(s.track_id);
+    if (frame || centre || reveal) tl.revealTrack(s.track_id);
     tl.setSelection(detail);
     renderDetails(panes.details, detail, (sid) => select(sid, { centre: true }));
     showTab("details");
@@ -97,7 +97,8 @@ async function main() {
   if (frag.pinned.length) tl.layout.setPinned(frag.pinned);
   for (const p of frag.overlays) tl.overlays.add(p);
   tl.relayout();
-  if (frag.selected !== null) select(frag.selected, { frame: false });
+  // the shared view keeps its time range; the selection's track is scrolled into sight
+  if (frag.selected !== null) select(frag.selected, { reveal: true });
 
   attachInput(tl, {
     select: (id, o) => select(id, o),
