@@ -19,10 +19,9 @@ CREATE OR REPLACE TEMP TABLE _critical_dev AS
 SELECT arg_max(dev, end_ns) AS dev, max(end_ns) AS end_ns FROM _dev_work WHERE lane = 'eu';
 
 CREATE OR REPLACE TEMP TABLE _cand AS
-SELECT row_number() OVER (ORDER BY precedence, local_ns DESC, ts, slice_id) AS cand_id, *,
-       dev IS NULL OR NOT EXISTS (SELECT 1 FROM _critical_dev) OR dev = (SELECT dev FROM _critical_dev)
-         OR (SELECT dev FROM _critical_dev) IS NULL AS on_critical_dev
-FROM _candidates;
+SELECT row_number() OVER (ORDER BY c.precedence, c.local_ns DESC, c.ts, c.slice_id) AS cand_id, c.*,
+       c.dev IS NULL OR k.dev IS NULL OR c.dev = k.dev AS on_critical_dev
+FROM _candidates c LEFT JOIN _critical_dev k ON TRUE;
 
 CREATE OR REPLACE TEMP TABLE _claim_raw AS
 SELECT cand_id, claim_start AS a, claim_end AS b, local_ns
@@ -41,8 +40,7 @@ JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
 CREATE OR REPLACE TEMP TABLE _claim AS
 WITH o AS (
     SELECT cand_id, a, b, local_ns,
-           coalesce(sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC
-                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS later_ns
+           sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC ROWS UNBOUNDED PRECEDING) - (b - a) AS later_ns
     FROM _claim_raw
 )
 SELECT cand_id, greatest(a, b - (local_ns - later_ns)) AS a, b

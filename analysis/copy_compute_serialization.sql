@@ -63,8 +63,8 @@ c AS (
 a AS (
     SELECT *,
            max(CASE WHEN lane = 'eu' THEN 1 ELSE 0 END)
-             OVER (PARTITION BY queue_key, chain_start ORDER BY ts, slice_id
-                   ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS kernel_after
+             OVER (PARTITION BY queue_key, chain_start ORDER BY ts DESC, slice_id DESC ROWS UNBOUNDED PRECEDING)
+             AS kernel_after
     FROM c
 )
 SELECT * FROM a

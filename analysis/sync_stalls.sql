@@ -62,10 +62,9 @@ WITH pts AS (
 ),
 nxt AS (
     SELECT sync_id, dev, t,
-           min(next_ns) OVER (PARTITION BY dev ORDER BY t, kind
-                              ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_ns,
-           min(idle_start) OVER (PARTITION BY dev ORDER BY t, kind
-                                 ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS work_end_ns
+           -- running minimum over what follows (written as a reverse running window)
+           min(next_ns) OVER (PARTITION BY dev ORDER BY t DESC, kind DESC ROWS UNBOUNDED PRECEDING) AS next_ns,
+           min(idle_start) OVER (PARTITION BY dev ORDER BY t DESC, kind DESC ROWS UNBOUNDED PRECEDING) AS work_end_ns
     FROM pts
 )
 -- the units must already have been idle when the call returned

@@ -15,6 +15,7 @@ one full scan of the slices table (count and sum of durations per track).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,7 +43,8 @@ def generate(builder: TraceBuilder, n_events: int, seed: int = 0) -> None:
     for d in range(N_DEVICES):
         dev = f"dev{d}"
         cpu = builder.track("cpu", f"host thread {d}", group_name="host", process="app", thread=str(d))
-        drv = builder.track("driver", f"{dev} queue 0", group_name=dev, device=dev)
+        # kernels on queue 0, host-to-device copies on queue 1, device-to-host on queue 2
+        drv = np.array([builder.track("driver", f"{dev} queue {q}", group_name=dev, device=dev) for q in range(3)])
         eus = [builder.track("eu", f"{dev} unit {u}", group_name=dev, device=dev) for u in range(UNITS)]
         h2d = builder.track("pcie", f"{dev} h2d engine 0", group_name=dev, device=dev)
         d2h = builder.track("pcie", f"{dev} d2h engine 0", group_name=dev, device=dev)
@@ -50,7 +52,12 @@ def generate(builder: TraceBuilder, n_events: int, seed: int = 0) -> None:
         kind = rng.choice(3, size=n, p=[0.85, 0.12, 0.03])  # kernel, h2d copy, d2h copy
         small = rng.random(n) < 0.3
         nbytes = np.where(small, rng.integers(1 << 10, 1 << 14, n), rng.integers(1 << 18, 1 << 24, n))
-        dur = np.where(kind == 0, rng.lognormal(9.0, 0.8, n), 3000 + nbytes / 25.0).astype(np.int64)
+        # kernels timed by a roofline (2 TB/s, 200 TFLOP/s) plus a fixed start cost; 2 % fetch 8x too much
+        requested = rng.integers(1 << 16, 1 << 24, n)
+        fetched = np.where(rng.random(n) < 0.02, requested * 8, requested)
+        flops = rng.integers(1 << 20, 1 << 32, n)
+        kernel_ns = np.maximum(fetched / 2000.0, flops / 200_000.0) + 600
+        dur = np.where(kind == 0, kernel_ns, 3000 + nbytes / 25.0).astype(np.int64)
         gap = rng.exponential(800, n).astype(np.int64)
         late = rng.random(n) < 0.01
         gap = np.where(late, gap + rng.integers(20_000, 200_000, n), gap)
@@ -66,9 +73,6 @@ def generate(builder: TraceBuilder, n_events: int, seed: int = 0) -> None:
         is_copy = kind > 0
         dir_col = pa.array(np.where(kind == 1, "h2d", np.where(kind == 2, "d2h", None)).tolist())
         mem = np.where(~is_copy, None, np.where(rng.random(n) < 0.05, "pageable", "pinned"))
-        requested = rng.integers(1 << 16, 1 << 24, n)
-        fetched = np.where(rng.random(n) < 0.05, requested * 8, requested)
-        flops = rng.integers(1 << 20, 1 << 30, n)
         args = pc.binary_join_element_wise(
             '{"bytes_requested":', pc.cast(pa.array(requested), pa.string()),
             ',"bytes_fetched":', pc.cast(pa.array(fetched), pa.string()),
@@ -83,7 +87,7 @@ def generate(builder: TraceBuilder, n_events: int, seed: int = 0) -> None:
             "direction": dir_col, "host_mem": pa.array(mem.tolist()), "args": args,
         })
         bell_first = builder.add_slices({
-            "track_id": np.full(n, drv, np.int32), "ts": ready, "dur": np.zeros(n, np.int64),
+            "track_id": drv[kind].astype(np.int32), "ts": ready, "dur": np.zeros(n, np.int64),
             "depth": np.zeros(n, np.int32), "name": pa.array(["doorbell"] * n), "corr_id": corr,
         })
         # a synchronising call every ~50 items, blocking until the device finished the item before it
@@ -139,10 +143,14 @@ def main() -> int:
     con.close()
     best = None
     for _ in range(args.repeat):
+        cpu0 = time.process_time()
         rep = run_passes(store, tid)
+        rep.cpu_s = time.process_time() - cpu0
         if best is None or rep.elapsed_ms < best.elapsed_ms:
             best = rep
-    print(f"trace: {n_slices:,} slices; anchor: one full scan of slices = {scan_ms:.0f} ms")
+    load = os.getloadavg()[0]
+    print(f"trace: {n_slices:,} slices; anchor: one full scan of slices = {scan_ms:.0f} ms; "
+          f"load average {load:.1f} on {os.cpu_count()} cores")
     print(f"{'step':<28} {'ms':>9} {'x scan':>8}  status")
     for phase in ("_common",):
         print(f"{phase:<28} {best.phase_ms[phase]:>9.0f} {best.phase_ms[phase] / scan_ms:>8.1f}")
@@ -154,6 +162,8 @@ def main() -> int:
     verdict = "meets" if best.elapsed_ms <= 10_000 * max(1.0, n_slices / 10_000_000) else "misses"
     print(f"{'total':<28} {best.elapsed_ms:>9.0f} {best.elapsed_ms / scan_ms:>8.1f}  "
           f"({verdict} the 10 s per 10 M events target)")
+    print(f"process CPU time of the run: {best.cpu_s:.1f} s (all threads; on a loaded machine wall time "
+          f"overstates what the passes need)")
     return 0
 
 
