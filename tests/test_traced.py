@@ -268,3 +268,34 @@ def test_threads_refused_a_ring_count_their_events_as_lost(tmp_path):
     r, recs, _ = _records(out)
     assert refused >= 1
     assert len(recs) + r.trailer["lost_events"] == 3000 and r.trailer["lost_events"] == 100 * refused
+
+
+def test_forked_child_gets_its_own_stream_and_never_writes_into_the_parents_ring(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    try:
+        t = client.connect(sock)
+        with t.span("parent before fork"):
+            pass
+        pid = os.fork()
+        if pid == 0:  # child: same tracer object, new connection on first use
+            try:
+                for _ in range(50):
+                    with t.span("child"):
+                        pass
+                t.close()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        with t.span("parent after fork"):
+            pass
+        t.close()
+    finally:
+        _stop(proc)
+    r, recs, streams = _records(out)
+    by_stream = {}
+    for s in np.unique(streams):
+        names = r.strings[int(s)]
+        by_stream[int(s)] = sorted({names[n] for n in recs[streams == s]["name"]})
+    assert sorted(by_stream.values()) == [["child"], ["parent after fork", "parent before fork"]]
+    child_stream = [s for s, v in by_stream.items() if v == ["child"]][0]
+    assert (recs[streams == child_stream]["pid"] == pid).all() and (streams == child_stream).sum() == 50

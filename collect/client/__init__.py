@@ -45,9 +45,17 @@ def connect(path: str | os.PathLike | None = None, *, file: str | os.PathLike | 
                               "or write a file directly with connect(file='run.atrace')")
         from collect.client.sinks import DaemonSink
 
-        sink = DaemonSink(Path(sock), ring_records=ring_records, name=process_name)
-        if header:
-            sink.metadata({k: v for k, v in header.items() if k in ("devices", "clock_domains", "host_clock")})
+        def open_sink():
+            sink = DaemonSink(Path(sock), ring_records=ring_records, name=process_name)
+            if header:
+                sink.metadata({k: v for k, v in header.items() if k in ("devices", "clock_domains", "host_clock")})
+            return sink
+
+        sink = open_sink()
+        t = Tracer(sink, pid=pid, reopen=open_sink)
+        if process_name:
+            t.name_process(process_name)
+        return t
     t = Tracer(sink, pid=pid)
     if process_name:
         t.name_process(process_name)

@@ -9,6 +9,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 
 from collect import record as R
 
@@ -99,12 +100,16 @@ class _CachedSpan:
 class Tracer:
     """Writes events for one process. Thread-safe: each thread gets its own buffer or ring."""
 
-    def __init__(self, sink, pid: int | None = None):
+    def __init__(self, sink, pid: int | None = None, reopen=None):
         self._sink = sink
+        self._own_pid = pid is None
         self.pid = os.getpid() if pid is None else int(pid)
         self._tl = threading.local()
         self._flow_ids = itertools.count(1)
         self.closed = False
+        # a forked child must not write into its parent's rings (one producer per ring)
+        self._reopen = reopen
+        os.register_at_fork(after_in_child=functools.partial(_after_fork_in_child, weakref.ref(self)))
 
     # -- internals ---------------------------------------------------------------------------
     def _writer(self):
@@ -286,6 +291,39 @@ class Tracer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _after_fork_in_child(ref) -> None:
+    t = ref()
+    if t is None or t.closed:
+        return
+    t._tl = threading.local()
+    if t._own_pid:
+        t.pid = os.getpid()
+    t._sink = _ForkedSink(t._reopen)
+
+
+class _ForkedSink:
+    """The child's sink after fork: its own daemon connection, opened on first use.
+
+    A file tracer cannot continue in the child (two processes appending to one file would
+    interleave chunks), so there the first use raises ClientError.
+    """
+
+    def __init__(self, reopen):
+        self._reopen = reopen
+        self._real = None
+
+    def _get(self):
+        if self._real is None:
+            if self._reopen is None:
+                raise ClientError("a file tracer cannot be used in a forked child; call "
+                                  "client.connect(file=...) with another file in the child")
+            self._real = self._reopen()
+        return self._real
+
+    def __getattr__(self, name):
+        return getattr(self._get(), name)
 
 
 _TYPED = ("clock", "tid", "pid", "device", "cat", "corr", "bytes", "direction", "mem", "flow_out", "flow_in",
