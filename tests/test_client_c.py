@@ -63,3 +63,25 @@ def test_c_client_without_a_daemon_says_so(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ACCELTRACE_SOCKET"}
     r = subprocess.run([str(exe), "10", "1"], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 3 and "no daemon" in r.stderr
+
+
+def test_c_client_child_after_fork_writes_its_own_stream(tmp_path):
+    exe = tmp_path / "at_fork"
+    subprocess.run([CC, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", str(ROOT / "collect/client"),
+                    str(ROOT / "tests/c/at_fork.c"), "-o", str(exe)], check=True, capture_output=True, text=True)
+    proc, sock, out = _start(tmp_path)
+    try:
+        r = subprocess.run([str(exe)], env={**os.environ, "ACCELTRACE_SOCKET": str(sock)},
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    finally:
+        _stop(proc)
+    rd, recs, streams = _records(out)
+    spans = recs["kind"] == R.COMPLETE
+    got = {}
+    for s in np.unique(streams[spans]):
+        names = rd.strings[int(s)]
+        mine = recs[spans & (streams == s)]
+        got[names[int(mine["name"][0])]] = sorted(mine["corr"].tolist())
+        assert len({names[int(n)] for n in mine["name"]}) == 1
+    assert got == {"parent": list(range(1, 21)), "child": list(range(1, 21))}

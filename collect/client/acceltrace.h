@@ -229,9 +229,11 @@ AT__API size_t at__escape(char *out, size_t cap, const char *s) {
 
 /* ---- connection ------------------------------------------------------------------------------ */
 /* Connects to the daemon (path NULL: $ACCELTRACE_SOCKET). 0 on success, -1 if none is reachable. */
-AT__API int at_init(const char *path) {
-    if (!path) path = getenv("ACCELTRACE_SOCKET");
-    if (!path || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) return -1;
+static char at__path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+AT__API void at__resend_strings_locked(void);
+
+/* Connects and says hello (lock held). 0 on success. */
+AT__API int at__connect_locked(const char *path) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_un addr;
@@ -239,10 +241,9 @@ AT__API int at_init(const char *path) {
     addr.sun_family = AF_UNIX;
     strcpy(addr.sun_path, path);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { close(fd); return -1; }
-    pthread_mutex_lock(&at__g.lock);
     at__g.fd = fd;
     at__g.pid = (uint32_t)getpid();
-    char msg[256], reply[512];
+    char msg[512], reply[512];
     /* $ACCELTRACE_RING_RECORDS asks for a ring size per thread (the daemon rounds and bounds it) */
     const char *rr = getenv("ACCELTRACE_RING_RECORDS");
     long long ring_records = rr ? atoll(rr) : 0;
@@ -251,26 +252,58 @@ AT__API int at_init(const char *path) {
                    "\"ring_records\":%lld}", at__g.pid, ring_records)
         : snprintf(msg, sizeof msg, "{\"op\":\"hello\",\"pid\":%u,\"version\":1,\"name\":\"c-client\"}",
                    at__g.pid);
-    int rc = at__send(msg, (size_t)n) == 0 && at__recv(reply, sizeof reply, NULL) == 0 ? 0 : -1;
-    if (rc == 0) {
-        at__g.ring_mode = strstr(reply, "\"mode\":\"ring\"") != NULL;
+    if (at__send(msg, (size_t)n) != 0 || at__recv(reply, sizeof reply, NULL) != 0) {
+        close(fd);
+        at__g.fd = -1;
+        return -1;
+    }
+    at__g.ring_mode = strstr(reply, "\"mode\":\"ring\"") != NULL;
+    at__resend_strings_locked(); /* after a fork: the new stream must know the ids interned before */
 #if AT__TSC
-        /* ticks per ns, measured over ~2 ms, only to space the sync pairs */
-        int64_t h0 = at_host_ns();
-        uint64_t k0 = __rdtsc();
-        struct timespec pause = {0, 2000000};
-        nanosleep(&pause, NULL);
-        double per_ns = (double)(__rdtsc() - k0) / (double)(at_host_ns() - h0);
-        at__sync_every = (uint64_t)(per_ns * 1e8);
-        n = snprintf(msg, sizeof msg, "{\"op\":\"metadata\",\"data\":{\"clock_domains\":[{\"id\":%d,"
-                     "\"name\":\"tsc\",\"kind\":\"host-tsc\",\"hz\":%.0f}]}}", AT_CLOCK_DOMAIN, per_ns * 1e9);
-        at__send(msg, (size_t)n);
-        at__sync_pair_locked();
+    /* ticks per ns, measured over ~2 ms, only to space the sync pairs */
+    int64_t h0 = at_host_ns();
+    uint64_t k0 = __rdtsc();
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL);
+    double per_ns = (double)(__rdtsc() - k0) / (double)(at_host_ns() - h0);
+    at__sync_every = (uint64_t)(per_ns * 1e8);
+    n = snprintf(msg, sizeof msg, "{\"op\":\"metadata\",\"data\":{\"clock_domains\":[{\"id\":%d,"
+                 "\"name\":\"tsc\",\"kind\":\"host-tsc\",\"hz\":%.0f}]}}", AT_CLOCK_DOMAIN, per_ns * 1e9);
+    at__send(msg, (size_t)n);
+    at__sync_pair_locked();
 #endif
-    } else { close(fd); at__g.fd = -1; }
+    return 0;
+}
+
+/* fork: the child must not write into its parent's ring (one producer per ring) nor talk on its
+ * socket; it reconnects with its own stream on its first event. */
+static void at__fork_prepare(void) { pthread_mutex_lock(&at__g.lock); }
+static void at__fork_parent(void) { pthread_mutex_unlock(&at__g.lock); }
+static void at__fork_child(void) {
+    pthread_mutex_init(&at__g.lock, NULL);
+    if (at__g.fd >= 0) { close(at__g.fd); at__g.fd = -2; }
+    if (at__t.map) munmap(at__t.map, at__t.map_bytes);
+    memset(&at__t, 0, sizeof at__t);
+    __atomic_store_n(&at__next_sync, UINT64_MAX, __ATOMIC_RELAXED);
+}
+
+/* Connects to the daemon (path NULL: $ACCELTRACE_SOCKET). 0 on success, -1 if none is reachable. */
+AT__API int at_init(const char *path) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    if (!path) path = getenv("ACCELTRACE_SOCKET");
+    if (!path || strlen(path) >= sizeof at__path) return -1;
+    pthread_mutex_lock(&at__g.lock);
+    strcpy(at__path, path);
+    int rc = at__connect_locked(path);
     pthread_mutex_unlock(&at__g.lock);
+    if (rc == 0) {
+        void at__register_fork(void);
+        pthread_once(&once, at__register_fork);
+    }
     return rc;
 }
+
+void at__register_fork(void) { pthread_atfork(at__fork_prepare, at__fork_parent, at__fork_child); }
 
 static __attribute__((noinline)) at__thread *at__ring(void) {
     at__thread *t = &at__t;
@@ -278,6 +311,8 @@ static __attribute__((noinline)) at__thread *at__ring(void) {
     t->tried = 1;
     t->tid = (uint32_t)syscall(SYS_gettid);
     pthread_mutex_lock(&at__g.lock);
+    if (at__g.fd == -2 && at__connect_locked(at__path) != 0) at__g.fd = -1; /* a forked child's first event */
+    t->tid = (uint32_t)syscall(SYS_gettid);
     if (at__g.fd >= 0) {
         char msg[96], reply[256];
         int ring_fd = -1;
@@ -439,6 +474,21 @@ AT__API uint32_t at_intern(const char *text) {
     }
     pthread_mutex_unlock(&at__g.lock);
     return id;
+}
+
+/* Sends every interned string again (lock held): a new connection is a new stream. */
+AT__API void at__resend_strings_locked(void) {
+    for (size_t i = 0; i < at__g.cap_strings; i++) {
+        const char *text = at__g.texts[i];
+        if (!text) continue;
+        size_t cap = strlen(text) * 6 + 64;
+        char *esc = (char *)malloc(cap), *msg = (char *)malloc(cap + 64);
+        at__escape(esc, cap, text);
+        int n = snprintf(msg, cap + 64, "{\"op\":\"strings\",\"entries\":[[%u,\"%s\"]]}", at__g.ids[i], esc);
+        at__send(msg, (size_t)n);
+        free(esc);
+        free(msg);
+    }
 }
 
 /* Names a track (lane, tid, device): a thread (cpu, tid = thread id), queue, engine or unit. */
