@@ -49,9 +49,9 @@ def counter_means(actr_path: Path, names: list[str], t0_ns: int, t1_ns: int, wor
             continue
         ts = np.array([r[0] for r in rows], dtype=np.int64)
         v = np.array([r[1] for r in rows])
-        # each value holds from its ts to the next one (a step function); clip to the window
-        ends = np.append(ts[1:], ts[-1] + (ts[-1] - ts[-2] if len(ts) > 1 else 1))
-        lo, hi = np.maximum(ts, t0_ns), np.minimum(ends, t1_ns)
+        # each value covers the interval since the previous sample (stamped at its end); clip to the window
+        starts = np.insert(ts[:-1], 0, ts[0] - (ts[1] - ts[0] if len(ts) > 1 else 1))
+        lo, hi = np.maximum(starts, t0_ns), np.minimum(ts, t1_ns)
         w = np.clip(hi - lo, 0, None).astype(np.float64)
         if w.sum() > 0:
             out[name] = float((v * w).sum() / w.sum())

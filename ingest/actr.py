@@ -203,7 +203,8 @@ def _write(data: ActrData, builder, label: str, group: str | None, clock_map) ->
             valid = d_run > 0
             bad_intervals += int(np.count_nonzero(d_run < 0))
             rate = delta[valid].astype(np.float64) / d_run[valid] * 1e9 * scale
-            series[name] = (ts[:-1][valid], rate)
+            # stamped at the interval's end, as perf stat -I and NVML report: the value covers (previous, ts]
+            series[name] = (ts[1:][valid], rate)
     if bad_intervals:
         builder.warn(label, f"{bad_intervals} sample intervals with running time going backwards; skipped",
                      dropped=bad_intervals)
@@ -257,11 +258,14 @@ def _meta(builder, data: ActrData, devices: dict, residual: int) -> None:
 
 
 def _hold(ts: np.ndarray, series: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Another counter's step-function value at times ts (NaN before its first value)."""
+    """Another counter's value for the interval ending at each of ts: its first sample at or after
+    ts (values cover the interval before their time); NaN after its last value."""
     sts, sv = series
-    k = np.searchsorted(sts, ts, side="right") - 1
-    out = np.where(k >= 0, sv[np.maximum(k, 0)] if len(sv) else np.nan, np.nan)
-    return out.astype(np.float64)
+    k = np.searchsorted(sts, ts, side="left")
+    ok = k < len(sts)
+    out = np.full(len(ts), np.nan)
+    out[ok] = sv[k[ok]]
+    return out
 
 
 def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
@@ -314,7 +318,7 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
         req = by_role.get((dev, "hbm_requested_bytes"), [])
         if req:
             # on the requested counter's own intervals (it may be multiplexed: fewer, counted intervals),
-            # with the fetched rate of the interval starting at the same time
+            # with the fetched rate of the interval ending at the same time
             rts, used = series[req[0]]
             fetched_at = _hold(rts, (ts, fetched))
             ok = (fetched_at > 0) & ~np.isnan(fetched_at)

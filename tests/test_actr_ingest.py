@@ -60,7 +60,7 @@ def truth_pairs(path, bank, name):
     h, run = smp["host_ns"].astype(np.int64), smp["running_ns"].astype(np.int64)
     ok = np.diff(run) > 0
     a, b = h[:-1][ok], h[1:][ok]
-    return a, np.array([bank.true_rate(name, x, y) for x, y in zip(a, b)])
+    return b, np.array([bank.true_rate(name, x, y) for x, y in zip(a, b)])  # values stamped at interval ends
 
 
 @pytest.mark.parametrize("mux_ticks", [1, 5])
