@@ -6,6 +6,20 @@ import sys
 from pathlib import Path
 
 
+def _demo_inputs(paths: list[Path]) -> list[Path]:
+    """Files to ingest: directories expand to their traces, minus any `invalid/` folder inside
+    them (sample_traces keeps its deliberately broken files there); files given by name stay."""
+    from ingest.pipeline import expand_inputs
+
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(f for f in expand_inputs([p]) if "invalid" not in f.relative_to(p).parts)
+        else:
+            out.append(p)
+    return out
+
+
 def serve_command(args) -> int:
     import uvicorn
 
@@ -20,7 +34,7 @@ def serve_command(args) -> int:
         print(f"acceltrace: error: no such file or directory: {missing[0]}", file=sys.stderr)
         return 2
     if paths:
-        for r in ingest_paths(store, paths, skip_existing=True):
+        for r in ingest_paths(store, _demo_inputs(paths), skip_existing=True):
             if r.error:
                 print(f"acceltrace: warning: not ingested: {r.error}", file=sys.stderr)
             else:
