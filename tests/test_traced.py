@@ -299,3 +299,23 @@ def test_forked_child_gets_its_own_stream_and_never_writes_into_the_parents_ring
     assert sorted(by_stream.values()) == [["child"], ["parent after fork", "parent before fork"]]
     child_stream = [s for s, v in by_stream.items() if v == ["child"]][0]
     assert (recs[streams == child_stream]["pid"] == pid).all() and (streams == child_stream).sum() == 50
+
+
+def test_second_daemon_on_a_live_socket_is_refused_and_touches_no_file(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    try:
+        r = subprocess.run([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out", str(out)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "another daemon is listening" in r.stderr
+        assert not out.with_name(out.name + ".old").exists()
+        assert ctl(sock, "status")["ok"]
+    finally:
+        _stop(proc)
+
+
+def test_unwritable_output_is_a_clear_error_without_a_leftover_socket(tmp_path):
+    sock = tmp_path / "x.sock"
+    r = subprocess.run([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out",
+                        str(tmp_path / "no" / "such" / "dir.atrace")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "cannot write" in r.stderr and "Traceback" not in r.stderr
+    assert not sock.exists()

@@ -89,10 +89,23 @@ class Daemon:
         return srv
 
     def run(self) -> int:
-        srv = self._bind()
+        try:
+            srv = self._bind()  # first: a live daemon on this socket means we touch no file
+        except OSError as e:
+            self._print(f"acceltrace traced: cannot listen on {self.socket_path} ({e.strerror or e})")
+            return 1
         hdr = default_header(producer="acceltrace traced", mode=self.mode)
         hdr["clock_domains"].append({"id": REALTIME_DOMAIN, "name": "realtime", "kind": "wall", "unit": "ns"})
-        self.writer = AtraceWriter(self.out_path, hdr)
+        try:
+            if self.out_path.exists() and self.out_path.stat().st_size:
+                # like perf record: keep the previous trace as FILE.old rather than truncating it
+                os.replace(self.out_path, self.out_path.with_name(self.out_path.name + ".old"))
+            self.writer = AtraceWriter(self.out_path, hdr)
+        except OSError as e:
+            self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e})")
+            srv.close()
+            self.socket_path.unlink(missing_ok=True)
+            return 1
         self.sel = selectors.DefaultSelector()
         self.sel.register(srv, selectors.EVENT_READ, None)
         for sig in (signal.SIGINT, signal.SIGTERM):
