@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path)
     s.add_argument("--list", action="store_true", help="list what the source offers")
     s.add_argument("--socket", type=Path, help="also stream to a running tracing daemon")
+    s.add_argument("--realtime", action="store_true", help="ask for SCHED_FIFO so ticks are not delayed by load")
     s.set_defaults(func=_handler("collect.counters.cli:collect_command"))
 
     s = sub.add_parser("export", help="write a trace for other tools (Chrome JSON, Parquet)")

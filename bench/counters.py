@@ -218,10 +218,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="100,1000,2000,5000,10000")
     ap.add_argument("--counters", type=int, default=64)
     ap.add_argument("--spin-us", type=float, default=0.0)
+    ap.add_argument("--realtime", action="store_true",
+                    help="run under SCHED_FIFO (needs root or CAP_SYS_NICE): the scheduler then wakes the sampler "
+                         "on time even on a loaded machine")
     ap.add_argument("--reads", type=int, default=2000, help="reads per source for the per-read cost")
     ap.add_argument("--ingest-samples", type=int, default=200_000, help="samples (x 16 counters) for the ingest rate")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
+    if a.realtime:
+        from collect.sampler import use_realtime_priority
+
+        print(f"scheduling: {use_realtime_priority()}")
     tables = []
     mbank = model_bank(a.seconds + 1)
     if mbank is not None:

@@ -4,6 +4,7 @@
     acceltrace collect --source S --list
     acceltrace collect ... --socket PATH      also stream values to a running tracing daemon
     acceltrace collect ... --duration 0       until Ctrl-C
+    acceltrace collect ... --realtime         ask for SCHED_FIFO (root or CAP_SYS_NICE)
 
 Ctrl-C (SIGINT) or SIGTERM ends sampling after the current tick and still writes a
 complete file (TAIL chunk with ended = "interrupted"). Exit codes: 0 done, 2 bad request
@@ -20,7 +21,7 @@ from pathlib import Path
 from collect.counters import source_class
 from collect.counters.base import CounterSource, SourceUnavailable
 from collect.counters.live import LiveRates, human
-from collect.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler, SamplerError, WallClock
+from collect.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler, SamplerError, WallClock, use_realtime_priority
 
 SUMMARY_EVERY_S = 0.5
 
@@ -131,6 +132,8 @@ def collect_command(args) -> int:
         src.close()
         return _err(f"cannot write {out}: {e.strerror or e}")
 
+    if getattr(args, "realtime", False):
+        print(f"acceltrace collect: scheduling: {use_realtime_priority()}", file=sys.stderr)
     for text in sampler.wrap_risks:
         print(f"acceltrace collect: warning: {text}", file=sys.stderr)
     tracer = None
