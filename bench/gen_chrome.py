@@ -56,20 +56,17 @@ def events(n: int, seed: int = 0):
     tid = PID
     while made < n:
         ext += 1
-        op_dur = rng.randint(20_000, 80_000)
         op = OPS[ext % len(OPS)]
-        yield _x("cpu_op", op, PID, tid, t_cpu, op_dur,
-                 f'"External id": {ext}, "Record function id": 0, "Ev Idx": {made}')
-        made += 1
+        calls = []  # the op's runtime calls and their device work, emitted after the op
         t = t_cpu + 2_000
         for _ in range(rng.randint(1, 3)):
             corr += 1
             copy = rng.random() < 0.08
             rt_dur = rng.randint(3_000, 9_000)
             rt_name = "cudaMemcpyAsync" if copy else "cudaLaunchKernel"
-            yield _x("cuda_runtime", rt_name, PID, tid, t, rt_dur,
-                     f'"External id": {ext}, "cbid": 211, "correlation": {corr}')
-            yield _flow("s", corr, PID, tid, t)
+            calls.append(_x("cuda_runtime", rt_name, PID, tid, t, rt_dur,
+                            f'"External id": {ext}, "cbid": 211, "correlation": {corr}'))
+            calls.append(_flow("s", corr, PID, tid, t))
             t_gpu = max(t_gpu, t + rng.randint(5_000, 20_000))
             g_dur = rng.randint(2_000, 200_000)
             if copy:
@@ -77,17 +74,20 @@ def events(n: int, seed: int = 0):
                 nbytes = rng.choice((4096, 65536, 1 << 20, 8 << 20))
                 args = (f'"device": 0, "context": 1,\n      "stream": 7, "correlation": {corr}, "External id": {ext},\n'
                         f'      "bytes": {nbytes}, "memory bandwidth (GB/s)": {nbytes / max(g_dur, 1):.3f}')
-                yield _x("gpu_memcpy", name, 0, 7, t_gpu, g_dur, args)
+                calls.append(_x("gpu_memcpy", name, 0, 7, t_gpu, g_dur, args))
             else:
                 args = (f'"queued": 0, "device": 0, "context": 1,\n      "stream": 7, "correlation": {corr},'
                         f' "External id": {ext},\n      "registers per thread": 32, "shared memory": 0,\n'
                         f'      "grid": [{rng.randint(1, 4096)}, 1, 1], "block": [256, 1, 1],'
                         f' "est. achieved occupancy %": {rng.randint(5, 100)}')
-                yield _x("kernel", KERNELS[corr % len(KERNELS)], 0, 7, t_gpu, g_dur, args)
-            yield _flow("f", corr, 0, 7, t_gpu)
-            made += 4
+                calls.append(_x("kernel", KERNELS[corr % len(KERNELS)], 0, 7, t_gpu, g_dur, args))
+            calls.append(_flow("f", corr, 0, 7, t_gpu))
             t_gpu += g_dur
             t += rt_dur + rng.randint(500, 3_000)
+        op_dur = t - t_cpu + rng.randint(1_000, 5_000)  # the op encloses its calls
+        yield _x("cpu_op", op, PID, tid, t_cpu, op_dur, f'"External id": {ext}, "Record function id": 0, "Ev Idx": {made}')
+        yield from calls
+        made += 1 + len(calls)
         t_cpu += op_dur + rng.randint(1_000, 10_000)
 
 

@@ -119,7 +119,7 @@ class ChromeReader:
         self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
         self.decode = decode
         self.block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
-        self.src = _Prefetch(stream, block) if prefetch else None
+        self.src = _Prefetch(stream, self.block) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
         self.pos = 0  # stream offset of buf[0]

@@ -222,3 +222,23 @@ def test_sniff_accepts_objects_and_arrays_but_not_other_json():
     assert chrome.sniff(b"[]")
     assert not chrome.sniff(b'{"rows": [1, 2]}')
     assert not chrome.sniff(b"[1, 2, 3]")
+
+
+def test_reader_reads_in_blocks_and_yields_many_small_chunks():
+    import io
+
+    from ingest.chrome_columns import decode_events
+
+    class Recording(io.BytesIO):
+        sizes: list = []
+
+        def read(self, n=-1):
+            self.sizes.append(n)
+            return super().read(n)
+
+    text = json.dumps({"traceEvents": [ev("X", f"e{i}", i, dur=1) for i in range(200)]}).encode()
+    stream = Recording(text)
+    reader = chrome_reader.ChromeReader(stream, "t.json", decode_events, block=256)
+    chunks = list(reader.chunks())
+    assert max(stream.sizes) == 256 and all(n is not None and n > 0 for n in stream.sizes)
+    assert len(chunks) > 20 and sum(len(c.events) for c in chunks) == 200
