@@ -58,8 +58,9 @@ def test_unknown_source_counter_and_rate_are_refused(tmp_path, capsys):
 
 def test_a_short_run_writes_a_complete_file_and_a_summary(tmp_path):
     out = tmp_path / "h.actr"
-    r = collect("--source", "host", "--rate", "50", "--duration", "0.4", "--out", str(out))
+    r = collect("--source", "host", "--rate", "50", "--duration", "0.4", "--out", str(out), "--realtime")
     assert r.returncode == 0, r.stderr
+    assert "scheduling: SCHED_FIFO" in r.stderr or "SCHED_FIFO refused" in r.stderr
     assert "wrote" in r.stdout and "missed deadlines" in r.stdout and "% of one core" in r.stdout
     d = read_actr_path(out)
     assert d.tail["ended"] == "completed" and not d.truncated
