@@ -8,6 +8,7 @@ connection is dropped. Published trace files are opened read-only, never written
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from server.tile_engine import LodInfo
 OPEN_TRACES_MAX = 16
 DUCKDB_MEMORY_LIMIT = "512MB"
 TILE_CACHE_BYTES = 256 << 20
+ROW_CACHE_S = 1.0
 
 
 class ApiError(Exception):
@@ -71,16 +73,31 @@ class AppState:
         self.ingest_wait_s = ingest_wait_s
         self.web_dir = web_dir or Path(__file__).resolve().parent.parent / "web"
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()
+        self._rows: dict[str, tuple[dict, float]] = {}
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
         self.tiles = TileCache(TILE_CACHE_BYTES)
 
     # -- catalog -----------------------------------------------------------------------------
     def row(self, trace_id: str) -> dict:
+        """The catalog row, or 404. A ready row is reused for ROW_CACHE_S while its file exists:
+        a published file only ever disappears on removal, and one stat() is far cheaper than
+        opening the SQLite catalog on every tile request."""
+        hit = self._rows.get(trace_id)
+        now = time.monotonic()
+        if hit is not None and now - hit[1] < ROW_CACHE_S and self.store.trace_path(trace_id).exists():
+            return hit[0]
         row = self.store.get(trace_id) if _plausible_id(trace_id) else None
         if row is None:
+            self._rows.pop(trace_id, None)
             self.forget(trace_id)
             raise not_found(trace_id)
+        if row["status"] == "ready":
+            if len(self._rows) > 10_000:
+                self._rows.clear()
+            self._rows[trace_id] = (row, now)
+        else:
+            self._rows.pop(trace_id, None)
         return row
 
     def ready_row(self, trace_id: str) -> dict:
@@ -133,6 +150,7 @@ class AppState:
 
     def forget(self, trace_id: str) -> None:
         """Drop a removed trace's handle and tiles (in-flight requests keep their cursors)."""
+        self._rows.pop(trace_id, None)
         self.tiles.drop_trace(trace_id)
         with self._lock:
             self._open.pop(trace_id, None)
