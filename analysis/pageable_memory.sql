@@ -9,9 +9,10 @@
 -- well below link speed, blocks the calling thread and cannot overlap with compute.
 -- What to do: allocate the buffer in pinned (page-locked) memory, or copy through a
 -- persistent pinned staging buffer you manage, and use the asynchronous copy.
--- Impact: the larger of (a) the copy's wall time (from its host call to its last chunk)
--- minus the time the same bytes take from pinned memory (L + bytes / B, B the reference
--- bandwidth) and (b) how long the device's execution units waited, during the call, for
+-- Impact: the larger of (a) the copy's own time (first DMA chunk's start to the last one's
+-- end; before that the call may just wait for earlier work in its queue) minus the time
+-- the same bytes take from pinned memory (L + bytes / B, B the reference bandwidth) and
+-- (b) how long the device's execution units waited, during the call, for
 -- work that the blocked thread could only submit after the call returned (a pinned copy
 -- is asynchronous: the thread would have gone on submitting); on the critical path only
 -- where the execution units sat idle during the call or the copy.
@@ -21,7 +22,7 @@
 --                 its last chunk's end
 --   track_id      the transfer's PCIe track; slice_id its first DMA slice
 --   metric        'achieved_GBps'; value = bytes / DMA span; threshold = the pinned reference GB/s
---   local_ns      max(wall time minus the pinned-memory estimate, blocked wait)
+--   local_ns      max(DMA span minus the pinned-memory estimate, blocked wait)
 --   claim         'idle' over the call and the copy
 
 CREATE OR REPLACE TEMP VIEW _pageable_memory_check AS
@@ -78,7 +79,7 @@ GROUP BY c.dev, c.direction, c.copy_key;
 
 CREATE OR REPLACE TEMP VIEW _pageable_memory_rows AS
 SELECT p.*, coalesce(b.blocked_ns, 0) AS blocked_ns,
-       greatest(coalesce(p.dma_end - p.copy_start - p.pinned_ns, 0), coalesce(b.blocked_ns, 0)) AS excess_ns
+       greatest(coalesce(p.dma_end - p.dma_start - p.pinned_ns, 0), coalesce(b.blocked_ns, 0)) AS excess_ns
 FROM _pageable_calls p
 LEFT JOIN _pageable_blocked b ON b.dev = p.dev AND b.direction = p.direction AND b.copy_key = p.copy_key;
 
