@@ -19,7 +19,7 @@ import pyarrow as pa
 from collect import record as R
 from collect.atrace import MAGIC, AtraceError, AtraceReader
 from ingest.atrace_clock import domain_maps
-from ingest.atrace_flows import corr_flows, explicit_flows
+from ingest.atrace_flows import FlowEnds, corr_flows
 from ingest.atrace_tracks import Tracks
 from ingest.errors import IngestError
 from ingest.sources import Source
@@ -100,7 +100,7 @@ class _Ingest:
         self.maps, problems = domain_maps(reader.sync, self.meta.get("clock_domains", []))
         for p in problems:
             builder.warn(label, p)
-        self.flow_parts: list[dict] = []
+        self.flow_ends = FlowEnds(builder)
         self.corr_targets = 0
         self.be_parts: list[np.ndarray] = []
         self.be_order: list[np.ndarray] = []
@@ -152,7 +152,7 @@ class _Ingest:
         for p in self.r.problems:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()
-        explicit_flows(self.b, self.label, self.flow_parts)
+        self.flow_ends.link(self.label)
         if self.corr_targets:
             corr_flows(self.b, self.first_slice, self.b.n_slices - 1)
         self.tracks.apply_names()
@@ -258,12 +258,9 @@ class _Ingest:
         fl = (flags & (R.FLAG_FLOW_OUT | R.FLAG_FLOW_IN)) != 0
         if fl.any():
             idx = np.flatnonzero(fl)
-            self.flow_parts.append({
-                "key": (streams[idx].astype(np.uint64) << np.uint64(32)) | s["flow"][idx].astype(np.uint64),
-                "out": (flags[idx] & R.FLAG_FLOW_OUT) != 0,
-                "kind": s["flow_kind"][idx],
-                "slice": first + idx.astype(np.int64),
-            })
+            self.flow_ends.add(
+                (streams[idx].astype(np.uint64) << np.uint64(32)) | s["flow"][idx].astype(np.uint64),
+                (flags[idx] & R.FLAG_FLOW_OUT) != 0, s["flow_kind"][idx], first + idx.astype(np.int64))
 
     # -- begin/end pairs ------------------------------------------------------------------------
     def _begin_end(self) -> None:

@@ -8,47 +8,59 @@ import pyarrow as pa
 from collect import record as R
 
 
-def explicit_flows(b, label: str, flow_parts: list[dict]) -> None:
-    """Flows from FLOW_OUT/FLOW_IN records matched by (stream, flow id); unmatched ends are counted.
+class FlowEnds:
+    """Explicit flow ends (FLOW_OUT/FLOW_IN records), staged in DuckDB so memory stays bounded at any size.
 
-    One source may feed several destinations (fan-out); a destination without a source is kept
-    with an empty source end (its source fell outside the file), as the store allows.
+    link() matches them by (stream, flow id): one source may feed several destinations (fan-out);
+    a destination without a source is kept with an empty source end (its source fell outside the
+    file), as the store allows; unmatched ends and reused source ids are counted in warnings.
     """
-    if not flow_parts:
-        return
-    key = np.concatenate([p["key"] for p in flow_parts])
-    out = np.concatenate([p["out"] for p in flow_parts])
-    kind = np.concatenate([p["kind"] for p in flow_parts])
-    sl = np.concatenate([p["slice"] for p in flow_parts])
-    src_keys, first = np.unique(key[out], return_index=True)
-    src_slice, src_kind = sl[out][first], kind[out][first]
-    if out.sum() > len(src_keys):
-        b.warn(label, f"{int(out.sum()) - len(src_keys)} flow sources reuse a flow id already used in their "
-                      "stream; the first source is kept")
-    dst_key, dst_slice, dst_kind = key[~out], sl[~out], kind[~out]
-    if not len(dst_key):
-        b.warn(label, f"{len(src_keys)} flow sources have no destination in the file")
-        return
-    if len(src_keys):
-        pos = np.minimum(np.searchsorted(src_keys, dst_key), len(src_keys) - 1)
-        found = src_keys[pos] == dst_key
-    else:
-        pos, found = np.zeros(len(dst_key), np.int64), np.zeros(len(dst_key), bool)
-    src = np.where(found, src_slice[pos] if len(src_keys) else 0, 0)
-    # the source's flow kind wins; a destination's own kind covers a missing or unspecified source
-    k = np.where(found & ((src_kind[pos] if len(src_keys) else 0) > 0), src_kind[pos] if len(src_keys) else 0,
-                 dst_kind)
-    if (~found).any():
-        b.warn(label, f"{int((~found).sum())} flow destinations have no source in the file "
-                      "(kept with an empty source end)")
-    used = np.zeros(len(src_keys), bool)
-    used[pos[found]] = True
-    if (~used).any():
-        b.warn(label, f"{int((~used).sum())} flow sources have no destination in the file")
-    names = np.array([n or "other" for n in R.FLOW_KINDS], dtype=object)
-    b.add_flows(pa.array(src, pa.int64(), mask=~found), pa.array(dst_slice, pa.int64()),
-                pa.array(names[np.clip(k, 0, len(names) - 1)].tolist(), pa.string()),
-                pa.array(["atrace"] * len(dst_slice), pa.string()))
+
+    def __init__(self, b):
+        self.b = b
+        self.n = 0
+
+    def add(self, key: np.ndarray, is_out: np.ndarray, kind: np.ndarray, slice_id: np.ndarray) -> None:
+        con = self.b.con
+        if not self.n:
+            con.execute("CREATE OR REPLACE TEMP TABLE _atrace_flow_ends "
+                        "(key UBIGINT, is_out BOOLEAN, kind UTINYINT, slice_id BIGINT)")
+        con.register("_atrace_ends_batch", pa.table({"key": key, "is_out": is_out, "kind": kind,
+                                                     "slice_id": slice_id}))
+        try:
+            con.execute("INSERT INTO _atrace_flow_ends SELECT * FROM _atrace_ends_batch")
+        finally:
+            con.unregister("_atrace_ends_batch")
+        self.n += len(key)
+
+    def link(self, label: str) -> None:
+        if not self.n:
+            return
+        b = self.b
+        b.con.execute("""CREATE OR REPLACE TEMP TABLE _atrace_flow_src AS
+                         SELECT key, min(slice_id) AS sid, arg_min(kind, slice_id) AS kind, count(*) AS n
+                         FROM _atrace_flow_ends WHERE is_out GROUP BY key""")
+        names = " ".join(f"WHEN {i} THEN '{n}'" for i, n in enumerate(R.FLOW_KINDS) if n)
+        b.add_flows_sql(f"""
+            SELECT s.sid AS src_slice, d.slice_id AS dst_slice,
+                   CASE CASE WHEN s.kind > 0 THEN s.kind ELSE d.kind END {names} ELSE 'other' END AS kind,
+                   'atrace' AS raw_kind
+            FROM _atrace_flow_ends d LEFT JOIN _atrace_flow_src s USING (key)
+            WHERE NOT d.is_out ORDER BY d.slice_id""")
+        reused, = b.con.execute("SELECT coalesce(sum(n - 1), 0) FROM _atrace_flow_src").fetchall()[0]
+        no_src, = b.con.execute("""SELECT count(*) FROM _atrace_flow_ends d ANTI JOIN _atrace_flow_src s USING (key)
+                                   WHERE NOT d.is_out""").fetchall()[0]
+        no_dst, = b.con.execute("""SELECT count(*) FROM _atrace_flow_src s ANTI JOIN
+                                   (SELECT key FROM _atrace_flow_ends WHERE NOT is_out) d USING (key)""").fetchall()[0]
+        if reused:
+            b.warn(label, f"{reused} flow sources reuse a flow id already used in their stream; "
+                          "the first source is kept")
+        if no_src:
+            b.warn(label, f"{no_src} flow destinations have no source in the file (kept with an empty source end)")
+        if no_dst:
+            b.warn(label, f"{no_dst} flow sources have no destination in the file")
+        b.con.execute("DROP TABLE IF EXISTS _atrace_flow_src")
+        b.con.execute("DROP TABLE IF EXISTS _atrace_flow_ends")
 
 
 def corr_flows(b, lo: int, hi: int) -> None:

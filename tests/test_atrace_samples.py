@@ -5,6 +5,7 @@ Refresh snapshots after an intended change with ACCELTRACE_UPDATE_SNAPSHOTS=1.
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,8 @@ def test_damaged_files_give_their_snapshotted_error_or_warnings(tmp_path, name):
     store = Store(tmp_path / "s")
     (res,) = ingest_paths(store, [SAMPLES / "invalid" / name])
     if res.error:
-        text = f"error: {res.error}\n"
+        # the list of known formats grows as format modules are added; it is not this file's business
+        text = "error: " + re.sub(r"expected one of: .*", "expected one of: <registered formats>", res.error) + "\n"
     else:
         text = "warnings:\n" + "".join(f"  {w}\n" for w in res.warnings)
     _check(f"invalid/{name}.txt", text)
