@@ -14,7 +14,7 @@ from sim.run import run_plan
 from sim.session import run_scenario, steps_for
 from sim.trace import COLUMNS
 
-SMALL_EVENTS = 1200
+SMALL_EVENTS = 800
 EXPECTED_KINDS = {
     "pageable-memory": {"pageable_memory"},
     "small-transfers": {"small_transfers"},

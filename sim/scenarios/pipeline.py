@@ -90,7 +90,7 @@ def build(scenario: str, seed: int) -> Plan:
         "layers": layers,
         "in_bytes": in_bytes,
         "out_bytes": rng.randrange(1, 5) * MB,
-        "weights_bytes": rng.randrange(64, 257) * MB,
+        "weights_bytes": rng.randrange(32, 129) * MB,
         # re-sent every step, the table makes the copies outlast the compute they used to hide under
         "table_bytes": max(MB, int(device_ns * link_bw * _u(rng, 1.3, 1.6) - in_bytes) // MB * MB),
         "piece_bytes": rng.choice((4096, 8192, 16384)),
