@@ -114,6 +114,8 @@ def collect_command(args) -> int:
         src = open_source(args.source, 0.05 if args.list else (args.duration or 60.0))
     except SourceUnavailable as e:
         return _err(str(e))
+    except Exception as e:  # a source failing to start must say why, not print a traceback
+        return _err(f"{args.source}: the source failed to start: {type(e).__name__}: {e}")
     if args.list:
         list_counters(src)
         src.close()

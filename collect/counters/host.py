@@ -18,7 +18,7 @@ import struct
 import time
 from typing import Callable
 
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading
+from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
 
 DEV = "host"
 _PROC_STAT = "/proc/stat"
@@ -128,8 +128,11 @@ class HostSource(CounterSource):
 
     def __init__(self, perf: bool = True, **_):
         self._notes: list[str] = []
-        self.hz = os.sysconf("SC_CLK_TCK")
-        lines = _cpu_lines()
+        try:
+            self.hz = os.sysconf("SC_CLK_TCK")
+            lines = _cpu_lines()
+        except (OSError, ValueError, AttributeError) as e:
+            raise SourceUnavailable(f"host: cannot read {_PROC_STAT} ({e}); the host source needs Linux /proc") from None
         self.cpus = [ln[0] for ln in lines if ln[0] != "cpu"]
         # busy jiffies per second of wall time, as % (quantised to 1/USER_HZ per interval), and the
         # jiffies counted in all states, so ingest can also show busy / all per interval (bounded 0..100)
