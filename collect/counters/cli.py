@@ -133,6 +133,9 @@ def collect_command(args) -> int:
     except OSError as e:
         src.close()
         return _err(f"cannot write {out}: {e.strerror or e}")
+    except Exception as e:  # a source whose readers cannot be set up: say which and why
+        src.close()
+        return _err(f"{args.source}: cannot set up sampling: {type(e).__name__}: {e}")
 
     if getattr(args, "realtime", False):
         print(f"acceltrace collect: scheduling: {use_realtime_priority()}", file=sys.stderr)
