@@ -79,7 +79,8 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
             rss = server.rss_bytes()
     finally:
         server.stop()
-    return {"n": n, "slices": meta["counts"]["slices"], "ingest_s": ingest_s, "rows": rows, "rss": rss,
+    lod_s = (meta["levels"] or {}).get("lod_build_ms", float("nan")) / 1000
+    return {"n": n, "slices": meta["counts"]["slices"], "ingest_s": ingest_s, "lod_s": lod_s, "rows": rows, "rss": rss,
             "per_track_us": float(np.median(single)) * 1e6, "db_bytes": store.get(tid)["db_bytes"]}
 
 
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.store)
     for s in args.sizes.split(","):
         res = run_size(store, _size(s), args.tiles_per_level, args.reuse, args.seed)
-        print(f"\n## {res['slices']:,} slices: ingest+LOD {res['ingest_s']:.1f} s, file {res['db_bytes'] / 1e6:.0f} MB,"
+        print(f"\n## {res['slices']:,} slices: ingest+LOD {res['ingest_s']:.1f} s (LOD {res['lod_s']:.1f} s),"
+              f" file {res['db_bytes'] / 1e6:.0f} MB,"
               f" server peak RSS {res['rss'] / 1e6:.0f} MB")
         print(f"{'level':>5} {'cold p50 ms':>12} {'cold p95 ms':>12} {'rep p50 ms':>11} {'rep p95 ms':>11}"
               f" {'max tile B':>11}")

@@ -24,6 +24,7 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
 from __future__ import annotations
 
 import math
+import time
 
 import duckdb
 
@@ -55,10 +56,12 @@ def lane_rank_sql(col: str = "lane") -> str:
 def build(con: duckdb.DuckDBPyConnection) -> None:
     """Create every lod_* table in the builder's connection (before the trace is published)."""
     con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
+    t0 = time.perf_counter()
     try:
         _build(con)
     finally:
         con.execute("SET preserve_insertion_order = false")
+    con.execute("INSERT INTO lod_info VALUES ('build_ms', ?)", [str(round((time.perf_counter() - t0) * 1000))])
 
 
 def _build(con: duckdb.DuckDBPyConnection) -> None:

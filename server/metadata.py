@@ -62,6 +62,7 @@ def _build(h: TraceHandle) -> dict:
             ).fetchall()
             group_rows = cur.execute(
                 "SELECT grp, lane, group_name, part, parts FROM lod_groups ORDER BY grp").fetchall()
+            lod_kv = dict(cur.execute("SELECT key, value FROM lod_info").fetchall())
         else:
             track_rows = cur.execute(
                 "SELECT t.track_id, t.lane, t.group_name, t.name, t.device, t.process, t.thread, t.unit, t.sort_key,"
@@ -69,6 +70,7 @@ def _build(h: TraceHandle) -> dict:
                 f" USING (track_id) ORDER BY {lane_rank_sql('t.lane')}, t.group_name, t.sort_key, t.track_id"
             ).fetchall()
             group_rows = [(0, "", "all tracks", 0, 1)]
+            lod_kv = {}
     finally:
         cur.close()
     cols = ("track_id", "lane", "group_name", "name", "device", "process", "thread", "unit", "sort_key", "max_depth")
@@ -88,7 +90,8 @@ def _build(h: TraceHandle) -> dict:
                        "track_ids": members.get(grp, [])})
     start_ns, end_ns = int(meta["start_ns"]), int(meta["end_ns"])
     info = h.info
-    levels = ({"min": 0, "max": info.max_level, "buckets_per_tile": 1024, "pyramid_from": info.base_level}
+    levels = ({"min": 0, "max": info.max_level, "buckets_per_tile": 1024, "pyramid_from": info.base_level,
+               "lod_build_ms": int(lod_kv["build_ms"]) if "build_ms" in lod_kv else None}
               if info else None)
     links = link_peaks(meta)
     public_meta = {k: v for k, v in meta.items() if k != "warnings"}

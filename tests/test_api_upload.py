@@ -175,3 +175,28 @@ def test_serve_ingests_the_given_files_and_prints_the_url(live_server_factory, t
     with httpx.Client(base_url=server.url, timeout=30) as c:
         names = [t["name"] for t in c.get("/api/traces").json()["traces"]]
     assert names == ["given.json"]
+
+
+def test_zip_upload_is_accepted(fresh):
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("inner.json", chrome_json("zipped"))
+    r = fresh.post("/api/traces", files={"file": ("trace.zip", buf.getvalue())})
+    assert r.status_code in (201, 202), r.text
+    meta = _wait_ready(fresh, r.json()["id"])
+    assert meta["status"] == "ready" and meta["counts"]["slices"] == 200
+
+
+def test_serve_skips_invalid_sample_folders_but_not_named_files(tmp_path):
+    from server.main import _demo_inputs
+
+    (tmp_path / "kineto").mkdir()
+    (tmp_path / "kineto" / "good.json").write_bytes(chrome_json("good"))
+    (tmp_path / "kineto" / "invalid").mkdir()
+    bad = tmp_path / "kineto" / "invalid" / "bad.json"
+    bad.write_bytes(b"nope")
+    assert _demo_inputs([tmp_path]) == [tmp_path / "kineto" / "good.json"]
+    assert _demo_inputs([bad]) == [bad]
