@@ -188,7 +188,8 @@ class TraceBuilder:
             f" FROM ({select_sql})",
             params or [],
         )
-        (count,) = self.con.execute("SELECT count(*) FROM flows").fetchone()
+        # fetchall: a half-read result would block the next register() on this connection
+        ((count,),) = self.con.execute("SELECT count(*) FROM flows").fetchall()
         self._next_flow = count
         return count - before
 

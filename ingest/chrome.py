@@ -106,7 +106,7 @@ def _shift(state: ChromeState, src: SourceState, base: int) -> None:
     if src.counter_tracks:
         ids = ", ".join(str(int(t)) for t in src.counter_tracks)
         con.execute(f"UPDATE counters SET ts = ts + ? WHERE track_id IN ({ids})", [base])
-    for table in ("flow_ev", "flow_v2", "be", "async"):
+    for table in ("flow_raw", "flow_v2", "be", "async"):
         if table in state.staged:
             con.execute(f"UPDATE _chrome_{table} SET ts = ts + ? WHERE src = ?", [base, src.idx])
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest import chrome_kineto as kin
 from ingest.chrome_columns import (
-    arg_fields, codes, id_strings, ints, norm_id, raw_events, raw_text, strings, take, to_ns, values,
+    arg_fields, codes, ints, norm_id, raw_events, raw_text, strings, take, to_ns, values,
 )
 from ingest.chrome_meta import handle_counters, handle_metadata
 from ingest.chrome_state import ChromeState, SourceState
@@ -265,22 +266,44 @@ def _stage_v2_flows(state, src, sub, slice_ids, ts_ns) -> None:
     })
 
 
+_FLOW_PH = {"s": 0, "t": 1, "f": 2}
+
+
 def _stage_flow_events(state, work, sub, idx, ph) -> None:
     src = work.src
     ts = work.times(sub, idx, "ts")
+    if not ts.ok.all():
+        src.drop("flow events without a valid ts", ~ts.ok, work.chunk.first_index + idx, sub, "ts")
+        k = np.flatnonzero(ts.ok)
+        sub, idx, ts_ns = take(sub, k), idx[k], ts.values[k]
+    else:
+        ts_ns = ts.values
+    if not sub:
+        return
     inv, keys, _, _ = _threads(state, src, sub)
-    ok = ts.ok
-    if not ok.all():
-        src.drop("flow events without a valid ts", ~ok, work.chunk.first_index + idx, sub, "ts")
-    k = np.flatnonzero(ok)
-    state.stage("flow_ev", {
-        "src": np.full(len(k), src.idx, dtype=np.int32), "thread_key": keys[inv][k], "ts": ts.values[k],
-        "ph": [ph] * len(k), "bp": strings(sub, "bp").take(pa.array(k)),
-        "cat": strings(sub, "cat").fill_null("").take(pa.array(k)),
-        "name": strings(sub, "name").fill_null("").take(pa.array(k)),
-        "fid": id_strings(values(take(sub, k), "id")),
-        "seq": work.chunk.first_index + idx[k],
+    kc, pairs = codes(list(zip(values(sub, "cat"), values(sub, "name"))))
+    key_of = np.array([state.flow_keys.setdefault((c or "", n or ""), len(state.flow_keys)) for c, n in pairs],
+                      dtype=np.int32)
+    fid, fid_text = flow_ids(values(sub, "id"))
+    n = len(sub)
+    state.stage("flow_raw", {
+        "src": np.full(n, src.idx, dtype=np.int32), "thread_key": keys[inv], "ts": ts_ns,
+        "ph": np.full(n, _FLOW_PH[ph], dtype=np.uint8),
+        "bp_e": pc.equal(strings(sub, "bp"), "e").fill_null(False),
+        "key": key_of[kc], "fid": fid, "fid_text": fid_text, "seq": work.chunk.first_index + idx,
     })
+
+
+def flow_ids(vals: list) -> tuple[pa.Array, pa.Array]:
+    """Flow ids as int64 when they are integers (Kineto), else as text."""
+    if set(map(type, vals)) <= {int}:
+        try:
+            return pa.array(vals, type=pa.int64()), pa.nulls(len(vals), pa.string())
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    nums = [v if type(v) is int and -(1 << 63) <= v < (1 << 63) else None for v in vals]
+    return pa.array(nums, type=pa.int64()), pa.array(
+        [None if n is not None else norm_id(v) for v, n in zip(vals, nums)], type=pa.string())
 
 
 def _stage_begin_end(state, work, sub, idx, ph) -> None:

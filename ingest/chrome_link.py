@@ -140,22 +140,36 @@ def correlation_flows(state) -> int:
     """)
 
 
-def _prune_correlated(con) -> None:
-    """Kineto's ac2g-style flow events whose id is a correlation id already linked both ways add
-    nothing: drop them before binding (they are most flow events of a Kineto trace)."""
+def _flow_events(state) -> None:
+    """_chrome_flow_ev: the staged flow events with their category and name, less the redundant ones.
+
+    Kineto's ac2g-style flow events whose id is a correlation id already linked both ways add
+    nothing (they are most of a Kineto trace's flow events): they are left out before binding.
+    """
+    con = state.builder.con
+    keys = list(state.flow_keys.items())
+    con.register("_fk", pa.table({"key": pa.array([v for _, v in keys], pa.int32()),
+                                  "cat": pa.array([c for (c, _), _ in keys], pa.string()),
+                                  "name": pa.array([n for (_, n), _ in keys], pa.string())}))
     corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)
     con.execute(f"""
-        DELETE FROM _chrome_flow_ev f WHERE lower(f.cat) IN ({corr}) AND EXISTS (
-            SELECT 1 FROM flows fl JOIN _slices_staging d ON d.slice_id = fl.dst_slice
+        CREATE TEMP TABLE _chrome_flow_ev AS
+        WITH linked AS (
+            SELECT DISTINCT t.src, d.corr_id FROM flows fl JOIN _slices_staging d ON d.slice_id = fl.dst_slice
             JOIN _chrome_tracks t ON t.track_id = d.track_id
-            WHERE fl.raw_kind = 'correlation' AND fl.src_slice IS NOT NULL
-              AND t.src = f.src AND d.corr_id = TRY_CAST(f.fid AS BIGINT))
+            WHERE fl.raw_kind = 'correlation' AND fl.src_slice IS NOT NULL)
+        SELECT r.src, r.thread_key, r.ts, ['s', 't', 'f'][r.ph + 1] AS ph, CASE WHEN r.bp_e THEN 'e' END AS bp,
+               k.cat, k.name, coalesce(CAST(r.fid AS VARCHAR), r.fid_text) AS fid, r.seq
+        FROM _chrome_flow_raw r JOIN _fk k USING (key)
+        WHERE NOT (lower(k.cat) IN ({corr}) AND r.fid IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM linked l WHERE l.src = r.src AND l.corr_id = r.fid))
     """)
+    con.unregister("_fk")
+    state.staged.add("flow_ev")
 
 
 def _bind_flow_events(con) -> None:
     """_chrome_flow_bound(src, seq, slice_id): the slice each flow event attaches to."""
-    _prune_correlated(con)
     con.execute("""
         CREATE TEMP TABLE _chrome_flow_bound AS
         SELECT f.src, f.seq, arg_min(s.slice_id, s.dur) AS slice_id
@@ -169,7 +183,7 @@ def _bind_flow_events(con) -> None:
         SELECT f.src, f.seq, f.thread_key, f.ts, (f.ph = 'f' AND coalesce(f.bp, '') <> 'e') AS next_slice
         FROM _chrome_flow_ev f ANTI JOIN _chrome_flow_bound b USING (src, seq)
     """)
-    (pending,) = con.execute("SELECT count(*) FROM _pending").fetchone()
+    ((pending,),) = con.execute("SELECT count(*) FROM _pending").fetchall()
     if pending:
         con.execute("""
             CREATE TEMP TABLE _thr_slices AS
@@ -193,7 +207,7 @@ def _bind_flow_events(con) -> None:
         """)
         left = con.execute(
             "SELECT count(*) FROM _pending p ANTI JOIN _chrome_flow_bound b USING (src, seq) WHERE NOT p.next_slice"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         if 0 < left <= _RANGE_JOIN_LIMIT:
             # inside an outer slice whose later child already ended: the deepest enclosing one
             con.execute("""
@@ -209,9 +223,10 @@ def _bind_flow_events(con) -> None:
 
 
 def flow_event_flows(state) -> None:
-    if "flow_ev" not in state.staged:
+    if "flow_raw" not in state.staged:
         return
     con = state.builder.con
+    _flow_events(state)
     _bind_flow_events(con)
     state.staged.add("flow_bound")
     corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)

@@ -19,8 +19,11 @@ STAGING = {
     "ext": [("src", "INTEGER"), ("slice_id", "BIGINT"), ("ext_id", "BIGINT")],
     "flow_v2": [("src", "INTEGER"), ("bind_id", "VARCHAR"), ("slice_id", "BIGINT"), ("ts", "BIGINT"),
                 ("flow_in", "BOOLEAN"), ("flow_out", "BOOLEAN")],
-    "flow_ev": [("src", "INTEGER"), ("thread_key", "BIGINT"), ("ts", "BIGINT"), ("ph", "VARCHAR"),
-                ("bp", "VARCHAR"), ("cat", "VARCHAR"), ("name", "VARCHAR"), ("fid", "VARCHAR"), ("seq", "BIGINT")],
+    # flow events, compact (they are most of a Kineto file's events): ph 0/1/2 = s/t/f, `key` codes
+    # (cat, name) in ChromeState.flow_keys, numeric ids in fid and others in fid_text
+    "flow_raw": [("src", "INTEGER"), ("thread_key", "BIGINT"), ("ts", "BIGINT"), ("ph", "UTINYINT"),
+                 ("bp_e", "BOOLEAN"), ("key", "INTEGER"), ("fid", "BIGINT"), ("fid_text", "VARCHAR"),
+                 ("seq", "BIGINT")],
     "be": [("src", "INTEGER"), ("thread_key", "BIGINT"), ("track_id", "INTEGER"), ("ts", "BIGINT"),
            ("seq", "BIGINT"), ("ph", "VARCHAR"), ("name", "VARCHAR"), ("cat", "VARCHAR"), ("args", "VARCHAR")],
     "async": [("src", "INTEGER"), ("pid", "VARCHAR"), ("cat", "VARCHAR"), ("aid", "VARCHAR"), ("name", "VARCHAR"),
@@ -113,6 +116,7 @@ class ChromeState:
         self.proc: dict[tuple, dict] = {}
         self.thread_meta: dict[tuple, dict] = {}
         self.staged: set[str] = set()
+        self.flow_keys: dict[tuple[str, str], int] = {}
 
     def thread_key(self, src: int, pid: str, tid: str) -> int:
         k = (src, pid, tid)
