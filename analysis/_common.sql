@@ -32,10 +32,11 @@ SELECT track_id, lane, name AS track_name, coalesce(device, group_name) AS dev
 FROM tracks;
 
 -- Device work: execution (lane eu) and DMA transfers (lane pcie) with a duration.
---   slice_id, track_id, dev, lane, ts, end_ns, dur, name, bytes, direction, host_mem, corr_id, args.
+--   slice_id, track_id, dev, lane, ts, end_ns, dur, bytes, direction, host_mem, corr_id (names and
+--   args stay in slices: passes join them for the few rows that need them).
 CREATE OR REPLACE TEMP TABLE _dev_work AS
-SELECT s.slice_id, s.track_id, t.dev, t.lane, s.ts, s.ts + s.dur AS end_ns, s.dur, s.name,
-       s.bytes, s.direction, s.host_mem, s.corr_id, s.args
+SELECT s.slice_id, s.track_id, t.dev, t.lane, s.ts, s.ts + s.dur AS end_ns, s.dur,
+       s.bytes, s.direction, s.host_mem, s.corr_id
 FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
 WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 AND s.depth = 0;
 
@@ -52,18 +53,6 @@ FROM flows f
 JOIN _dev_work w ON w.slice_id = f.dst_slice
 JOIN slices s ON s.slice_id = f.src_slice
 WHERE f.kind IN ('submit', 'launch', 'dma', 'exec')
-GROUP BY w.slice_id;
-
--- The host API call each piece of device work came from: the earliest CPU slice sharing its
--- correlation id (runtimes give a call, its driver submission and its device work one id).
---   slice_id, call_slice, call_ts, call_end_ns, call_track_id.
-CREATE OR REPLACE TEMP TABLE _origin AS
-SELECT w.slice_id, arg_min(c.slice_id, c.ts) AS call_slice, min(c.ts) AS call_ts,
-       arg_min(c.ts + c.dur, c.ts) AS call_end_ns, arg_min(c.track_id, c.ts) AS call_track_id
-FROM _dev_work w
-JOIN (SELECT s.slice_id, s.ts, s.dur, s.track_id, s.corr_id FROM slices s
-      WHERE s.corr_id IS NOT NULL AND s.track_id IN (SELECT track_id FROM _track_dev WHERE lane = 'cpu')) c
-  ON c.corr_id = w.corr_id
 GROUP BY w.slice_id;
 
 -- Transfers: DMA copies with a byte count.
@@ -193,6 +182,26 @@ edges AS (
 SELECT dev, idle_start, idle_end FROM _eu_gaps
 UNION ALL
 SELECT dev, idle_start, idle_end FROM edges WHERE idle_end > idle_start;
+
+-- The host API call that submitted a piece of device work: the earliest CPU slice with
+-- its correlation id (a runtime gives a call, its driver submission and its device work one
+-- id). Only for the work that needs it -- kernels that end a gap, and the first DMA of each
+-- pageable copy -- so the join never pairs all device work with all calls.
+--   slice_id, call_slice, call_ts, call_end_ns, call_track_id.
+CREATE OR REPLACE TEMP TABLE _origin AS
+WITH ids AS (
+    SELECT next_slice AS slice_id FROM _eu_gaps
+    UNION
+    SELECT arg_min(slice_id, ts) FROM _dev_work
+    WHERE lane = 'pcie' AND host_mem = 'pageable' GROUP BY coalesce(corr_id, -1 - slice_id)
+),
+w AS (SELECT d.slice_id, d.corr_id FROM _dev_work d JOIN ids ON ids.slice_id = d.slice_id WHERE d.corr_id IS NOT NULL)
+SELECT w.slice_id, arg_min(c.slice_id, c.ts) AS call_slice, min(c.ts) AS call_ts,
+       arg_min(c.ts + c.dur, c.ts) AS call_end_ns, arg_min(c.track_id, c.ts) AS call_track_id
+FROM w
+JOIN slices c ON c.corr_id = w.corr_id
+WHERE c.track_id IN (SELECT track_id FROM _track_dev WHERE lane = 'cpu')
+GROUP BY w.slice_id;
 
 -- Gaps that end with a kernel the host submitted only after the units had run out of work
 -- (the device waited for the host), with the thread that submitted it.

@@ -28,12 +28,24 @@
 --   claim         'idle' over the copy
 
 CREATE OR REPLACE TEMP TABLE _queued_work AS
-SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction, r.ready_ns,
-       CASE WHEN st.lane = 'driver' THEN 'queue:' || CAST(r.src_track_id AS VARCHAR)
-            ELSE 'stream:' || w.dev || ':' || json_extract_string(w.args, '$.stream') END AS queue_key
-FROM _dev_work w
-JOIN _ready r ON r.slice_id = w.slice_id
-JOIN _track_dev st ON st.track_id = r.src_track_id;
+WITH q AS (
+    SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction, r.ready_ns,
+           r.src_track_id, st.lane AS src_lane
+    FROM _dev_work w
+    JOIN _ready r ON r.slice_id = w.slice_id
+    JOIN _track_dev st ON st.track_id = r.src_track_id
+)
+SELECT q.* EXCLUDE (src_track_id, src_lane), 'queue:' || CAST(q.src_track_id AS VARCHAR) AS queue_key
+FROM q WHERE q.src_lane = 'driver'
+UNION ALL
+-- without driver records (Kineto): the stream the work ran on
+SELECT q.* EXCLUDE (src_track_id, src_lane), 'stream:' || q.dev || ':' || json_extract_string(s.args, '$.stream')
+FROM q JOIN slices s ON s.slice_id = q.slice_id WHERE q.src_lane <> 'driver';
+
+-- only queues that carry both kernels and copies can serialise them
+CREATE OR REPLACE TEMP TABLE _mixed_queues AS
+SELECT queue_key FROM _queued_work WHERE queue_key IS NOT NULL
+GROUP BY queue_key HAVING count(DISTINCT lane) = 2;
 
 CREATE OR REPLACE TEMP VIEW _copy_compute_serialization_check AS
 SELECT CASE
@@ -50,7 +62,7 @@ SELECT CASE
 CREATE OR REPLACE TEMP TABLE _serial_rows AS
 WITH q AS (
     SELECT *, lag(end_ns) OVER (PARTITION BY queue_key ORDER BY ts, slice_id) AS prev_end
-    FROM _queued_work WHERE queue_key IS NOT NULL
+    FROM _queued_work WHERE queue_key IN (SELECT queue_key FROM _mixed_queues)
 ),
 c AS (
     SELECT *,

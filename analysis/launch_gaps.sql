@@ -32,7 +32,7 @@ SELECT CASE
 CREATE OR REPLACE TEMP TABLE _launch_gap_rows AS
 SELECT g.dev, g.next_slice AS slice_id, w.track_id, g.idle_end AS ts, g.idle_start, w.name, g.ready_ns
 FROM _late_gaps g
-JOIN _dev_work w ON w.slice_id = g.next_slice
+JOIN slices w ON w.slice_id = g.next_slice
 WHERE g.idle_end - g.idle_start >= ${launch_gap_min_ns};
 
 SELECT g.idle_start AS ts,

@@ -30,10 +30,10 @@
 CREATE OR REPLACE TEMP TABLE _kernel_counters AS
 WITH j AS (
     -- one parse of the args for all three counters
-    SELECT w.slice_id, w.track_id, w.dev, w.ts, w.end_ns, w.dur, w.name,
-           json_extract_string(w.args, ['$.bytes_requested', '$.bytes_fetched', '$.flops']) AS v
-    FROM _dev_work w
-    WHERE w.lane = 'eu' AND w.args LIKE '%bytes_fetched%'
+    SELECT s.slice_id, s.track_id, t.dev, s.ts, s.ts + s.dur AS end_ns, s.dur, s.name,
+           json_extract_string(s.args, ['$.bytes_requested', '$.bytes_fetched', '$.flops']) AS v
+    FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
+    WHERE t.lane = 'eu' AND s.dur > 0 AND s.depth = 0 AND s.args LIKE '%bytes_fetched%'
 )
 SELECT slice_id, track_id, dev, ts, end_ns, dur, name,
        TRY_CAST(v[1] AS DOUBLE) AS requested, TRY_CAST(v[2] AS DOUBLE) AS fetched,

@@ -58,20 +58,20 @@ LEFT JOIN _xfer_model m ON m.dev = p.dev AND m.direction = p.direction;
 -- how long the device's units waited for work its thread could only submit after this
 -- blocking call returned: late gaps of the same device and thread overlapping the call
 -- (a range join on times shifted per (device, thread))
+CREATE OR REPLACE TEMP TABLE _pageable_keys AS
+SELECT dev, thread_track_id,
+       row_number() OVER (ORDER BY dev, thread_track_id) * CAST(1125899906842624 AS BIGINT)
+         - (SELECT run_start_ns FROM _run) AS off
+FROM (SELECT DISTINCT dev, call_track_id AS thread_track_id FROM _pageable_calls WHERE call_track_id IS NOT NULL);
+
 CREATE OR REPLACE TEMP TABLE _pageable_blocked AS
-WITH keys AS (
-    SELECT dev, thread_track_id,
-           row_number() OVER (ORDER BY dev, thread_track_id) * CAST(1125899906842624 AS BIGINT)
-             - (SELECT run_start_ns FROM _run) AS off
-    FROM (SELECT DISTINCT dev, call_track_id AS thread_track_id FROM _pageable_calls WHERE call_track_id IS NOT NULL)
-),
-c AS (
-    SELECT p.copy_key, p.dev, p.direction, k.off, p.call_ts + k.off AS s, p.call_end_ns + k.off AS e
-    FROM _pageable_calls p JOIN keys k ON k.dev = p.dev AND k.thread_track_id = p.call_track_id
+WITH c AS (
+    SELECT p.copy_key, p.dev, p.direction, p.call_ts + k.off AS s, p.call_end_ns + k.off AS e
+    FROM _pageable_calls p JOIN _pageable_keys k ON k.dev = p.dev AND k.thread_track_id = p.call_track_id
 ),
 g AS (
     SELECT g.idle_start + k.off AS s, g.idle_end + k.off AS e
-    FROM _late_gaps g JOIN keys k ON k.dev = g.dev AND k.thread_track_id = g.thread_track_id
+    FROM _late_gaps g JOIN _pageable_keys k ON k.dev = g.dev AND k.thread_track_id = g.thread_track_id
 )
 SELECT c.dev, c.direction, c.copy_key, sum(least(c.e, g.e) - greatest(c.s, g.s)) AS blocked_ns
 FROM c JOIN g ON g.s < c.e AND g.e > c.s

@@ -3,9 +3,9 @@
 --
 -- What it detects: synchronising API calls (names containing "synchronize"/"synchronise":
 -- device, queue/stream and event synchronisation) of at least sync_min_ns during which a
--- device that the calling thread submits to was still computing, and after which that
--- device's execution units sat idle for at least sync_gap_min_ns until the next kernel,
--- which the thread submitted only after the call returned.
+-- device was still computing, and after which that device's execution units sat idle for
+-- at least sync_gap_min_ns until the next kernel, which the same thread submitted only
+-- after the call returned.
 -- Why it matters: while the thread waits it cannot prepare or submit the next work, so the
 -- device drains its queue and then idles for the wake-up, the host's next call and the
 -- submission latency: the pipeline between host and device is broken at every such call.
@@ -34,18 +34,14 @@ CREATE OR REPLACE TEMP VIEW _sync_stalls_check AS
 SELECT CASE
     WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'eu') THEN 'the trace has no device computation'
     WHEN NOT EXISTS (SELECT 1 FROM _sync_calls) THEN 'the trace records no synchronising API call'
-    WHEN NOT EXISTS (SELECT 1 FROM _origin)
+    WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE corr_id IS NOT NULL)
         THEN 'no correlation links device work to host threads, so a call cannot be tied to a device'
     END AS reason;
 
--- which devices each host thread submits to
-CREATE OR REPLACE TEMP TABLE _thread_dev AS
-SELECT DISTINCT o.call_track_id AS track_id, w.dev
-FROM _origin o JOIN _dev_work w ON w.slice_id = o.slice_id;
-
+-- candidate calls, against every device (the gap's kernel must come from the same thread)
 CREATE OR REPLACE TEMP TABLE _sync_candidates AS
-SELECT c.*, td.dev
-FROM _sync_calls c JOIN _thread_dev td ON td.track_id = c.track_id
+SELECT c.*, d.dev
+FROM _sync_calls c CROSS JOIN (SELECT DISTINCT dev FROM _eu_gaps) d
 WHERE c.dur >= ${sync_min_ns};
 
 -- per (call, device): the gap in the device's execution during which the call returned
@@ -68,10 +64,12 @@ nxt AS (
     FROM pts
 )
 -- the units must already have been idle when the call returned
-SELECT n.sync_id, n.dev, n.work_end_ns, n.next_ns, g.next_slice, r.ready_ns AS next_ready_ns
+SELECT n.sync_id, n.dev, n.work_end_ns, n.next_ns, g.next_slice, r.ready_ns AS next_ready_ns,
+       o.call_track_id AS next_thread_track_id
 FROM nxt n
 JOIN _eu_gaps g ON g.dev = n.dev AND g.idle_end = n.next_ns
 LEFT JOIN _ready r ON r.slice_id = g.next_slice
+LEFT JOIN _origin o ON o.slice_id = g.next_slice
 WHERE n.sync_id IS NOT NULL AND n.work_end_ns <= n.t;
 
 SELECT c.ts,
@@ -94,6 +92,7 @@ FROM _sync_candidates c
 JOIN _sync_edges e ON e.sync_id = c.slice_id AND e.dev = c.dev
 WHERE e.work_end_ns > c.ts
   AND e.next_ns IS NOT NULL
+  AND e.next_thread_track_id = c.track_id
   -- the kernel that ended the gap was submitted only after the call returned (had it been
   -- queued already, the gap was a wait for something else, e.g. a copy)
   AND coalesce(e.next_ready_ns, e.next_ns) >= c.end_ns
