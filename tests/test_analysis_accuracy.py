@@ -3,6 +3,8 @@
 Fixed seeds (the benchmark, bench/analysis_accuracy.py, sweeps more seeds and scenarios).
 """
 
+from pathlib import Path
+
 import pytest
 
 from bench.analysis_accuracy import run_one
@@ -37,3 +39,31 @@ def test_injected_problem_is_found_and_sized(store, work, scenario, kind):
     assert r["n_matched"] == r["n_reported"], r  # every warning lies inside the truth's range
     est, true = r["est"].get(kind, 0), r["true"][kind]
     assert abs(est - true) <= 0.25 * true, r
+
+
+A100 = Path(__file__).parent.parent / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+
+
+@pytest.mark.skipif(not A100.exists(), reason="A100 Kineto sample not present")
+def test_real_kineto_trace_every_pageable_copy_flagged_and_no_pinned_one(store):
+    from ingest.pipeline import ingest_paths
+
+    [res] = ingest_paths(store, [A100])
+    assert res.error is None, res.error
+    con = store.connect(res.id)
+    rows = con.execute("""
+        SELECT s.host_mem, s.direction, count(*), count(f.slice_id)
+        FROM slices s JOIN tracks t ON t.track_id = s.track_id
+        LEFT JOIN (SELECT DISTINCT slice_id FROM findings WHERE pass = 'pageable_memory') f
+          ON f.slice_id = s.slice_id
+        WHERE t.lane = 'pcie' AND s.host_mem IS NOT NULL
+        GROUP BY ALL ORDER BY ALL""").fetchall()
+    assert ("pageable", "h2d", 45, 45) in rows, rows
+    assert all(flagged == (n if mem == "pageable" else 0) for mem, _d, n, flagged in rows), rows
+    status = dict(con.execute("SELECT pass, status FROM analysis_status").fetchall())
+    for pid in ("pageable_memory", "small_transfers", "launch_gaps", "sync_stalls"):
+        assert status[pid] == "ran", status
+    (total,) = con.execute("SELECT coalesce(sum(impact_ns), 0) FROM findings").fetchone()
+    (run_ns,) = con.execute("SELECT max(CASE WHEN key='end_ns' THEN value::BIGINT END)"
+                            " - max(CASE WHEN key='start_ns' THEN value::BIGINT END) FROM trace_meta").fetchone()
+    assert total <= run_ns
