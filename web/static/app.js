@@ -11,6 +11,7 @@ import { installDropTarget } from "./upload.js";
 import { tracksInSpan } from "./hit.js";
 import { showTooltip, hideTooltip, sliceTooltip } from "./tooltip.js";
 import { el } from "./util.js";
+import { Cursor } from "./cursor.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -31,6 +32,7 @@ async function main() {
   }
   const root = $("timeline");
   const tl = new Timeline(root, api, meta);
+  const cursor = new Cursor(tl);
   const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings") };
   let selSeq = 0;
   let summaryLoaded = false;
@@ -113,6 +115,7 @@ async function main() {
       catch (e) { panes.area.textContent = `Aggregation failed: ${e.message}`; }
     },
     hoverAt: (item, cx, cy, nameRow) => {
+      cursor.draw(tl.hover && !nameRow && cx !== undefined ? tl.hover.x : null);
       if (item) sliceTooltip(api, item, cx, cy);
       else if (nameRow && nameRow.row.kind === "track") showTooltip([[nameRow.row.track.name, "b"], [`${nameRow.row.track.group_name}`], ["click ◇ to pin"]], cx, cy);
       else hideTooltip();

@@ -15,7 +15,7 @@ export class Timeline {
     this.root = root;
     this.api = api;
     this.meta = meta;
-    this.canvas = root.querySelector("canvas");
+    this.canvas = root.querySelector("canvas.tracks");
     this.ctx = this.canvas.getContext("2d", { alpha: false, desynchronized: true });
     this.view = new View(meta.duration_ns || 1);
     this.layout = new Layout(meta.tracks || []);
