@@ -198,17 +198,25 @@ class AtraceWriter:
             self.write_chunk(STRINGS, encode_strings(entries), stream)
 
     def add_records(self, recs: bytes | memoryview | np.ndarray, stream: int = 0) -> None:
-        """Queue records (bytes or a RECORD_DTYPE array); full chunks are written at once."""
-        data = recs.tobytes() if isinstance(recs, np.ndarray) else bytes(recs)
-        if len(data) % RECORD_SIZE:
-            raise ValueError(f"{len(data)} bytes is not a whole number of {RECORD_SIZE}-byte records")
-        if not data:
+        """Queue records (bytes or a RECORD_DTYPE array); once a chunk's worth is queued it is written.
+
+        A batch that fills a chunk is written straight from the caller's buffer (no copy); a small
+        one is copied into the queue, since the caller may reuse its buffer.
+        """
+        if isinstance(recs, np.ndarray):
+            view = memoryview(np.ascontiguousarray(recs).view(np.uint8).reshape(-1))
+        else:
+            view = memoryview(recs).cast("B")
+        if view.nbytes % RECORD_SIZE:
+            raise ValueError(f"{view.nbytes} bytes is not a whole number of {RECORD_SIZE}-byte records")
+        if not view.nbytes:
             return
-        self._pending.setdefault(stream, []).append(data)
-        n = self._pending_n.get(stream, 0) + len(data) // RECORD_SIZE
-        self._pending_n[stream] = n
+        n = self._pending_n.get(stream, 0) + view.nbytes // RECORD_SIZE
         if n >= self.chunk_events:
-            self._flush_stream(stream)
+            self._flush_stream(stream, extra=view)
+            return
+        self._pending.setdefault(stream, []).append(bytes(view))
+        self._pending_n[stream] = n
 
     def add_clock_sync(self, domain: int, host_ns, dev_ticks) -> None:
         """(host ns, device ticks) pairs for one clock domain (scalars or equal-length arrays)."""
@@ -229,19 +237,23 @@ class AtraceWriter:
         arr["lost"] = list(lost_by_stream.values())
         self.write_chunk(LOSS, arr.tobytes())
 
-    def _flush_stream(self, stream: int) -> None:
+    def _flush_stream(self, stream: int, extra: memoryview | None = None) -> None:
         tab = self._strings.get(stream)
         if tab is not None and tab.pending:
             self.write_chunk(STRINGS, encode_strings(tab.take_pending()), stream)
         bufs = self._pending.pop(stream, None)
         self._pending_n.pop(stream, None)
+        step = self.chunk_events * RECORD_SIZE
+        parts = []
         if bufs:
-            data = b"".join(bufs)
-            step = self.chunk_events * RECORD_SIZE
-            for off in range(0, len(data), step):
+            parts.append(memoryview(b"".join(bufs)))
+        if extra is not None:
+            parts.append(extra)
+        for data in parts:
+            for off in range(0, data.nbytes, step):
                 part = data[off: off + step]
                 self.write_chunk(EVENTS, part, stream)
-                self.events_written += len(part) // RECORD_SIZE
+                self.events_written += part.nbytes // RECORD_SIZE
 
     def flush(self) -> None:
         """Write everything queued (strings first) and, with fsync, make it durable."""
