@@ -13,14 +13,11 @@ start is in `otherData.start_ns`. Slices are X events, counter samples C events.
 Flows: correlation-chain flows (launch, submit, dma, exec) are s/f pairs of category "ac2g"
 and dependencies s/f pairs of category "fwdbwd", as Kineto writes them, so any reader can
 tell what they are (every slice also carries its correlation id in args); they bind to the
-slice starting at their time ("bp": "e"). Perfetto's v2 form (bind_id with flow_out /
-flow_in on the slices) has no category and allows one bind_id per slice, so it is used only
-for flows of kind other between two slices that have no other flow; the rest are s/f pairs
-of category "other". Links derived from Kineto's "External id" arg get no flow events (the
-arg is in args, as in Kineto's files), and neither does a correlation flow (both ends with the
-same correlation id) whose end shares its start time with a shorter slice of its track: an
-s/f event there would bind to that other slice, while the correlation ids in args still say
-exactly which slices are linked. docs/export.md has the details.
+slice starting at their time ("bp": "e"), and their args name the kind and both slices
+exactly (for ingest/export_read.py). Perfetto's v2 form (bind_id with flow_out / flow_in on
+the slices) has no category and allows one bind_id per slice, so it is used only for flows of
+kind other between two slices that have no other flow; the rest are s/f pairs of category
+"other". docs/export.md has the details.
 
 The JSON lines are built by DuckDB in SQL and leave as Arrow string buffers, so no Python
 runs per event and memory stays bounded by the batch size. Events are ordered (slices by
@@ -42,9 +39,6 @@ BATCH_ROWS = 65_536
 # Flow categories Kineto writes (and Chrome ingesters know): a correlation edge, an autograd dependency.
 CORRELATION_CAT = "ac2g"
 DEPENDENCY_CAT = "fwdbwd"
-# Links a Chrome ingester derives from the "External id" arg the slices already carry; Kineto
-# writes no flow events for them, and neither do we (they would come back twice).
-EXTERNAL_ID_RAW = "external_id"
 _CHAIN = ", ".join(f"'{k}'" for k in schema.CHAIN_FLOW_KINDS)
 
 # v2 (bind_id) only for flows of kind other between two slices with no other flow: v2 carries no
@@ -57,7 +51,7 @@ V2_CTES = f"""real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_s
         SELECT f.flow_id, f.src_slice, f.dst_slice FROM real f
         JOIN outs o ON o.slice_id = f.src_slice AND o.n = 1
         JOIN ins i ON i.slice_id = f.dst_slice AND i.n = 1
-        WHERE f.kind = 'other' AND f.raw_kind IS DISTINCT FROM '{EXTERNAL_ID_RAW}'
+        WHERE f.kind = 'other'
           AND f.src_slice NOT IN (SELECT slice_id FROM ins) AND f.dst_slice NOT IN (SELECT slice_id FROM outs)
     )"""
 
@@ -138,41 +132,32 @@ def _slices_sql(start_ns: int) -> str:
 
 
 def _v1_flows_sql(start_ns: int) -> str:
+    # args: the flow's kind and its two slices as ordinals of the X events in the file (null for a
+    # missing end), so acceltrace's reader (ingest/export_read.py) rebuilds every flow exactly;
+    # viewers ignore flow args and bind by time
     return f"""
     WITH {V2_CTES},
     pids AS ({PIDS_SQL}),
-    chain AS (
-        SELECT f.flow_id, f.src_slice, f.dst_slice FROM flows f
-        JOIN slices a ON a.slice_id = f.src_slice JOIN slices b ON b.slice_id = f.dst_slice
-        WHERE f.kind IN ({_CHAIN}) AND a.corr_id = b.corr_id
-    ),
-    ends_at AS (
-        SELECT s.slice_id, s.track_id, s.ts, s.dur FROM slices s
-        WHERE s.slice_id IN (SELECT src_slice FROM chain UNION SELECT dst_slice FROM chain)
-    ),
-    -- an end that another slice of its track starting at the same time could be taken for
-    ambiguous AS (
-        SELECT DISTINCT e.slice_id FROM ends_at e
-        JOIN slices o ON o.track_id = e.track_id AND o.ts = e.ts AND o.slice_id <> e.slice_id AND o.dur <= e.dur
-    ),
+    ord AS (SELECT slice_id, row_number() OVER (ORDER BY ts, slice_id) - 1 AS k FROM slices),
     v1 AS (
         SELECT f.*, CASE WHEN f.kind IN ({_CHAIN}) THEN '{CORRELATION_CAT}'
-                         WHEN f.kind = 'dependency' THEN '{DEPENDENCY_CAT}' ELSE 'other' END AS cat
-        FROM flows f WHERE f.flow_id NOT IN (SELECT flow_id FROM v2)
-          AND f.raw_kind IS DISTINCT FROM '{EXTERNAL_ID_RAW}'
-          AND f.flow_id NOT IN (SELECT flow_id FROM chain WHERE src_slice IN (SELECT slice_id FROM ambiguous)
-                                OR dst_slice IN (SELECT slice_id FROM ambiguous))
+                         WHEN f.kind = 'dependency' THEN '{DEPENDENCY_CAT}' ELSE 'other' END AS cat,
+               oa.k AS src_k, ob.k AS dst_k
+        FROM flows f LEFT JOIN ord oa ON oa.slice_id = f.src_slice LEFT JOIN ord ob ON ob.slice_id = f.dst_slice
+        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2)
     ),
     ends AS (
-        SELECT flow_id, kind, raw_kind, cat, 's' AS ph, src_slice AS slice_id FROM v1 WHERE src_slice IS NOT NULL
+        SELECT *, 's' AS ph, src_slice AS slice_id FROM v1 WHERE src_slice IS NOT NULL
         UNION ALL
-        SELECT flow_id, kind, raw_kind, cat, 'f', dst_slice FROM v1 WHERE dst_slice IS NOT NULL
+        SELECT *, 'f', dst_slice FROM v1 WHERE dst_slice IS NOT NULL
     )
     SELECT ',' || chr(10) || '{{"ph":"' || e.ph || '","cat":' || to_json(e.cat)
         || ',"name":' || to_json(coalesce(e.raw_kind, e.kind)) || ',"id":' || e.flow_id
         || ',"pid":' || p.pid || ',"tid":' || (s.track_id + 1)
         || ',"ts":' || {_us(f"s.ts - {start_ns}")}
-        || CASE WHEN e.ph = 'f' THEN ',"bp":"e"' ELSE '' END || '}}' AS line
+        || CASE WHEN e.ph = 'f' THEN ',"bp":"e"' ELSE '' END
+        || ',"args":' || json_object('kind', e.kind, 'raw_kind', e.raw_kind, 'src', e.src_k, 'dst', e.dst_k)
+        || '}}' AS line
     FROM ends e JOIN slices s ON s.slice_id = e.slice_id JOIN pids p ON p.track_id = s.track_id
     ORDER BY e.flow_id, e.ph DESC
     """
@@ -213,7 +198,7 @@ def _string_bytes(arr: pa.Array) -> bytes:
 def chrome_chunks(con: duckdb.DuckDBPyConnection, batch_rows: int | None = None) -> Iterator[bytes]:
     """The whole Chrome JSON document as a sequence of byte chunks (bounded memory)."""
     n = batch_rows or BATCH_ROWS
-    (start_ns,) = con.execute("SELECT value::BIGINT FROM trace_meta WHERE key = 'start_ns'").fetchone()
+    (start_ns,) = con.execute("SELECT value::BIGINT FROM trace_meta WHERE key = 'start_ns'").fetchall()[0]
     yield from _header(con, start_ns)
     yield from _lines(con, _slices_sql(start_ns), n)
     yield from _lines(con, _v1_flows_sql(start_ns), n)

@@ -139,7 +139,7 @@ class _Ingest:
         (unknown,) = self.q(
             "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY"
             " WHERE copyKind IS NULL OR copyKind NOT IN (SELECT id FROM _copykind)"
-        ).fetchone()
+        ).fetchall()[0]
         if unknown:
             self.b.warn(self.ex.name, f"{unknown} copies with an unknown copyKind were left out"
                         f" (expected one of {sorted(m.COPY_KINDS)})", "table CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -147,7 +147,7 @@ class _Ingest:
 
     def _warn_invalid(self) -> None:
         for table, sql in m.INVALID_SQL.items():
-            (n,) = self.q(sql.format(nvtx_types=m.nvtx_types())).fetchone()
+            (n,) = self.q(sql.format(nvtx_types=m.nvtx_types())).fetchall()[0]
             if n:
                 label = "CUPTI_ACTIVITY_KIND_RUNTIME/DRIVER" if table == "_calls" else table
                 what = "a start" if table in ("_calls", "NVTX_EVENTS") else (
@@ -156,12 +156,12 @@ class _Ingest:
                             " were left out", f"table {label}", dropped=n)
         (unterminated,) = self.q(
             f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({', '.join(map(str, m.NVTX_RANGES))})"
-            ' AND "end" IS NULL AND start IS NOT NULL').fetchone()
+            ' AND "end" IS NULL AND start IS NOT NULL').fetchall()[0]
         if unterminated:
             self.b.warn(self.ex.name, f"{unterminated} NVTX ranges never ended; kept as instants marked unterminated",
                         "table NVTX_EVENTS")
         known = ", ".join(str(t) for t in sorted({*m.NVTX_METADATA, m.NVTX_MARK, *m.NVTX_RANGES}))
-        (other,) = self.q(f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType NOT IN ({known})").fetchone()
+        (other,) = self.q(f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType NOT IN ({known})").fetchall()[0]
         if other:
             self.b.warn(self.ex.name, f"{other} NVTX records of unknown eventType were left out",
                         "table NVTX_EVENTS", dropped=other)
@@ -247,7 +247,7 @@ class _Ingest:
         for batch in reader:
             if batch.num_rows:
                 self.b.add_flows(batch.column(0), batch.column(1), batch.column(2), batch.column(3))
-        (unlinked,) = self.q(m.UNLINKED_SQL).fetchone()
+        (unlinked,) = self.q(m.UNLINKED_SQL).fetchall()[0]
         if unlinked:
             self.b.set_meta("nsys_unlinked_device_ops", str(unlinked))
 
