@@ -21,6 +21,7 @@ from ingest.sources import Source
 
 # Order matters only for content sniffing; names are checked for all modules first.
 FORMAT_MODULES = [
+    "ingest.export_read",  # acceltrace's own Chrome exports (strict sniff), ahead of the generic reader
     "ingest.chrome",
     "ingest.nsys",
     "ingest.actr",
