@@ -31,14 +31,20 @@ class HostBuffer:
         """The host changed the contents (a new batch, new tokens)."""
         self.version += 1
 
-    def copy_args(self, nbytes: int) -> str:
-        """Args of a copy from/to this buffer: its id and a hash of the contents (cached per version)."""
-        key = (self.version, nbytes)
+    def copy_args(self, nbytes: int, offset: int = 0) -> str:
+        """Args of a copy of [offset, offset + nbytes) of this buffer: its id and a hash of those
+        contents (what an instrumented runtime can compute); cached per version and range."""
+        key = (self.version, offset, nbytes)
         a = self._args.get(key)
         if a is None:
-            digest = hashlib.blake2b(f"{self.id}:{self.version}:{nbytes}".encode(), digest_size=8).hexdigest()
-            a = self._args[key] = json.dumps({"host_buffer": self.id, "content_hash": digest},
-                                            separators=(",", ":"))
+            digest = hashlib.blake2b(f"{self.id}:{self.version}:{offset}:{nbytes}".encode(),
+                                     digest_size=8).hexdigest()
+            args = {"host_buffer": self.id, "content_hash": digest}
+            if offset:
+                args["offset"] = offset
+            a = self._args[key] = json.dumps(args, separators=(",", ":"))
+            if len(self._args) > 4096:  # old versions are never asked for again
+                self._args = {key: a}
         return a
 
 
@@ -93,10 +99,10 @@ class Runtime:
 
     # -- copies ----------------------------------------------------------------------------------
     def memcpy(self, q: int, buf: HostBuffer, nbytes: int, direction: str, sync: bool = False,
-               tag: str | None = None):
+               tag: str | None = None, offset: int = 0):
         """acMemcpyAsync (or acMemcpy with sync): pinned goes straight to DMA, pageable is staged."""
         if buf.mem == "pageable":
-            yield from self._memcpy_staged(q, buf, nbytes, direction, sync, tag)
+            yield from self._memcpy_staged(q, buf, nbytes, direction, sync, tag, offset)
             return
         sim, rec = self.sim, self.m.rec
         t0 = sim.now
@@ -108,10 +114,10 @@ class Runtime:
         if sync:
             yield from self._wait_host(cmd)
         self._api(t0, "acMemcpy" if sync else "acMemcpyAsync", corr, flow, nbytes, direction, "pinned",
-                  buf.copy_args(nbytes), tag)
+                  buf.copy_args(nbytes, offset), tag)
         return cmd
 
-    def _memcpy_staged(self, q: int, buf: HostBuffer, nbytes: int, direction: str, sync: bool, tag):
+    def _memcpy_staged(self, q: int, buf: HostBuffer, nbytes: int, direction: str, sync: bool, tag, offset: int):
         """Pageable memory cannot be DMA'd: copy through two pinned staging buffers, chunk by chunk.
 
         H2D: the CPU fills a staging chunk, submits its DMA, and must wait for the DMA that used
@@ -147,7 +153,7 @@ class Runtime:
             yield from self._wait_host(cmds[-1])
         yield self._cost(self.h.memcpy_ns * 0.4)
         self._api(t0, "acMemcpy" if sync else "acMemcpyAsync", corr, flow, nbytes, direction, "pageable",
-                  buf.copy_args(nbytes), tag)
+                  buf.copy_args(nbytes, offset), tag)
         return cmds[-1]
 
     def _wait_fence(self, cmd: Command):

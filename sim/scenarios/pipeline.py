@@ -160,12 +160,12 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
             # the table never changes, yet goes over the link again every step
             yield from rt.memcpy(copy_q, table, p["table_bytes"], "h2d", tag=REDUNDANT if s > 0 else None)
         if SMALL in on:
-            for _ in range(p["in_bytes"] // p["piece_bytes"]):
-                yield from rt.memcpy(copy_q, inb, p["piece_bytes"], "h2d", tag=SMALL)
+            for i in range(p["in_bytes"] // p["piece_bytes"]):
+                yield from rt.memcpy(copy_q, inb, p["piece_bytes"], "h2d", tag=SMALL, offset=i * p["piece_bytes"])
         elif split:
             half = p["in_bytes"] // 2
             yield from rt.memcpy(H2D_Q, inb, half, "h2d", tag=SATURATION)
-            yield from rt.memcpy(H2D_Q2, inb, p["in_bytes"] - half, "h2d", tag=SATURATION)
+            yield from rt.memcpy(H2D_Q2, inb, p["in_bytes"] - half, "h2d", tag=SATURATION, offset=half)
         else:
             yield from rt.memcpy(copy_q, inb, p["in_bytes"], "h2d",
                                  tag=tag(PAGEABLE) or tag(SERIAL) or tag(SATURATION))

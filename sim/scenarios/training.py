@@ -1,10 +1,11 @@
-"""training-step: forward, backward and optimizer steps with the host in the loop for data and gradients.
+"""training-step: forward, backward and optimizer steps fed by the host.
 
-Per device (one host thread each): the next batch is prefetched on the H2D queue while the
-current step computes; the backward pass hands gradient buckets to the D2H queue as soon as
-each bucket's layers are done (the host reduces them, as a CPU parameter server would), the
-reduced gradients come back on the H2D queue, and a vector-unit optimizer updates the weights.
-The loss is copied back and read every step. Nothing is injected.
+Per device (one host thread each, independent replicas): the next batch (token ids and labels)
+is prefetched on the H2D queue while the current step computes; forward and backward run L
+layers of matrix and vector kernels, a vector-unit optimizer updates the weights, and the loss
+is copied back on the D2H queue; the host reads the previous step's loss, so one step stays
+queued ahead. Gradient exchange between devices is not modelled (no device-to-device DMA yet).
+Nothing is injected.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ def build(seed: int) -> Plan:
     params = {
         "layers": layers, "d": d, "tokens": tokens,
         "batch_bytes": tokens * 4 * 2,  # token ids and labels
-        "buckets": rng.choice((2, 3, 4)),
-        "host_reduce_bytes_per_ns": 8.0 + 8.0 * rng.random(),
     }
     names = tuple("main" if i == 0 else f"worker {i}" for i in range(cfg.n_devices))
     per_step = layers * 5 * 4 + 80
@@ -48,13 +47,10 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
            Kernel("layer_bwd_norm_act", "vector", 12 * t * d, 5 * act, BF16, BF16)]
     loss = Kernel("cross_entropy", "vector", 8 * t * 32000, t * 32000 * 4, 4, 4)
     opt = Kernel("adamw_update", "vector", 12 * L * w_layer // BF16, 8 * L * w_layer, 4, 4)
-    bucket_layers = max(1, L // p["buckets"])
-    bucket_bytes = bucket_layers * w_layer
     yield from rt.malloc(L * w_layer * 4)
     batches = []
     for _ in range(2):
         batches.append((yield from rt.host_alloc(p["batch_bytes"], pinned=True)))
-    grads = yield from rt.host_alloc(L * w_layer, pinned=True)
     loss_host = yield from rt.host_alloc(4, pinned=True)
     batches[0].write()
     yield from rt.memcpy(H2D_Q, batches[0], p["batch_bytes"], "h2d")
@@ -71,24 +67,9 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
         nxt = batches[(s + 1) % 2]
         nxt.write()
         yield from rt.memcpy(H2D_Q, nxt, p["batch_bytes"], "h2d")
-        pending = []
-        for i in range(L):
+        for _ in range(L):
             for k in bwd:
                 yield from rt.launch(COMPUTE_Q, k)
-            if (i + 1) % bucket_layers == 0 or i == L - 1:
-                ev = yield from rt.event_record(COMPUTE_Q)
-                yield from rt.queue_wait_event(D2H_Q, ev)
-                grads.write()
-                yield from rt.memcpy(D2H_Q, grads, bucket_bytes, "d2h")
-                pending.append((yield from rt.event_record(D2H_Q)))
-        # the host reduces each bucket as it arrives and sends the result back
-        for got in pending:
-            yield from rt.event_synchronize(got)
-            yield from rt.host_work(bucket_bytes / p["host_reduce_bytes_per_ns"])
-            grads.write()
-            yield from rt.memcpy(H2D_Q, grads, bucket_bytes, "h2d")
-        ev = yield from rt.event_record(H2D_Q)
-        yield from rt.queue_wait_event(COMPUTE_Q, ev)
         yield from rt.launch(COMPUTE_Q, opt)
         ev = yield from rt.event_record(COMPUTE_Q)
         yield from rt.queue_wait_event(D2H_Q, ev)
