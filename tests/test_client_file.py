@@ -127,3 +127,19 @@ def test_no_daemon_and_no_file_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("ACCELTRACE_SOCKET", raising=False)
     with pytest.raises(client.ClientError, match="no tracing daemon"):
         client.connect()
+
+
+def test_bulk_records_keep_their_order_after_buffered_spans(tmp_path):
+    import numpy as np
+
+    p = tmp_path / "bulk.atrace"
+    t = client.connect(file=p)
+    t.instant("first", ts=1)
+    n = t.intern("bulk")
+    recs = np.zeros(5000, R.RECORD_DTYPE)
+    recs["kind"], recs["name"], recs["ts"] = R.INSTANT, n, np.arange(5000) + 10
+    t.write_records(recs)
+    t.close()
+    _, got, names = _read(p)
+    assert len(got) == 5001 and names[got["name"][0]] == "first"
+    assert got["ts"][1:].tolist() == list(range(10, 5010))

@@ -319,3 +319,29 @@ def test_unwritable_output_is_a_clear_error_without_a_leftover_socket(tmp_path):
                         str(tmp_path / "no" / "such" / "dir.atrace")], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "cannot write" in r.stderr and "Traceback" not in r.stderr
     assert not sock.exists()
+
+
+def test_bulk_record_arrays_go_through_the_ring_with_exact_counts(tmp_path):
+    from collect import record as R
+
+    proc, sock, out = _start(tmp_path)
+    try:
+        t = client.connect(sock, ring_records=4096)
+        name = t.intern("dev record")
+        recs = np.zeros(3000, R.RECORD_DTYPE)
+        recs["kind"], recs["name"], recs["lane"], recs["ts"] = R.COMPLETE, name, R.LANE_CODES["eu"], np.arange(3000)
+        recs["corr"], recs["flags"] = np.arange(1, 3001), R.FLAG_HAS_CORR
+        t.write_records(recs)  # wraps nothing yet
+        t.flush()
+        t.write_records(recs)  # wraps around the end of the ring
+        t.flush()
+        ctl(sock, "stop")
+        t.write_records(np.concatenate([recs, recs]))  # 6000 into a 4096 ring nobody drains: 1904 refused
+        ctl(sock, "start")
+        t.close()
+    finally:
+        _stop(proc)
+    r, got, _ = _records(out)
+    assert len(got) + r.trailer["lost_events"] == 12000 and r.trailer["lost_events"] == 6000 - 4096
+    assert got["corr"][:6000].tolist() == list(range(1, 3001)) * 2
+    assert (got["pid"] == os.getpid()).all()

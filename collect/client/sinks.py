@@ -37,6 +37,13 @@ class BufWriter:
             self.sink.drain(self)
 
 
+    def write_many(self, recs) -> None:
+        self.sink.drain(self)  # keep order: what this thread buffered goes first
+        with self.sink.lock:
+            self.sink.writer_.define_strings(self.sink.strings.take_pending())
+            self.sink.writer_.add_records(recs)
+
+
 class FileSink:
     """Writes records straight into an .atrace file (no daemon): the explicit fallback."""
 
@@ -121,6 +128,32 @@ class RingWriter:
         if self.w - self.pub >= 64:
             self.publish()
 
+    def write_many(self, recs) -> None:
+        """Copy a record array into the ring in at most two slices; what does not fit is counted lost."""
+        import numpy as np
+
+        n = len(recs)
+        w = self.w
+        if self.limit < (1 << 62):  # discard mode: only what the ring has room for
+            self.limit = int(self.idx[RG.R]) + self.cap
+            room = max(0, self.limit - w)
+            if room < n:
+                self.lost += n - room
+                recs, n = recs[:room], room
+        elif n > self.cap:  # ring mode: only the newest capacity's worth can survive
+            self.lost += n - self.cap
+            recs, n = recs[n - self.cap:], self.cap
+        if n:
+            ring = np.frombuffer(self.mem, dtype=recs.dtype, count=self.cap, offset=RG.DATA_OFFSET)
+            start = w & self.mask
+            first = min(n, self.cap - start)
+            ring[start:start + first] = recs[:first]
+            if n > first:
+                ring[: n - first] = recs[first:]
+            del ring
+            self.w = w + n
+        self.publish()
+
     def publish(self) -> None:
         """Make written records and the lost count visible (single aligned 8-byte stores)."""
         with self.lock:
@@ -142,6 +175,9 @@ class LostWriter:
 
     def emit(self, prefix, ts, dur, corr, nbytes, flow, args):
         self.lost += 1
+
+    def write_many(self, recs) -> None:
+        self.lost += len(recs)
 
 
 class DaemonSink:
