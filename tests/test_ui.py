@@ -9,12 +9,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,12 +31,6 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
                "--disable-sync", "--no-first-run"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get_json(url: str):
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
@@ -55,37 +46,17 @@ def _post_json(url: str, body: dict):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`acceltrace serve` on a free loopback port with the A100 Kineto trace ingested; yields its base URL."""
+def server(tmp_path_factory, live_server_factory):
+    """`acceltrace serve` (tests/conftest.py) on a store holding the A100 Kineto trace; yields its base URL."""
     assert A100.exists(), f"missing sample trace {A100}"
     store = tmp_path_factory.mktemp("ui-store")
-    port = _free_port()
-    log = open(store / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "acceltrace.cli", "--store", str(store), "serve", str(A100),
-                             "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180  # ingest + analysis of the sample; slow when the machine is busy
-    traces = []
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            traces = _get_json(f"{base}/api/traces")["traces"]
-            if any(t["status"] == "ready" for t in traces):
-                break
-        except OSError:
-            pass
-        time.sleep(0.3)
-    if not any(t["status"] == "ready" for t in traces):
-        proc.kill()
-        pytest.fail(f"server did not come up with a ready trace: {(store / 'server.log').read_text()[-3000:]}")
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    # ingest first (with the analysis passes that run after publishing), then serve: the server starts fast
+    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--json", str(A100)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    live = live_server_factory(store)
+    yield live.url
+    live.stop()
 
 
 @pytest.fixture(scope="module")
