@@ -220,6 +220,25 @@ def bench_python(tmp: Path, n: int, threads: int) -> dict:
             "written": int((r.read_all()[0]["kind"] == R.COMPLETE).sum()), "expected": total + 1000 * threads}
 
 
+def bench_python_bulk(tmp: Path, n: int, batch: int = 4096) -> dict:
+    """t.write_records of RECORD_DTYPE batches (a device trace reader's path), CPU ns per event."""
+    d = Daemon(tmp, buffer_mb=max(64, (pow2(n) * 64 >> 20) + 2), tag="bulk")
+    try:
+        t = client.connect(d.sock, ring_records=pow2(n))
+        recs = np.zeros(batch, R.RECORD_DTYPE)
+        recs["kind"], recs["name"], recs["pid"] = R.COMPLETE, t.intern("bulk"), 1
+        recs["ts"] = np.arange(batch)
+        c0 = time.thread_time()
+        for _ in range(n // batch):
+            t.write_records(recs)
+        cpu = time.thread_time() - c0
+        t.close()
+    finally:
+        r = d.stop()
+    sent = n // batch * batch
+    return {"ns_per_event": cpu / sent * 1e9, "sent": sent, "written": len(r.read_all()[0]), "lost": r.lost_events()[0]}
+
+
 VIZ_SCRIPT = """
 import json, sys, time
 from viztracer import VizTracer
@@ -324,6 +343,7 @@ def main() -> int:
         parts = [("c", lambda: bench_c(tmp, args.events)), ("lttng", lambda: bench_lttng(tmp, args.events)),
                  ("python1", lambda: bench_python(tmp, args.py_events, 1)),
                  ("python4", lambda: bench_python(tmp, args.py_events // 4, 4)),
+                 ("pybulk", lambda: bench_python_bulk(tmp, args.py_events * 10)),
                  ("viz", lambda: bench_viztracer(args.py_events)), ("drain", lambda: bench_drain(tmp, args.drain_mb)),
                  ("loss_discard", lambda: bench_overrun(tmp, 20000, "discard")),
                  ("loss_ring", lambda: bench_overrun(tmp, 20000, "ring"))]
@@ -365,6 +385,10 @@ def _table(res: dict) -> None:
             rows.append((label, _fmt(p["ns_per_span"]), "<= 400", ratio))
             rows.append(("  empty `with` block alone, ns", _fmt(p["empty_with_ns"]), "", ""))
             rows.append(("  written / lost / expected", f"{p['written']} / {p['lost']} / {p['expected']}", "", ""))
+    pb = res.get("pybulk")
+    if pb:
+        rows.append(("Python bulk path (t.write_records, 4096-record arrays), ns per event",
+                     _fmt(pb["ns_per_event"]), "", f"{pb['written']} written, {pb['lost']} lost of {pb['sent']}"))
     if "ns_per_call" in viz:
         rows.append(("VizTracer, ns per traced call (anchor)", _fmt(viz["ns_per_call"]), "anchor", ""))
     elif viz:
