@@ -179,12 +179,12 @@ class Device:
             unit = yield pool.acquire()
         dcfg = m.cfg.device
         t0 = m.sim.now + dcfg.dispatch_ns
-        info = self._kernel_info.get(k)
+        info = self._kernel_info.get(id(k))  # kernels live in the workload's params for the whole run
         if info is None:
             fetched = k.bytes_fetched(dcfg)
             args = json.dumps({"bytes_requested": int(k.bytes_requested), "bytes_fetched": int(fetched),
                                "flops": int(k.flops)}, separators=(",", ":"))
-            info = self._kernel_info[k] = (k.duration_ns(dcfg), fetched, args)
+            info = self._kernel_info[id(k)] = (k.duration_ns(dcfg), fetched, args, k)
         dur = info[0] * m.jitter()
         yield dcfg.dispatch_ns + dur
         m.rec.add(SPAN, self.unit_tracks[unit], t0, dur, k.name, cmd.corr, -1, None, None, info[2], cmd.flow,

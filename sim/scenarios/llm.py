@@ -74,6 +74,14 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
     yield from rt.memcpy(H2D_Q, kv_host, p["kv_swap_bytes"], "h2d")
     lm_head = Kernel("lm_head", "matrix", 2 * b * d * vocab, d * vocab * BF16 + b * vocab * 4, BF16, BF16)
     sample = Kernel("sample_topk", "vector", 4 * b * vocab, b * vocab * 4, 4, 4)
+    shapes: dict[tuple[int, int], list[Kernel]] = {}
+
+    def layer(tokens: int, ctx: int) -> list[Kernel]:
+        got = shapes.get((tokens, ctx))
+        if got is None:
+            got = shapes[(tokens, ctx)] = _layer_kernels(p, tokens, ctx)
+        return got
+
     done_steps = 0
     while done_steps < steps:
         n_decode = min(p["decode_per_batch"], steps - done_steps)
@@ -85,7 +93,7 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
         yield from rt.queue_wait_event(COMPUTE_Q, ev)
         prompt_tokens = b * p["prompt"]
         for _ in range(p["layers"]):
-            for k in _layer_kernels(p, prompt_tokens, p["prompt"]):
+            for k in layer(prompt_tokens, p["prompt"]):
                 yield from rt.launch(COMPUTE_Q, k)
         yield from rt.launch(COMPUTE_Q, lm_head)
         yield from rt.launch(COMPUTE_Q, sample)
@@ -97,7 +105,7 @@ def program(rt, p: dict, issues: tuple[str, ...], steps: int):
             ctx += 1
             ctx_bucket = -(-ctx // bucket) * bucket
             for _ in range(p["layers"]):
-                for k in _layer_kernels(p, b, ctx_bucket):
+                for k in layer(b, ctx_bucket):
                     yield from rt.launch(COMPUTE_Q, k)
             yield from rt.launch(COMPUTE_Q, lm_head)
             yield from rt.launch(COMPUTE_Q, sample)
