@@ -116,27 +116,27 @@ class Daemon:
         next_sync = 0.0
         try:
             while not self.stop_requested:
-                timeout = max(0.0, next_drain - time.monotonic())
-                for key, _ in self.sel.select(timeout):
-                    if key.data is None:
-                        self._accept(srv)
-                    else:
-                        self._readable(key.data)
-                now = time.monotonic()
-                if now >= next_drain:
-                    try:
+                try:
+                    timeout = max(0.0, next_drain - time.monotonic())
+                    for key, _ in self.sel.select(timeout):
+                        if key.data is None:
+                            self._accept(srv)
+                        else:
+                            self._readable(key.data)
+                    now = time.monotonic()
+                    if now >= next_drain:
                         self.drain_all()
-                    except OSError as e:  # disk full, file gone: say so and stop, never spin
-                        self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e}); stopping")
-                        self.stop_requested = True
-                        self.write_failed = True
-                    next_drain = now + DRAIN_INTERVAL_S
-                if now >= next_sync:
-                    self.writer.add_clock_sync(REALTIME_DOMAIN, time.monotonic_ns(), time.time_ns())
-                    next_sync = now + SYNC_INTERVAL_S
+                        next_drain = now + DRAIN_INTERVAL_S
+                    if now >= next_sync:
+                        self.writer.add_clock_sync(REALTIME_DOMAIN, time.monotonic_ns(), time.time_ns())
+                        next_sync = now + SYNC_INTERVAL_S
+                except OSError as e:  # disk full, file gone: say so and stop, never spin
+                    self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e}); stopping")
+                    self.stop_requested = True
+                    self.write_failed = True
         finally:
             self._shutdown(srv)
-        return 0
+        return 1 if getattr(self, "write_failed", False) else 0
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_requested = True
