@@ -1,5 +1,5 @@
 -- copy_compute_serialization: copies queued between computations that do not need them
--- precedence: 60
+-- precedence: 50
 --
 -- What it detects: copies that sit between computations on one submission queue (driver
 -- queue, or stream in traces without driver records): in a chain of queue items each

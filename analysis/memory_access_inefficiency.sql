@@ -18,8 +18,9 @@
 -- loads, use vector loads), or stage reused data in on-chip memory.
 -- Impact: the kernel's time beyond its roofline at full efficiency,
 -- max(requested / bandwidth, flops / compute peak), claimed at the kernel's end when the
--- next work on its unit was already waiting for it (or nothing followed); when the unit
--- then waited for the host anyway, the excess is off the critical path (impact 0).
+-- next work on its unit was already waiting for it, a thread was blocked in a
+-- synchronising call waiting for it, or nothing followed; when the unit then waited for
+-- the host anyway, the excess is off the critical path (impact 0).
 --
 -- Output columns (one row per kernel):
 --   ts, dur, track_id, slice_id  the kernel
@@ -74,6 +75,15 @@ LEFT JOIN _ready r ON r.slice_id = n.next_slice;
 -- (a) amplified and bandwidth-bound; (b) neither bandwidth- nor compute-bound: under
 -- mem_low_bw_fraction of the bandwidth with compute needing under half its time (only
 -- where the unit's compute peak is known)
+-- a host thread blocked in a synchronising call across a kernel's end was waiting for it:
+-- the host's next submission depended on the kernel, which is on the critical path then
+CREATE OR REPLACE TEMP TABLE _mem_awaited AS
+SELECT DISTINCT k.slice_id
+FROM (SELECT slice_id, end_ns FROM _kernel_roofline WHERE next_ready_ns > end_ns) k
+JOIN (SELECT s.ts, s.ts + s.dur AS end_ns FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
+      WHERE t.lane = 'cpu' AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%')) c
+  ON c.ts < k.end_ns AND c.end_ns >= k.end_ns;
+
 CREATE OR REPLACE TEMP TABLE _mem_rows AS
 SELECT *,
        fetched / requested AS amplification,
@@ -82,7 +92,8 @@ SELECT *,
             THEN least(dur, mem_ns) - ideal_ns
             ELSE dur - ideal_ns END AS excess_ns,
        -- on the critical path unless the unit afterwards waited for the host
-       next_slice IS NULL OR next_ready_ns IS NULL OR next_ready_ns <= end_ns AS critical
+       next_slice IS NULL OR next_ready_ns IS NULL OR next_ready_ns <= end_ns
+         OR slice_id IN (SELECT slice_id FROM _mem_awaited) AS critical
 FROM _kernel_roofline
 WHERE (fetched / requested >= ${mem_amplification_threshold} AND bw_bound)
    OR (fetched * 1e9 / dur < ${mem_low_bw_fraction} * mem_Bps AND flops_ps > 0 AND compute_ns < 0.5 * dur);

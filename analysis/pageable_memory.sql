@@ -1,5 +1,5 @@
 -- pageable_memory: copies between the device and pageable host memory
--- precedence: 20
+-- precedence: 10
 --
 -- What it detects: DMA transfers whose host side is pageable memory (host_mem =
 -- 'pageable'), grouped per copy call (the chunks of one staged copy share a correlation

@@ -1,5 +1,5 @@
 -- pcie_saturation: link directions running at their limit while transfers queue up on them
--- precedence: 50
+-- precedence: 40
 --
 -- What it detects: windows during which one direction of a PCIe link -- a device's own
 -- link, or a switch uplink that several devices share -- carries at least

@@ -1,5 +1,5 @@
 -- redundant_transfers: the same host data copied to the same device again, unchanged
--- precedence: 30
+-- precedence: 20
 --
 -- What it detects: host-to-device copy calls whose source buffer, size and contents tag
 -- (args host_buffer and content_hash, which an instrumented runtime records on the copy
@@ -9,11 +9,11 @@
 -- the whole run; it is pure waste.
 -- What to do: keep the data resident on the device (cache it across steps) and copy only
 -- what changed.
--- Impact: the repeated copy's whole time (host call to last DMA end), on the critical path
--- only where the device's execution units were idle meanwhile.
+-- Impact: the repeated copy's whole transfer time (first DMA start to last DMA end), on the
+-- critical path only where the device's execution units were idle meanwhile.
 --
 -- Output columns (one row per repeated copy):
---   ts, dur       the copy from its call's start to its last DMA's end
+--   ts, dur       the copy's transfer, first DMA start to last DMA end
 --   track_id, slice_id  its first DMA transfer
 --   metric        'repeat_count'; value = how many times these contents were copied so far;
 --                 threshold = 1
@@ -29,7 +29,7 @@ WITH calls AS (
     WHERE t.lane = 'cpu' AND s.corr_id IS NOT NULL AND s.args LIKE '%content_hash%'
 )
 SELECT c.call_slice, c.host_buffer, c.content_hash, x.dev,
-       least(c.call_ts, min(x.ts)) AS start_ns, max(x.end_ns) AS end_ns,
+       min(x.ts) AS start_ns, max(x.end_ns) AS end_ns,
        sum(x.bytes) AS bytes, arg_min(x.slice_id, x.ts) AS first_slice, arg_min(x.track_id, x.ts) AS track_id
 FROM calls c JOIN _xfer x ON x.corr_id = c.corr_id
 WHERE x.direction = 'h2d' AND c.host_buffer IS NOT NULL AND c.content_hash IS NOT NULL

@@ -1,5 +1,5 @@
 -- small_transfers: bursts of transfers so small that their fixed cost dominates
--- precedence: 40
+-- precedence: 30
 --
 -- What it detects: runs of at least small_min_burst transfers on one device and direction,
 -- each closer than small_burst_gap_ns to the previous one, whose size S is so small that a

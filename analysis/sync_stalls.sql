@@ -1,5 +1,5 @@
 -- sync_stalls: host threads blocked in synchronising calls while the device had work queued
--- precedence: 10
+-- precedence: 60
 --
 -- What it detects: synchronising API calls (names containing "synchronize"/"synchronise":
 -- device, queue/stream and event synchronisation) of at least sync_min_ns during which a

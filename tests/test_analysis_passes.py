@@ -304,5 +304,5 @@ def test_repeated_identical_copy_is_redundant(store):
     t.kernel(1300, 100)
     _, rows = findings(store, t, ["redundant_transfers"])
     assert [(f["slice_id"], rel(f), f["dur"], f["value"], f["impact_ns"]) for f in rows] == [
-        (again, 495.0, 305 * US, 1.0, 305 * US)]
+        (again, 500.0, 300 * US, 1.0, 300 * US)]
     assert "repeats an identical copy" in rows[0]["message"]
