@@ -10,6 +10,8 @@ Anchors, same run, same trace:
           writing JSON out of DuckDB.
   parquet pyarrow: every table fetched to Arrow and written with pyarrow.parquet.write_table,
           the usual way to do it by hand.
+  read back  ingesting the exported Chrome file with acceltrace's own reader (ingest/export_read.py)
+          against the generic Chrome ingester (ingest/chrome.py) on the same file.
 ratio = our time / anchor time (lower is better; 1.0 = as fast as the anchor).
 
     python bench/export.py                      # A100 traces
@@ -48,6 +50,28 @@ def best(fn, repeat: int) -> float:
     return out
 
 
+def read_back_s(path: Path, work: Path, module_name: str) -> float:
+    """Ingest an exported Chrome file with one format module directly (builder finish included)."""
+    import importlib
+
+    from ingest.builder import TraceBuilder
+    from ingest.sources import open_sources
+
+    mod = importlib.import_module(module_name)
+    d = work / f"read-{time.perf_counter_ns()}"
+    d.mkdir()
+    t = time.perf_counter()
+    b = TraceBuilder(d / "t.duckdb")
+    b.work_dir = d / "work"
+    mod.ingest(open_sources(path)[0], b)
+    if hasattr(mod, "finish"):
+        mod.finish(b)
+    b.finish(module_name, path.name)
+    dt = time.perf_counter() - t
+    shutil.rmtree(d, ignore_errors=True)
+    return dt
+
+
 def bench_trace(label: str, store: Store, trace_id: str, work: Path, repeat: int) -> list[str]:
     con = store.connect(trace_id)
     (events,) = con.execute("SELECT (SELECT count(*) FROM slices) + (SELECT count(*) FROM counters)"
@@ -68,11 +92,15 @@ def bench_trace(label: str, store: Store, trace_id: str, work: Path, repeat: int
     mb = js.stat().st_size / 1e6
     pq_mb = sum(f.stat().st_size for f in pq_dir.iterdir()) / 1e6
     con.close()
+    t_read = best(lambda: read_back_s(js, work, "ingest.export_read"), repeat)
+    t_generic = best(lambda: read_back_s(js, work, "ingest.chrome"), repeat)
     return [
-        f"{label:<30} {'chrome':<8} {events:>9} {t_chrome:>8.3f} {events / t_chrome:>11.0f} {mb:>8.1f}"
+        f"{label:<30} {'chrome':<9} {events:>9} {t_chrome:>8.3f} {events / t_chrome:>11.0f} {mb:>8.1f}"
         f" {mb / t_chrome:>7.1f} {t_anchor_js:>8.3f} {t_chrome / t_anchor_js:>6.2f}",
-        f"{'':<30} {'parquet':<8} {events:>9} {t_parquet:>8.3f} {events / t_parquet:>11.0f} {pq_mb:>8.1f}"
+        f"{'':<30} {'parquet':<9} {events:>9} {t_parquet:>8.3f} {events / t_parquet:>11.0f} {pq_mb:>8.1f}"
         f" {pq_mb / t_parquet:>7.1f} {t_anchor_pq:>8.3f} {t_parquet / t_anchor_pq:>6.2f}",
+        f"{'':<30} {'read back':<9} {events:>9} {t_read:>8.3f} {events / t_read:>11.0f} {mb:>8.1f}"
+        f" {mb / t_read:>7.1f} {t_generic:>8.3f} {t_read / t_generic:>6.2f}",
     ]
 
 
@@ -100,13 +128,15 @@ def main(argv=None) -> int:
 
             tid, _info = build_trace(store, args.synthetic, name="synthetic")
             traces.append((f"synthetic {args.synthetic} slices", tid))
-        print(f"{'trace':<30} {'format':<8} {'events':>9} {'s':>8} {'events/s':>11} {'MB out':>8} {'MB/s':>7}"
+        print(f"{'trace':<30} {'format':<9} {'events':>9} {'s':>8} {'events/s':>11} {'MB out':>8} {'MB/s':>7}"
               f" {'anchor s':>8} {'ratio':>6}")
         for label, tid in traces:
             for line in bench_trace(label, store, tid, work, args.repeat):
                 print(line, flush=True)
     print("events = slices + counter samples + flows; chrome anchor: DuckDB COPY slices TO json;"
-          " parquet anchor: pyarrow write_table of every table; ratio = ours / anchor")
+          " parquet anchor: pyarrow write_table of every table; read back: ingesting the exported Chrome file with"
+          " ingest/export_read.py, anchor the generic Chrome ingester (ingest/chrome.py) on the same file, builder"
+          " finish included in both; ratio = ours / anchor")
     return 0
 
 
