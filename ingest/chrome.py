@@ -44,11 +44,17 @@ def ingest(source, builder, block: int | None = None) -> None:
     state = _state(builder)
     src = SourceState(idx=len(state.sources), name=source.name, group=source.group)
     state.sources.append(src)
-    with source.open() as stream:
-        reader = ChromeReader(stream, source.name, decode_events, block=block,
-                              on_prefix=lambda meta: _early_base_time(src, meta))
-        for chunk in reader.chunks():
-            process_chunk(state, src, chunk)
+    state.begin_writes()
+    ok = False
+    try:
+        with source.open() as stream:
+            reader = ChromeReader(stream, source.name, decode_events, block=block,
+                                  on_prefix=lambda meta: _early_base_time(src, meta))
+            for chunk in reader.chunks():
+                process_chunk(state, src, chunk)
+        ok = True
+    finally:
+        state.end_writes(ok)
     res = reader.result
     src.meta = res.meta
     if res.cut_off:

@@ -230,7 +230,7 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
                                                             pa.array(_DIR_NAMES, pa.string()))
         batch["host_mem"] = pa.DictionaryArray.from_arrays(pa.array(host, pa.int8()),
                                                            pa.array(_HOST_NAMES, pa.string()))
-    first = state.builder.add_slices(batch)
+    first = state.add_slices(batch)
     slice_ids = np.arange(first, first + len(sub), dtype=np.int64)
     src.note_slices(first, len(sub), ts_ns)
     if ext is not None and ext.null_count < len(ext):

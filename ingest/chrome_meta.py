@@ -87,6 +87,6 @@ def handle_counters(state, src, sub: list, ts, seq: np.ndarray) -> None:
         src.note("counter (C) values that are not finite numbers (or events without a valid ts) were skipped",
                  first_bad, dropped=True, count=bad)
     if track_ids:
-        state.builder.add_counters(np.array(track_ids, dtype=np.int32), np.array(times, dtype=np.int64),
+        state.add_counters(np.array(track_ids, dtype=np.int32), np.array(times, dtype=np.int64),
                                    np.array(samples, dtype=np.float64))
         src.counter_tracks.update(tracks.values())

@@ -8,6 +8,8 @@ needs the whole trace before it can be resolved; chrome.finish drops them.
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,6 +106,50 @@ class SourceState:
         self.problems.clear()
 
 
+class Writer:
+    """Runs one source's writes to the trace file in order on one thread.
+
+    DuckDB releases the GIL while it appends, so the next chunk is parsed meanwhile.
+    Slice ids stay known up front: they are consecutive from the builder's count.
+    """
+
+    def __init__(self, depth: int = 3):
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self.q.get()
+            try:
+                if job is None:
+                    return
+                if self.error is None:
+                    job()
+            except BaseException as e:  # raised again in the parsing thread
+                self.error = e
+            finally:
+                self.q.task_done()
+
+    def submit(self, job) -> None:
+        self._raise()
+        self.q.put(job)
+
+    def drain(self) -> None:
+        self.q.join()
+        self._raise()
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.t.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise e
+
+
 class ChromeState:
     """Per-trace state of the Chrome ingester (attached to the builder)."""
 
@@ -117,6 +163,47 @@ class ChromeState:
         self.thread_meta: dict[tuple, dict] = {}
         self.staged: set[str] = set()
         self.flow_keys: dict[tuple[str, str], int] = {}
+        self.writer: Writer | None = None
+        self.next_slice = 0
+
+    def begin_writes(self) -> None:
+        self.next_slice = self.builder.n_slices
+        self.writer = Writer()
+
+    def end_writes(self, ok: bool = True) -> None:
+        """Waits for the queued writes (raising their error when ok) and stops the writer."""
+        w, self.writer = self.writer, None
+        if w is None:
+            return
+        try:
+            if ok:
+                w.drain()
+        finally:
+            w.close()
+
+    def submit(self, job) -> None:
+        if self.writer is None:
+            job()
+        else:
+            self.writer.submit(job)
+
+    def add_slices(self, batch: dict) -> int:
+        """Queues a batch of slices; returns the id its first slice will get."""
+        first = self.next_slice
+        self.next_slice += len(batch["ts"])
+        builder = self.builder
+
+        def job():
+            got = builder.add_slices(batch)
+            if got != first:
+                raise RuntimeError(f"slice ids out of step: expected {first}, builder gave {got}")
+
+        self.submit(job)
+        return first
+
+    def add_counters(self, track_ids, ts, values) -> None:
+        builder = self.builder
+        self.submit(lambda: builder.add_counters(track_ids, ts, values))
 
     def thread_key(self, src: int, pid: str, tid: str) -> int:
         k = (src, pid, tid)
@@ -158,7 +245,10 @@ class ChromeState:
                            ("chrome", src.idx, pid, "counter", series), f"{pid}/{series}")
 
     def stage(self, table: str, columns: dict) -> None:
-        """Append rows to a staging table (created on first use)."""
+        """Append rows to a staging table (created on first use), through the writer."""
+        self.submit(lambda: self._stage(table, columns))
+
+    def _stage(self, table: str, columns: dict) -> None:
         cols = STAGING[table]
         name = f"_chrome_{table}"
         con = self.builder.con
