@@ -178,6 +178,9 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
         for (name, dtype), arr in zip(cols, data):
             if (section, name) in _NAME_COLS and n:
                 arr = remap[arr.astype(np.int64)]
+            if name == "bytes" and not np.any(arr):
+                continue  # no transfer in this tile: the column is left out (docs/api.md)
+            dtype = _narrow(dtype, arr)
             raw = np.ascontiguousarray(arr, dtype=_NP[dtype]).astype(f"<{np.dtype(_NP[dtype]).str[1:]}", copy=False).tobytes()
             col_meta[name] = {"dtype": dtype, "offset": offset, "length": n}
             chunks.append(raw)
@@ -199,6 +202,15 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
     hbytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     pad = (-(4 + len(hbytes))) % 8
     return b"".join([struct.pack("<I", len(hbytes)), hbytes, b"\0" * pad, *chunks])
+
+
+def _narrow(dtype: str, arr: np.ndarray) -> str:
+    """The smallest unsigned type holding an unsigned column's values (tiles of shallow, few-track
+    groups shrink by a third); float columns stay f64 so times and ids are exact."""
+    if dtype not in ("u16", "u32") or not len(arr):
+        return dtype
+    top = int(arr.max())
+    return "u8" if top < 1 << 8 else "u16" if top < 1 << 16 else "u32"
 
 
 def decode_tile(buf: bytes) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:

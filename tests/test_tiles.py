@@ -141,7 +141,7 @@ def test_tile_size_is_bounded_by_buckets_not_events(api, synth):
     for t, dp in zip(d["merged"]["track"], d["merged"]["depth"]):
         per_track_depth[(int(t), int(dp))] = per_track_depth.get((int(t), int(dp)), 0) + 1
     assert max(per_track_depth.values()) <= 1024
-    assert sum(d["merged"]["count"]) > len(d["merged"]["count"])  # really merged
+    assert int(d["merged"]["count"].astype(np.int64).sum()) > len(d["merged"]["count"])  # really merged
 
 
 def test_tile_is_cacheable_with_strong_etag_and_304(api, trace_store):
@@ -170,6 +170,16 @@ def test_tile_binary_layout_is_aligned_and_little_endian(api, trace_store):
         for col in sec["columns"].values():
             assert col["offset"] % 8 == 0
             assert body + col["offset"] <= len(buf)
+
+
+def test_tile_columns_use_narrow_types_and_bytes_only_where_transfers_are(api, trace_store):
+    tid = trace_store.ids["chain"]
+    header, d = _fetch(api, tid, 10, 0)
+    cols = header["sections"]["slices"]["columns"]
+    assert cols["depth"]["dtype"] == "u8" and cols["track"]["dtype"] == "u8" and cols["id"]["dtype"] == "f64"
+    dma = list(d["slices"]["id"]).index(trace_store.chain["dma"])
+    assert d["slices"]["bytes"][dma] == 1 << 20  # the transfer's bytes travel with it
+    assert "bytes" not in header["sections"]["merged"]["columns"]  # only the tiny kernels merge here
 
 
 def test_tile_errors_unknown_group_bad_level_and_unknown_trace(api, trace_store):
