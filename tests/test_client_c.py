@@ -85,3 +85,20 @@ def test_c_client_child_after_fork_writes_its_own_stream(tmp_path):
         got[names[int(mine["name"][0])]] = sorted(mine["corr"].tolist())
         assert len({names[int(n)] for n in mine["name"]}) == 1
     assert got == {"parent": list(range(1, 21)), "child": list(range(1, 21))}
+
+
+def test_header_compiles_as_cpp_and_in_two_translation_units(tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    inc = str(ROOT / "collect/client")
+    (tmp_path / "a.c").write_text('#include "acceltrace.h"\nint use_a(void) { return (int)at_intern("a"); }\n')
+    (tmp_path / "b.c").write_text('#include "acceltrace.h"\nint use_a(void);\n'
+                                  'int main(void) { return at_init("/nonexistent") == -1 && use_a() > 0 ? 0 : 1; }\n')
+    subprocess.run([CC, "-Wall", "-Werror", "-pthread", "-I", inc, str(tmp_path / "a.c"), str(tmp_path / "b.c"),
+                    "-o", str(tmp_path / "two")], check=True, capture_output=True, text=True)
+    assert subprocess.run([str(tmp_path / "two")]).returncode == 0
+    if cxx:
+        src = tmp_path / "c.cpp"
+        src.write_text('#include "acceltrace.h"\nint main() { return at_init(nullptr) == -1 ? 0 : 0; }\n')
+        r = subprocess.run([cxx, "-std=c++11", "-Wall", "-Werror", "-pthread", "-I", inc, str(src), "-o",
+                            str(tmp_path / "cpp")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr

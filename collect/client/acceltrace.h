@@ -15,7 +15,9 @@
  * Thread-safe: each thread gets its own ring on first use (one socket round trip).
  * If no daemon is reachable, at_init returns -1 and every call is a cheap no-op that
  * counts the event in at_dropped_without_daemon().
- * Build: cc -O2 -pthread yourfile.c (Linux, x86-64 or arm64; GCC or Clang).
+ * Build: cc -O2 -pthread yourfile.c (Linux, x86-64 or arm64; GCC or Clang; C11 or C++11).
+ * All state is static: each translation unit that includes this header is its own producer
+ * (its own connection and stream). Include it in the one file that owns tracing.
  */
 #ifndef ACCELTRACE_H
 #define ACCELTRACE_H
@@ -56,10 +58,15 @@ typedef struct at_record {
     uint32_t flow, args;
 } at_record;
 
-_Static_assert(sizeof(at_record) == 64, "record is 64 bytes");
-_Static_assert(offsetof(at_record, name) == 8 && offsetof(at_record, tid) == 20, "record layout");
-_Static_assert(offsetof(at_record, ts) == 24 && offsetof(at_record, corr) == 40, "record layout");
-_Static_assert(offsetof(at_record, flow) == 56 && offsetof(at_record, args) == 60, "record layout");
+#ifdef __cplusplus
+#define AT__STATIC_ASSERT static_assert
+#else
+#define AT__STATIC_ASSERT _Static_assert
+#endif
+AT__STATIC_ASSERT(sizeof(at_record) == 64, "record is 64 bytes");
+AT__STATIC_ASSERT(offsetof(at_record, name) == 8 && offsetof(at_record, tid) == 20, "record layout");
+AT__STATIC_ASSERT(offsetof(at_record, ts) == 24 && offsetof(at_record, corr) == 40, "record layout");
+AT__STATIC_ASSERT(offsetof(at_record, flow) == 56 && offsetof(at_record, args) == 60, "record layout");
 
 /* Ring header offsets (collect/ring.py). */
 #define AT__RING_MAGIC 0x474E5241u
@@ -287,6 +294,8 @@ static void at__fork_child(void) {
     __atomic_store_n(&at__next_sync, UINT64_MAX, __ATOMIC_RELAXED);
 }
 
+static void at__register_fork(void) { pthread_atfork(at__fork_prepare, at__fork_parent, at__fork_child); }
+
 /* Connects to the daemon (path NULL: $ACCELTRACE_SOCKET). 0 on success, -1 if none is reachable. */
 AT__API int at_init(const char *path) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -296,14 +305,9 @@ AT__API int at_init(const char *path) {
     strcpy(at__path, path);
     int rc = at__connect_locked(path);
     pthread_mutex_unlock(&at__g.lock);
-    if (rc == 0) {
-        void at__register_fork(void);
-        pthread_once(&once, at__register_fork);
-    }
+    if (rc == 0) pthread_once(&once, at__register_fork);
     return rc;
 }
-
-void at__register_fork(void) { pthread_atfork(at__fork_prepare, at__fork_parent, at__fork_child); }
 
 static __attribute__((noinline)) at__thread *at__ring(void) {
     at__thread *t = &at__t;
