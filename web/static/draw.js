@@ -4,7 +4,7 @@
 import { drawAxis, drawGrid } from "./axis.js";
 import { drawSliceTrack, drawCounterTrack, drawCounterLabels } from "./render.js";
 import { LANE_ACCENT } from "./util.js";
-import { NAMES_PX, AXIS_PX, ROW_PX, sliceAreaHeight } from "./layout.js";
+import { NAMES_PX, AXIS_PX, ROW_PX, MAX_DEPTH_ROWS, sliceAreaHeight } from "./layout.js";
 import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "./pcie.js";
 
 export const THEME = {
@@ -151,6 +151,16 @@ function drawRow(tl, row, y) {
   } else {
     const sh = sliceAreaHeight(t);
     drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, sh, t, th);
+    if (t.max_depth + 1 > MAX_DEPTH_ROWS) {
+      // never silently: say that the deepest levels of this track are not drawn
+      const msg = `depths ${MAX_DEPTH_ROWS}..${t.max_depth} not drawn`;
+      ctx.font = th.smallFont;
+      ctx.fillStyle = "#fef2f2";
+      ctx.fillRect(W - msg.length * 6 - 16, y + sh - 16, msg.length * 6 + 12, 14);
+      ctx.fillStyle = "#b91c1c";
+      ctx.textBaseline = "middle";
+      ctx.fillText(msg, W - msg.length * 6 - 10, y + sh - 9);
+    }
     if (t.lane === "pcie") {
       const cols = drawBandwidth(ctx, pieces, tl.view, NAMES_PX, y + sh, PCIE_GRAPH_PX, linkPeak(tl.meta.links, t.device), th);
       tl.bandwidth.set(t.track_id, cols);

@@ -10,7 +10,7 @@ export const ROW_PX = 18;          // one depth level of a slice track
 export const HEADER_PX = 22;       // lane and group header rows
 export const COUNTER_PX = 46;      // a counter graph
 export const TRACK_PAD_PX = 3;     // space above and below a track's slices
-const MAX_DEPTH_ROWS = 24;         // deeper nesting is drawn clipped (the tooltip still tells the depth)
+export const MAX_DEPTH_ROWS = 48;  // deeper nesting is not drawn; the track says so (draw.js)
 
 export function trackHeight(t) {
   if (t.lane === "counter") return COUNTER_PX;
