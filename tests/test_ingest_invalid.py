@@ -88,11 +88,15 @@ def test_cli_reports_every_bad_input_without_a_traceback(tmp_path):
 
 
 def test_killed_ingest_leaves_nothing_and_is_swept_next_time(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    import gen_chrome
+    import importlib.util
+
+    # loaded by path: putting bench/ on sys.path would let bench/ingest.py shadow the package
+    spec = importlib.util.spec_from_file_location("gen_chrome", ROOT / "bench" / "gen_chrome.py")
+    gen_chrome = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_chrome)
 
     big = tmp_path / "big.json"
-    gen_chrome.write(big, 400_000)
+    gen_chrome.write(big, 150_000)
     root = tmp_path / "store"
     env = dict(os.environ, ACCELTRACE_STORE=str(root))
     proc = subprocess.Popen([sys.executable, "-m", "acceltrace", "ingest", str(big)], env=env, cwd=ROOT,
