@@ -48,6 +48,8 @@ def run_scenario(name: str, out_dir: Path, seed: int = 0, events: int | None = N
 
 def write_run(result, truth: dict, out_dir: Path, seed: int) -> dict:
     """The three files, each written under a temporary name and renamed into place."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     atrace_tmp = out_dir / ".run.atrace.tmp"
     actr_tmp = out_dir / ".run.actr.tmp"
     n_events = output.write_atrace(result, atrace_tmp, seed)
