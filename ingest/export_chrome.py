@@ -35,6 +35,9 @@ import pyarrow as pa
 from ingest import schema
 
 BATCH_ROWS = 65_536
+# trace_meta keys an ingest computes itself, so an export does not carry them
+META_DERIVED = frozenset({"format", "start_ns", "end_ns", "ingest_version", "warning_count", "dropped_events",
+                          "warnings"})
 
 # Flow categories Kineto writes (and Chrome ingesters know): a correlation edge, an autograd dependency.
 CORRELATION_CAT = "ac2g"
@@ -83,8 +86,11 @@ def _track_ids(con: duckdb.DuckDBPyConnection) -> list[tuple]:
 
 def _header(con: duckdb.DuckDBPyConnection, start_ns: int) -> Iterator[bytes]:
     meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
-    other = {k: meta[k] for k in ("format", "start_ns", "end_ns", "lost_events", "clock") if k in meta}
-    other["exported_by"] = f"acceltrace (ingest version {schema.INGEST_VERSION})"
+    # exported_by first: readers recognise an acceltrace export by it within the first bytes
+    other = {"exported_by": f"acceltrace (ingest version {schema.INGEST_VERSION})"}
+    other.update({k: meta[k] for k in ("format", "start_ns", "end_ns", "lost_events", "clock") if k in meta})
+    # the rest of trace_meta (what ingest derives again, such as warnings, is left out)
+    other["trace_meta"] = {k: v for k, v in sorted(meta.items()) if k not in META_DERIVED}
     yield (
         '{"displayTimeUnit": "ns", "otherData": ' + json.dumps(other)
         + ', "traceEvents": [\n'

@@ -39,8 +39,7 @@ _TYPED = "'{\"correlation\": null, \"bytes\": null, \"direction\": null, \"host_
 
 
 def sniff(head: bytes) -> bool:
-    first = head.split(b"\n", 1)[0]
-    return head.startswith(MAGIC) and b'"exported_by": "acceltrace' in first
+    return head.startswith(MAGIC + b'"exported_by": "acceltrace')
 
 
 def ingest(source, builder, block_bytes: int | None = None) -> None:
@@ -102,6 +101,9 @@ class _Reader:
             self.b.warn(self.src.name, "the file ends without closing its event array (cut short?); read what is there",
                         f"line {self.line_no}")
         self._flows()
+        kept = self.meta.get("trace_meta")
+        for key, value in (kept.items() if isinstance(kept, dict) else ()):
+            self.b.set_meta(str(key), str(value))
         for key in ("lost_events", "clock"):
             if key in self.meta:
                 self.b.set_meta(key, str(self.meta[key]))
@@ -117,7 +119,8 @@ class _Reader:
         first_line = self.line_no
         self.line_no += len(lines)
         st = self.st
-        st.register("_raw", pa.table({"line": lines, "n": pa.array(np.arange(first_line + 1, first_line + 1 + len(lines)))}))
+        numbers = np.arange(first_line + 1, first_line + 1 + len(lines))
+        st.register("_raw", pa.table({"line": lines, "n": pa.array(numbers)}))
         try:
             (closed,) = st.execute("SELECT count(*) > 0 FROM _raw WHERE trim(line) = ']}'").fetchall()[0]
             st.execute("CREATE OR REPLACE TEMP TABLE l AS SELECT n, rtrim(trim(line), ',') AS j FROM _raw"
@@ -125,7 +128,8 @@ class _Reader:
         finally:
             st.unregister("_raw")
         # one parse per line into the fields every event kind uses
-        parse = f"CREATE OR REPLACE TEMP TABLE e AS SELECT n, j, v.* FROM (SELECT n, j, from_json(j, '{_FIELDS}') AS v FROM l)"
+        parse = (f"CREATE OR REPLACE TEMP TABLE e AS SELECT n, j, v.* FROM"
+                 f" (SELECT n, j, from_json(j, '{_FIELDS}') AS v FROM l)")
         try:
             st.execute(parse)
         except duckdb.Error:  # only now look for the line that is not JSON

@@ -225,7 +225,8 @@ def exact_tables(con) -> dict:
     """Every table's content keyed by what it means (no ids), times relative to the start."""
     start = "(SELECT value::BIGINT FROM trace_meta WHERE key = 'start_ns')"
     sl = ("SELECT s.slice_id AS id, t.lane, t.group_name AS g, t.name AS tn, s.ts - {start} AS ts, s.dur, s.name,"
-          " s.category, s.corr_id, s.bytes, s.direction, s.host_mem, s.args FROM slices s JOIN tracks t USING (track_id)")
+          " s.category, s.corr_id, s.bytes, s.direction, s.host_mem, s.args"
+          " FROM slices s JOIN tracks t USING (track_id)")
     sl = sl.format(start=start)
 
     def norm(row):  # args compared as JSON values, not text
@@ -286,6 +287,14 @@ def test_chrome_round_trip_gives_the_same_trace(traces, tmp_path):
         assert again.format == "acceltrace-chrome"
         assert canonical_summary(st.connect(again.id)) == canonical_summary(st.connect(tid))
         assert exact_tables(st.connect(again.id)) == exact_tables(st.connect(tid))
+        assert kept_meta(st.connect(again.id)) == kept_meta(st.connect(tid))
+
+
+def kept_meta(con) -> dict:
+    from ingest.export_chrome import META_DERIVED
+
+    rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
+    return {k: v for k, v in rows if k not in META_DERIVED and k != "exported_from_format"}
 
 
 def test_counter_names_units_and_samples_survive_a_chrome_round_trip(traces, tmp_path):
