@@ -31,7 +31,8 @@ export function renderFrame(tl) {
   ctx.fillStyle = th.mutedText;
   ctx.font = th.smallFont;
   ctx.textBaseline = "middle";
-  ctx.fillText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible`, 8, AXIS_PX / 2);
+  const pending = tl.tiles.pendingCount(tl.visibleKeys);
+  ctx.fillText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible${pending ? ` · loading ${pending}` : ""}`, 8, AXIS_PX / 2);
 
 
   const rows = tl.visibleRows();
