@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collect import record as R
 from collect.atrace import MAGIC, AtraceError, AtraceReader
@@ -120,7 +121,7 @@ class _Ingest:
             self.gstrings.extend(col)
         self.gstrings.append("")  # id for streams without a table: index of an empty string
         self.dict_arr = pa.array(self.gstrings, pa.string())
-        self.empty = np.array([not t for t in self.gstrings], dtype=bool)
+        self.empty = pc.equal(pc.binary_length(self.dict_arr), 0).to_numpy(zero_copy_only=False)
 
     def _gid(self, ids: np.ndarray, streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global string index per record and a mask of ids the stream never defined."""

@@ -19,20 +19,32 @@ class Tracks:
             dev = d.get("id", d.get("index"))
             if isinstance(dev, int):
                 self.dev_names[dev] = str(d.get("name") or f"dev{dev}")
-        # equal strings from different streams name the same counter: canonical id per text
-        first: dict[str, int] = {}
-        self.canon = np.array([first.setdefault(s, i) for i, s in enumerate(gstrings)], dtype=np.int64)
+        # equal strings from different streams name the same counter: one canonical id per text,
+        # worked out only for the few strings that name counters (args JSON can be millions of strings)
+        self._canon_by_text: dict[str, int] = {}
+        self._canon: dict[int, int] = {}
         self.proc_names: dict[int, str] = {}
         self.track_names: dict[tuple, str] = {}
         self.keys: dict[tuple, int] = {}
         self.units: dict[tuple, str] = {}
 
     def _key_cols(self, lane, device, pid, tid, name_gid):
-        host_side = (lane == 0) | ((lane == 1) & (device == R.NO_DEVICE))
-        kp = np.where(host_side | (lane == 1), pid, 0).astype(np.uint64)
-        kt = np.where(lane == 4, self.canon[name_gid], tid).astype(np.uint64)
+        kp = np.where(lane <= 1, pid, 0).astype(np.uint64)  # cpu and driver tracks belong to a process
+        kt = tid.astype(np.uint64)
+        cnt = lane == 4
+        if cnt.any():
+            gids = name_gid[cnt]
+            uniq = np.unique(gids)
+            canon = np.array([self._canonical(int(g)) for g in uniq], dtype=np.uint64)
+            kt[cnt] = canon[np.searchsorted(uniq, gids)]
         a = (lane.astype(np.uint64) << np.uint64(56)) | (device.astype(np.uint64) << np.uint64(48)) | kp
         return a, kt
+
+    def _canonical(self, gid: int) -> int:
+        c = self._canon.get(gid)
+        if c is None:
+            c = self._canon[gid] = self._canon_by_text.setdefault(self.gstrings[gid], gid)
+        return c
 
     def ids(self, recs: np.ndarray, name_gid: np.ndarray, cat_gid: np.ndarray) -> np.ndarray:
         a, kt = self._key_cols(recs["lane"], recs["device"], recs["pid"], recs["tid"], name_gid)
