@@ -14,6 +14,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 import numpy as np
+import pyarrow as pa
 
 _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
 _MAX_DIGIT_EXP = 18
@@ -49,6 +50,65 @@ def parse_decimal(raws: list, scale: int) -> Parsed:
 
 
 def parse_decimal_buffer(a: np.ndarray, offs: np.ndarray, scale: int) -> Parsed:
+    fast = _plain_decimals(a, offs, scale)
+    return fast if fast is not None else _general(a, offs, scale)
+
+
+def _plain_decimals(a: np.ndarray, offs: np.ndarray, scale: int) -> Parsed | None:
+    """The common shape only: every token `-?digits[.digits]` with at most 18 digits.
+
+    The dots are cut out of the buffer and Arrow's integer parser reads the digits; the
+    count of decimals then gives the power of ten. None when any token is another shape.
+    """
+    n = len(offs) - 1
+    if n == 0 or len(a) == 0:
+        return None
+    lens = np.diff(offs)
+    if (lens == 0).any():
+        return None
+    is_dot = a == 46
+    is_minus = a == 45
+    if not (((a >= 48) & (a <= 57)) | is_dot | is_minus).all():
+        return None
+    minus_at = np.flatnonzero(is_minus)
+    if len(minus_at) and not (offs[np.searchsorted(offs, minus_at, side="right") - 1] == minus_at).all():
+        return None  # a minus anywhere but first
+    dot_at = np.flatnonzero(is_dot)
+    dot_tok = np.searchsorted(offs, dot_at, side="right") - 1
+    dots = np.bincount(dot_tok, minlength=n)
+    if (dots > 1).any():
+        return None
+    decimals = np.zeros(n, dtype=np.int64)
+    decimals[dot_tok] = offs[dot_tok + 1] - dot_at - 1
+    digits = lens - dots - (a[offs[:-1]] == 45)
+    if (digits < 1).any() or (digits > 18).any():
+        return None
+    new_offs = offs - np.concatenate(([0], np.cumsum(dots)))
+    if new_offs[-1] >= (1 << 31):
+        return None
+    data = a[~is_dot] if len(dot_at) else a
+    arr = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(new_offs.astype(np.int32)), pa.py_buffer(data)])
+    try:
+        v = arr.cast(pa.int64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    shift = scale - decimals
+    up = shift >= 0
+    if (shift > 18).any():
+        return None
+    big = np.abs(v[up]) > (_INT64_MAX // _POW10[shift[up]])
+    if big.any():
+        return None
+    out = np.empty(n, dtype=np.int64)
+    out[up] = v[up] * _POW10[shift[up]]
+    if (~up).any():
+        q = _POW10[np.minimum(-shift[~up], 18)]
+        mag = (np.abs(v[~up]) + q // 2) // q  # half away from zero
+        out[~up] = np.where(v[~up] < 0, -mag, mag)
+    return Parsed(out, np.ones(n, dtype=bool), np.zeros(n, dtype=bool))
+
+
+def _general(a: np.ndarray, offs: np.ndarray, scale: int) -> Parsed:
     n = len(offs) - 1
     lens = np.diff(offs)
     values = np.zeros(n, dtype=np.int64)
