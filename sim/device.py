@@ -22,7 +22,6 @@ class DeviceConfig:
     dma_latency_ns: float = 3_000.0  # per transfer: setup and first round trip (L in S/(L+S/B))
     h2d_engines: int = 2
     d2h_engines: int = 1
-    hbm_bytes: int = 64 << 30
 
     def unit_names(self) -> list[tuple[str, str]]:
         """(kind, name) of every execution unit, e.g. ("matrix", "matrix 0")."""

@@ -88,11 +88,6 @@ class Sim:
     def process(self, gen) -> Process:
         return Process(self, gen)
 
-    def timeout_event(self, delay_ns: float) -> Event:
-        ev = Event(self)
-        self.at(self.now + delay_ns, lambda _v: ev.succeed())
-        return ev
-
     def run(self, until_ns: float | None = None) -> None:
         agenda = self._agenda
         pop = heapq.heappop
@@ -107,42 +102,20 @@ class Sim:
         self.steps += steps
 
 
-def all_of(sim: Sim, events: list[Event]) -> Event:
-    """An event that fires when every one of `events` has fired."""
-    done = Event(sim)
-    pending = [e for e in events if not e.triggered]
-    if not pending:
-        done.succeed()
-        return done
-    left = [len(pending)]
-
-    def one(_v):
-        left[0] -= 1
-        if left[0] == 0:
-            done.succeed()
-
-    for e in pending:
-        e.callbacks.append(one)
-    return done
-
-
 class Pool:
     """A counting semaphore with FIFO waiters (DMA engines of one direction, ring slots, EUs)."""
 
-    __slots__ = ("sim", "free", "waiters", "on_change")
+    __slots__ = ("sim", "free", "waiters")
 
-    def __init__(self, sim: Sim, items: list, on_change=None):
+    def __init__(self, sim: Sim, items: list):
         self.sim = sim
         self.free = deque(items)
         self.waiters: deque = deque()
-        self.on_change = on_change
 
     def acquire(self) -> Event:
         ev = Event(self.sim)
         if self.free and not self.waiters:
             ev.succeed(self.free.popleft())
-            if self.on_change:
-                self.on_change()
         else:
             self.waiters.append(ev)
         return ev
@@ -152,12 +125,6 @@ class Pool:
             self.waiters.popleft().succeed(item)
         else:
             self.free.append(item)
-            if self.on_change:
-                self.on_change()
-
-    @property
-    def n_free(self) -> int:
-        return len(self.free)
 
 
 class Fifo:

@@ -57,7 +57,6 @@ class Runtime:
         self.h = machine.cfg.host
         self.dev = machine.devices[device]
         self.track = machine.rec.track_id("cpu", thread_name, None, 1000 + thread_index)
-        self.end_ns = None
         self._next_buf = [thread_index * 1000]
         self.step_marks: list[float] = []  # when each workload step began (the scale path repeats steps)
         machine.step_marks[thread_index] = self.step_marks

@@ -69,10 +69,6 @@ class Recorder:
             self.tags[len(self.rows)] = tag
         self.rows.append((kind, track, ts, dur, name, corr, nbytes, direction, mem, args, flow, flow_kind, flow_end))
 
-    def column(self, name: str) -> list:
-        i = COLUMNS.index(name)
-        return [r[i] for r in self.rows]
-
     def mark(self, kind: str, track: int, start_ns: float, end_ns: float) -> None:
         """A ground-truth range that is not one record (e.g. host work the device waited for)."""
         if end_ns > start_ns:
