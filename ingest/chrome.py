@@ -21,8 +21,12 @@ from ingest.chrome_state import ChromeState, SourceState
 NAME = "chrome"
 SUFFIXES = (".pt.trace.json", ".trace.json", ".json", ".pftrace.json", ".ctf.json")
 
-_HEAD = re.compile(rb'^(\xef\xbb\xbf)?\s*(\{.*"(traceEvents|ph|name|ts|pid|displayTimeUnit|schemaVersion|deviceProperties'
-                   rb'|otherData|systemTraceEvents)"|\[\s*(\{|\]|$))', re.S)
+# An object with a Chrome/Kineto top-level key in its head (Kineto puts schemaVersion and
+# deviceProperties before traceEvents, which may be past the first 4 KiB), or an array whose
+# first element is an object (or an empty array).
+_HEAD = re.compile(rb'^(\xef\xbb\xbf)?\s*(\{.*"(traceEvents|displayTimeUnit|schemaVersion|deviceProperties'
+                   rb'|otherData|systemTraceEvents|stackFrames|samples|traceName|distributedInfo)"\s*:'
+                   rb'|\[\s*(\{|\]|$))', re.S)
 _LANE_ORDER = {"cpu": 0, "driver": 1, "pcie": 2, "eu": 3, "counter": 4}
 _KIND_ORDER = {"global": 0, "process": 1, "thread": 2, "async": 3, "pcie": 4, "counter": 5}
 
