@@ -123,8 +123,7 @@ def main(argv=None) -> int:
                 continue
             traces.append((label, res.id))
         if args.synthetic:
-            sys.path.insert(0, str(ROOT / "bench"))
-            from gen_synthetic import build_trace
+            from bench.gen_synthetic import build_trace
 
             tid, _info = build_trace(store, args.synthetic, name="synthetic")
             traces.append((f"synthetic {args.synthetic} slices", tid))

@@ -314,9 +314,7 @@ def test_counter_names_units_and_samples_survive_a_chrome_round_trip(traces, tmp
 
 
 def test_parquet_slices_and_counters_come_sorted_by_track_and_time(tmp_path):
-    import sys
-    sys.path.insert(0, str(ROOT / "bench"))
-    from gen_synthetic import build_trace
+    from bench.gen_synthetic import build_trace
 
     store = Store(tmp_path / "store")
     tid, _ = build_trace(store, 60_000, name="sorted")
