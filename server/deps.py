@@ -48,7 +48,6 @@ class TraceHandle:
     info: LodInfo | None
     start_ns: int
     cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         cur = self.con.cursor()

@@ -152,7 +152,6 @@ def test_summary_has_top_names_copies_and_busy_fraction(api, trace_store):
 
 
 def test_findings_are_empty_before_analysis_and_listed_after(api, trace_store):
-    from ingest.builder import TraceBuilder  # noqa: F401  (the store module is what matters)
     from ingest.schema import FINDINGS, create_sql
 
     tid = trace_store.ids["synthetic"]
