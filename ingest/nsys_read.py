@@ -203,7 +203,7 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
             n += len(rows)
     except sqlite3.DatabaseError as e:
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e})",
-                          f"row {n}") from None
+                          f"after row {n}") from None
     return n
 
 
@@ -231,7 +231,7 @@ def _column(file: str, table: str, col: str, values: tuple, typ: pa.DataType, fi
                                   or (typ == pa.int64() and not -(1 << 63) <= v < (1 << 63))):
                 kind = "an integer" if typ == pa.int64() else "a number" if typ == pa.float64() else "text"
                 raise IngestError(file, f"table {table} column {col}: expected {kind}, found {v!r}",
-                                  f"row {first_row + i}") from None
+                                  f"row {first_row + i + 1}") from None
         raise
 
 

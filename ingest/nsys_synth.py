@@ -68,11 +68,13 @@ _METRICS = [(0, "PCIe RX Throughput [Throughput %]"), (1, "PCIe TX Throughput [T
             (2, "GPC Clock Frequency [MHz]")]
 
 
-def write(path: Path, iterations: int = 10, metric_samples: int = 20) -> dict:
+def write(path: Path, iterations: int = 10, metric_samples: int = 20, page_size: int | None = None) -> dict:
     """Write the export; returns the counts a correct ingest must find."""
     path = Path(path)
     path.unlink(missing_ok=True)
     db = sqlite3.connect(path)
+    if page_size:
+        db.execute(f"PRAGMA page_size = {int(page_size)}")
     db.executescript(_SCHEMA)
     db.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", [
         ("EXPORT_SCHEMA_VERSION", "3.11.1"), ("EXPORT_SCHEMA_VERSION_MAJOR", "3"),
@@ -141,3 +143,39 @@ def _copies(n: int):
         t = i * ITER_NS
         yield (t + 4_500, t + 14_500, STREAM, 10 * i + 1, GLOBAL_PID, 8 << 20, 1, 1, 2)    # HtoD pinned
         yield (t + 50_000, t + 52_000, STREAM, None, GLOBAL_PID, 4 << 20, 8, 2, 2)         # DtoD, no API call
+
+
+def write_invalid(directory: Path) -> list[Path]:
+    """Small broken exports, each with one defect, for the refusal tests (sample_traces/nsys/invalid/)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+
+    def variant(name: str, sql: list[str], params: tuple = ()) -> None:
+        path = directory / name
+        write(path, iterations=1, metric_samples=0, page_size=512)
+        db = sqlite3.connect(path)
+        for stmt in sql:
+            db.execute(stmt, params) if "?" in stmt else db.execute(stmt)
+        db.commit()
+        db.execute("VACUUM")
+        db.close()
+        out.append(path)
+
+    variant("missing-column.sqlite", ["ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN copyKind"])
+    variant("no-string-table.sqlite", ["DROP TABLE StringIds"])
+    variant("wrong-type.sqlite", ["UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 2"])
+    notes = directory / "not-nsight.sqlite"
+    notes.unlink(missing_ok=True)
+    db = sqlite3.connect(notes)
+    db.execute("PRAGMA page_size = 512")
+    db.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
+    db.execute("INSERT INTO notes VALUES (1, 'not a profile')")
+    db.commit()
+    db.close()
+    out.append(notes)
+    whole = (directory / "wrong-type.sqlite").read_bytes()
+    cut = directory / "truncated.sqlite"
+    cut.write_bytes(whole[: len(whole) // 3])
+    out.append(cut)
+    return out

@@ -230,50 +230,6 @@ def refused(tmp_path, path):
     return res.error
 
 
-def test_a_non_nsight_sqlite_file_is_refused_naming_the_tables(tmp_path):
-    path = tmp_path / "notes.sqlite"
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
-    db.commit()
-    db.close()
-    err = refused(tmp_path, path)
-    assert "notes.sqlite" in err and "not an Nsight Systems export" in err and "CUPTI_ACTIVITY_KIND_KERNEL" in err
-
-
-def test_a_missing_column_is_refused_naming_table_and_column(tmp_path):
-    path = tmp_path / "old.sqlite"
-    nsys_synth.write(path, iterations=2, metric_samples=0)
-    db = sqlite3.connect(path)
-    db.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN copyKind")
-    db.commit()
-    db.close()
-    err = refused(tmp_path, path)
-    assert "table CUPTI_ACTIVITY_KIND_MEMCPY lacks column copyKind" in err and "3.11.1" in err
-
-
-def test_a_missing_string_table_is_refused_naming_it(tmp_path):
-    path = tmp_path / "nostrings.sqlite"
-    nsys_synth.write(path, iterations=2, metric_samples=0)
-    db = sqlite3.connect(path)
-    db.execute("DROP TABLE StringIds")
-    db.commit()
-    db.close()
-    err = refused(tmp_path, path)
-    assert "table StringIds (its names) is missing" in err
-
-
-def test_a_value_of_the_wrong_type_names_table_column_and_row(tmp_path):
-    path = tmp_path / "typed.sqlite"
-    nsys_synth.write(path, iterations=4, metric_samples=0)
-    db = sqlite3.connect(path)
-    db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3")
-    db.commit()
-    db.close()
-    err = refused(tmp_path, path)
-    assert "table CUPTI_ACTIVITY_KIND_KERNEL column start: expected an integer, found 'soon'" in err
-    assert "row 2" in err
-
-
 def test_a_damaged_sqlite_file_is_refused_clearly(tmp_path):
     data = bytearray(A100.read_bytes())
     data[100:200_000] = b"\xff" * (200_000 - 100)  # keep the header, wreck the schema and the first pages
@@ -281,13 +237,6 @@ def test_a_damaged_sqlite_file_is_refused_clearly(tmp_path):
     path.write_bytes(bytes(data))
     err = refused(tmp_path, path)
     assert "damaged.sqlite" in err and "damaged" in err.lower()
-
-
-def test_a_truncated_export_is_refused_clearly(tmp_path):
-    path = tmp_path / "cut.sqlite"
-    path.write_bytes(A100.read_bytes()[: 600_000])
-    err = refused(tmp_path, path)
-    assert "cut.sqlite" in err and ("damaged" in err or "SQLite" in err), err
 
 
 def test_two_exports_merged_keep_their_tracks_and_links_apart(tmp_path):
@@ -333,3 +282,31 @@ def test_two_processes_on_one_gpu_get_their_own_streams_and_correlation_scopes(t
     assert linked == 0
     meta = dict(con.execute("SELECT key, value FROM trace_meta").fetchall())
     assert meta["nsys_unlinked_device_ops"] == "1"
+
+
+INVALID = sorted((ROOT / "sample_traces" / "nsys" / "invalid").glob("*.sqlite"))
+EXPECTED = {  # what each message must name, besides the file
+    "missing-column.sqlite": "table CUPTI_ACTIVITY_KIND_MEMCPY lacks column copyKind",
+    "no-string-table.sqlite": "table StringIds (its names) is missing",
+    "not-nsight.sqlite": "not an Nsight Systems export",
+    "truncated.sqlite": "damaged or unreadable SQLite database",
+    "wrong-type.sqlite": "table CUPTI_ACTIVITY_KIND_KERNEL column start: expected an integer, found 'soon'",
+}
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.name for p in INVALID])
+def test_invalid_exports_are_refused_with_their_snapshotted_message(tmp_path, path):
+    err = refused(tmp_path, path)
+    assert path.name in err and EXPECTED[path.name] in err
+    snap = Path(__file__).parent / "snapshots" / "nsys" / "invalid" / f"{path.name}.txt"
+    text = f"refused: {err}\n"
+    if UPDATE or not snap.exists():
+        snap.parent.mkdir(parents=True, exist_ok=True)
+        snap.write_text(text)
+        if not UPDATE:
+            pytest.fail(f"wrote missing snapshot {snap.name}; review and commit it")
+    assert text == snap.read_text()
+
+
+def test_every_invalid_sample_has_an_expectation():
+    assert sorted(p.name for p in INVALID) == sorted(EXPECTED)
