@@ -103,15 +103,17 @@ class FileSink:
 class RingWriter:
     """One thread's shared-memory ring (single producer); see collect/ring.py for the protocol."""
 
-    __slots__ = ("mem", "idx", "cap", "mask", "w", "pub", "lost", "limit", "lock", "__weakref__")
-
-    PUBLISH_EVERY = 64
+    __slots__ = ("mem", "idx", "cap", "mask", "w", "pub", "lost", "limit", "lock", "every", "__weakref__")
 
     def __init__(self, mem: mmap.mmap, capacity: int, mode: int):
         self.mem, self.cap, self.mask = mem, capacity, capacity - 1
         self.idx = RG.index_view(mem)
         self.w = self.pub = self.lost = 0
         self.limit = capacity if mode == RG.MODE_DISCARD else 1 << 62
+        # discard mode publishes every 64 records (the flusher covers idle threads); ring mode every
+        # record, because the daemon's check for slots overwritten during its copy trusts that at
+        # most the one record being written is ahead of the published index
+        self.every = 64 if mode == RG.MODE_DISCARD else 1
         self.lock = threading.Lock()
 
     def emit(self, prefix, ts, dur, corr, nbytes, flow, args):
@@ -125,7 +127,7 @@ class RingWriter:
                 return
         PACK_INTO(self.mem, RG.DATA_OFFSET + ((w & self.mask) << 6), prefix, ts, dur, corr, nbytes, flow, args)
         self.w = w + 1
-        if self.w - self.pub >= 64:
+        if self.w - self.pub >= self.every:
             self.publish()
 
     def write_many(self, recs) -> None:

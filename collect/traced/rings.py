@@ -80,7 +80,9 @@ class DaemonRing:
         if self.mode == RG.MODE_RING:
             views = [bytes(v) for v in views]
             w2 = int(self.idx[RG.W])
-            torn = min(n, max(0, w2 - self.cap - r))  # slots reused while we copied
+            # slots reused while we copied, plus the one the producer may be writing right now
+            # (index w2 reuses the slot of w2 - cap before w2 is published)
+            torn = min(n, max(0, w2 + 1 - self.cap - r))
             if torn:
                 self.overwritten += torn
                 views = _drop_front(views, torn)
