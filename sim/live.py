@@ -44,7 +44,7 @@ def run_live(name: str, seed: int, events: int | None, out_dir: Path) -> int:
     header = output.header_for(m, seed)
     try:
         tracer = client.connect(sock, header={k: header[k] for k in ("devices", "clock_domains")},
-                                process_name="inference_server", pid=pid)
+                                process_name="python3", pid=pid)
     except (ClientError, OSError) as e:
         print(f"acceltrace sim --live: cannot reach the daemon at {sock}: {e}", file=sys.stderr)
         return 1

@@ -146,7 +146,7 @@ def sync_pairs(machine, seed: int, end_rel_ns: float) -> list[tuple[int, np.ndar
     return out
 
 
-def write_atrace(result, path: Path, seed: int, process_name: str = "inference_server") -> int:
+def write_atrace(result, path: Path, seed: int, process_name: str = "python3") -> int:
     """Write run.atrace; returns the number of event records."""
     m = result.machine
     pid = app_pid(seed)

@@ -100,7 +100,7 @@ def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: i
     m = result.machine
     pid = output.app_pid(seed)
     writer = AtraceWriter(path, header=output.header_for(m, seed))
-    writer.add_records(output.naming_records(m, writer, pid, "inference_server"))
+    writer.add_records(output.naming_records(m, writer, pid, "python3"))
     recs = output.to_records(m, writer, pid)
     t0 = np.asarray([r[_TS] for r in m.rec.rows], dtype=np.float64)
     t1 = t0 + np.asarray([r[_DUR] for r in m.rec.rows], dtype=np.float64)
@@ -139,7 +139,7 @@ def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: i
     writer.add_records(tail)
     for domain, host_ns, ticks in output.sync_pairs(m, seed, lay.end_ns):
         writer.add_clock_sync(domain, host_ns, ticks)
-    writer.close(lost_events=0, producers=[{"stream": 0, "pid": pid, "name": "inference_server", "lost": 0}],
+    writer.close(lost_events=0, producers=[{"stream": 0, "pid": pid, "name": "python3", "lost": 0}],
                  closed_unix_ns=0)
     return writer.events_written
 
