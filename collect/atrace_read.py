@@ -167,12 +167,32 @@ class AtraceReader:
     def iter_events(self, batch_events: int = 1 << 20, check_crc: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(records, stream per record) in batches of about batch_events, in file order.
 
-        A chunk that fails its CRC is skipped and reported in `problems` with its offset.
+        A chunk that fails its CRC is skipped and reported in `problems` with its offset. The
+        checksums of a batch's chunks are computed on a few threads (zlib releases the GIL).
         """
-        parts, streams, n = [], [], 0
+        group, n = [], 0
         for ch in self.event_chunks():
-            view = memoryview(self.buf)[ch.payload_offset: ch.payload_offset + ch.length]
-            if check_crc and zlib.crc32(view) != ch.crc:
+            group.append(ch)
+            n += ch.length // RECORD_SIZE
+            if n >= batch_events:
+                yield from self._batch(group, check_crc)
+                group, n = [], 0
+        if group:
+            yield from self._batch(group, check_crc)
+
+    def _batch(self, chunks: list, check_crc: bool):
+        views = [memoryview(self.buf)[c.payload_offset: c.payload_offset + c.length] for c in chunks]
+        if check_crc:
+            if len(views) > 1 and (os.cpu_count() or 1) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
+                    crcs = list(pool.map(zlib.crc32, views))
+            else:
+                crcs = [zlib.crc32(v) for v in views]
+        parts, counts, ids = [], [], []
+        for i, (ch, view) in enumerate(zip(chunks, views)):
+            if check_crc and crcs[i] != ch.crc:
                 self.problems.append(Problem(ch.offset, "events chunk fails its CRC32 check (corrupt); "
                                                         f"its {ch.length // RECORD_SIZE} events skipped",
                                              ch.length // RECORD_SIZE))
@@ -181,15 +201,11 @@ class AtraceReader:
                 self.problems.append(Problem(ch.offset, f"events chunk length {ch.length} is not a multiple of "
                                                         f"{RECORD_SIZE}; skipped", ch.length // RECORD_SIZE))
                 continue
-            recs = np.frombuffer(view, RECORD_DTYPE)
-            parts.append(recs)
-            streams.append(np.full(len(recs), ch.stream, dtype=np.uint32))
-            n += len(recs)
-            if n >= batch_events:
-                yield _cat(parts), _cat(streams)
-                parts, streams, n = [], [], 0
+            parts.append(np.frombuffer(view, RECORD_DTYPE))
+            counts.append(len(parts[-1]))
+            ids.append(ch.stream)
         if parts:
-            yield _cat(parts), _cat(streams)
+            yield _cat(parts), np.repeat(np.asarray(ids, dtype=np.uint32), counts)
 
     def read_all(self) -> tuple[np.ndarray, np.ndarray]:
         """Every event record (copied out of the file) and its stream."""
