@@ -5,7 +5,9 @@
 -- tail of a kernel that ran longer than its roofline, already checked to be on the
 -- critical path); 'idle' claims the parts of [claim_start, claim_end) during which the
 -- device's execution units were idle (the device was waiting, so the time is on the
--- critical path); 'none' claims nothing (the pass cannot place its waste).
+-- critical path); 'idle_head' the same, keeping the first local_ns ns of idle time instead
+-- of the last (a delay that pushes the work queued behind it back); 'none' claims nothing
+-- (the pass cannot place its waste).
 -- Of its claimed time a candidate keeps only the last local_ns ns (the part a fixed
 -- version would not have needed). Every nanosecond of the run then goes to at most one
 -- candidate: the one first in precedence order (pass precedence, then larger local
@@ -24,27 +26,33 @@ SELECT row_number() OVER (ORDER BY c.precedence, c.local_ns DESC, c.ts, c.slice_
 FROM _candidates c LEFT JOIN _critical_dev k ON TRUE;
 
 CREATE OR REPLACE TEMP TABLE _claim_raw AS
-SELECT cand_id, claim_start AS a, claim_end AS b, local_ns
+SELECT cand_id, claim_start AS a, claim_end AS b, local_ns, FALSE AS head
 FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start AND on_critical_dev
 UNION ALL
 -- same device and overlapping, as a pure range join on device-offset times (_dev_offset)
-SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns
-FROM (SELECT c.cand_id, c.local_ns, c.claim_start + o.off AS s, c.claim_end + o.off AS e, o.off
+SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns, c.head
+FROM (SELECT c.cand_id, c.local_ns, c.claim_start + o.off AS s, c.claim_end + o.off AS e, o.off,
+             c.claim_mode = 'idle_head' AS head
       FROM _cand c JOIN _dev_offset o ON o.dev = c.dev
-      WHERE c.claim_mode = 'idle' AND c.claim_end > c.claim_start AND c.on_critical_dev) c
+      WHERE c.claim_mode IN ('idle', 'idle_head') AND c.claim_end > c.claim_start AND c.on_critical_dev) c
 JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
       FROM _eu_idle i JOIN _dev_offset o ON o.dev = i.dev) i
   ON i.s < c.e AND i.e > c.s;
 
--- keep the last local_ns ns of each candidate's claim
+-- keep the last local_ns ns of each candidate's claim ('idle_head': the first local_ns ns,
+-- for a delay that pushes later work back)
 CREATE OR REPLACE TEMP TABLE _claim AS
 WITH o AS (
-    SELECT cand_id, a, b, local_ns,
-           sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC ROWS UNBOUNDED PRECEDING) - (b - a) AS later_ns
+    SELECT cand_id, a, b, local_ns, head,
+           CASE WHEN head THEN sum(b - a) OVER (PARTITION BY cand_id ORDER BY a ROWS UNBOUNDED PRECEDING)
+                ELSE sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC ROWS UNBOUNDED PRECEDING) END
+             - (b - a) AS before_ns
     FROM _claim_raw
 )
-SELECT cand_id, greatest(a, b - (local_ns - later_ns)) AS a, b
-FROM o WHERE later_ns < local_ns;
+SELECT cand_id,
+       CASE WHEN head THEN a ELSE greatest(a, b - (local_ns - before_ns)) END AS a,
+       CASE WHEN head THEN least(b, a + (local_ns - before_ns)) ELSE b END AS b
+FROM o WHERE before_ns < local_ns;
 
 -- elementary segments between all claim boundaries; each goes to the first candidate
 CREATE OR REPLACE TEMP TABLE _alloc AS
@@ -95,7 +103,7 @@ SELECT pass,
            WHEN NOT on_critical_dev THEN
                printf('; not on the critical path: device %s finished before the run''s last device %s '
                       || '(local estimate %s)', dev, (SELECT dev FROM _critical_dev), _fmt_ns(local_ns))
-           WHEN impact_ns = 0 AND claim_mode = 'idle' THEN
+           WHEN impact_ns = 0 AND claim_mode IN ('idle', 'idle_head') THEN
                '; not on the critical path: the execution units were busy meanwhile (local estimate '
                || _fmt_ns(local_ns) || ')'
            WHEN impact_ns = 0 THEN

@@ -10,7 +10,8 @@
 -- What to do: keep the data resident on the device (cache it across steps) and copy only
 -- what changed.
 -- Impact: the repeated copy's whole transfer time (first DMA start to last DMA end), on the
--- critical path only where the device's execution units were idle meanwhile.
+-- critical path only where the device's execution units were idle during it or during the
+-- transfers queued back to back behind it on its submission queue (they waited for it).
 --
 -- Output columns (one row per repeated copy):
 --   ts, dur       the copy's transfer, first DMA start to last DMA end
@@ -18,7 +19,8 @@
 --   metric        'repeat_count'; value = how many times these contents were copied so far;
 --                 threshold = 1
 --   local_ns      the copy's duration
---   claim         'idle' over the copy
+--   claim         'idle_head' over the copy and the transfers chained behind it on its queue
+--                 (the first local_ns of idle time: the delay it pushed onto them)
 
 CREATE OR REPLACE TEMP TABLE _tagged_copies AS
 WITH calls AS (
@@ -30,7 +32,8 @@ WITH calls AS (
 )
 SELECT c.call_slice, c.host_buffer, c.content_hash, x.dev,
        min(x.ts) AS start_ns, max(x.end_ns) AS end_ns,
-       sum(x.bytes) AS bytes, arg_min(x.slice_id, x.ts) AS first_slice, arg_min(x.track_id, x.ts) AS track_id
+       sum(x.bytes) AS bytes, arg_min(x.slice_id, x.ts) AS first_slice, arg_min(x.track_id, x.ts) AS track_id,
+       arg_max(x.slice_id, x.end_ns) AS last_slice
 FROM calls c JOIN _xfer x ON x.corr_id = c.corr_id
 WHERE x.direction = 'h2d' AND c.host_buffer IS NOT NULL AND c.content_hash IS NOT NULL
 GROUP BY c.call_slice, c.call_ts, c.host_buffer, c.content_hash, x.dev;
@@ -53,6 +56,22 @@ WITH o AS (
 )
 SELECT * FROM o WHERE nth > 1 AND bytes >= ${redundant_min_bytes};
 
+-- transfers queued back to back behind a repeated copy on its queue waited for it: the
+-- device's wait during them is the repeated copy's doing too (chains of transfers per
+-- submission queue, each starting within serial_max_gap_ns of the previous one's end)
+CREATE OR REPLACE TEMP TABLE _xfer_chains AS
+WITH q AS (
+    SELECT x.slice_id, x.ts, x.end_ns, r.src_track_id AS queue_id,
+           lag(x.end_ns) OVER (PARTITION BY r.src_track_id ORDER BY x.ts, x.slice_id) AS prev_end
+    FROM _xfer x JOIN _ready r ON r.slice_id = x.slice_id
+),
+c AS (
+    SELECT *, max(CASE WHEN prev_end IS NULL OR ts - prev_end > ${serial_max_gap_ns} THEN ts END)
+                OVER (PARTITION BY queue_id ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS chain_start
+    FROM q
+)
+SELECT slice_id, max(end_ns) OVER (PARTITION BY queue_id, chain_start) AS chain_end FROM c;
+
 SELECT start_ns AS ts,
        end_ns - start_ns AS dur,
        track_id,
@@ -65,8 +84,8 @@ SELECT start_ns AS ts,
               content_hash, _fmt_ns(start_ns - first_ns), dev) AS message,
        end_ns - start_ns AS local_ns,
        dev,
-       'idle' AS claim_mode,
+       'idle_head' AS claim_mode,
        start_ns AS claim_start,
-       end_ns AS claim_end,
+       greatest(end_ns, coalesce(ch.chain_end, end_ns)) AS claim_end,
        0.0 AS min_share
-FROM _redundant_rows;
+FROM _redundant_rows r LEFT JOIN _xfer_chains ch ON ch.slice_id = r.last_slice;
