@@ -201,6 +201,16 @@ def test_copy_queued_behind_compute_on_the_same_queue_is_serialisation(store):
         (x, 101.0, 50 * US, 91 * US, 50 * US)]
 
 
+def test_device_to_host_copy_between_computations_on_one_queue_is_serialisation(store):
+    t = TraceSpec()
+    t.kernel(0, 100, ready_us=-5)
+    x = t.copy(101, 40, 1 << 20, direction="d2h", ready_us=-4)
+    t.kernel(142, 100, ready_us=-3)
+    t.copy(243, 40, 1 << 20, direction="d2h", ready_us=-2)  # nothing after it on the queue: not flagged
+    _, rows = findings(store, t, ["copy_compute_serialization"])
+    assert [(f["slice_id"], f["impact_ns"]) for f in rows] == [(x, 40 * US)]
+
+
 def test_copy_on_its_own_queue_is_not_serialisation(store):
     t, _ = serial_trace("queue 1")
     _, rows = findings(store, t, ["copy_compute_serialization"])
