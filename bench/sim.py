@@ -3,7 +3,7 @@
     .venv/bin/python bench/sim.py                    # short default run (about a minute)
     .venv/bin/python bench/sim.py --scale-events 100000000   # the 100 M-event target (minutes, ~6.5 GB)
 
-Anchors measured in the same run: a bare heapq push/pop loop with one tuple append per event
+Rates are the best of three runs (the machine is shared). Anchors measured in the same run: a bare heapq push/pop loop with one tuple append per event
 (the least any Python discrete-event model must pay per event), and the targets from issue 5
 (300 k events/s for the model, 100 M events in 10 minutes for a whole run).
 """
@@ -24,26 +24,33 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 
-def anchor_events_per_s(n: int = 300_000) -> float:
-    t0 = time.process_time()
-    agenda, out = [], []
-    for i in range(n):
-        heapq.heappush(agenda, (float(i % 977), i, None))
-        t, seq, _ = heapq.heappop(agenda)
-        out.append((1, 0, t, 1.0, "x", seq, -1, None, None, None, 0, None, 0))
-    return n / (time.process_time() - t0)
+def anchor_events_per_s(n: int = 300_000, repeat: int = 3) -> float:
+    best = 0.0
+    for _ in range(repeat):
+        t0 = time.process_time()
+        agenda, out = [], []
+        for i in range(n):
+            heapq.heappush(agenda, (float(i % 977), i, None))
+            t, seq, _ = heapq.heappop(agenda)
+            out.append((1, 0, t, 1.0, "x", seq, -1, None, None, None, 0, None, 0))
+        best = max(best, n / (time.process_time() - t0))
+    return best
 
 
-def model_events_per_s(scenario: str, seed: int, steps: int) -> tuple[int, float, float]:
+def model_events_per_s(scenario: str, seed: int, steps: int, repeat: int = 3) -> tuple[int, float, float]:
+    """Best of `repeat` runs (the machine is shared: the best is the least disturbed)."""
     from sim import scenarios
     from sim.run import run_plan
 
     plan = scenarios.build(scenario, seed)
-    w0, c0 = time.perf_counter(), time.process_time()
-    result = run_plan(plan, steps)
-    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    n = len(result.rec)
-    return n, n / cpu, n / wall
+    best_cpu = best_wall = 0.0
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        result = run_plan(plan, steps)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        n = len(result.rec)
+        best_cpu, best_wall = max(best_cpu, n / cpu), max(best_wall, n / wall)
+    return n, best_cpu, best_wall
 
 
 def whole_run(scenario: str, seed: int, events: int, out: Path) -> tuple[int, float, float]:

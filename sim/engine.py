@@ -9,6 +9,7 @@ and kernel passes through it several times (the model's throughput target is 300
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 
 
@@ -66,7 +67,7 @@ class Process:
             else:
                 d.callbacks.append(self._resume)
         else:
-            sim.at(sim.now + y, self._resume, None)
+            heapq.heappush(sim._agenda, (sim.now + y, next(sim._seq), self._resume, None))
 
 
 class Sim:
@@ -75,12 +76,11 @@ class Sim:
     def __init__(self, start_ns: float = 0.0):
         self.now = float(start_ns)
         self._agenda: list = []
-        self._seq = 0
+        self._seq = itertools.count()  # ties at one time run in scheduling order
         self.steps = 0
 
     def at(self, t_ns: float, fn, arg=None) -> None:
-        self._seq += 1
-        heapq.heappush(self._agenda, (t_ns, self._seq, fn, arg))
+        heapq.heappush(self._agenda, (t_ns, next(self._seq), fn, arg))
 
     def event(self) -> Event:
         return Event(self)
