@@ -59,9 +59,11 @@ def test_websocket_follows_a_running_daemon(tmp_path, monkeypatch):
         with TestClient(app) as c, c.websocket_connect("/api/live/ws") as ws:
             with t.span("from the daemon", corr=11):
                 pass
+            sent = time.monotonic()
             msg = ws.receive_json()
             if msg["type"] == "hello":
                 msg = ws.receive_json()
+            assert time.monotonic() - sent < 1.0  # event to websocket: the bound for event to screen
             assert [e["name"] for e in msg["events"]] == ["from the daemon"]
         t.close()
     finally:
