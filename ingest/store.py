@@ -50,8 +50,11 @@ def store_dir(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def new_trace_id() -> str:
-    """128 random bits, URL-safe (22 characters)."""
-    return secrets.token_urlsafe(16)
+    """128 random bits, URL-safe (22 characters), never starting with '-' (it would read as an option)."""
+    while True:
+        tid = secrets.token_urlsafe(16)
+        if tid[0].isalnum():
+            return tid
 
 
 def _pid_alive(pid: int) -> bool:
