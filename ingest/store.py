@@ -50,9 +50,9 @@ def store_dir(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def new_trace_id() -> str:
-    """128 random bits, URL-safe (22 characters), never starting with '-' (it would read as an option)."""
+    """At least 128 random bits (136 drawn), URL-safe, 23 characters, never starting with "-"."""
     while True:
-        tid = secrets.token_urlsafe(16)
+        tid = secrets.token_urlsafe(17)
         if tid[0].isalnum():
             return tid
 
