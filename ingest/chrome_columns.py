@@ -197,6 +197,13 @@ def norm_id(v) -> str:
 
 def codes(vals: list) -> tuple[np.ndarray, list]:
     """Dense codes for hashable values and the distinct values in code order."""
+    kinds = set(map(type, vals))
+    if kinds == {int} or kinds == {str}:  # the common case, in Arrow
+        try:
+            enc = pa.array(vals, type=pa.int64() if kinds == {int} else pa.string()).dictionary_encode()
+            return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+        except (OverflowError, pa.ArrowInvalid):
+            pass
     uniq: dict = {}
     for v in set(vals):
         uniq[v] = len(uniq)

@@ -281,9 +281,14 @@ def _stage_flow_events(state, work, sub, idx, ph) -> None:
     if not sub:
         return
     inv, keys, _, _ = _threads(state, src, sub)
-    kc, pairs = codes(list(zip(values(sub, "cat"), values(sub, "name"))))
-    key_of = np.array([state.flow_keys.setdefault((c or "", n or ""), len(state.flow_keys)) for c, n in pairs],
-                      dtype=np.int32)
+    # (cat, name) pairs: each coded in Arrow, the pair as one number
+    ce_, ne_ = (strings(sub, f).fill_null("").dictionary_encode() for f in ("cat", "name"))
+    cats, names = ce_.dictionary.to_pylist(), ne_.dictionary.to_pylist()
+    combo = (ce_.indices.to_numpy(zero_copy_only=False).astype(np.int64) * len(names)
+             + ne_.indices.to_numpy(zero_copy_only=False))
+    uniq, kc = np.unique(combo, return_inverse=True)
+    key_of = np.array([state.flow_keys.setdefault((cats[u // len(names)], names[u % len(names)]), len(state.flow_keys))
+                       for u in uniq.tolist()], dtype=np.int32)
     fid, fid_text = flow_ids(values(sub, "id"))
     n = len(sub)
     state.stage("flow_raw", {
