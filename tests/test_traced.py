@@ -217,6 +217,36 @@ def test_hostile_socket_input_is_refused_and_the_daemon_keeps_serving(tmp_path):
     assert len(recs) == 1
 
 
+def test_deeply_nested_json_and_passed_fds_are_refused_without_crashing_the_daemon(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    deep = b"[" * 100_000 + b"]" * 100_000  # json.loads recurses: RecursionError, not ValueError
+    deep_meta = b'{"op": "metadata", "data": ' + b'{"a": ' * 900 + b"1" + b"}" * 900 + b"}"
+    hello = b'{"op": "hello", "pid": 1}'
+    replies = []
+    for body in ([deep], [hello, deep_meta]):
+        replies.append(_raw(sock, b"".join(struct.pack("<I", len(b)) + b for b in body)))
+        assert proc.poll() is None, proc.stdout.read()
+    assert b"nested too deeply" in replies[0]
+    # a hostile client passing its own descriptors: the daemon never takes them
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(sock))
+    r_fd, w_fd = os.pipe()
+    body = b'{"op": "ctl", "cmd": "status"}'
+    s.sendmsg([struct.pack("<I", len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", r_fd))])
+    s.settimeout(5)
+    assert b'"ok":true' in s.recv(65536)
+    s.close()
+    passed = f"pipe:[{os.fstat(r_fd).st_ino}]"
+    os.close(r_fd), os.close(w_fd)
+    held = [os.readlink(f"/proc/{proc.pid}/fd/{n}") for n in os.listdir(f"/proc/{proc.pid}/fd")]
+    assert passed not in held, held
+    t = client.connect(sock)
+    t.instant("still fine")
+    t.close()
+    _stop(proc)
+    assert len(_records(out)[1]) == 1
+
+
 def test_socket_and_rings_are_owner_only(tmp_path):
     proc, sock, out = _start(tmp_path)
     try:

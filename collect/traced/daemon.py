@@ -32,6 +32,11 @@ MAX_STRING_ID = 1 << 31
 REALTIME_DOMAIN = 255  # periodic (CLOCK_MONOTONIC, CLOCK_REALTIME) pairs: wall time for the trace
 
 
+# what a hostile message can raise while being handled; RecursionError: writing a message nested
+# almost to the parser's limit (json.dumps runs deeper in the stack than json.loads did)
+_REFUSED = (P.ProtocolError, ValueError, TypeError, KeyError, RecursionError)
+
+
 @dataclass
 class Conn:
     sock: socket.socket
@@ -205,7 +210,7 @@ class Daemon:
                         self._deferred.append((c, msg))  # handled after the taken records are written
                     else:
                         self._handle(c, msg)
-            except (P.ProtocolError, ValueError, TypeError, KeyError) as e:
+            except _REFUSED as e:
                 self._reply(c, {"ok": False, "error": f"protocol error: {e}"})
                 self._drop(c, f"protocol error: {e}")
                 return
@@ -363,7 +368,7 @@ class Daemon:
                 continue
             try:
                 self._handle(c, msg)
-            except (P.ProtocolError, ValueError, TypeError, KeyError) as e:
+            except _REFUSED as e:
                 self._reply(c, {"ok": False, "error": f"protocol error: {e}"})
                 self._drop(c, f"protocol error: {e}")
 

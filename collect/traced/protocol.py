@@ -72,6 +72,8 @@ def decode_body(body: bytes, require_op: bool = True) -> dict:
         msg = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolError(f"message is not JSON ({e})") from None
+    except RecursionError:  # json recurses per nesting level: a hostile "[[[[..." must not kill the daemon
+        raise ProtocolError("message is nested too deeply") from None
     if not isinstance(msg, dict):
         raise ProtocolError("message is not a JSON object")
     if require_op and not isinstance(msg.get("op"), str):
