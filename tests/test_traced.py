@@ -247,6 +247,27 @@ def test_deeply_nested_json_and_passed_fds_are_refused_without_crashing_the_daem
     assert len(_records(out)[1]) == 1
 
 
+def test_a_client_that_never_reads_its_replies_cannot_stall_the_daemon(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    body = b'{"op": "ctl", "cmd": "status"}'
+    flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    flood.connect(str(sock))
+    flood.setblocking(False)
+    try:
+        flood.send((struct.pack("<I", len(body)) + body) * 3000)  # ~1 MB of replies it will never read
+    except BlockingIOError:
+        pass
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    assert ctl(sock, "status", timeout_s=30)["ok"]
+    # before: one second per unread reply once the socket buffer filled, no ring drained meanwhile
+    assert time.monotonic() - t0 < 5
+    flood.close()
+    log = _stop(proc)
+    assert "does not read its replies" in log
+
+
 def test_socket_and_rings_are_owner_only(tmp_path):
     proc, sock, out = _start(tmp_path)
     try:

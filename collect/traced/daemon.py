@@ -47,6 +47,8 @@ class Conn:
     rings: list[DaemonRing] = field(default_factory=list)
     events: int = 0
     string_ids: int = 0
+    unresponsive: bool = False  # a reply could not be sent: no further replies are tried
+    drop_reason: str | None = None  # a drop deferred until the current drain has written its records
 
 
 class Daemon:
@@ -211,19 +213,36 @@ class Daemon:
                     else:
                         self._handle(c, msg)
             except _REFUSED as e:
-                self._reply(c, {"ok": False, "error": f"protocol error: {e}"})
-                self._drop(c, f"protocol error: {e}")
+                self._refuse(c, e)
                 return
             if c.sock.fileno() < 0:
                 return
 
+    def _refuse(self, c: Conn, e: Exception) -> None:
+        """Answer a bad message with an error and drop that connection only. While a drain holds records
+        taken from this producer's rings, the drop (which closes the rings) waits until they are written."""
+        why = f"protocol error: {e}"
+        if not c.unresponsive:
+            try:
+                self._reply(c, {"ok": False, "error": why})
+            except P.ProtocolError:
+                pass
+        if self._deferred is not None:
+            c.drop_reason = why
+            self._deferred.append((c, None))
+        else:
+            self._drop(c, why)
+
     def _reply(self, c: Conn, msg: dict, fds: list[int] | None = None) -> None:
         try:
             c.sock.setblocking(True)
-            c.sock.settimeout(1.0)  # a client that never reads cannot stall the daemon for long
+            c.sock.settimeout(1.0)  # a client that never reads cannot stall the daemon for long...
             P.send_msg(c.sock, msg, fds)
         except OSError:
-            pass
+            # ...and is dropped at once: a stream of requests it never reads would otherwise cost
+            # a second each while no ring is drained
+            c.unresponsive = True
+            raise P.ProtocolError("the client does not read its replies") from None
         finally:
             try:
                 c.sock.setblocking(False)
@@ -364,13 +383,12 @@ class Daemon:
             if c.sock.fileno() < 0:
                 continue
             if msg is None:
-                self._drop(c, None)
+                self._drop(c, c.drop_reason)
                 continue
             try:
                 self._handle(c, msg)
             except _REFUSED as e:
-                self._reply(c, {"ok": False, "error": f"protocol error: {e}"})
-                self._drop(c, f"protocol error: {e}")
+                self._refuse(c, e)
 
     def _take(self, c: Conn) -> list:
         return [(r, *r.take()) for r in c.rings]
