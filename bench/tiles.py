@@ -84,6 +84,39 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
             "per_track_us": float(np.median(single)) * 1e6, "db_bytes": store.get(tid)["db_bytes"]}
 
 
+def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> list[tuple[int, float, float]]:
+    """In-process, no HTTP: CPU ms (all threads) to compute one cold tile, median and p95 per level.
+
+    CPU time, unlike wall time, hardly depends on how many other jobs share the machine.
+    """
+    import duckdb
+
+    from server.tile_engine import LodInfo, build_tile
+
+    con = duckdb.connect(":memory:", config={"threads": 2})
+    con.execute(f"ATTACH '{store.trace_path(trace_id)}' AS trace (READ_ONLY)")
+    con.execute("USE trace")
+    info = LodInfo.load(con)
+    names = [r[0] for r in con.execute("SELECT name FROM lod_names ORDER BY name_id").fetchall()]
+    counts = dict((g, (s, i, c)) for g, s, i, c in con.execute(
+        "SELECT grp, slices, instants, counters FROM lod_group_counts").fetchall())
+    groups = [g for g, (s, _, _) in counts.items() if s]
+    rng = np.random.default_rng(seed)
+    out = []
+    for level in range(info.max_level + 1):
+        n_tiles = max(1, -(-info.duration_ns // (1024 << level)))
+        cpu = []
+        for _ in range(tiles_per_level):
+            g, i = groups[int(rng.integers(len(groups)))], int(rng.integers(n_tiles))
+            empty = frozenset(k for k, v in zip(("instants", "counters"), counts[g][1:]) if not v)
+            t = time.process_time()
+            build_tile(con, info, level, i, g, f"g{g}", empty, names)
+            cpu.append(time.process_time() - t)
+        out.append((level, _pct(cpu, 50), _pct(cpu, 95)))
+    con.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1M,10M", help="comma-separated slice counts (e.g. 1M,10M,100M)")
@@ -91,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=OUT / "store")
     ap.add_argument("--reuse", action="store_true", help="reuse traces of the same size already in --store")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cpu", action="store_true", help="also measure CPU per cold tile in-process (no HTTP)")
     args = ap.parse_args(argv)
     if not args.reuse and args.store.exists():
         shutil.rmtree(args.store)
@@ -109,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = PERFETTO_TRACK_QUERY_US
         print(f"single track (cold tile / tracks in group, median): {res['per_track_us']:.0f} us vs Perfetto "
               f"{lo}-{hi} us per track (published) -> ratio {res['per_track_us'] / ((lo + hi) / 2):.1f}x")
+        if args.cpu:
+            tid = next(r["id"] for r in store.list("ready") if r["name"] == f"bench-{_size(s)}")
+            rows = cpu_per_tile(store, tid, args.tiles_per_level, args.seed)
+            print("CPU per cold tile, in-process (ms, median / p95): "
+                  + "  ".join(f"L{lv} {m:.1f}/{p:.1f}" for lv, m, p in rows))
         sys.stdout.flush()
     return 0
 
