@@ -185,12 +185,15 @@ SELECT dev, idle_start, idle_end FROM edges WHERE idle_end > idle_start;
 
 -- The host API call that submitted a piece of device work: the earliest CPU slice with
 -- its correlation id (a runtime gives a call, its driver submission and its device work one
--- id). Only for the work that needs it -- kernels that end a gap, and the first DMA of each
--- pageable copy -- so the join never pairs all device work with all calls.
+-- id). Only for the work that needs it -- kernels submitted late that end a gap long enough
+-- to report, and the first DMA of each pageable copy -- so the join never pairs all device
+-- work with all calls.
 --   slice_id, call_slice, call_ts, call_end_ns, call_track_id.
 CREATE OR REPLACE TEMP TABLE _origin AS
 WITH ids AS (
-    SELECT next_slice AS slice_id FROM _eu_gaps
+    -- gaps the host may have caused (long enough for launch_gaps or sync_stalls)
+    SELECT g.next_slice AS slice_id FROM _eu_gaps g JOIN _ready r ON r.slice_id = g.next_slice
+    WHERE r.ready_ns > g.idle_start AND g.idle_end - g.idle_start >= least(${launch_gap_min_ns}, ${sync_gap_min_ns})
     UNION
     SELECT arg_min(slice_id, ts) FROM _dev_work
     WHERE lane = 'pcie' AND host_mem = 'pageable' GROUP BY coalesce(corr_id, -1 - slice_id)

@@ -17,10 +17,10 @@
 -- What to do: make accesses contiguous (change the layout, transpose once, coalesce the
 -- loads, use vector loads), or stage reused data in on-chip memory.
 -- Impact: the kernel's time beyond its roofline at full efficiency,
--- max(requested / bandwidth, flops / compute peak), claimed at the kernel's end when the
--- next work on its unit was already waiting for it, a thread was blocked in a
--- synchronising call waiting for it, or nothing followed; when the unit then waited for
--- the host anyway, the excess is off the critical path (impact 0).
+-- max(requested / bandwidth, flops / compute peak), claimed at the kernel's end -- unless
+-- the device's units then went idle until the host submitted more work (the host was the
+-- bottleneck: the excess is off the critical path, impact 0), except when a host thread
+-- was blocked in a synchronising call across the kernel's end (waiting for this kernel).
 --
 -- Output columns (one row per kernel):
 --   ts, dur, track_id, slice_id  the kernel
@@ -55,34 +55,28 @@ CREATE OR REPLACE TEMP TABLE _kernel_roofline AS
 WITH k AS (SELECT * FROM _kernel_counters WHERE requested > 0 AND fetched > 0),
 bw AS (SELECT dev, max(fetched * 1e9 / dur) AS mem_Bps FROM k GROUP BY dev),
 kb AS (SELECT k.*, bw.mem_Bps, fetched * 1e9 / dur >= 0.5 * bw.mem_Bps AS bw_bound FROM k JOIN bw ON bw.dev = k.dev),
-fl AS (SELECT track_id, max(flops * 1e9 / dur) AS flops_ps FROM kb WHERE NOT bw_bound AND flops > 0 GROUP BY track_id),
-nxt AS (
-    SELECT slice_id,
-           lead(slice_id) OVER (PARTITION BY track_id ORDER BY ts, slice_id) AS next_slice
-    FROM _dev_work WHERE lane = 'eu'
-)
+fl AS (SELECT track_id, max(flops * 1e9 / dur) AS flops_ps FROM kb WHERE NOT bw_bound AND flops > 0 GROUP BY track_id)
 SELECT kb.*, fl.flops_ps,
        fetched * 1e9 / mem_Bps AS mem_ns,
        CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END AS compute_ns,
        greatest(requested * 1e9 / mem_Bps,
-                CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END) AS ideal_ns,
-       n.next_slice, r.ready_ns AS next_ready_ns
+                CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END) AS ideal_ns
 FROM kb
 LEFT JOIN fl ON fl.track_id = kb.track_id
-LEFT JOIN nxt n ON n.slice_id = kb.slice_id
-LEFT JOIN _ready r ON r.slice_id = n.next_slice;
+WHERE (fetched / requested >= ${mem_amplification_threshold} AND bw_bound)
+   OR (fetched * 1e9 / dur < ${mem_low_bw_fraction} * mem_Bps AND fl.flops_ps > 0
+       AND CASE WHEN fl.flops_ps > 0 THEN flops * 1e9 / fl.flops_ps ELSE 0 END < 0.5 * dur);
 
--- (a) amplified and bandwidth-bound; (b) neither bandwidth- nor compute-bound: under
--- mem_low_bw_fraction of the bandwidth with compute needing under half its time (only
--- where the unit's compute peak is known)
--- a host thread blocked in a synchronising call across a kernel's end was waiting for it:
--- the host's next submission depended on the kernel, which is on the critical path then
-CREATE OR REPLACE TEMP TABLE _mem_awaited AS
-SELECT DISTINCT k.slice_id
-FROM (SELECT slice_id, end_ns FROM _kernel_roofline WHERE next_ready_ns > end_ns) k
-JOIN (SELECT s.ts, s.ts + s.dur AS end_ns FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
-      WHERE t.lane = 'cpu' AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%')) c
-  ON c.ts < k.end_ns AND c.end_ns >= k.end_ns;
+-- kernels after which the device's units went idle until the host submitted more: their
+-- excess is off the critical path, unless a host thread was blocked in a synchronising
+-- call across the kernel's end (the host was waiting for this very kernel)
+CREATE OR REPLACE TEMP TABLE _mem_host_bound AS
+SELECT k.slice_id
+FROM _kernel_roofline k JOIN _late_gaps g ON g.dev = k.dev AND g.idle_start = k.end_ns
+WHERE NOT EXISTS (
+    SELECT 1 FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
+    WHERE t.lane = 'cpu' AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%')
+      AND s.ts < k.end_ns AND s.ts + s.dur >= k.end_ns);
 
 CREATE OR REPLACE TEMP TABLE _mem_rows AS
 SELECT *,
@@ -91,12 +85,8 @@ SELECT *,
        CASE WHEN fetched / requested >= ${mem_amplification_threshold}
             THEN least(dur, mem_ns) - ideal_ns
             ELSE dur - ideal_ns END AS excess_ns,
-       -- on the critical path unless the unit afterwards waited for the host
-       next_slice IS NULL OR next_ready_ns IS NULL OR next_ready_ns <= end_ns
-         OR slice_id IN (SELECT slice_id FROM _mem_awaited) AS critical
-FROM _kernel_roofline
-WHERE (fetched / requested >= ${mem_amplification_threshold} AND bw_bound)
-   OR (fetched * 1e9 / dur < ${mem_low_bw_fraction} * mem_Bps AND flops_ps > 0 AND compute_ns < 0.5 * dur);
+       slice_id NOT IN (SELECT slice_id FROM _mem_host_bound) AS critical
+FROM _kernel_roofline;
 
 SELECT ts,
        dur,

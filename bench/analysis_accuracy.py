@@ -187,7 +187,7 @@ def print_table(per_scn: dict[str, list[dict]], seeds: list[int]) -> None:
     for r in per_scn.get("mixed", []):
         te, tt = sum(r["est"].values()), sum(r["true"].values())
         print(f"mixed run: {r['run_ns'] / 1e6:.1f} ms; summed truths {tt / 1e6:.1f} ms "
-              f"({'more than' if tt > r['run_ns'] else 'within'} the run: the issues overlap), "
+              f"({'more than the run: the issues overlap' if tt > r['run_ns'] else 'within the run'}), "
               f"summed estimates {te / 1e6:.1f} ms")
     print("impact per kind over the single-issue runs (estimate / truth, relative error; target within 20%):")
     for k in sorted(kind_true):
