@@ -54,10 +54,11 @@ def ingest(source: Source, builder) -> None:
             builder.set_meta("format", "atrace+actr")
         # ground_truth.json is the simulator's answer key, never part of the trace
         return
-    ingest_atrace(source, builder)
+    ingest_atrace(source, builder, alone=True)
 
 
-def ingest_atrace(src: Source | Path, builder, group: str | None = None, label: str | None = None) -> dict:
+def ingest_atrace(src: Source | Path, builder, group: str | None = None, label: str | None = None,
+                  alone: bool = False) -> dict:
     """Ingest one .atrace (a Source or a path); returns {device name: (ticks, host_ns)} sync pairs."""
     tmp = None
     if isinstance(src, Source):
@@ -82,7 +83,7 @@ def ingest_atrace(src: Source | Path, builder, group: str | None = None, label: 
         except OSError as e:
             raise IngestError(label, f"cannot read ({e.strerror or e})") from None
         try:
-            return _Ingest(reader, builder, label, group).run()
+            return _Ingest(reader, builder, label, group).run(alone)
         finally:
             reader.close()
     finally:
@@ -146,10 +147,16 @@ class _Ingest:
             self.dropped[why] = self.dropped.get(why, 0) + int(n)
 
     # -- main loop ----------------------------------------------------------------------------------
-    def run(self) -> dict:
+    def run(self, alone: bool = False) -> dict:
         for recs, streams in self.r.iter_events(BATCH_EVENTS):
             self._batch(recs, streams)
             self.order += len(recs)
+        lost_to_damage = [p for p in self.r.problems if p.dropped_events]
+        if alone and lost_to_damage and self.b.n_slices == self.first_slice and self.b.n_counters == 0:
+            # nothing survived the damage: say what happened, not merely that the trace is empty
+            p = lost_to_damage[0]
+            raise IngestError(self.label, f"no events before the damage: {p.message} "
+                              f"({sum(q.dropped_events for q in lost_to_damage)} events lost)", f"byte {p.offset}")
         for p in self.r.problems:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()

@@ -129,6 +129,22 @@ def test_cut_off_chunk_is_a_warning_with_its_offset(tmp_path, store):
     assert any(f"byte {cut_at}" in w and "cut short" in w for w in res.warnings)
 
 
+def test_file_cut_inside_its_first_events_chunk_names_the_cut_not_just_no_events(tmp_path, store):
+    p = tmp_path / "early.atrace"
+    w = AtraceWriter(p, chunk_events=1000)
+    n = w.intern("op")
+    recs = np.zeros(1000, R.RECORD_DTYPE)
+    recs["kind"], recs["name"], recs["ts"], recs["dur"] = R.COMPLETE, n, np.arange(1000) * 10, 5
+    w.add_records(recs)
+    w.close()
+    cut_at = AtraceReader.open(p).event_chunks()[0].offset
+    p.write_bytes(p.read_bytes()[: cut_at + 5000])
+    (res,) = ingest_paths(store, [p])
+    assert res.id is None and res.error
+    assert "cut short" in res.error and f"byte {cut_at}" in res.error, res.error
+    assert "1000 events" in res.error, res.error
+
+
 def test_newer_major_version_fails_with_a_clear_message(tmp_path, store):
     p = tmp_path / "new.atrace"
     _sim_like(p)
