@@ -142,6 +142,10 @@ def cmd_ingest(args) -> int:
         if progress:
             progress.close()
     rc = 0
+    if not results:  # e.g. an empty directory: saying nothing and exiting 0 would look like success
+        print(f"acceltrace: error: {', '.join(map(str, args.paths))}: no trace files found (a directory needs "
+              "trace files in it, or a run: run.atrace, run.actr)", file=sys.stderr)
+        rc = 1
     for r in results:
         if args.json:
             print(json.dumps(r.as_json()), flush=True)

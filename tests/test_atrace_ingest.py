@@ -145,6 +145,17 @@ def test_file_cut_inside_its_first_events_chunk_names_the_cut_not_just_no_events
     assert "1000 events" in res.error, res.error
 
 
+def test_directory_without_a_run_or_trace_files_is_an_error_not_silence(tmp_path, capsys):
+    from acceltrace.cli import main
+
+    empty = tmp_path / "nothing here"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no trace")
+    assert main(["--store", str(tmp_path / "store"), "ingest", str(empty)]) == 1
+    err = capsys.readouterr().err
+    assert "nothing here" in err and "no trace files found" in err, err
+
+
 def test_newer_major_version_fails_with_a_clear_message(tmp_path, store):
     p = tmp_path / "new.atrace"
     _sim_like(p)
