@@ -21,7 +21,9 @@ CREATE OR REPLACE TEMP TABLE _critical_dev AS
 SELECT arg_max(dev, end_ns) AS dev, max(end_ns) AS end_ns FROM _dev_work WHERE lane = 'eu';
 
 CREATE OR REPLACE TEMP TABLE _cand AS
-SELECT row_number() OVER (ORDER BY c.precedence, c.local_ns DESC, c.ts, c.slice_id) AS cand_id, c.*,
+SELECT row_number() OVER (ORDER BY c.precedence, c.local_ns DESC, c.ts, c.slice_id) AS cand_id,
+       c.pass, c.cand_row, c.precedence, c.ts, c.slice_id, c.local_ns, c.dev, c.claim_mode, c.claim_start,
+       c.claim_end, c.min_share,
        c.dev IS NULL OR k.dev IS NULL OR c.dev = k.dev AS on_critical_dev
 FROM _candidates c LEFT JOIN _critical_dev k ON TRUE;
 
@@ -86,7 +88,14 @@ WHERE coalesce(a.alloc_ns, 0) >= c.min_share * c.local_ns;
 --   time is already counted under a finding of higher precedence: both causes are real,
 --   fixing either helps, and the impact is counted once), else info.
 CREATE OR REPLACE TEMP TABLE _findings AS
-WITH k AS (SELECT *, sum(claimed_ns) OVER (PARTITION BY pass) AS pass_claimed_ns FROM _kept)
+WITH k AS (
+    SELECT *, sum(claimed_ns) OVER (PARTITION BY pass) AS pass_claimed_ns FROM _kept
+),
+w AS (
+    SELECT k.*, c.dur, c.track_id, c.metric, c.value, c.threshold, c.message
+    FROM k JOIN _candidates c ON c.pass = k.pass AND c.cand_row = k.cand_row
+    WHERE k.pass_rank <= ${max_findings_per_pass}
+)
 SELECT pass,
        CASE WHEN claimed_ns <= 0 OR pass_claimed_ns < ${report_run_fraction} * (SELECT run_ns FROM _run) THEN 'info'
             WHEN impact_ns >= ${error_run_fraction} * (SELECT run_ns FROM _run) THEN 'error'
@@ -112,5 +121,4 @@ SELECT pass,
            WHEN impact_ns < local_ns THEN
                '; ' || _fmt_ns(impact_ns) || ' of its ' || _fmt_ns(local_ns) || ' local excess is on the critical path'
            ELSE '; costs ' || _fmt_ns(impact_ns) || ' on the critical path' END AS message
-FROM k
-WHERE pass_rank <= ${max_findings_per_pass};
+FROM w;

@@ -215,8 +215,11 @@ def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
         (reason,) = con.execute(f"SELECT reason FROM _{spec.id}_check").fetchone()
         if reason is not None:
             return PassStatus(spec.id, "not applicable", reason, elapsed_ms=(time.perf_counter() - t0) * 1e3)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _cand_{spec.id} AS {stmts[-1]}")
-        cols = [r[0] for r in con.execute(f"DESCRIBE _cand_{spec.id}").fetchall()]
+        # cand_row: the candidate's number within its pass (the allocation works on narrow rows
+        # and joins the wide ones, messages included, back only for the findings it keeps)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _cand_{spec.id} AS "
+                    f"SELECT row_number() OVER () AS cand_row, * FROM ({stmts[-1]})")
+        cols = [r[0] for r in con.execute(f"DESCRIBE _cand_{spec.id}").fetchall()][1:]
         if tuple(cols) != CANDIDATE_COLUMNS:
             raise AnalysisError(f"{spec.path.name}: candidate columns {cols} != {list(CANDIDATE_COLUMNS)}")
         (n,) = con.execute(f"SELECT count(*) FROM _cand_{spec.id}").fetchone()
