@@ -79,3 +79,19 @@ def test_export_is_in_the_openapi_description(client):
     r = c.get("/openapi.json")
     assert r.status_code == 200, r.text
     assert "/api/traces/{trace_id}/export" in r.json()["paths"]
+
+
+def test_unreadable_trace_file_answers_the_error_shape_not_an_empty_200(tmp_path):
+    store = Store(tmp_path / "store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "AFTER_PUBLISH", [])
+        mp.setattr(derive, "STEPS", [])
+        (res,) = ingest_paths(store, [A100])
+    (store.root / "traces" / f"{res.id}.duckdb").write_bytes(b"not a database" * 100)
+    with TestClient(create_app(store.root), raise_server_exceptions=False) as c:
+        # more requests than export slots: a failed export must give its slot back
+        for fmt in ("chrome", "parquet") * 3:
+            r = c.get(f"/api/traces/{res.id}/export", params={"format": fmt})
+            assert r.status_code == 500, r.text
+            assert r.json()["error"]["code"] == "export_failed"
+    assert not [p for p in store.tmp_dir.iterdir() if ".export" in p.name]

@@ -6,17 +6,19 @@ import os
 import re
 import shutil
 import threading
+import weakref
 import zlib
 from enum import Enum
 from typing import Iterator
 
+import duckdb
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from ingest.export import connect_for_export
 from ingest.export_chrome import chrome_chunks
 from ingest.export_parquet import write_zip
-from server.deps import AppState, get_state
+from server.deps import ApiError, AppState, get_state
 
 router = APIRouter(prefix="/api/traces", tags=["export"])
 
@@ -56,46 +58,85 @@ def export(trace_id: str, format: ExportFormat = Query(..., description="chrome 
     return StreamingResponse(body, media_type=media, headers=headers)
 
 
-# The bodies open what they need only once the response is being sent, inside their own
-# try/finally, so a client that goes away early leaves no open connection, slot or temp file.
-def _connect(state: AppState, trace_id: str):
-    return connect_for_export(state.store, trace_id, memory_limit=EXPORT_MEMORY_LIMIT, threads=2)
+# Everything that can fail before the first byte (opening the trace, building the Parquet zip)
+# happens here, before the 200 is sent, so a failure answers the {"error": ...} shape instead of
+# an empty 200. What is held (slot, connection, temp files) is released when the body finishes,
+# is closed early, or, should the client go away before it starts, when it is collected.
+def _opened(state: AppState, trace_id: str):
+    _slots.acquire()
+    try:
+        return connect_for_export(state.store, trace_id, memory_limit=EXPORT_MEMORY_LIMIT, threads=2)
+    except duckdb.Error as e:
+        _slots.release()
+        raise ApiError(500, "export_failed", f"trace {trace_id!r} cannot be read for export "
+                                             f"({type(e).__name__})") from None
+    except BaseException:
+        _slots.release()
+        raise
+
+
+def _release(con, spill, work=None) -> None:
+    try:
+        con.close()
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+        _slots.release()
 
 
 def _chrome_body(state: AppState, trace_id: str, gzip: bool) -> Iterator[bytes]:
-    with _slots:
-        con, spill = _connect(state, trace_id)
-        try:
-            if not gzip:
-                yield from chrome_chunks(con)
-                return
-            z = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip member
-            for chunk in chrome_chunks(con):
-                out = z.compress(chunk)
-                if out:
-                    yield out
-            yield z.flush()
-        finally:
-            con.close()
-            shutil.rmtree(spill, ignore_errors=True)
+    con, spill = _opened(state, trace_id)
+    body = _chrome_chunks(con, gzip)
+    return _Body(body, weakref.finalize(body, _release, con, spill))
+
+
+def _chrome_chunks(con, gzip: bool) -> Iterator[bytes]:
+    if not gzip:
+        yield from chrome_chunks(con)
+        return
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip member
+    for chunk in chrome_chunks(con):
+        out = z.compress(chunk)
+        if out:
+            yield out
+    yield z.flush()
 
 
 def _parquet_body(state: AppState, trace_id: str) -> Iterator[bytes]:
+    con, spill = _opened(state, trace_id)
     # named <id>.<pid>.<...> so the store's sweep removes it should this process die mid-export
     work = state.store.tmp_dir / f"{trace_id}.{os.getpid()}.export-{threading.get_ident()}"
-    with _slots:
+    try:
+        archive = write_zip(con, work)
+    except BaseException as e:
+        _release(con, spill, work)
+        if isinstance(e, (duckdb.Error, OSError)):
+            raise ApiError(500, "export_failed", f"the Parquet export of {trace_id!r} failed "
+                                                 f"({type(e).__name__})") from None
+        raise
+    body = _file_chunks(archive)
+    return _Body(body, weakref.finalize(body, _release, con, spill, work))
+
+
+def _file_chunks(path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            yield chunk
+
+
+class _Body:
+    """Iterates a generator, then runs its finalizer (at once when done or closed; else at collection)."""
+
+    def __init__(self, gen: Iterator[bytes], done: weakref.finalize):
+        self._gen, self._done = gen, done
+
+    def __iter__(self) -> Iterator[bytes]:
         try:
-            con, spill = _connect(state, trace_id)
-            try:
-                archive = write_zip(con, work)
-            finally:
-                con.close()
-                shutil.rmtree(spill, ignore_errors=True)
-            with open(archive, "rb") as f:
-                while chunk := f.read(_CHUNK):
-                    yield chunk
+            yield from self._gen
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            self._gen.close()
+            self._done()
 
 
 def _file_stem(name: str) -> str:
