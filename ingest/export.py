@@ -85,10 +85,33 @@ def export_trace(store: Store, trace_id: str, fmt: str, dest: Path) -> str:
         shutil.rmtree(spill, ignore_errors=True)
 
 
+def export_to_stdout(store: Store, trace_id: str, fmt: str) -> str:
+    """`--out -`: the Chrome JSON streamed to standard output (for a pipe); Parquet is a directory."""
+    if fmt != "chrome":
+        raise ExportError("--out - (standard output) works only with --format chrome; "
+                          "the Parquet export is a directory of files")
+    tid = resolve(store, trace_id)
+    con, spill = connect_for_export(store, tid)
+    size = 0
+    try:
+        out = sys.stdout.buffer
+        for chunk in chrome_chunks(con):
+            out.write(chunk)
+            size += len(chunk)
+        out.flush()
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+    return f"wrote Chrome trace JSON to standard output ({size} bytes)"
+
+
 def export_command(args) -> int:
     """The CLI handler (args: store, id, format, out)."""
     store = Store(args.store)
     try:
+        if str(args.out) == "-":  # as most tools read it; a file named "-" would surprise
+            print(export_to_stdout(store, args.id, args.format), file=sys.stderr)
+            return 0
         print(export_trace(store, args.id, args.format, Path(args.out)))
     except ExportError as e:
         print(f"acceltrace: export failed: {e}", file=sys.stderr)

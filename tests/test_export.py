@@ -168,6 +168,22 @@ def test_export_command_writes_gzip_and_refuses_unknown_ids(traces, tmp_path, ca
     assert not (tmp_path / "x.json").exists()
 
 
+def test_export_to_dash_streams_chrome_json_to_stdout_and_refuses_parquet(traces, tmp_path, capsysbinary,
+                                                                         monkeypatch):
+    store, a100, _ = traces
+    monkeypatch.chdir(tmp_path)
+    ns = argparse.Namespace(store=str(store.root), id=a100, format="chrome", out="-")
+    assert export_command(ns) == 0
+    out, err = capsysbinary.readouterr()
+    assert sum(e["ph"] == "X" for e in json.loads(out)["traceEvents"]) == 99
+    assert b"standard output" in err
+    assert not (tmp_path / "-").exists()
+    ns = argparse.Namespace(store=str(store.root), id=a100, format="parquet", out="-")
+    assert export_command(ns) == 1
+    assert b"only with --format chrome" in capsysbinary.readouterr().err
+    assert not (tmp_path / "-").exists()
+
+
 def test_parquet_files_read_back_equal_to_the_store_without_acceltrace(traces, tmp_path):
     store, _, synth = traces
     out = tmp_path / "pq"
