@@ -123,7 +123,7 @@ def pair_async(state) -> None:
 
 
 def correlation_flows(state) -> int:
-    return state.builder.add_flows_sql(f"""
+    return state.builder.add_flows_sql("""
         WITH s AS (
             SELECT s.slice_id, s.ts, s.corr_id, t.src, t.lane
             FROM _slices_staging s JOIN _chrome_tracks t USING (track_id) WHERE s.corr_id IS NOT NULL),
