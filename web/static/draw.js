@@ -218,7 +218,8 @@ function drawArea(tl) {
   if (!a) return;
   const ctx = tl.ctx, v = tl.view;
   const xa = NAMES_PX + v.x_of(Math.min(a.start_ns, a.end_ns)), xb = NAMES_PX + v.x_of(Math.max(a.start_ns, a.end_ns));
-  const ya = Math.min(a.y0, a.y1), yb = Math.max(a.y0, a.y1);
+  const dy = (a.scroll0 ?? tl.scrollY) - tl.scrollY;
+  const ya = Math.min(a.y0, a.y1) + dy, yb = Math.max(a.y0, a.y1) + dy;
   ctx.fillStyle = THEME.areaFill;
   ctx.fillRect(xa, ya, xb - xa, yb - ya);
   ctx.strokeStyle = THEME.areaStroke;

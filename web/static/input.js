@@ -28,7 +28,9 @@ export function attachInput(tl, act) {
     if (y < AXIS_PX) return;
     if (e.shiftKey) {
       const t = tl.view.ns_at(x - NAMES_PX);
-      tl.area = { start_ns: t, end_ns: t, y0: y, y1: y };
+      // y0/y1 are canvas px at the time of the drag (for picking tracks); scroll0 lets the drawn box
+      // follow the tracks when they scroll afterwards
+      tl.area = { start_ns: t, end_ns: t, y0: y, y1: y, scroll0: tl.scrollY };
       drag = { mode: "area", x, y, last_x: x, last_y: y };
     } else {
       drag = { mode: "pending", x, y, last_x: x, last_y: y };
