@@ -40,6 +40,20 @@ def handle_metadata(state, src, sub: list) -> None:
             state.thread_meta.setdefault((src.idx, p, t), {})["sort"] = int(args["sort_index"])
 
 
+def _decode_all(raws: list) -> list:
+    """Every args object of a batch in one decode call (one by one only if the batch fails)."""
+    try:
+        return msgspec.json.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.DecodeError, RecursionError):
+        out = []
+        for r in raws:
+            try:
+                out.append(msgspec.json.decode(r))
+            except (msgspec.DecodeError, RecursionError):
+                out.append(None)
+        return out
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -(1 << 62) < v < (1 << 62)
 
@@ -53,15 +67,12 @@ def handle_counters(state, src, sub: list, ts, seq: np.ndarray) -> None:
     bad = 0
     first_bad = None
     tracks: dict[tuple, int] = {}
-    for i, ev in enumerate(sub):
+    all_args = _decode_all([ev.args for ev in sub])
+    for i, args in enumerate(all_args):
         if not ts.ok[i]:
             bad += 1
             first_bad = first_bad if first_bad is not None else int(seq[i])
             continue
-        try:
-            args = msgspec.json.decode(ev.args)
-        except (msgspec.DecodeError, RecursionError):
-            args = None
         if not isinstance(args, dict) or not args:
             bad += 1
             first_bad = first_bad if first_bad is not None else int(seq[i])
