@@ -43,13 +43,19 @@ class Result:
 
 
 def expand_inputs(paths: list[Path]) -> list[Path]:
-    """Directories that are not run directories stand for the trace files inside them."""
+    """Directories that are not run directories stand for the trace files inside them.
+
+    Inside a directory, subfolders named `invalid` (the bad-input fixtures next to the
+    sample traces) are left out; name such a folder or file directly to ingest it.
+    """
     out: list[Path] = []
     for p in paths:
         p = Path(p)
         if p.is_dir() and not registry.claimed_dir(p):
             for child in sorted(p.iterdir()):
                 if child.name.startswith(".") or child.name.lower() in _SKIP_NAMES or child.suffix in (".md", ".txt"):
+                    continue
+                if child.is_dir() and child.name == "invalid":
                     continue
                 out.extend(expand_inputs([child]))
         else:

@@ -119,3 +119,10 @@ def test_killed_ingest_leaves_nothing_and_is_swept_next_time(tmp_path):
     assert store.list() == []
     assert list((root / "tmp").iterdir()) == []
     assert list((root / "traces").iterdir()) == []
+
+
+def test_a_directory_of_samples_leaves_out_its_invalid_folder():
+    found = pipeline.expand_inputs([ROOT / "sample_traces"])
+    assert not any("invalid" in p.parts for p in found)
+    assert any(p.name == "a100-rank0-memcpy.json.gz" for p in found)
+    assert len(pipeline.expand_inputs([ROOT / "sample_traces" / "invalid"])) == len(INVALID)
