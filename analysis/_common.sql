@@ -42,18 +42,18 @@ WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 AND s.depth = 0;
 
 -- When each piece of device work was handed to the device: the latest end of the slices
 -- whose correlation-chain flow points at it (driver submission, or the API call when the
--- trace has no driver records), never later than the work's own start.
+-- trace has no driver records). Users clamp it to the work's own start (a runtime call
+-- may return after its kernel began).
 --   slice_id, ready_ns, src_slice (the submitting slice that arrived last), src_track_id.
 CREATE OR REPLACE TEMP TABLE _ready AS
-SELECT w.slice_id,
-       max(least(s.ts + s.dur, w.ts)) AS ready_ns,
-       arg_max(s.slice_id, least(s.ts + s.dur, w.ts)) AS src_slice,
-       arg_max(s.track_id, least(s.ts + s.dur, w.ts)) AS src_track_id
+SELECT f.dst_slice AS slice_id,
+       max(s.ts + s.dur) AS ready_ns,
+       arg_max(s.slice_id, s.ts + s.dur) AS src_slice,
+       arg_max(s.track_id, s.ts + s.dur) AS src_track_id
 FROM flows f
-JOIN _dev_work w ON w.slice_id = f.dst_slice
 JOIN slices s ON s.slice_id = f.src_slice
-WHERE f.kind IN ('submit', 'launch', 'dma', 'exec')
-GROUP BY w.slice_id;
+WHERE f.kind IN ('submit', 'launch', 'dma', 'exec') AND f.dst_slice IS NOT NULL
+GROUP BY f.dst_slice;
 
 -- Transfers: DMA copies with a byte count.
 CREATE OR REPLACE TEMP VIEW _xfer AS
@@ -153,14 +153,11 @@ FROM (SELECT DISTINCT dev FROM _track_dev WHERE dev IS NOT NULL);
 --   dev, idle_start (when the units ran out of work), idle_end, next_slice (the work that
 --   ended the gap).
 CREATE OR REPLACE TEMP TABLE _eu_gaps AS
-WITH r AS (
-    SELECT dev, slice_id, ts, end_ns,
-           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id ROWS UNBOUNDED PRECEDING) AS run_max
+WITH k AS (
+    SELECT dev, slice_id, ts,
+           max(end_ns) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max_end
     FROM _dev_work WHERE lane = 'eu'
-),
-k AS (
-    SELECT dev, slice_id, ts, lag(run_max) OVER (PARTITION BY dev ORDER BY ts, end_ns, slice_id) AS prev_max_end
-    FROM r
 )
 SELECT dev, prev_max_end AS idle_start, ts AS idle_end, slice_id AS next_slice FROM k WHERE ts > prev_max_end;
 
@@ -183,6 +180,17 @@ SELECT dev, idle_start, idle_end FROM _eu_gaps
 UNION ALL
 SELECT dev, idle_start, idle_end FROM edges WHERE idle_end > idle_start;
 
+-- Gaps that end with a kernel the host submitted only after the units had run out of work
+-- (the device waited for the host), at least as long as launch_gaps or sync_stalls report.
+--   dev, idle_start, idle_end, next_slice, ready_ns, and below thread_track_id (the thread
+--   that submitted the kernel).
+CREATE OR REPLACE TEMP TABLE _late_gaps AS
+SELECT g.dev, g.idle_start, g.idle_end, g.next_slice, least(r.ready_ns, g.idle_end) AS ready_ns
+FROM _eu_gaps g
+JOIN _ready r ON r.slice_id = g.next_slice
+WHERE least(r.ready_ns, g.idle_end) > g.idle_start
+  AND g.idle_end - g.idle_start >= least(${launch_gap_min_ns}, ${sync_gap_min_ns});
+
 -- The host API call that submitted a piece of device work: the earliest CPU slice with
 -- its correlation id (a runtime gives a call, its driver submission and its device work one
 -- id). Only for the work that needs it -- kernels submitted late that end a gap long enough
@@ -191,9 +199,7 @@ SELECT dev, idle_start, idle_end FROM edges WHERE idle_end > idle_start;
 --   slice_id, call_slice, call_ts, call_end_ns, call_track_id.
 CREATE OR REPLACE TEMP TABLE _origin AS
 WITH ids AS (
-    -- gaps the host may have caused (long enough for launch_gaps or sync_stalls)
-    SELECT g.next_slice AS slice_id FROM _eu_gaps g JOIN _ready r ON r.slice_id = g.next_slice
-    WHERE r.ready_ns > g.idle_start AND g.idle_end - g.idle_start >= least(${launch_gap_min_ns}, ${sync_gap_min_ns})
+    SELECT next_slice AS slice_id FROM _late_gaps
     UNION
     SELECT arg_min(slice_id, ts) FROM _dev_work
     WHERE lane = 'pcie' AND host_mem = 'pageable' GROUP BY coalesce(corr_id, -1 - slice_id)
@@ -206,12 +212,16 @@ JOIN slices c ON c.corr_id = w.corr_id
 WHERE c.track_id IN (SELECT track_id FROM _track_dev WHERE lane = 'cpu')
 GROUP BY w.slice_id;
 
--- Gaps that end with a kernel the host submitted only after the units had run out of work
--- (the device waited for the host), with the thread that submitted it.
---   dev, idle_start, idle_end, next_slice, ready_ns, thread_track_id.
+-- the submitting thread of each late gap's kernel
 CREATE OR REPLACE TEMP TABLE _late_gaps AS
-SELECT g.dev, g.idle_start, g.idle_end, g.next_slice, r.ready_ns, o.call_track_id AS thread_track_id
-FROM _eu_gaps g
-JOIN _ready r ON r.slice_id = g.next_slice
-LEFT JOIN _origin o ON o.slice_id = g.next_slice
-WHERE r.ready_ns > g.idle_start;
+SELECT g.*, o.call_track_id AS thread_track_id
+FROM _late_gaps g LEFT JOIN _origin o ON o.slice_id = g.next_slice;
+
+-- Synchronising API calls: CPU slices whose name contains "synchronize"/"synchronise"
+-- (device, queue/stream and event synchronisation).
+--   slice_id, track_id, ts, end_ns, dur, name.
+CREATE OR REPLACE TEMP TABLE _sync_calls AS
+SELECT s.slice_id, s.track_id, s.ts, s.ts + s.dur AS end_ns, s.dur, s.name
+FROM slices s
+WHERE s.track_id IN (SELECT track_id FROM _track_dev WHERE lane = 'cpu')
+  AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%');

@@ -29,7 +29,8 @@
 
 CREATE OR REPLACE TEMP TABLE _queued_work AS
 WITH q AS (
-    SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction, r.ready_ns,
+    SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction,
+           least(r.ready_ns, w.ts) AS ready_ns,
            r.src_track_id, st.lane AS src_lane
     FROM _dev_work w
     JOIN _ready r ON r.slice_id = w.slice_id

@@ -73,10 +73,7 @@ WHERE (fetched / requested >= ${mem_amplification_threshold} AND bw_bound)
 CREATE OR REPLACE TEMP TABLE _mem_host_bound AS
 SELECT k.slice_id
 FROM _kernel_roofline k JOIN _late_gaps g ON g.dev = k.dev AND g.idle_start = k.end_ns
-WHERE NOT EXISTS (
-    SELECT 1 FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
-    WHERE t.lane = 'cpu' AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%')
-      AND s.ts < k.end_ns AND s.ts + s.dur >= k.end_ns);
+WHERE NOT EXISTS (SELECT 1 FROM _sync_calls s WHERE s.ts < k.end_ns AND s.end_ns >= k.end_ns);
 
 CREATE OR REPLACE TEMP TABLE _mem_rows AS
 SELECT *,

@@ -24,12 +24,6 @@
 --   local_ns      that idle period
 --   claim         'idle' from the last work's end to the next work's start
 
-CREATE OR REPLACE TEMP TABLE _sync_calls AS
-SELECT s.slice_id, s.track_id, s.ts, s.ts + s.dur AS end_ns, s.dur, s.name
-FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
-WHERE t.lane = 'cpu'
-  AND (lower(s.name) LIKE '%synchronize%' OR lower(s.name) LIKE '%synchronise%');
-
 CREATE OR REPLACE TEMP VIEW _sync_stalls_check AS
 SELECT CASE
     WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'eu') THEN 'the trace has no device computation'
@@ -41,20 +35,19 @@ SELECT CASE
 -- candidate calls, against every device (the gap's kernel must come from the same thread)
 CREATE OR REPLACE TEMP TABLE _sync_candidates AS
 SELECT c.*, d.dev
-FROM _sync_calls c CROSS JOIN (SELECT DISTINCT dev FROM _eu_gaps) d
+FROM _sync_calls c CROSS JOIN (SELECT DISTINCT dev FROM _late_gaps) d
 WHERE c.dur >= ${sync_min_ns};
 
 -- per (call, device): the gap in the device's execution during which the call returned
 -- (a sweep over the gaps' ends and the calls' ends in time order: the first gap ending at
 -- or after the call's end)
 CREATE OR REPLACE TEMP TABLE _sync_edges AS
-WITH pts AS (
-    SELECT dev, idle_end AS t, 1 AS kind, idle_end AS next_ns, idle_start, next_slice,
-           CAST(NULL AS BIGINT) AS sync_id
-    FROM _eu_gaps
+WITH gaps AS (SELECT * FROM _late_gaps WHERE idle_end - idle_start >= ${sync_gap_min_ns}),
+pts AS (
+    SELECT dev, idle_end AS t, 1 AS kind, idle_end AS next_ns, idle_start, CAST(NULL AS BIGINT) AS sync_id
+    FROM gaps
     UNION ALL
-    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), slice_id
-    FROM _sync_candidates
+    SELECT dev, end_ns, 0, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), slice_id FROM _sync_candidates
 ),
 nxt AS (
     SELECT sync_id, dev, t,
@@ -63,13 +56,12 @@ nxt AS (
            min(idle_start) OVER (PARTITION BY dev ORDER BY t DESC, kind DESC ROWS UNBOUNDED PRECEDING) AS work_end_ns
     FROM pts
 )
--- the units must already have been idle when the call returned
-SELECT n.sync_id, n.dev, n.work_end_ns, n.next_ns, g.next_slice, r.ready_ns AS next_ready_ns,
-       o.call_track_id AS next_thread_track_id
+-- the units must already have been idle when the call returned (a gap starting later is
+-- not this call's; skipping shorter gaps is safe for the same reason)
+SELECT n.sync_id, n.dev, n.work_end_ns, n.next_ns, g.next_slice, g.ready_ns AS next_ready_ns,
+       g.thread_track_id AS next_thread_track_id
 FROM nxt n
-JOIN _eu_gaps g ON g.dev = n.dev AND g.idle_end = n.next_ns
-LEFT JOIN _ready r ON r.slice_id = g.next_slice
-LEFT JOIN _origin o ON o.slice_id = g.next_slice
+JOIN gaps g ON g.dev = n.dev AND g.idle_end = n.next_ns
 WHERE n.sync_id IS NOT NULL AND n.work_end_ns <= n.t;
 
 SELECT c.ts,
