@@ -173,6 +173,19 @@ def test_sigkilled_daemon_leaves_a_file_that_reads_to_its_last_whole_chunk(tmp_p
             t.flush()
 
 
+def test_close_after_the_daemon_died_says_events_were_lost(tmp_path):
+    proc, sock, out = _start(tmp_path)
+    t = client.connect(sock)
+    t.complete("before", 1, 1)
+    t.flush()
+    proc.kill()
+    proc.wait(10)
+    t.complete("after", 2, 1)  # spans keep working; this record goes nowhere
+    with pytest.raises(client.ClientError, match="lost"):
+        t.close()
+    t.close()  # reported once
+
+
 def _raw(sock_path, payload: bytes) -> bytes:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2)

@@ -305,13 +305,19 @@ class DaemonSink:
         self._call({"op": "drain"})
 
     def close(self) -> None:
+        """Publish, say goodbye (the daemon then drains our rings into the file) and disconnect.
+        Raises ClientError when the daemon is gone: what was written since it went is lost."""
         self._stop.set()
         self.publish_all()
+        lost = None
         try:
             self._call({"op": "bye"})
-        except (ClientError, OSError):
-            pass
-        self.sock.close()
+        except ClientError as e:
+            lost = e
+        finally:
+            self.sock.close()
+        if lost is not None:
+            raise ClientError(f"closing: {lost}; events written after it went away are lost")
 
 
 def _flush_loop(ref, stop: threading.Event) -> None:
