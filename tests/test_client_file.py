@@ -120,6 +120,16 @@ def test_bad_typed_values_are_refused_at_the_call():
         t.complete("x", 0, 1, direction="up")
     with pytest.raises(ValueError, match="negative duration"):
         t.complete("x", 0, -1)
+    # out-of-range ids and sizes: a ValueError naming the field when the span is made, not a
+    # struct.error at its exit
+    with pytest.raises(ValueError, match="bytes must be"):
+        t.span("x", bytes=-1)
+    with pytest.raises(ValueError, match="corr must be"):
+        t.span("x", corr=-5)
+    with pytest.raises(ValueError, match="flow id must be"):
+        t.instant("x", flow_out=1 << 40)
+    with t.span("x", corr=5, bytes=10):
+        pass
     t.close()
 
 

@@ -26,6 +26,14 @@ class ClientError(RuntimeError):
     """The client cannot do what was asked (no daemon, daemon refused, closed tracer)."""
 
 
+def _check_ids(corr, nbytes, flow) -> None:
+    """Range checks a record's integer fields, so a bad value is a ValueError naming it when the event
+    is made, not a struct.error from deep inside the ring write (at a span's exit)."""
+    for v, what, hi in ((corr, "corr", 1 << 64), (nbytes, "bytes", 1 << 64), (flow, "flow id", 1 << 32)):
+        if v is not None and not (isinstance(v, int) and 0 <= v < hi):
+            raise ValueError(f"{what} must be an integer in [0, {hi}), got {v!r}")
+
+
 def _code(table: dict, value, what: str) -> int:
     if value is None:
         return 0
@@ -145,6 +153,7 @@ class Tracer:
               args=None):
         w = self._writer()
         flags, flow = 0, 0
+        _check_ids(corr, bytes, flow_out if flow_out is not None else flow_in)
         if flow_out is not None and flow_in is not None:
             raise ValueError("one record carries one flow end: give flow_out or flow_in, not both")
         if flow_out is not None:
@@ -173,6 +182,8 @@ class Tracer:
             try:
                 if corr is None:
                     return self._tl.cached[(name, lane)]
+                if not 0 <= corr < 1 << 64:
+                    _check_ids(corr, None, None)
                 return Span(self, self._tl.w.emit, self._tl.fast[(name, lane, True)], corr, 0, 0, 0)
             except (AttributeError, KeyError):
                 pass
@@ -197,6 +208,7 @@ class Tracer:
                     self._tl.cached[(name, lane)] = _CachedSpan(self, emit, prefix)
                     return self._tl.cached[(name, lane)]
         flow = typed.get("flow_out") or typed.get("flow_in") or 0
+        _check_ids(corr, typed.get("bytes"), flow)
         return Span(self, emit, prefix, corr or 0, typed.get("bytes") or 0, flow, self._args_id(args))
 
     @staticmethod
