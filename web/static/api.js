@@ -9,7 +9,8 @@ export class ApiError extends Error {
   }
 }
 
-async function errorFrom(r) {
+/** The API's error for a failed response: its error.message, else the status line. */
+export async function errorFrom(r) {
   let code = "http_" + r.status, message = `${r.status} ${r.statusText}`;
   try {
     const j = await r.json();
@@ -32,11 +33,9 @@ export class Api {
 
   meta() { return getJson(this.base); }
 
-  async tile(level, index, group, signal) {
+  tileUrl(level, index, group) {
     const q = group ? `?group=${encodeURIComponent(group)}` : "";
-    const r = await fetch(`${this.base}/tiles/${level}/${index}${q}`, { signal });
-    if (!r.ok) throw await errorFrom(r);
-    return r.arrayBuffer();
+    return `${this.base}/tiles/${level}/${index}${q}`;
   }
 
   slice(slice_id) { return getJson(`${this.base}/slices/${encodeURIComponent(slice_id)}`); }

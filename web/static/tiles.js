@@ -3,7 +3,7 @@
 // A tile covers TILE_BUCKETS buckets of 2^level ns starting at index * TILE_BUCKETS * 2^level (relative ns).
 // Decoded tiles have the shape produced by decode.js: {tracks: Map(track_id -> TrackTile), names: [...]}.
 
-import { decodeTile } from "./decode.js";
+import { fetchTile } from "./tile_fetch.js";
 
 export const TILE_BUCKETS = 1024;
 const MAX_TILES = 400;
@@ -79,11 +79,9 @@ export class TileStore {
       if (this.inflight.has(k) || this.tiles.has(k)) continue;
       const ctl = new AbortController();
       this.inflight.set(k, ctl);
-      this.api.tile(level, index, group, ctl.signal)
-        .then((buf) => {
-          this.bytes_fetched += buf.byteLength;
-          const t = decodeTile(buf, level, index);
-          t.bytes = buf.byteLength;
+      fetchTile(this.api.tileUrl(level, index, group), level, index, ctl.signal)
+        .then((t) => {
+          this.bytes_fetched += t.bytes;
           this.tiles.set(k, t);
           this.held_bytes += t.bytes;
           this.evict();

@@ -1,0 +1,60 @@
+// fetchTile(): a decoded tile, fetched and decoded in a worker (tile_worker.js) so arriving tiles do not
+// cost frames; on the main thread where module workers are unavailable.
+
+import { decodeTile } from "./decode.js";
+import { errorFrom } from "./api.js";
+
+let worker = null; // null: not tried yet; false: unavailable
+let seq = 0;
+const pending = new Map(); // id -> {resolve, reject}
+
+function abortError() {
+  const e = new Error("aborted");
+  e.name = "AbortError";
+  return e;
+}
+
+function getWorker() {
+  if (worker !== null) return worker;
+  try {
+    worker = new Worker(new URL("./tile_worker.js", import.meta.url), { type: "module" });
+    worker.onmessage = (e) => {
+      const { id, tile, error, aborted } = e.data;
+      const p = pending.get(id);
+      if (!p) return;
+      pending.delete(id);
+      if (tile) p.resolve(tile);
+      else p.reject(aborted ? abortError() : new Error(error));
+    };
+    worker.onerror = () => {
+      // the worker could not start (or died): finish what it held on the main thread from now on
+      worker = false;
+      for (const p of pending.values()) p.reject(new Error("tile worker failed"));
+      pending.clear();
+    };
+  } catch (_) {
+    worker = false;
+  }
+  return worker;
+}
+
+async function onMainThread(url, level, index, signal) {
+  const r = await fetch(url, { signal });
+  if (!r.ok) throw await errorFrom(r);
+  const buf = await r.arrayBuffer();
+  const tile = decodeTile(buf, level, index);
+  tile.bytes = buf.byteLength;
+  return tile;
+}
+
+/** The decoded tile at `url`; rejects with an AbortError when `signal` aborts. */
+export function fetchTile(url, level, index, signal) {
+  const w = getWorker();
+  if (!w) return onMainThread(url, level, index, signal);
+  return new Promise((resolve, reject) => {
+    const id = ++seq;
+    pending.set(id, { resolve, reject });
+    if (signal) signal.addEventListener("abort", () => { if (worker) worker.postMessage({ id, abort: true }); }, { once: true });
+    w.postMessage({ id, url, level, index });
+  });
+}
