@@ -279,6 +279,9 @@ def analyze_command(args) -> int:
     except (P.ParamError, AnalysisError) as e:
         print(f"acceltrace: analyze: {e}", file=sys.stderr)
         return 2
+    except duckdb.Error as e:  # the shared helpers failed on this trace: say so, no traceback
+        print(f"acceltrace: analyze: {trace_id}: analysis failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report.findings))
         return 0
