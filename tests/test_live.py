@@ -76,3 +76,24 @@ def test_unknown_source_is_a_clear_message(tmp_path, monkeypatch):
     with TestClient(create_app(store=tmp_path / "store")) as c, c.websocket_connect("/api/live/ws?source=3") as ws:
         msg = ws.receive_json()
         assert msg["type"] == "error" and "ACCELTRACE_SOCKET" in msg["message"]
+
+
+def test_websocket_from_another_origin_is_refused(tmp_path, monkeypatch):
+    # any web page may open a websocket to localhost: only this server's own pages may read events
+    import pytest
+    from starlette.websockets import WebSocketDisconnect
+
+    f = tmp_path / "live.atrace"
+    w = AtraceWriter(f)
+    w.add_records(R.encode(R.INSTANT, w.intern("secret op"), ts=1_000))
+    w.flush()
+    monkeypatch.setenv("ACCELTRACE_LIVE_FILE", str(f))
+    monkeypatch.delenv("ACCELTRACE_SOCKET", raising=False)
+    with TestClient(create_app(store=tmp_path / "store")) as c:
+        with pytest.raises(WebSocketDisconnect) as e:
+            with c.websocket_connect("/api/live/ws?source=0", headers={"origin": "http://evil.example"}) as ws:
+                ws.receive_json()
+        assert e.value.code == 1008
+        with c.websocket_connect("/api/live/ws?source=0", headers={"origin": "http://testserver"}) as ws:
+            assert ws.receive_json()["type"] == "hello"
+    w.close()

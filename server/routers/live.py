@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
@@ -153,8 +154,20 @@ def _track_key(rec) -> tuple:
     return lane, int(rec["pid"]) if lane <= 1 else 0, int(rec["device"]), int(rec["tid"])
 
 
+def _same_origin(ws: WebSocket) -> bool:
+    """No Origin (a non-browser client) or an Origin naming this very host and port."""
+    origin = ws.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc.lower() == (ws.headers.get("host") or "").lower()
+
+
 @router.websocket("/api/live/ws")
 async def live_ws(ws: WebSocket, source: int = 0):
+    if not _same_origin(ws):
+        # browsers let any page open a websocket to localhost; only our own pages may read the events
+        await ws.close(code=1008)
+        return
     await ws.accept()
     srcs = live_sources(ws.app)
     if not 0 <= source < len(srcs):
@@ -164,7 +177,7 @@ async def live_ws(ws: WebSocket, source: int = 0):
         return
     try:
         path = await asyncio.to_thread(_resolve, srcs[source])
-    except OSError as e:
+    except (OSError, ValueError, KeyError) as e:  # no daemon, a timeout, or a reply we cannot read
         await ws.send_json({"type": "error", "message": f"cannot reach the live source: {e}"})
         await ws.close()
         return
