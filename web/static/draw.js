@@ -1,5 +1,6 @@
 // renderFrame(): draws the whole timeline from the current state. Synchronous, no fetching.
-// Order: background, axis, rows (names column + track area), findings shading, area selection, flow arrows.
+// Order: background, axis, rows (names column + track area), findings shading, area selection, flow
+// arrows, the selection outline, notices.
 
 import { drawAxis, drawGrid } from "./axis.js";
 import { drawSliceTrack, drawCounterTrack, drawCounterLabels } from "./render.js";
@@ -33,7 +34,6 @@ export function renderFrame(tl) {
   ctx.textBaseline = "middle";
   const pending = tl.tiles.pendingCount(tl.visibleKeys);
   ctx.fillText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible${pending ? ` · loading ${pending}` : ""}`, 8, AXIS_PX / 2);
-
 
   const rows = tl.visibleRows();
   const scrollTop = tl.scrollTop_px;
