@@ -11,7 +11,9 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import derive, nsys_synth, pipeline, schema
+from _helpers import ingest, ingest_only
+
+from ingest import nsys_synth, schema
 from ingest.builder import TraceBuilder
 from ingest.export import export_command, export_trace
 from ingest.export_chrome import chrome_chunks
@@ -24,17 +26,13 @@ A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ingest_only():
-    # no analysis passes or level-of-detail tables: exports read only the store's own tables
-    mp = pytest.MonkeyPatch()
-    mp.setattr(pipeline, "AFTER_PUBLISH", [])
-    mp.setattr(derive, "STEPS", [])
-    yield
-    mp.undo()
+def _ingest_only():
+    with ingest_only():
+        yield
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory, ingest_only):
+def traces(tmp_path_factory):
     """The A100 Nsight trace and a synthesized 3.x one with counters and a submit -> exec chain."""
     tmp = tmp_path_factory.mktemp("export")
     synth = tmp / "h100.sqlite"
@@ -45,8 +43,7 @@ def traces(tmp_path_factory, ingest_only):
                (nsys_synth.GLOBAL_TID,))
     db.commit()
     db.close()
-    store = Store(tmp / "store")
-    results = ingest_paths(store, [A100, synth])
+    store, results = ingest(tmp, A100, synth)
     for r in results:
         assert r.error is None, r.error
     return store, results[0].id, results[1].id

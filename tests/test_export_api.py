@@ -10,9 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest import derive, pipeline
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
+from _helpers import ingest_ok, ingest_only
+
 from server.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,14 +20,9 @@ A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    root = tmp_path_factory.mktemp("api") / "store"
-    store = Store(root)
-    with pytest.MonkeyPatch.context() as mp:  # the export needs no analysis or level-of-detail tables
-        mp.setattr(pipeline, "AFTER_PUBLISH", [])
-        mp.setattr(derive, "STEPS", [])
-        (res,) = ingest_paths(store, [A100])
-    assert res.error is None, res.error
-    with TestClient(create_app(root)) as c:
+    with ingest_only():  # the export needs no analysis or level-of-detail tables
+        store, res = ingest_ok(tmp_path_factory.mktemp("api"), A100)
+    with TestClient(create_app(store.root)) as c:
         yield c, res.id, store
 
 
@@ -82,11 +76,8 @@ def test_export_is_in_the_openapi_description(client):
 
 
 def test_unreadable_trace_file_answers_the_error_shape_not_an_empty_200(tmp_path):
-    store = Store(tmp_path / "store")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pipeline, "AFTER_PUBLISH", [])
-        mp.setattr(derive, "STEPS", [])
-        (res,) = ingest_paths(store, [A100])
+    with ingest_only():
+        store, res = ingest_ok(tmp_path, A100)
     (store.root / "traces" / f"{res.id}.duckdb").write_bytes(b"not a database" * 100)
     with TestClient(create_app(store.root), raise_server_exceptions=False) as c:
         # more requests than export slots: a failed export must give its slot back

@@ -5,47 +5,36 @@ import json
 
 import pytest
 
-from ingest import derive, export_read, nsys_synth, pipeline
+from _helpers import ingest_ok, ingest_one, ingest_only
+
+from ingest import export_read, nsys_synth
 from ingest.export import export_trace
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
 from ingest.summary import canonical_summary
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ingest_only():
-    mp = pytest.MonkeyPatch()
-    mp.setattr(pipeline, "AFTER_PUBLISH", [])
-    mp.setattr(derive, "STEPS", [])
-    yield
-    mp.undo()
+def _ingest_only():
+    with ingest_only():
+        yield
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, ingest_only):
+def exported(tmp_path_factory):
     """A 3.x Nsight trace with counters and flows, ingested and exported to Chrome JSON."""
     tmp = tmp_path_factory.mktemp("export-read")
     src = tmp / "synth.sqlite"
     nsys_synth.write(src, iterations=6, metric_samples=4)
-    store = Store(tmp / "store")
-    (res,) = ingest_paths(store, [src])
-    assert res.error is None, res.error
+    store, res = ingest_ok(tmp, src)
     out = tmp / "synth.json"
     export_trace(store, res.id, "chrome", out)
     return store, res.id, out
-
-
-def ingest(tmp_path, path):
-    store = Store(tmp_path / "store")
-    (res,) = ingest_paths(store, [path])
-    return store, res
 
 
 def test_an_export_is_recognised_by_content_even_renamed_and_gzipped(exported, tmp_path):
     store0, tid, out = exported
     packed = tmp_path / "trace.bin.gz"
     packed.write_bytes(gzip.compress(out.read_bytes()))
-    store, res = ingest(tmp_path, packed)
+    store, res = ingest_one(tmp_path, packed)
     assert res.error is None, res.error
     assert res.format == "acceltrace-chrome"
     assert canonical_summary(store.connect(res.id)) == canonical_summary(store0.connect(tid))
@@ -60,7 +49,7 @@ def test_other_chrome_files_are_left_to_the_chrome_ingester():
 def test_tiny_read_blocks_give_the_same_trace(exported, tmp_path, monkeypatch):
     store0, tid, out = exported
     monkeypatch.setattr(export_read, "BLOCK_BYTES", 97)
-    store, res = ingest(tmp_path, out)
+    store, res = ingest_one(tmp_path, out)
     assert res.error is None, res.error
     assert canonical_summary(store.connect(res.id)) == canonical_summary(store0.connect(tid))
 
@@ -73,7 +62,7 @@ def test_an_export_cut_short_loads_up_to_its_last_whole_event(exported, tmp_path
     cut_at = x_lines[len(x_lines) // 2]
     cut = tmp_path / "cut.json"
     cut.write_bytes(b"\n".join(lines[:cut_at]) + b"\n" + lines[cut_at][:25])
-    store, res = ingest(tmp_path, cut)
+    store, res = ingest_one(tmp_path, cut)
     assert res.error is None, res.error
     assert res.counts["slices"] == len(x_lines) // 2
     assert any("cut short" in w for w in res.warnings)
@@ -88,7 +77,7 @@ def test_a_damaged_line_in_the_middle_is_refused_naming_it(exported, tmp_path):
     lines[20] = b'{"ph":"X","name":'
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\n".join(lines))
-    store, res = ingest(tmp_path, bad)
+    store, res = ingest_one(tmp_path, bad)
     assert res.error is not None and "line 21" in res.error and "not one JSON event per line" in res.error
     assert store.list() == []
 
@@ -101,7 +90,7 @@ def test_a_header_without_start_is_refused(exported, tmp_path):
     new_header = json.dumps(doc)[:-1] + ', "traceEvents": ['
     bad = tmp_path / "nostart.json"
     bad.write_bytes(new_header.encode() + b"\n" + rest)
-    store, res = ingest(tmp_path, bad)
+    store, res = ingest_one(tmp_path, bad)
     assert res.error is not None and "start_ns" in res.error and "line 1" in res.error
 
 

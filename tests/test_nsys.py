@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest import derive, nsys, nsys_read, nsys_synth, pipeline
+from _helpers import ingest, ingest_ok, ingest_only
+
+from ingest import nsys, nsys_read, nsys_synth
 from ingest.pipeline import ingest_paths
 from ingest.store import Store
 from ingest.summary import canonical_summary
@@ -20,25 +22,9 @@ UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ingest_only():
-    # the analysis passes and level-of-detail tables have their own tests; keep these fast
-    mp = pytest.MonkeyPatch()
-    mp.setattr(pipeline, "AFTER_PUBLISH", [])
-    mp.setattr(derive, "STEPS", [])
-    yield
-    mp.undo()
-
-
-def ingest(tmp_path, *paths):
-    store = Store(tmp_path / "store")
-    results = ingest_paths(store, list(paths))
-    return store, results
-
-
-def ingest_ok(tmp_path, path):
-    store, (res,) = ingest(tmp_path, path)
-    assert res.error is None, res.error
-    return store, res
+def _ingest_only():
+    with ingest_only():
+        yield
 
 
 def plain_sql(path, sql):

@@ -1,0 +1,44 @@
+"""Shared by the Nsight and export tests: ingest into a temporary store without the derived steps."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from ingest import derive, pipeline
+from ingest.pipeline import ingest_paths
+from ingest.store import Store
+
+
+@contextlib.contextmanager
+def ingest_only():
+    """No analysis passes or level-of-detail tables (they have their own tests): these tests read
+    only the store's own tables, and stay fast."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(pipeline, "AFTER_PUBLISH", [])
+    mp.setattr(derive, "STEPS", [])
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
+def ingest(tmp_dir: Path, *paths) -> tuple[Store, list]:
+    """A fresh store in tmp_dir/store and the results of ingesting each path into it."""
+    store = Store(Path(tmp_dir) / "store")
+    return store, ingest_paths(store, list(paths))
+
+
+def ingest_one(tmp_dir: Path, path) -> tuple[Store, object]:
+    """ingest() of one path: (store, its result), which may carry an error."""
+    store, (res,) = ingest(tmp_dir, path)
+    return store, res
+
+
+def ingest_ok(tmp_dir: Path, path) -> tuple[Store, object]:
+    """ingest_one() that must succeed."""
+    store, res = ingest_one(tmp_dir, path)
+    assert res.error is None, res.error
+    return store, res
