@@ -173,43 +173,33 @@ AT__API int at__send(const char *json, size_t n) {
     return 0;
 }
 
+/* Reads exactly n bytes; takes a passed fd (SCM_RIGHTS) if one comes with them. */
+AT__API int at__recv_exact(void *dst, size_t n, int *fd_out) {
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    size_t got = 0;
+    while (got < n) {
+        struct iovec iov = {(char *)dst + got, n - got};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof cbuf;
+        ssize_t k = recvmsg(at__g.fd, &mh, 0);
+        if (k <= 0) return -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd_out)
+            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+        got += (size_t)k;
+    }
+    return 0;
+}
+
 /* Receives one reply into buf (NUL-terminated); takes a passed fd if any. */
 AT__API int at__recv(char *buf, size_t cap, int *fd_out) {
     uint32_t len = 0;
-    size_t got = 0;
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    while (got < 4) {
-        struct iovec iov = {(char *)&len + got, 4 - got};
-        struct msghdr mh;
-        memset(&mh, 0, sizeof mh);
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof cbuf;
-        ssize_t k = recvmsg(at__g.fd, &mh, 0);
-        if (k <= 0) return -1;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd_out)
-            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-        got += (size_t)k;
-    }
-    if (len >= cap) return -1;
-    got = 0;
-    while (got < len) {
-        struct iovec iov = {buf + got, len - got};
-        struct msghdr mh;
-        memset(&mh, 0, sizeof mh);
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof cbuf;
-        ssize_t k = recvmsg(at__g.fd, &mh, 0);
-        if (k <= 0) return -1;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd_out)
-            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-        got += (size_t)k;
-    }
+    if (at__recv_exact(&len, 4, fd_out) != 0 || len >= cap) return -1;
+    if (at__recv_exact(buf, len, fd_out) != 0) return -1;
     buf[len] = 0;
     return strstr(buf, "\"ok\":true") ? 0 : -1;
 }
