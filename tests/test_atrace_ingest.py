@@ -113,14 +113,19 @@ def test_file_without_trailer_ingests_with_a_warning(tmp_path, store):
     assert con.execute("SELECT count(*) FROM slices").fetchone()[0] == 8
 
 
-def test_cut_off_chunk_is_a_warning_with_its_offset(tmp_path, store):
-    p = tmp_path / "big.atrace"
-    w = AtraceWriter(p, chunk_events=100)
+def _ops_file(p, chunk_events):
+    """1000 complete 'op' events, chunk_events to a chunk."""
+    w = AtraceWriter(p, chunk_events=chunk_events)
     n = w.intern("op")
     recs = np.zeros(1000, R.RECORD_DTYPE)
     recs["kind"], recs["name"], recs["ts"], recs["dur"] = R.COMPLETE, n, np.arange(1000) * 10, 5
     w.add_records(recs)
     w.close()
+    return p
+
+
+def test_cut_off_chunk_is_a_warning_with_its_offset(tmp_path, store):
+    p = _ops_file(tmp_path / "big.atrace", chunk_events=100)
     data = p.read_bytes()
     cut_at = AtraceReader.open(p).event_chunks()[6].offset
     p.write_bytes(data[: cut_at + 100])
@@ -130,13 +135,7 @@ def test_cut_off_chunk_is_a_warning_with_its_offset(tmp_path, store):
 
 
 def test_file_cut_inside_its_first_events_chunk_names_the_cut_not_just_no_events(tmp_path, store):
-    p = tmp_path / "early.atrace"
-    w = AtraceWriter(p, chunk_events=1000)
-    n = w.intern("op")
-    recs = np.zeros(1000, R.RECORD_DTYPE)
-    recs["kind"], recs["name"], recs["ts"], recs["dur"] = R.COMPLETE, n, np.arange(1000) * 10, 5
-    w.add_records(recs)
-    w.close()
+    p = _ops_file(tmp_path / "early.atrace", chunk_events=1000)
     cut_at = AtraceReader.open(p).event_chunks()[0].offset
     p.write_bytes(p.read_bytes()[: cut_at + 5000])
     (res,) = ingest_paths(store, [p])
