@@ -126,7 +126,11 @@ export class Timeline {
     return [...gs];
   }
 
-  /** Declare wanted tiles: the visible window first, then one window of padding on each side. */
+  /**
+   * Declare wanted tiles: the visible window first, then one window of padding on each side, and once
+   * all of those are here, the next finer level over the visible window (a zoom-in then finds its tiles
+   * ready; those never count as pending for data-state).
+   */
   update() {
     const level = this.level();
     const v = this.view, d = this.meta.duration_ns;
@@ -137,6 +141,10 @@ export class Timeline {
     const keys = [];
     for (const g of groups) for (let i = lo; i <= hi; i++) { specs.push([g, level, i]); keys.push(this.tiles.key(g, level, i)); }
     for (const g of groups) for (let i = plo; i <= phi; i++) if (i < lo || i > hi) specs.push([g, level, i]);
+    if (level > this.minLevel && this.tiles.pendingCount(specs.map(([g, l, i]) => this.tiles.key(g, l, i))) === 0) {
+      const [flo, fhi] = tileRange(level - 1, v.start_ns, v.end_ns, d);
+      for (const g of groups) for (let i = flo; i <= fhi; i++) specs.push([g, level - 1, i]);
+    }
     this.visibleKeys = keys;
     this.tiles.want(specs);
     this.cur = { level, lo, hi };
