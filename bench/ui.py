@@ -152,6 +152,7 @@ def measure(browser, base: str, trace_id: str, seconds: float) -> dict:
         "settle_p50_ms": statistics.median(all_settle), "settle_max_ms": max(all_settle),
         "frame_p50_ms": pct(anim["intervals"], 50), "frame_p95_ms": pct(anim["intervals"], 95),
         "render_p50_ms": pct(anim["costs"], 50), "render_p95_ms": pct(anim["costs"], 95),
+        "settle_max_by_step_ms": {k: max(v) for k, v in settle.items()},
         "frames": len(anim["intervals"]), "tiles_cached": anim["tiles"], "tile_mb": anim["bytes"] / 1e6,
         "heap_mb": heap.get("JSHeapUsedSize", float("nan")) / 1e6,
         # tile ArrayBuffers live outside the V8 heap; what the page holds is both together
