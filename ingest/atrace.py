@@ -112,9 +112,18 @@ class _Ingest:
     # -- strings: one global table, per-stream offsets ------------------------------------------
     def _strings(self) -> None:
         self.gstrings: list[str] = []
+        # per stream: (offset in gstrings, dense size) or, for sparse ids, (offset, sorted ids)
         self.str_off: dict[int, tuple[int, int]] = {}
+        self.str_sparse: dict[int, tuple[int, np.ndarray]] = {}
         for stream, tab in sorted(self.r.strings.items()):
             size = max(tab) + 1
+            if size > 4 * len(tab) + 4096:
+                # ids far apart (a hostile or damaged file can define id 2^31 - 1): a table indexed
+                # by id would take gigabytes; look the ids up in sorted order instead
+                ids = np.array(sorted(tab), dtype=np.int64)
+                self.str_sparse[stream] = (len(self.gstrings), ids)
+                self.gstrings.extend(tab[int(i)] for i in ids)
+                continue
             col = [""] * size
             for sid, text in tab.items():
                 col[sid] = text
@@ -124,22 +133,29 @@ class _Ingest:
         self.dict_arr = pa.array(self.gstrings, pa.string())
         self.empty = pc.equal(pc.binary_length(self.dict_arr), 0).to_numpy(zero_copy_only=False)
 
+    def _local(self, stream: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(global index, undefined mask) of one stream's string ids."""
+        none = len(self.gstrings) - 1
+        local = ids.astype(np.int64)
+        sparse = self.str_sparse.get(stream)
+        if sparse is not None:
+            off, known = sparse
+            pos = np.minimum(np.searchsorted(known, local), len(known) - 1)
+            bad = known[pos] != local
+            return np.where(bad, none, off + pos), bad
+        off, size = self.str_off.get(stream, (none, 1))
+        bad = local >= size
+        return np.where(bad, none, off + local), bad
+
     def _gid(self, ids: np.ndarray, streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global string index per record and a mask of ids the stream never defined."""
         if len(streams) and streams.min() == streams.max():  # one producer: no per-stream masks
-            off, size = self.str_off.get(int(streams[0]), (len(self.gstrings) - 1, 1))
-            local = ids.astype(np.int64)
-            bad = local >= size
-            return np.where(bad, len(self.gstrings) - 1, off + local), bad
+            return self._local(int(streams[0]), ids)
         out = np.full(len(ids), len(self.gstrings) - 1, dtype=np.int64)
         bad = np.zeros(len(ids), dtype=bool)
         for s in np.unique(streams):
             m = streams == s
-            off, size = self.str_off.get(int(s), (len(self.gstrings) - 1, 1))
-            local = ids[m].astype(np.int64)
-            ok = local < size
-            out[m] = np.where(ok, off + local, len(self.gstrings) - 1)
-            bad[m] = ~ok
+            out[m], bad[m] = self._local(int(s), ids[m])
         return out, bad
 
     def _drop(self, why: str, n: int) -> None:

@@ -155,6 +155,25 @@ def test_directory_without_a_run_or_trace_files_is_an_error_not_silence(tmp_path
     assert "nothing here" in err and "no trace files found" in err, err
 
 
+def test_string_ids_far_apart_do_not_make_a_table_of_gigabytes(tmp_path, store):
+    # a crafted (or damaged) file defining string id 2^31 - 1: a table indexed by id would be 16 GiB
+    import resource
+
+    p = tmp_path / "sparse.atrace"
+    w = AtraceWriter(p)
+    far = (1 << 31) - 1
+    w.define_strings([(far, "far away"), (7, "near")], 0)
+    w.add_records(R.encode(R.COMPLETE, far, ts=1000, dur=5))
+    w.add_records(R.encode(R.COMPLETE, 7, ts=2000, dur=5))
+    w.add_records(R.encode(R.COMPLETE, 1 << 20, ts=3000, dur=5))  # never defined: dropped, counted
+    w.close()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res, con = _one(store, p)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1 << 20  # KiB: well under 1 GiB
+    assert con.execute("SELECT list(name ORDER BY ts) FROM slices").fetchone()[0] == ["far away", "near"]
+    assert any("not defined" in w for w in res.warnings)
+
+
 def test_newer_major_version_fails_with_a_clear_message(tmp_path, store):
     p = tmp_path / "new.atrace"
     _sim_like(p)
