@@ -159,9 +159,10 @@ def main() -> int:
               f"{s.n_candidates} candidates, {s.n_findings} findings")
     for phase in ("_allocate", "write"):
         print(f"{phase:<28} {best.phase_ms[phase]:>9.0f} {best.phase_ms[phase] / scan_ms:>8.1f}")
-    verdict = "meets" if best.elapsed_ms <= 10_000 * max(1.0, n_slices / 10_000_000) else "misses"
+    budget_ms = 10_000 * n_slices / 10_000_000  # the target, 10 s per 10 M events, at this size
+    verdict = "meets" if best.elapsed_ms <= budget_ms else "misses"
     print(f"{'total':<28} {best.elapsed_ms:>9.0f} {best.elapsed_ms / scan_ms:>8.1f}  "
-          f"({verdict} the 10 s per 10 M events target)")
+          f"({verdict} the 10 s per 10 M events target: {budget_ms / 1e3:.1f} s at this size)")
     print(f"process CPU time of the run: {best.cpu_s:.1f} s (all threads; on a loaded machine wall time "
           f"overstates what the passes need)")
     return 0
