@@ -15,6 +15,7 @@ replaced atomically.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -258,7 +259,13 @@ def _write_side(store, trace_id: str, findings: pa.Table, statuses: list[PassSta
 
 
 def after_publish(store, trace_id: str) -> None:
-    """Post-ingest hook (ingest/pipeline.py AFTER_PUBLISH): analyse every new trace once."""
+    """Post-ingest hook (ingest/pipeline.py AFTER_PUBLISH): analyse every new trace once.
+
+    ACCELTRACE_AUTO_ANALYZE=0 turns it off (e.g. to time ingest alone); `acceltrace analyze`
+    still runs the passes on demand.
+    """
+    if os.environ.get("ACCELTRACE_AUTO_ANALYZE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
     run_passes(store, trace_id)
 
 

@@ -189,3 +189,28 @@ def test_docs_describe_every_pass_and_every_parameter():
         assert f"### {pid}" in doc
     for name in P.PARAMS:
         assert f"| {name} |" in doc, name
+
+
+def test_ingest_runs_the_passes_unless_turned_off(tmp_path, monkeypatch):
+    import gzip
+
+    from ingest.pipeline import ingest_paths
+
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 10, "dur": 300,
+         "args": {"correlation": 5}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+         "ts": 20, "dur": 280, "args": {"correlation": 5, "bytes": 8388608, "device": 0, "stream": 7}},
+    ]
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    store = Store(tmp_path / "store")
+    [res] = ingest_paths(store, [path])
+    assert res.error is None, res.error
+    assert store.side_path(res.id, "findings").exists()
+    con = store.connect(res.id)
+    assert con.execute("SELECT count(*) FROM findings WHERE pass = 'pageable_memory'").fetchone() == (1,)
+    monkeypatch.setenv("ACCELTRACE_AUTO_ANALYZE", "0")
+    [res2] = ingest_paths(store, [path], name="again")
+    assert res2.error is None and not store.side_path(res2.id, "findings").exists()
