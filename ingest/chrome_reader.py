@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from ingest.errors import IngestError
+from ingest.sources import BombGuard, TruncatedStream
 
 BLOCK_BYTES = 8 << 20
 MAX_EVENT_BYTES = 512 << 20
@@ -50,6 +51,7 @@ class ReadResult:
     events: int = 0
     cut_off: str | None = None  # why the array did not end properly, if it did not
     partial_event: bool = False  # the cut fell inside an event (one event lost)
+    truncated: str | None = None  # the compressed stream ended early (its message)
     ignored_tail: int = 0  # bytes after the array that are not valid JSON (ignored)
 
 
@@ -119,6 +121,10 @@ class ChromeReader:
         self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
         self.decode = decode
         self.block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
+        # a cut-short .gz is read up to the cut, like a cut-off array (see BombGuard)
+        self._guard = getattr(stream, "raw", None)
+        if isinstance(self._guard, BombGuard):
+            self._guard.lenient_eof = True
         self.src = _Prefetch(stream, self.block) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
@@ -129,9 +135,15 @@ class ChromeReader:
     def _read(self) -> bytes:
         if self.eof:
             return b""
-        data = self.src.read() if self.src else self.stream.read(self.block)
+        try:
+            data = self.src.read() if self.src else self.stream.read(self.block)
+        except TruncatedStream as e:  # keep what came before the cut, like a cut-off array
+            self.result.truncated = e.detail
+            data = b""
         if not data:
             self.eof = True
+            if isinstance(self._guard, BombGuard) and self._guard.truncated:
+                self.result.truncated = self._guard.truncated
         return data
 
     def close(self):
@@ -369,8 +381,9 @@ class ChromeReader:
 
     def _cut_off(self, rest: bytes) -> None:
         partial = rest.strip(_WS + b",")
+        why = f" because {self.result.truncated}" if self.result.truncated else ""
         self.result.cut_off = (
-            f"the event array is cut off at byte {self.pos + len(rest)} (no closing ']'); loaded its"
+            f"the event array is cut off at byte {self.pos + len(rest)} (no closing ']'){why}; loaded its"
             f" {self.result.events} whole events" + (", dropped the partial last one" if partial else "")
         )
         self.result.partial_event = bool(partial)

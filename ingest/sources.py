@@ -24,7 +24,7 @@ BOMB_FLOOR_BYTES = 512 << 20
 BOMB_RATIO = 200
 BOMB_ABS_MAX = 64 << 30
 HEAD_BYTES = 4096
-GUARD_READ_BYTES = 256 << 10
+GUARD_READ_BYTES = 64 << 10
 
 
 class ProgressReader(io.RawIOBase):
@@ -48,6 +48,13 @@ class ProgressReader(io.RawIOBase):
         super().close()
 
 
+class TruncatedStream(IngestError):
+    """A compressed stream that ends before its end marker (e.g. a killed profiler's .gz).
+
+    Formats that can use a prefix (Chrome JSON) catch it and keep what came before.
+    """
+
+
 class BombGuard(io.RawIOBase):
     """Refuses to yield more decompressed bytes than the limit allows."""
 
@@ -56,6 +63,10 @@ class BombGuard(io.RawIOBase):
         self.limit = limit
         self.label = label
         self.total = 0
+        # a reader that can use a prefix sets lenient_eof: a cut-short stream then ends
+        # quietly (its bytes so far intact) and `truncated` says why
+        self.lenient_eof = False
+        self.truncated: str | None = None
 
     def readable(self) -> bool:
         return True
@@ -64,7 +75,15 @@ class BombGuard(io.RawIOBase):
         try:
             # bounded reads, so a damaged stream is reported near where it breaks
             data = self.inner.read(min(len(b), GUARD_READ_BYTES))
-        except (EOFError, gzip.BadGzipFile, zlib.error, OSError, zipfile.BadZipFile, tarfile.TarError) as e:
+        except EOFError as e:
+            if self.lenient_eof:
+                self.truncated = f"the compressed data is cut short at decompressed byte {self.total} ({e})"
+                return 0
+            raise TruncatedStream(
+                self.label, f"compressed data is cut short ({e}); expected a complete stream",
+                f"decompressed byte {self.total}",
+            ) from None
+        except (gzip.BadGzipFile, zlib.error, OSError, zipfile.BadZipFile, tarfile.TarError) as e:
             raise IngestError(
                 self.label, f"compressed data is damaged or cut short ({e}); expected a complete stream",
                 f"decompressed byte {self.total}",
