@@ -69,11 +69,31 @@ def validate_header(header: dict) -> None:
         raise ValueError("header.counters must be a non-empty list")
     if not isinstance(groups, list) or not groups:
         raise ValueError("header.groups must be a non-empty list")
+    devices = header.get("devices", [])
+    if not isinstance(devices, list):
+        raise ValueError("header.devices must be a list")
+    for i, d in enumerate(devices):
+        if not (isinstance(d, dict) and isinstance(d.get("name"), str)):
+            raise ValueError(f"header.devices[{i}] must be an object with a string 'name'")
+        if not isinstance(d.get("clock_hz") or 0, (int, float)) or not isinstance(d.get("links") or {}, dict):
+            raise ValueError(f"header.devices[{i}]: clock_hz must be a number and links an object")
+        if not all(isinstance(v, dict) for v in (d.get("links") or {}).values()):
+            raise ValueError(f"header.devices[{i}].links: each link must be an object")
     names = set()
     for i, c in enumerate(counters):
+        if not isinstance(c, dict):
+            raise ValueError(f"header.counters[{i}] must be an object")
+        for key in ("device", "role"):
+            if c.get(key) is not None and not isinstance(c[key], str):
+                raise ValueError(f"header.counters[{i}].{key} is {c[key]!r}; expected a string")
         for key in ("name", "unit", "bits", "kind", "group"):
             if key not in c:
                 raise ValueError(f"header.counters[{i}] lacks '{key}'")
+        for key in ("name", "unit"):
+            if not isinstance(c[key], str):
+                raise ValueError(f"header.counters[{i}].{key} is {c[key]!r}; expected a string")
+        if not _is_int(c["group"]):
+            raise ValueError(f"header.counters[{i}].group is {c['group']!r}; expected a group id")
         if c["kind"] not in KINDS:
             raise ValueError(f"header.counters[{i}].kind is {c['kind']!r}; expected one of {KINDS}")
         if not (isinstance(c["bits"], int) and 1 <= c["bits"] <= 64):
@@ -83,14 +103,20 @@ def validate_header(header: dict) -> None:
         names.add(c["name"])
     ids = set()
     for i, g in enumerate(groups):
-        if "id" not in g or "counters" not in g:
-            raise ValueError(f"header.groups[{i}] needs 'id' and 'counters'")
+        if not isinstance(g, dict) or "id" not in g or "counters" not in g:
+            raise ValueError(f"header.groups[{i}] must be an object with 'id' and 'counters'")
+        if not _is_int(g["id"]) or not isinstance(g["counters"], list):
+            raise ValueError(f"header.groups[{i}] needs an integer 'id' (0..2^32-1) and a list of counter names")
         if g["id"] in ids:
             raise ValueError(f"header.groups[{i}]: duplicate group id {g['id']}")
         ids.add(g["id"])
         for n in g["counters"]:
-            if n not in names:
+            if not isinstance(n, str) or n not in names:
                 raise ValueError(f"header.groups[{i}] names unknown counter {n!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32
 
 
 class ActrWriter:

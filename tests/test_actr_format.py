@@ -137,6 +137,37 @@ def test_header_without_required_fields_is_refused_by_the_writer(tmp_path):
         ActrWriter(tmp_path / "y.actr", bad)
 
 
+@pytest.mark.parametrize("path, value, field", [
+    (("counters", 0), 7, r"counters\[0\] must be an object"),
+    (("counters", 0, "name"), {"x": 1}, r"counters\[0\].name"),
+    (("counters", 0, "group"), "g", r"counters\[0\].group"),
+    (("groups", 1), [1], r"groups\[1\] must be an object"),
+    (("groups", 1, "counters"), [{"c": 1}], r"groups\[1\] names unknown counter"),
+    (("groups", 0, "id"), None, r"groups\[0\] needs an integer 'id'"),
+    (("devices",), 5, r"devices must be a list"),
+    (("devices", 0), None, r"devices\[0\] must be an object"),
+    (("devices", 0, "links"), {"up": 3}, r"devices\[0\].links"),
+])
+def test_header_of_the_wrong_shape_is_refused_naming_the_field(tmp_path, path, value, field):
+    # a crafted or damaged HEAD (with a valid checksum): a clear refusal, never a TypeError in ingest
+    import copy
+    import json
+    import zlib
+
+    header = copy.deepcopy(HEADER)
+    node = header
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    body = json.dumps(header).encode()
+    data = bytearray(write_sample_file(tmp_path / "x.actr").read_bytes())
+    (old_len,) = struct.unpack_from("<I", data, 16 + 4)
+    head = actr.CHUNK_HEADER.pack(b"HEAD", len(body), zlib.crc32(body)) + body
+    data[16: 16 + actr.CHUNK_HEADER.size + old_len] = head
+    with pytest.raises(ActrFormatError, match="not a valid counter description.*" + field):
+        read_actr(io.BytesIO(bytes(data)))
+
+
 def test_file_without_tail_is_read_with_a_warning(tmp_path):
     w = ActrWriter(tmp_path / "z.actr", HEADER, flush_records=4)
     for i in range(10):
