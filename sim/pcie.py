@@ -108,6 +108,7 @@ class Fabric:
         self._meter_names: list[str] = []
         self._meter_rate: list[float] = []
         self._meter_since: list[float] = []
+        self._meter_segs: list[list | None] = []  # the bank's segment list of each meter (appended directly)
         self._shapes: dict[int, tuple] = {}
 
     def add_resource(self, res: Resource) -> Resource:
@@ -138,6 +139,7 @@ class Fabric:
             self._meter_names.append(name)
             self._meter_rate.append(0.0)
             self._meter_since.append(self.sim.now)
+            self._meter_segs.append(self.bank.segments(name) if self.bank is not None else None)
         return i
 
     def _shape(self, uses, extra) -> tuple:
@@ -206,12 +208,11 @@ class Fabric:
             rate = f.rate
             for i, k in f.meters:
                 new[i] += rate * k
-        old, since, names = self._meter_rate, self._meter_since, self._meter_names
-        bank = self.bank
+        old, since, segs = self._meter_rate, self._meter_since, self._meter_segs
         for i, v in enumerate(new):
             if v != old[i]:
-                if bank is not None and old[i] and now > since[i]:
-                    bank.add_rate(names[i], since[i], now, old[i])
+                if old[i] and now > since[i] and segs[i] is not None:
+                    segs[i].append((since[i], now, old[i]))  # what RegisterBank.add_rate would store
                 old[i] = v
                 since[i] = now
 

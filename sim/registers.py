@@ -157,6 +157,11 @@ class RegisterBank:
         if t1_ns > t0_ns and per_ns:
             self._data[name].segs.append((t0_ns, t1_ns, per_ns))
 
+    def segments(self, name: str) -> list:
+        """The (t0, t1, rate per ns) list of a cumulative register, for producers on a hot path
+        that append to it directly (the PCIe fabric closes a segment at every rate change)."""
+        return self._data[name].segs
+
     def add_amount(self, name: str, t0_ns: float, t1_ns: float, amount: float) -> None:
         """The counter grows by amount spread evenly over [t0, t1) (at t0 when the span is empty)."""
         if t1_ns <= t0_ns:
