@@ -237,7 +237,8 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
         valid = ~ext.is_null().to_numpy(zero_copy_only=False)
         state.stage("ext", {"src": np.full(int(valid.sum()), src.idx, dtype=np.int32),
                             "slice_id": slice_ids[valid], "ext_id": ext.filter(pa.array(valid))})
-    _stage_v2_flows(state, src, sub, slice_ids, ts_ns)
+    if b"\"bind_id\"" in work.chunk.raw:  # v2 flows are rare: skip the field when the text lacks it
+        _stage_v2_flows(state, src, sub, slice_ids, ts_ns)
 
 
 def _instant_scopes(state, src, sub, is_x, inv, pid_of) -> np.ndarray:
