@@ -41,7 +41,7 @@ FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
 WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 AND s.depth = 0;
 
 -- When each piece of device work was handed to the device: the latest end of the slices
--- whose correlation-chain flow points at it (driver submission, or the API call when the
+-- whose launch, dma or exec flow points at it (the driver's doorbell, or the API call when the
 -- trace has no driver records). Users clamp it to the work's own start (a runtime call
 -- may return after its kernel began).
 --   slice_id, ready_ns, src_slice (the submitting slice that arrived last), src_track_id.
@@ -52,7 +52,7 @@ SELECT f.dst_slice AS slice_id,
        arg_max(s.track_id, s.ts + s.dur) AS src_track_id
 FROM flows f
 JOIN slices s ON s.slice_id = f.src_slice
-WHERE f.kind IN ('submit', 'launch', 'dma', 'exec') AND f.dst_slice IS NOT NULL
+WHERE f.kind IN ('launch', 'dma', 'exec') AND f.dst_slice IS NOT NULL
 GROUP BY f.dst_slice;
 
 -- Transfers: DMA copies with a byte count.
