@@ -30,15 +30,14 @@
 
 CREATE OR REPLACE TEMP TABLE _kernel_counters AS
 WITH j AS (
-    -- one parse of the args for all three counters
+    -- one typed parse of the args for all three counters (non-numbers become NULL)
     SELECT s.slice_id, s.track_id, t.dev, s.ts, s.ts + s.dur AS end_ns, s.dur, s.name,
-           json_extract_string(s.args, ['$.bytes_requested', '$.bytes_fetched', '$.flops']) AS v
+           json_transform(s.args, '{"bytes_requested": "DOUBLE", "bytes_fetched": "DOUBLE", "flops": "DOUBLE"}') AS v
     FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
     WHERE t.lane = 'eu' AND s.dur > 0 AND s.depth = 0 AND s.args LIKE '%bytes_fetched%'
 )
 SELECT slice_id, track_id, dev, ts, end_ns, dur, name,
-       TRY_CAST(v[1] AS DOUBLE) AS requested, TRY_CAST(v[2] AS DOUBLE) AS fetched,
-       coalesce(TRY_CAST(v[3] AS DOUBLE), 0) AS flops
+       v.bytes_requested AS requested, v.bytes_fetched AS fetched, coalesce(v.flops, 0) AS flops
 FROM j;
 
 CREATE OR REPLACE TEMP VIEW _memory_access_inefficiency_check AS
