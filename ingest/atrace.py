@@ -94,7 +94,7 @@ def ingest_atrace(src: Source | Path, builder, group: str | None = None, label: 
 class _Ingest:
     def __init__(self, reader: AtraceReader, builder, label: str, group: str | None):
         self.r, self.b, self.label = reader, builder, label
-        self.meta = reader.merged_metadata()
+        self.meta = _sane_meta(reader.merged_metadata(), builder, label)
         self.first_slice = builder.n_slices
         self._strings()
         devices = [d for d in self.meta.get("devices", []) if isinstance(d, dict)]
@@ -366,6 +366,33 @@ class _Ingest:
             for key in self.tracks.device_names(dom["device"]):
                 out[key] = (m.ticks, m.host)
         return out
+
+
+def _sane_meta(meta: dict, builder, label: str) -> dict:
+    """The header's devices and clock domains in the shape ingest relies on; entries of another
+    shape (a damaged or crafted file) are left out with a warning instead of failing deep inside."""
+    for key in ("devices", "clock_domains"):
+        entries = meta.get(key, [])
+        if not isinstance(entries, list):
+            builder.warn(label, f"header/metadata '{key}' is not a list; ignored")
+            entries = []
+        good = [e for e in entries if isinstance(e, dict) and _sane_entry(key, e)]
+        if len(good) != len(entries):
+            builder.warn(label, f"{len(entries) - len(good)} '{key}' entries of the wrong shape ignored")
+        meta[key] = good
+    return meta
+
+
+def _sane_entry(key: str, e: dict) -> bool:
+    def small_int(v, hi):
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi
+
+    if key == "clock_domains":
+        hz = e.get("hz")
+        return (small_int(e.get("id"), 255) and (e.get("device") is None or small_int(e["device"], 255))
+                and (hz is None or (isinstance(hz, (int, float)) and not isinstance(hz, bool) and hz > 0)))
+    dev = e.get("id", e.get("index"))
+    return dev is None or small_int(dev, 255)
 
 
 _BE_DTYPE = np.dtype([("kind", "u1"), ("lane", "u1"), ("flags", "u1"), ("direction", "u1"), ("mem", "u1"), ("flow_kind", "u1"),

@@ -174,6 +174,20 @@ def test_string_ids_far_apart_do_not_make_a_table_of_gigabytes(tmp_path, store):
     assert any("not defined" in w for w in res.warnings)
 
 
+def test_devices_and_clock_domains_of_the_wrong_shape_are_ignored_with_a_warning(tmp_path, store):
+    p = tmp_path / "odd.atrace"
+    hdr = default_header()
+    hdr["devices"] = 5
+    w = AtraceWriter(p, hdr)
+    w.add_metadata({"clock_domains": [{"id": [1], "name": "x"}, {"id": 1, "hz": "fast"}, "dev"]})
+    w.add_records(R.encode(R.COMPLETE, w.intern("op"), ts=1000, dur=5))
+    w.close()
+    res, con = _one(store, p)
+    assert con.execute("SELECT count(*) FROM slices").fetchone()[0] == 1
+    assert any("'devices' is not a list" in w for w in res.warnings), res.warnings
+    assert any("'clock_domains' entries of the wrong shape" in w for w in res.warnings), res.warnings
+
+
 def test_newer_major_version_fails_with_a_clear_message(tmp_path, store):
     p = tmp_path / "new.atrace"
     _sim_like(p)
