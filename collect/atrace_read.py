@@ -131,11 +131,11 @@ class AtraceReader:
             if ch.type == HEADER:
                 if self.header:
                     raise ValueError("a second header chunk")
-                self.header = json.loads(payload)
+                self.header = _json_object(payload)
             elif ch.type == METADATA:
-                self.metadata.append(json.loads(payload))
+                self.metadata.append(_json_object(payload))
             elif ch.type == TRAILER:
-                self.trailer = json.loads(payload)
+                self.trailer = _check_trailer(_json_object(payload))
             elif ch.type == STRINGS:
                 self._strings_chunk(ch.stream, payload)
             elif ch.type == CLOCK_SYNC:
@@ -240,6 +240,25 @@ class AtraceReader:
                 self.buf.close()
             except BufferError:
                 pass  # numpy views still alive; the mapping goes when they do
+
+
+def _json_object(payload: bytes) -> dict:
+    obj = json.loads(payload)
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    return obj
+
+
+def _check_trailer(t: dict) -> dict:
+    """A trailer whose counts are readable (else the chunk is skipped and the loss chunks count)."""
+    def count(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    producers = t.get("producers", [])
+    if not (count(t.get("lost_events", 0)) and isinstance(producers, list)
+            and all(isinstance(p, dict) and count(p.get("stream", 0)) and count(p.get("lost", 0)) for p in producers)):
+        raise ValueError("its lost_events or producers are not counts")
+    return t
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:

@@ -188,6 +188,18 @@ def test_devices_and_clock_domains_of_the_wrong_shape_are_ignored_with_a_warning
     assert any("'clock_domains' entries of the wrong shape" in w for w in res.warnings), res.warnings
 
 
+def test_a_trailer_with_unreadable_counts_is_skipped_and_the_loss_chunks_count(tmp_path, store):
+    p = tmp_path / "trailer.atrace"
+    w = AtraceWriter(p)
+    w.add_records(R.encode(R.COMPLETE, w.intern("op"), ts=1000, dur=5))
+    w.add_loss({0: 4})
+    w.close(lost_events=4, producers=[{"stream": 0, "lost": {"n": 4}}])  # a count that is not a number
+    res, con = _one(store, p)
+    assert any("trailer chunk cannot be decoded" in w for w in res.warnings), res.warnings
+    lost = con.execute("SELECT value FROM trace_meta WHERE key = 'lost_events'").fetchone()[0]
+    assert lost == "4"
+
+
 def test_newer_major_version_fails_with_a_clear_message(tmp_path, store):
     p = tmp_path / "new.atrace"
     _sim_like(p)
