@@ -319,7 +319,8 @@ def read_actr(f: BinaryIO) -> ActrData:
             break
         elif zlib.crc32(payload) != crc:
             dropped = _claimed_records(payload, dtypes)
-            data.warnings.append((offset, f"{tag.decode()} chunk fails its checksum; skipped", dropped))
+            held = f" (its {dropped} samples lost)" if dropped else ""
+            data.warnings.append((offset, f"{tag.decode()} chunk fails its checksum; skipped{held}", dropped))
         elif tag == b"SMPL":
             err = _take_smpl(payload, dtypes, parts)
             if err:
