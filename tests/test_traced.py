@@ -392,6 +392,22 @@ def test_unwritable_output_is_a_clear_error_without_a_leftover_socket(tmp_path):
     assert not sock.exists()
 
 
+def test_out_naming_a_directory_is_refused_and_the_directory_left_where_it_is(tmp_path):
+    # an existing output is kept as FILE.old; a directory must never be moved aside that way
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "precious.txt").write_text("keep me")
+    sock = tmp_path / "x.sock"
+    r = subprocess.run([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out", str(work)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "not a regular file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (work / "precious.txt").read_text() == "keep me"
+    assert not (tmp_path / "work.old").exists() and not sock.exists()
+    r = subprocess.run([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out", str(tmp_path / "t.atrace"),
+                        "--buffer-mb", "0"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--buffer-mb must be at least 1" in r.stderr
+
+
 def test_bulk_record_arrays_go_through_the_ring_with_exact_counts(tmp_path):
     from collect import record as R
 

@@ -15,6 +15,9 @@ def traced_command(args) -> int:
     if args.out is None:
         print("acceltrace traced: --out FILE.atrace is required to run the daemon", file=sys.stderr)
         return 2
+    if args.buffer_mb < 1:
+        print(f"acceltrace traced: --buffer-mb must be at least 1 (got {args.buffer_mb})", file=sys.stderr)
+        return 2
     from collect.traced.daemon import Daemon
 
     return Daemon(args.socket, args.out, buffer_mb=args.buffer_mb, mode=args.mode).run()

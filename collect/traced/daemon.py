@@ -103,6 +103,14 @@ class Daemon:
             return 1
         hdr = default_header(producer="acceltrace traced", mode=self.mode)
         hdr["clock_domains"].append({"id": REALTIME_DOMAIN, "name": "realtime", "kind": "wall", "unit": "ns"})
+        if self.out_path.exists() and not self.out_path.is_file():
+            # never rotate a directory (or device) out of the way as FILE.old: that moved the
+            # user's directory aside and wrote the trace in its place
+            self._print(f"acceltrace traced: --out {self.out_path} is not a regular file; name the trace file "
+                        f"(e.g. {self.out_path / 'trace.atrace'})")
+            srv.close()
+            self.socket_path.unlink(missing_ok=True)
+            return 2
         try:
             if self.out_path.exists() and self.out_path.stat().st_size:
                 # like perf record: keep the previous trace as FILE.old rather than truncating it
@@ -163,7 +171,7 @@ class Daemon:
         srv.close()
         try:
             self.socket_path.unlink()
-        except FileNotFoundError:
+        except OSError:  # already gone (or its directory was): nothing left to clean up
             pass
         self._print(f"acceltrace traced: wrote {self.writer.events_written} events to {self.out_path}, "
                     f"{lost} lost")
