@@ -44,12 +44,14 @@ WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 AND s.depth = 0;
 -- whose launch, dma or exec flow points at it (the driver's doorbell, or the API call when the
 -- trace has no driver records). Users clamp it to the work's own start (a runtime call
 -- may return after its kernel began).
---   slice_id, ready_ns, src_slice (the submitting slice that arrived last), src_track_id.
+--   slice_id, ready_ns, src_slice (the submitting slice that arrived last), src_track_id,
+--   kind (of that flow: dma ends at a transfer, exec at execution, launch at either).
 CREATE OR REPLACE TEMP TABLE _ready AS
 SELECT f.dst_slice AS slice_id,
        max(s.ts + s.dur) AS ready_ns,
        arg_max(s.slice_id, s.ts + s.dur) AS src_slice,
-       arg_max(s.track_id, s.ts + s.dur) AS src_track_id
+       arg_max(s.track_id, s.ts + s.dur) AS src_track_id,
+       arg_max(f.kind, s.ts + s.dur) AS kind
 FROM flows f
 JOIN slices s ON s.slice_id = f.src_slice
 WHERE f.kind IN ('launch', 'dma', 'exec') AND f.dst_slice IS NOT NULL

@@ -27,33 +27,39 @@
 --   local_ns      H2D: min(duration, start - submission); D2H: duration
 --   claim         'idle' over the copy
 
-CREATE OR REPLACE TEMP TABLE _queued_work AS
-WITH q AS (
-    SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction,
-           least(r.ready_ns, w.ts) AS ready_ns,
-           r.src_track_id, st.lane AS src_lane
-    FROM _dev_work w
-    JOIN _ready r ON r.slice_id = w.slice_id
-    JOIN _track_dev st ON st.track_id = r.src_track_id
-)
-SELECT q.* EXCLUDE (src_track_id, src_lane), 'queue:' || CAST(q.src_track_id AS VARCHAR) AS queue_key
-FROM q WHERE q.src_lane = 'driver'
-UNION ALL
--- without driver records (Kineto): the stream the work ran on
-SELECT q.* EXCLUDE (src_track_id, src_lane), 'stream:' || q.dev || ':' || json_extract_string(s.args, '$.stream')
-FROM q JOIN slices s ON s.slice_id = q.slice_id WHERE q.src_lane <> 'driver';
-
--- only queues that carry both kernels and copies can serialise them
+-- Only queues that carry both kernels and copies can serialise them. Driver queues: the
+-- doorbells of one queue flow both to transfers (dma) and to execution (exec), told from
+-- the flows alone; without driver records (Kineto): the stream arg of the work, per device.
 CREATE OR REPLACE TEMP TABLE _mixed_queues AS
-SELECT queue_key FROM _queued_work WHERE queue_key IS NOT NULL
-GROUP BY queue_key HAVING count(DISTINCT lane) = 2;
+SELECT 'queue:' || CAST(src_track_id AS VARCHAR) AS queue_key, src_track_id, CAST(NULL AS VARCHAR) AS stream_key
+FROM _ready WHERE kind IN ('dma', 'exec')
+GROUP BY src_track_id HAVING count(DISTINCT kind) = 2
+UNION ALL
+SELECT 'stream:' || w.dev || ':' || json_extract_string(s.args, '$.stream') AS queue_key, NULL, NULL
+FROM _ready r JOIN _dev_work w ON w.slice_id = r.slice_id JOIN slices s ON s.slice_id = r.slice_id
+WHERE r.kind = 'launch'
+GROUP BY 1 HAVING count(DISTINCT w.lane) = 2;
+
+CREATE OR REPLACE TEMP TABLE _queued_work AS
+SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction,
+       least(r.ready_ns, w.ts) AS ready_ns, 'queue:' || CAST(r.src_track_id AS VARCHAR) AS queue_key
+FROM _ready r
+JOIN _dev_work w ON w.slice_id = r.slice_id
+WHERE r.kind IN ('dma', 'exec') AND r.src_track_id IN (SELECT src_track_id FROM _mixed_queues)
+UNION ALL
+SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction,
+       least(r.ready_ns, w.ts), 'stream:' || w.dev || ':' || json_extract_string(s.args, '$.stream')
+FROM _ready r
+JOIN _dev_work w ON w.slice_id = r.slice_id
+JOIN slices s ON s.slice_id = r.slice_id
+WHERE r.kind = 'launch' AND EXISTS (SELECT 1 FROM _mixed_queues WHERE queue_key LIKE 'stream:%');
 
 CREATE OR REPLACE TEMP VIEW _copy_compute_serialization_check AS
 SELECT CASE
     WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'pcie')
         THEN 'the trace has no DMA transfers'
     WHEN NOT EXISTS (SELECT 1 FROM _dev_work WHERE lane = 'eu') THEN 'the trace has no device computation'
-    WHEN NOT EXISTS (SELECT 1 FROM _queued_work WHERE queue_key IS NOT NULL)
+    WHEN NOT EXISTS (SELECT 1 FROM _ready)
         THEN 'no device work is linked to the queue or stream it was submitted on'
     END AS reason;
 
