@@ -73,7 +73,7 @@ LEFT JOIN (SELECT t.globalTid, any_value(s.value) AS name FROM ThreadNames t
 LEFT JOIN (SELECT globalTid, any_value(text) AS name FROM NVTX_EVENTS
            WHERE eventType = {thread_name} AND text IS NOT NULL GROUP BY ALL) nv ON nv.globalTid = h.gtid
 LEFT JOIN (SELECT globalPid, any_value(name) AS name FROM PROCESSES GROUP BY ALL) p
-       ON p.globalPid = (h.gtid >> 24) << 24
+       ON p.globalPid = h.gtid & -16777216  -- the pid part: clear the low 24 (thread) bits; a shift fails on negatives
 ORDER BY pid, tid, lane
 """
 
@@ -133,7 +133,7 @@ def calls_sql(off: int) -> str:
            CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args("'return value', x.returnValue, 'callchain id', coalesce(x.callchainId, x.bt_chain)")} AS args,
-           (coalesce(x.globalTid, -1) >> 24) << 24 AS gpid,
+           coalesce(x.globalTid, -1) & -16777216 AS gpid,
            CASE x.lane WHEN 'driver' THEN 'drv' ELSE 'api' END AS role
     FROM _calls x
     JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = x.lane

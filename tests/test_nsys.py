@@ -208,6 +208,22 @@ def test_rows_ending_before_they_start_are_dropped_and_counted(tmp_path):
     assert count(con, "SELECT count(*) FROM slices WHERE category = 'gpu_memcpy'") == 5
 
 
+def test_calls_without_a_thread_id_land_on_an_unknown_thread_instead_of_failing(tmp_path):
+    # globalTid NULL (or negative) made the process-id shift fail inside DuckDB ("internal error")
+    path = tmp_path / "no-tid.sqlite"
+    nsys_synth.write(path, iterations=3, metric_samples=0)
+    calls = "SELECT count(*) FROM slices WHERE category IN ('cuda_runtime', 'cuda_driver')"
+    store, res = ingest_ok(tmp_path / "before", path)
+    n_calls = count(store.connect(res.id), calls)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE correlationId = 2")
+    db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = -5 WHERE correlationId = 12")
+    db.commit()
+    db.close()
+    store, res = ingest_ok(tmp_path / "after", path)
+    assert count(store.connect(res.id), calls) == n_calls
+
+
 def refused(tmp_path, path):
     store, (res,) = ingest(tmp_path, path)
     assert res.error is not None and res.id is None
