@@ -92,6 +92,13 @@ def validate_header(header: dict) -> None:
         for key in ("name", "unit"):
             if not isinstance(c[key], str):
                 raise ValueError(f"header.counters[{i}].{key} is {c[key]!r}; expected a string")
+        for key in ("scale", "full_scale"):
+            v = c.get(key)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and 0 < abs(v) <= 1e30):
+                # values are raw * scale or rates * scale: a huge scale would store inf, which no
+                # JSON answer can carry
+                raise ValueError(f"header.counters[{i}].{key} is {v!r}; expected a number, 0 < |x| <= 1e30")
         if not _is_int(c["group"]):
             raise ValueError(f"header.counters[{i}].group is {c['group']!r}; expected a group id")
         if c["kind"] not in KINDS:

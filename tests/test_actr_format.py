@@ -149,6 +149,8 @@ def test_header_without_required_fields_is_refused_by_the_writer(tmp_path):
     (("devices",), 5, r"devices must be a list"),
     (("devices", 0), None, r"devices\[0\] must be an object"),
     (("devices", 0, "links"), {"up": 3}, r"devices\[0\].links"),
+    (("counters", 0, "scale"), 1e308, r"counters\[0\].scale"),
+    (("counters", 2, "full_scale"), "fast", r"counters\[2\].full_scale"),
 ])
 def test_header_of_the_wrong_shape_is_refused_naming_the_field(tmp_path, path, value, field):
     # a crafted or damaged HEAD (with a valid checksum): a clear refusal, never a TypeError in ingest
