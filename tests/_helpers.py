@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,22 @@ def ingest_ok(tmp_dir: Path, path) -> tuple[Store, object]:
     store, res = ingest_one(tmp_dir, path)
     assert res.error is None, res.error
     return store, res
+
+
+def present_formats_only(monkeypatch) -> None:
+    """Detection over the format modules that exist in this tree (others may land in parallel)."""
+    from ingest import registry
+
+    monkeypatch.setattr(registry, "FORMAT_MODULES",
+                        [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None])
+
+
+UPDATE_SNAPSHOTS = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
+
+
+def check_snapshot(path: Path, text: str) -> None:
+    """text equals the file at path; written when missing or ACCELTRACE_UPDATE_SNAPSHOTS=1."""
+    if UPDATE_SNAPSHOTS or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} differs (ACCELTRACE_UPDATE_SNAPSHOTS=1 to accept)"

@@ -5,11 +5,10 @@ Refresh snapshots after an intended change with ACCELTRACE_UPDATE_SNAPSHOTS=1.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
+from _helpers import check_snapshot, present_formats_only
 
 from ingest.pipeline import ingest_paths
 from ingest.store import Store
@@ -18,20 +17,11 @@ from ingest.summary import canonical_summary
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces" / "actr"
 VALID = sorted(p for p in ROOT.glob("*/*.actr"))
 INVALID = sorted(p for p in ROOT.glob("*/invalid/*.actr"))
-UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 
 @pytest.fixture(autouse=True)
 def _present_formats_only(monkeypatch):
-    from ingest import registry
-    monkeypatch.setattr(registry, "FORMAT_MODULES",
-                        [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None])
-
-
-def check_snapshot(path: Path, text: str) -> None:
-    if UPDATE or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} differs (ACCELTRACE_UPDATE_SNAPSHOTS=1 to accept)"
+    present_formats_only(monkeypatch)
 
 
 @pytest.mark.parametrize("sample", VALID, ids=lambda p: p.name)

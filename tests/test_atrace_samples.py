@@ -3,12 +3,11 @@
 Refresh snapshots after an intended change with ACCELTRACE_UPDATE_SNAPSHOTS=1.
 """
 
-import importlib.util
-import os
 import re
 from pathlib import Path
 
 import pytest
+from _helpers import check_snapshot, present_formats_only
 
 from ingest.pipeline import ingest_paths
 from ingest.store import Store
@@ -17,24 +16,15 @@ from ingest.summary import canonical_summary
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces" / "atrace"
 SNAP = Path(__file__).parent / "snapshots" / "atrace"
-UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 
 @pytest.fixture(autouse=True)
 def _present_formats_only(monkeypatch):
-    """Detection runs over the format modules that exist in this tree (others land in parallel)."""
-    from ingest import registry
-
-    monkeypatch.setattr(registry, "FORMAT_MODULES",
-                        [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None])
+    present_formats_only(monkeypatch)
 
 
 def _check(name: str, text: str) -> None:
-    path = SNAP / name
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text(), text
+    check_snapshot(SNAP / name, text)
 
 
 def test_daemon_capture_summary_matches_snapshot(tmp_path):
