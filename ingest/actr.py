@@ -14,15 +14,12 @@ import numpy as np
 
 from collect.actr import MAGIC, ActrData, ActrFormatError, read_actr
 from ingest.errors import IngestError
+from ingest.pcie import GT_PER_LANE, link_peak_bytes_per_s
 from ingest.sources import Source
 
 NAME = "actr"
 SUFFIXES = (".actr",)
 
-# Effective-peak inputs (REFERENCE.md, "PCIe physics"): GT/s per lane and line-code efficiency.
-_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
-_ENCODING = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 236 / 256}
-TLP_OVERHEAD_BYTES = 24  # header + sequence number + LCRC + framing per TLP, about 20-26 bytes
 FIT_WINDOW = 1024  # samples per least-squares window when device ticks are mapped from the sample pairs
 
 ClockMap = Callable[[np.ndarray], np.ndarray]
@@ -34,14 +31,6 @@ def sniff(head: bytes) -> bool:
 
 def ingest(source: Source, builder) -> None:
     ingest_actr(source, builder)
-
-
-def link_peak_bytes_per_s(gen: int, width: int, max_payload_bytes: int = 256) -> float:
-    """Effective payload bandwidth of one direction of a PCIe link: lanes x line rate x encoding x TLP efficiency."""
-    gt = _GT_PER_S[int(gen)]
-    raw = gt * 1e9 / 8 * _ENCODING[int(gen)] * int(width)
-    mps = int(max_payload_bytes)
-    return raw * mps / (mps + TLP_OVERHEAD_BYTES)
 
 
 def ingest_actr(source_or_path, builder, clock_map=None, group: str | None = None) -> dict:
@@ -284,7 +273,7 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
         if role in ("pcie_h2d_bytes", "pcie_d2h_bytes", "pcie_h2d_rate", "pcie_d2h_rate"):
             link_name = spec.get("link") or "link"
             link = ((devices.get(dev) or {}).get("links") or {}).get(link_name) or {}
-            if link.get("gen") in _GT_PER_S and link.get("width"):
+            if link.get("gen") in GT_PER_LANE and link.get("width"):
                 peak = link_peak_bytes_per_s(link["gen"], link["width"], link.get("max_payload_bytes", 256))
             elif spec.get("full_scale"):
                 peak = float(spec["full_scale"])

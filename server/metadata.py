@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 
 from ingest.lod import lane_rank_sql
+from ingest.pcie import link_peak_bytes_per_s
 from server.deps import TraceHandle
 
 CATALOG_FIELDS = ("id", "name", "format", "status", "created", "source_bytes", "db_bytes", "counts",
                   "progress", "error")
 LINK_KEYS = ("link_gen", "link_width", "max_payload_bytes")
-# PCIe per-lane, per-direction raw rate in bytes/s after line encoding, by generation
-_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 8e9 / 8 * 128 / 130, 4: 16e9 / 8 * 128 / 130,
-                     5: 32e9 / 8 * 128 / 130, 6: 64e9 / 8 * 236 / 256}
-TLP_OVERHEAD_BYTES = 24
 
 
 def catalog_entry(row: dict) -> dict:
@@ -23,8 +20,7 @@ def catalog_entry(row: dict) -> dict:
 def link_peaks(meta: dict[str, str]) -> dict[str, dict]:
     """Per device suffix ('' for a single device): link facts and the effective peak bytes/s.
 
-    Peak = lanes x per-lane rate after encoding x payload / (payload + ~24 bytes of TLP
-    overhead) (REFERENCE.md: MPS 256 reaches about 92 % of the link).
+    The peak is ingest.pcie.link_peak_bytes_per_s (the one definition of "100 %").
     """
     out: dict[str, dict] = {}
     for key, value in meta.items():
@@ -35,7 +31,7 @@ def link_peaks(meta: dict[str, str]) -> dict[str, dict]:
         try:
             gen, width = int(float(d["link_gen"])), int(float(d["link_width"]))
             mps = int(float(d.get("max_payload_bytes", 256)))
-            d["link_peak_bytes_per_s"] = width * _LANE_BYTES_PER_S[gen] * mps / (mps + TLP_OVERHEAD_BYTES)
+            d["link_peak_bytes_per_s"] = link_peak_bytes_per_s(gen, width, mps)
         except (KeyError, ValueError):
             pass
     return out

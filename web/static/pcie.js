@@ -10,10 +10,14 @@ const LABEL_PX = 12; // the top strip of the band holds its label; the graph is 
 // GB/s per lane per direction after line encoding (Gen1/2 8b/10b, Gen3-5 128b/130b, Gen6 FLIT, 236/256).
 const LANE_GBPS = { 1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.375 };
 
-/** Share of the link left for payload at a max payload size (about 20-26 bytes of TLP overhead each). */
-function tlpEfficiency(mps) {
-  if (!mps) return 0.92;
-  return mps / (mps + 24);
+/**
+ * Share of the link left for payload at a max payload size: about 24 bytes of TLP overhead each up
+ * to Gen5, the 16-byte header alone in Gen6 FLIT mode (the same formula as ingest/pcie.py, which the
+ * server normally sends as link_peak_bytes_per_s; this is the fallback).
+ */
+function tlpEfficiency(gen, mps) {
+  const payload = mps || 256;
+  return payload / (payload + (gen >= 6 ? 16 : 24));
 }
 
 /**
@@ -38,7 +42,7 @@ export function linkPeak(links, device) {
   let gbps = Number(l.link_peak_bytes_per_s) / 1e9;
   if (!(gbps > 0)) {
     if (!LANE_GBPS[gen] || !width) return null;
-    gbps = LANE_GBPS[gen] * width * tlpEfficiency(mps);
+    gbps = LANE_GBPS[gen] * width * tlpEfficiency(gen, mps);
   }
   const label = gen && width ? `Gen${gen} x${width}${mps ? `, MPS ${mps}` : ""}` : "link";
   return { gbps, label };
