@@ -25,7 +25,11 @@ def _handler(spec: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="acceltrace", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="acceltrace",
+        description="Performance analysis for PCIe-attached ML accelerators: ingest traces, serve the"
+        " correlated timeline, analyse, trace, collect counters, simulate, export.",
+    )
     p.add_argument("--store", help="trace store directory (default: $ACCELTRACE_STORE or ./.acceltrace)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
