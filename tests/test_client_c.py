@@ -19,9 +19,9 @@ CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler on this machine")
 
 
-def _build(tmp_path) -> Path:
+def _build(tmp_path, *defines) -> Path:
     exe = tmp_path / "at_producer"
-    subprocess.run([CC, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", str(ROOT / "collect/client"),
+    subprocess.run([CC, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", *defines, "-I", str(ROOT / "collect/client"),
                     str(ROOT / "tests/c/at_producer.c"), "-o", str(exe)], check=True, capture_output=True, text=True)
     return exe
 
@@ -63,6 +63,26 @@ def test_c_client_without_a_daemon_says_so(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ACCELTRACE_SOCKET"}
     r = subprocess.run([str(exe), "10", "1"], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 3 and "no daemon" in r.stderr
+
+
+def test_c_client_gives_up_on_a_daemon_that_never_answers(tmp_path):
+    # e.g. a daemon stopped with Ctrl-Z: the kernel still accepts connections, nobody replies
+    import socket
+    import time
+
+    exe = _build(tmp_path, "-DAT_REPLY_TIMEOUT_S=1")
+    path = tmp_path / "silent.sock"
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(path))
+    silent.listen(4)
+    try:
+        t0 = time.monotonic()
+        r = subprocess.run([str(exe), "10", "1"], env=dict(os.environ, ACCELTRACE_SOCKET=str(path)),
+                           capture_output=True, text=True, timeout=20)
+        assert r.returncode == 3 and "no daemon" in r.stderr
+        assert time.monotonic() - t0 < 10
+    finally:
+        silent.close()
 
 
 def test_c_client_child_after_fork_writes_its_own_stream(tmp_path):

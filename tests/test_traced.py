@@ -186,6 +186,24 @@ def test_close_after_the_daemon_died_says_events_were_lost(tmp_path):
     t.close()  # reported once
 
 
+def test_a_daemon_that_never_answers_does_not_hang_the_traced_program(tmp_path, monkeypatch):
+    # e.g. a daemon stopped with Ctrl-Z: the kernel still accepts connections, nobody replies
+    from collect.client.sinks import DaemonSink
+
+    monkeypatch.setattr(DaemonSink, "REPLY_TIMEOUT_S", 0.5)
+    path = tmp_path / "silent.sock"
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(path))
+    silent.listen(4)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(client.ClientError, match="timed out"):
+            client.connect(path)
+        assert time.monotonic() - t0 < 5
+    finally:
+        silent.close()
+
+
 def _raw(sock_path, payload: bytes) -> bytes:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2)

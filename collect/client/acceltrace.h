@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,9 @@ enum { AT_DIR_NONE = 0, AT_DIR_H2D = 1, AT_DIR_D2H = 2, AT_DIR_D2D = 3, AT_DIR_P
 enum { AT_MEM_NONE = 0, AT_MEM_PAGEABLE = 1, AT_MEM_PINNED = 2, AT_MEM_DEVICE = 3, AT_MEM_MANAGED = 4 };
 enum { AT_FLAG_FLOW_OUT = 1, AT_FLAG_FLOW_IN = 2, AT_FLAG_HAS_BYTES = 4, AT_FLAG_HAS_CORR = 8 };
 #define AT_NO_DEVICE 255
+#ifndef AT_REPLY_TIMEOUT_S
+#define AT_REPLY_TIMEOUT_S 10 /* seconds a daemon may take to answer before a call reports failure */
+#endif
 #define AT__API static inline __attribute__((unused))
 
 /* The record, byte for byte as docs/formats.md specifies. */
@@ -238,6 +242,11 @@ AT__API int at__connect_locked(const char *path) {
     addr.sun_family = AF_UNIX;
     strcpy(addr.sun_path, path);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { close(fd); return -1; }
+    /* a daemon that accepts but never answers (stopped with Ctrl-Z, hung) must not hang the traced
+       program: replies and sends give up after 10 s, and the call reports failure */
+    struct timeval tv = {AT_REPLY_TIMEOUT_S, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     at__g.fd = fd;
     at__g.pid = (uint32_t)getpid();
     char msg[512], reply[512];

@@ -186,9 +186,13 @@ class DaemonSink:
     """Talks to the daemon over its unix socket: one stream per process, one ring per thread."""
 
     FLUSH_INTERVAL_S = 0.02
+    # a daemon that accepts but never answers (stopped with Ctrl-Z, hung) must not hang the traced
+    # program: every request gives up after this long and raises ClientError
+    REPLY_TIMEOUT_S = 10.0
 
     def __init__(self, sock_path: Path, ring_records: int | None = None, name: str | None = None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.REPLY_TIMEOUT_S)
         try:
             self.sock.connect(str(sock_path))
         except OSError as e:
