@@ -55,14 +55,24 @@ def run_live(name: str, seed: int, events: int | None, out_dir: Path) -> int:
     live0 = time.monotonic_ns() + LEAD_NS
     shift = live0 - m.origin_ns
     sampler_thread, sampler = _start_counters(result, out_dir / "run.actr", seed, shift)
+    lost: ClientError | None = None
     try:
         _replay(result, tracer, pid, live0)
+    except ClientError as e:  # the daemon went away mid-run: say so, still stop the sampler cleanly
+        lost = e
     finally:
-        tracer.close()
+        try:
+            tracer.close()
+        except ClientError as e:
+            lost = lost or e
         if sampler is not None:
             sampler.stop()
             sampler_thread.join()
             sampler.close()
+    if lost is not None:
+        print(f"acceltrace sim --live: the tracing daemon stopped taking events ({lost}); the trace it wrote "
+              "is missing the rest of the run", file=sys.stderr)
+        return 1
     _shift_truth(truth, shift)
     (out_dir / "ground_truth.json").write_text(json.dumps(truth, separators=(",", ":")) + "\n")
     print(json.dumps({"out": str(out_dir), "events": len(m.rec), "run_ns": truth["run_ns"], "live": True}))

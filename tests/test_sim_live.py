@@ -43,3 +43,35 @@ def test_live_run_reaches_the_daemon_in_real_time(tmp_path, monkeypatch):
     host = recs[(recs["clock"] == 0) & (recs["ts"] > 0)]
     assert host["ts"].min() >= truth["run_start_ns"] - 1
     assert reader.sync is not None and len(reader.sync) > 0
+
+
+def test_a_daemon_that_goes_away_mid_run_is_reported_and_the_sampler_still_stops(tmp_path, monkeypatch, capsys):
+    from collect import client
+    from collect.client import ClientError
+    from sim.live import run_live
+
+    class DyingTracer:
+        """Takes a few events, then behaves as a client whose daemon has died."""
+
+        def __init__(self):
+            self.n = 0
+
+        def name_track(self, *a, **k):
+            pass
+
+        def _event(self, *a, **k):
+            self.n += 1
+            if self.n > 20:
+                raise ClientError("the tracing daemon closed the connection")
+
+        complete = instant = clock_sync = _event
+
+        def close(self):
+            raise ClientError("events were lost: the daemon is gone")
+
+    monkeypatch.setenv("ACCELTRACE_SOCKET", str(tmp_path / "nowhere.sock"))
+    monkeypatch.setattr(client, "connect", lambda *a, **k: DyingTracer())
+    assert run_live("launch-gaps", 5, 600, tmp_path / "run") == 1
+    err = capsys.readouterr().err
+    assert "the tracing daemon stopped taking events" in err and "Traceback" not in err
+    assert (tmp_path / "run" / "run.actr").stat().st_size > 0  # the sampler was stopped and closed its file
