@@ -8,6 +8,22 @@ function main() {
   installDropTarget();
   document.getElementById("open-file").addEventListener("click", pickAndUpload);
   refresh();
+  showLiveSources();
+}
+
+/** Links to the live page for each live source the server follows (a daemon or a growing .atrace). */
+async function showLiveSources() {
+  try {
+    const r = await fetch("/api/live");
+    if (!r.ok) return;
+    const { sources } = await r.json();
+    const actions = document.querySelector(".topbar .actions");
+    for (const s of sources || []) {
+      actions.prepend(el("a", { class: "live-link", href: `/live?source=${Number(s.source)}` }, `live: ${s.name}`));
+    }
+  } catch (e) {
+    // no live route or no server answer: the list works without it
+  }
 }
 
 async function refresh() {
