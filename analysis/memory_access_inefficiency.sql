@@ -69,10 +69,21 @@ WHERE (fetched / requested >= ${mem_amplification_threshold} AND bw_bound)
 -- kernels after which the device's units went idle until the host submitted more: their
 -- excess is off the critical path, unless a host thread was blocked in a synchronising
 -- call across the kernel's end (the host was waiting for this very kernel)
+-- (a call spans the kernel's end when, among the calls that began before it, the latest
+-- end reaches it: a running maximum over the calls in start order, looked up with an ASOF
+-- join; an anti-join on the two inequalities ran as a merge join over all call pairs)
 CREATE OR REPLACE TEMP TABLE _mem_host_bound AS
-SELECT k.slice_id
-FROM _kernel_roofline k JOIN _late_gaps g ON g.dev = k.dev AND g.idle_start = k.end_ns
-WHERE NOT EXISTS (SELECT 1 FROM _sync_calls s WHERE s.ts < k.end_ns AND s.end_ns >= k.end_ns);
+WITH h AS (
+    SELECT k.slice_id, k.end_ns
+    FROM _kernel_roofline k JOIN _late_gaps g ON g.dev = k.dev AND g.idle_start = k.end_ns
+),
+sc AS (
+    -- default RANGE frame: calls starting at the same instant share one running maximum
+    SELECT ts, max(end_ns) OVER (ORDER BY ts) AS run_max_end FROM _sync_calls
+)
+SELECT h.slice_id
+FROM h ASOF LEFT JOIN sc ON h.end_ns > sc.ts
+WHERE sc.run_max_end IS NULL OR sc.run_max_end < h.end_ns;
 
 CREATE OR REPLACE TEMP TABLE _mem_rows AS
 SELECT *,
