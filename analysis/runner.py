@@ -211,11 +211,17 @@ def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
         stmts = _statements(con, spec.path, values)
         if not stmts:
             raise AnalysisError(f"{spec.path.name}: no statements")
-        for stmt in stmts[:-1]:
+        # the check is asked as soon as its view exists: a pass that does not apply to this
+        # trace then skips its helper tables (they were built and thrown away before)
+        check_re = re.compile(rf"\bVIEW\s+_{re.escape(spec.id)}_check\b", re.IGNORECASE)
+        n_pre = next((i + 1 for i, stmt in enumerate(stmts[:-1]) if check_re.search(stmt)), len(stmts) - 1)
+        for stmt in stmts[:n_pre]:
             con.execute(stmt)
         (reason,) = con.execute(f"SELECT reason FROM _{spec.id}_check").fetchone()
         if reason is not None:
             return PassStatus(spec.id, "not applicable", reason, elapsed_ms=(time.perf_counter() - t0) * 1e3)
+        for stmt in stmts[n_pre:-1]:
+            con.execute(stmt)
         # cand_row: the candidate's number within its pass (the allocation works on narrow rows
         # and joins the wide ones, messages included, back only for the findings it keeps)
         con.execute(f"CREATE OR REPLACE TEMP TABLE _cand_{spec.id} AS "
