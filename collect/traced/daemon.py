@@ -84,14 +84,22 @@ class Daemon:
                 path.unlink()  # a stale socket from a daemon that died
             finally:
                 probe.close()
+        # Bind and listen under a temporary name, then rename into place: the socket path
+        # appears only once it accepts connections (no "file exists but connection refused"
+        # window for a client that waits for the path). Fall back to binding in place when the
+        # temporary name would not fit a unix socket address.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        bind_path = tmp if len(os.fsencode(str(tmp))) < 108 else path
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # the socket is born owner-only: no window where others could connect
         try:
-            srv.bind(str(path))
+            srv.bind(str(bind_path))
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
+        os.chmod(bind_path, 0o600)
         srv.listen(64)
+        if bind_path != path:
+            os.replace(bind_path, path)
         srv.setblocking(False)
         return srv
 
