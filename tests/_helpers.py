@@ -58,8 +58,15 @@ UPDATE_SNAPSHOTS = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 
 def check_snapshot(path: Path, text: str) -> None:
-    """text equals the file at path; written when missing or ACCELTRACE_UPDATE_SNAPSHOTS=1."""
+    """text equals the checked-in file at path.
+
+    ACCELTRACE_UPDATE_SNAPSHOTS=1 (re)writes it. A missing snapshot is written and the test
+    fails, so a snapshot that was never committed can never pass silently.
+    """
     if UPDATE_SNAPSHOTS or not path.exists():
+        missing = not path.exists()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+        if missing and not UPDATE_SNAPSHOTS:
+            pytest.fail(f"wrote missing snapshot {path.name}; review and commit it")
     assert text == path.read_text(), f"{path.name} differs (ACCELTRACE_UPDATE_SNAPSHOTS=1 to accept)"

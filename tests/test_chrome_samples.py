@@ -7,11 +7,11 @@ and review the diff.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
+from _helpers import check_snapshot
 
 from ingest import derive, pipeline
 from ingest.store import Store
@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "sample_traces" / "kineto").glob("*.json*")) + sorted(
     (ROOT / "sample_traces" / "kineto").glob("*.tar.gz"))
 SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome"
-UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +47,7 @@ def test_sample_matches_its_snapshot(store, ingested, name):
     res = ingested[name]
     assert res.error is None, res.error
     text = canonical_summary(store.connect(res.id))
-    snap = SNAPSHOTS / f"{name}.summary.txt"
-    if UPDATE or not snap.exists():
-        SNAPSHOTS.mkdir(parents=True, exist_ok=True)
-        snap.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"wrote missing snapshot {snap.name}; review and commit it")
-    assert text == snap.read_text()
+    check_snapshot(SNAPSHOTS / f"{name}.summary.txt", text)
 
 
 @pytest.mark.parametrize("name", ["sampled-rank0-small.json.gz", "v100-with-gpu-metrics-counters.json",

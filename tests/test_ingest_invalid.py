@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _helpers import check_snapshot
 
 from ingest import derive, pipeline, sources
 from ingest.store import Store
@@ -24,7 +25,6 @@ from ingest.store import Store
 ROOT = Path(__file__).resolve().parent.parent
 INVALID = sorted((ROOT / "sample_traces" / "invalid").iterdir())
 SNAPSHOTS = ROOT / "tests" / "snapshots" / "invalid"
-UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 
 @pytest.fixture
@@ -51,13 +51,7 @@ def test_bad_input_outcome_matches_snapshot(tmp_path, quick, path):
     res = pipeline.ingest_paths(store, [path])[0]
     text = outcome(res)
     assert "Traceback" not in text and "internal error" not in text
-    snap = SNAPSHOTS / f"{path.name}.txt"
-    if UPDATE or not snap.exists():
-        SNAPSHOTS.mkdir(parents=True, exist_ok=True)
-        snap.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"wrote missing snapshot {snap.name}; review and commit it")
-    assert text == snap.read_text()
+    check_snapshot(SNAPSHOTS / f"{path.name}.txt", text)
     visible = [r["id"] for r in store.list()]
     assert visible == ([res.id] if res.error is None else [])
     assert list((store.root / "tmp").iterdir()) == []
