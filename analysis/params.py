@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ingest.pcie import FLIT_TLP_OVERHEAD_BYTES, TLP_OVERHEAD_BYTES
+
 
 @dataclass(frozen=True)
 class Param:
@@ -23,9 +25,11 @@ class Param:
 PARAMS: dict[str, Param] = {
     # -- shared ---------------------------------------------------------------------------
     "tlp_overhead_bytes": Param(
-        24, "B", "TLP header + framing bytes per packet used for the effective link peak (PCIe: 20-26)"),
+        TLP_OVERHEAD_BYTES, "B",
+        "TLP header + framing bytes per packet used for the effective link peak (PCIe: 20-26)"),
     "flit_tlp_overhead_bytes": Param(
-        16, "B", "Gen6 FLIT mode: TLP header bytes per packet (no per-TLP framing or LCRC)"),
+        FLIT_TLP_OVERHEAD_BYTES, "B",
+        "Gen6 FLIT mode: TLP header bytes per packet (no per-TLP framing or LCRC)"),
     "assumed_latency_ns": Param(
         0, "ns", "per-transfer fixed cost L when the trace does not let it be estimated (0 = estimate from data)"),
     "max_latency_ns": Param(
