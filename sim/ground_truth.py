@@ -36,12 +36,17 @@ def affected_ranges(result: RunResult, kind: str) -> list[tuple[int, float, floa
     by_track: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for t, a, b in raw:
         by_track[t].append((a, b))
+    return merge_spans(by_track, MERGE_GAP_NS)
+
+
+def merge_spans(by_track: dict[int, list[tuple[float, float]]], gap_ns: float) -> list[tuple[int, float, float]]:
+    """(track, start, end) per track in track order, spans closer than gap_ns joined into one."""
     merged = []
     for t in sorted(by_track):
         spans = sorted(by_track[t])
         cur_a, cur_b = spans[0]
         for a, b in spans[1:]:
-            if a <= cur_b + MERGE_GAP_NS:
+            if a <= cur_b + gap_ns:
                 cur_b = max(cur_b, b)
             else:
                 merged.append((t, cur_a, cur_b))

@@ -157,17 +157,7 @@ def _scaled_ranges(result: RunResult, lay: Layout, kind: str) -> list[list]:
             out.setdefault(t, []).append((a + lay.suffix_shift, b + lay.suffix_shift))
     gap = ground_truth.MERGE_GAP_NS
     while True:
-        merged = []
-        for t, spans in sorted(out.items()):
-            spans.sort()
-            cur_a, cur_b = spans[0]
-            for a, b in spans[1:]:
-                if a <= cur_b + gap:
-                    cur_b = max(cur_b, b)
-                else:
-                    merged.append((t, cur_a, cur_b))
-                    cur_a, cur_b = a, b
-            merged.append((t, cur_a, cur_b))
+        merged = ground_truth.merge_spans(out, gap)
         if len(merged) <= MAX_AFFECTED_RANGES:
             break
         gap *= 4  # a 100 M-event run would list millions of ranges: coarsen until it is readable
