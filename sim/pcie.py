@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# GT/s per lane by generation
-GT_PER_LANE = {3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
-TLP_OVERHEAD_BYTES = 24  # framing 2 + sequence 2 + 3-4 DW header + LCRC 4 (AN 456: 92 % at MPS 256)
-FLIT_TLP_OVERHEAD_BYTES = 16  # Gen6 FLIT mode: no per-TLP framing/LCRC, header only
+# Line rates, line codes and per-TLP overheads come from ingest.pcie, so the model's links and the
+# utilisation "100 %" the viewer shows use the same numbers.
+from ingest.pcie import GT_PER_LANE, LINE_CODE, tlp_overhead_bytes
+
 READ_REQUEST_BYTES = 24  # a header-only memory read request TLP on the wire
 
 
@@ -31,7 +31,7 @@ class LinkConfig:
     @property
     def encoding(self) -> float:
         """Fraction of raw bits that carry TLP bytes: 128b/130b for Gen3-5, 236/256-byte FLITs for Gen6."""
-        return 236.0 / 256.0 if self.gen >= 6 else 128.0 / 130.0
+        return LINE_CODE[self.gen]
 
     @property
     def wire_bytes_per_ns(self) -> float:
@@ -40,7 +40,7 @@ class LinkConfig:
 
     @property
     def tlp_overhead(self) -> int:
-        return FLIT_TLP_OVERHEAD_BYTES if self.gen >= 6 else TLP_OVERHEAD_BYTES
+        return tlp_overhead_bytes(self.gen)
 
     @property
     def data_weight(self) -> float:
