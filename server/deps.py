@@ -115,18 +115,19 @@ class AppState:
             if h is not None:
                 self._open.move_to_end(trace_id)
                 return h
-        path = self.store.trace_path(trace_id)
-        # an in-memory instance with the file ATTACHed read-only, as Store.connect does, so other
-        # read-only opens of the same file in this process (CLI code, tests) never conflict
-        con = duckdb.connect(":memory:", config={"memory_limit": DUCKDB_MEMORY_LIMIT, "threads": 2})
+        # Store.connect: an in-memory instance with the file ATTACHed read-only, so other read-only
+        # opens of the same file in this process (CLI code, tests) never conflict. No side files:
+        # they are rewritten while the server runs, and this handle lives on.
         try:
-            con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS trace (READ_ONLY)")
-            con.execute("USE trace")
+            con = self.store.connect(trace_id, sides=())
+        except FileNotFoundError:  # removed between the catalog read and the open
+            raise not_found(trace_id) from None
         except duckdb.Error:
-            con.close()
-            if not path.exists():  # removed between the catalog read and the open
+            if not self.store.trace_path(trace_id).exists():
                 raise not_found(trace_id) from None
             raise
+        con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+        con.execute("SET threads = 2")
         try:
             info = LodInfo.load(con)
             start_ns = info.start_ns
