@@ -270,15 +270,19 @@ def _stage_v2_flows(state, src, sub, slice_ids, ts_ns) -> None:
 _FLOW_PH = {"s": 0, "t": 1, "f": 2}
 
 
+def _valid_ts(work, sub, idx, what: str):
+    """The events with a valid ts, their chunk indices and exact ts in ns; the rest counted as dropped."""
+    ts = work.times(sub, idx, "ts")
+    if ts.ok.all():
+        return sub, idx, ts.values
+    work.src.drop(f"{what} events without a valid ts", ~ts.ok, work.chunk.first_index + idx, sub, "ts")
+    k = np.flatnonzero(ts.ok)
+    return take(sub, k), idx[k], ts.values[k]
+
+
 def _stage_flow_events(state, work, sub, idx, ph) -> None:
     src = work.src
-    ts = work.times(sub, idx, "ts")
-    if not ts.ok.all():
-        src.drop("flow events without a valid ts", ~ts.ok, work.chunk.first_index + idx, sub, "ts")
-        k = np.flatnonzero(ts.ok)
-        sub, idx, ts_ns = take(sub, k), idx[k], ts.values[k]
-    else:
-        ts_ns = ts.values
+    sub, idx, ts_ns = _valid_ts(work, sub, idx, "flow")
     if not sub:
         return
     inv, keys, _, _ = _threads(state, src, sub)
@@ -314,11 +318,7 @@ def flow_ids(vals: list) -> tuple[pa.Array, pa.Array]:
 
 def _stage_begin_end(state, work, sub, idx, ph) -> None:
     src = work.src
-    ts = work.times(sub, idx, "ts")
-    if not ts.ok.all():
-        src.drop(f"{ph} events without a valid ts", ~ts.ok, work.chunk.first_index + idx, sub, "ts")
-    k = np.flatnonzero(ts.ok)
-    sub = take(sub, k)
+    sub, idx, ts_ns = _valid_ts(work, sub, idx, ph)
     if not sub:
         return
     names = strings(sub, "name")
@@ -330,18 +330,14 @@ def _stage_begin_end(state, work, sub, idx, ph) -> None:
         track = _tracks(state, src, inv, keys, pid_of, tid_of, lane, direction)
     state.stage("be", {
         "src": np.full(len(sub), src.idx, dtype=np.int32), "thread_key": keys[inv], "track_id": track,
-        "ts": ts.values[k], "seq": work.chunk.first_index + idx[k], "ph": [ph] * len(sub),
+        "ts": ts_ns, "seq": work.chunk.first_index + idx, "ph": [ph] * len(sub),
         "name": names, "cat": cats, "args": raw_text(values(sub, "args")),
     })
 
 
 def _stage_async(state, work, sub, idx, kind) -> None:
     src = work.src
-    ts = work.times(sub, idx, "ts")
-    if not ts.ok.all():
-        src.drop("async events without a valid ts", ~ts.ok, work.chunk.first_index + idx, sub, "ts")
-    k = np.flatnonzero(ts.ok)
-    sub = take(sub, k)
+    sub, idx, ts_ns = _valid_ts(work, sub, idx, "async")
     if not sub:
         return
     state.stage("async", {
@@ -349,5 +345,5 @@ def _stage_async(state, work, sub, idx, kind) -> None:
         "pid": [norm_id(v) for v in values(sub, "pid")],
         "cat": strings(sub, "cat").fill_null(""), "aid": [norm_id(v) for v in values(sub, "id")],
         "name": strings(sub, "name").fill_null(""), "ph": [kind] * len(sub),
-        "ts": ts.values[k], "seq": work.chunk.first_index + idx[k], "args": raw_text(values(sub, "args")),
+        "ts": ts_ns, "seq": work.chunk.first_index + idx, "args": raw_text(values(sub, "args")),
     })
