@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from collect.actr import NO_DEV_TICKS, ActrWriter

@@ -98,7 +98,7 @@ class Live:
 
 def collect_command(args) -> int:
     try:
-        cls = source_class(args.source)
+        source_class(args.source)  # refuse an unknown source name before the other checks
     except KeyError as e:
         return _err(e.args[0])
     if not args.list and args.out is None:
