@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from analysis import params as P
-from analysis.runner import AnalysisError, discover, run_passes
+from analysis.runner import SQL_DIR, AnalysisError, _exec_file, discover, run_passes
 from analysis_traces import T0, TraceSpec
+from ingest.pcie import link_peak_bytes_per_s
 from ingest.store import Store
 
 PASS_IDS = {
@@ -115,6 +116,21 @@ def test_every_parameter_is_used_by_some_sql_file():
     text = "".join(p.read_text() for p in SQL_DIR.glob("*.sql"))
     unused = [name for name in P.PARAMS if "${" + name + "}" not in text]
     assert unused == []
+
+
+def test_sql_link_peak_agrees_with_the_python_definition_for_every_generation(store):
+    for gen, width, mps in [(1, 1, 128), (2, 4, 256), (3, 8, 512), (4, 16, 256), (5, 16, 128), (6, 16, 256)]:
+        t = TraceSpec(link=(gen, width, mps))
+        t.copy(10, 100, 1 << 20)
+        tid = t.build(store, f"gen{gen}")
+        con = store.connect(tid, sides=())
+        try:
+            _exec_file(con, SQL_DIR / "_common.sql", P.resolve())
+            rows = con.execute("SELECT dev, link_peak_Bps FROM _link_peak").fetchall()
+        finally:
+            con.close()
+        assert len(rows) == 1 and rows[0][0] == "dev0", rows
+        assert rows[0][1] == pytest.approx(link_peak_bytes_per_s(gen, width, mps), rel=1e-12), (gen, width, mps)
 
 
 def test_unknown_pass_is_refused(store):
