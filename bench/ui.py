@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench._server import BenchServer  # noqa: E402 (needs ROOT on sys.path)
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                "--disable-sync", "--no-first-run", "--enable-precise-memory-info"]
@@ -78,12 +79,6 @@ ANIMATE_JS = """async (seconds) => {
 }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -98,33 +93,6 @@ def generate(store: Path, n: int) -> str:
     if out.returncode != 0:
         raise SystemExit(f"gen_synthetic failed: {out.stderr[-2000:]}")
     return out.stdout.strip().splitlines()[-1]
-
-
-class Server:
-    def __init__(self, store: Path):
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(store / "bench-ui-server.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "acceltrace.cli", "--store", str(store), "serve",
-                                      "--host", "127.0.0.1", "--port", str(self.port)], cwd=ROOT,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"{self.base}/api/traces", timeout=2).read()
-                return
-            except OSError:
-                time.sleep(0.3)
-        self.close()
-        raise SystemExit("the server did not start")
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def measure(browser, base: str, trace_id: str, seconds: float) -> dict:
@@ -168,12 +136,12 @@ def screenshot(out: Path) -> int:
     store = Path(tempfile.mkdtemp(prefix="ui-shot-"))
     subprocess.run([sys.executable, "-m", "acceltrace.cli", "--store", str(store), "ingest", str(sample)],
                    cwd=ROOT, check=True, capture_output=True)
-    server = Server(store)
+    server = BenchServer(store)
     try:
-        tid = json.loads(urllib.request.urlopen(f"{server.base}/api/traces").read())["traces"][0]["id"]
+        tid = json.loads(urllib.request.urlopen(f"{server.url}/api/traces").read())["traces"][0]["id"]
 
         def sql(q):
-            req = urllib.request.Request(f"{server.base}/api/traces/{tid}/query", data=json.dumps({"sql": q}).encode(),
+            req = urllib.request.Request(f"{server.url}/api/traces/{tid}/query", data=json.dumps({"sql": q}).encode(),
                                          headers={"Content-Type": "application/json"})
             return json.loads(urllib.request.urlopen(req).read())["rows"]
 
@@ -191,14 +159,14 @@ def screenshot(out: Path) -> int:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=LAUNCH_ARGS)
             page = browser.new_page(viewport={"width": 1600, "height": 900})
-            page.goto(f"{server.base}/t/{tid}{frag}")
+            page.goto(f"{server.url}/t/{tid}{frag}")
             page.wait_for_function(f"() => window.acceltrace && window.acceltrace.selected === {copy_id}", timeout=60000)
             page.wait_for_function("() => document.getElementById('timeline').dataset.state === 'idle'", timeout=60000)
             page.wait_for_timeout(300)
             page.screenshot(path=str(out))
             browser.close()
     finally:
-        server.close()
+        server.stop()
         shutil.rmtree(store, ignore_errors=True)
     print(f"wrote {out}")
     return 0
@@ -233,19 +201,19 @@ def main(argv: list[str] | None = None) -> int:
         for n in [int(s) for s in args.sizes.split(",") if s]:
             rows.append((f"synthetic {n:,}", generate(store, n)))
     print(f"# traces ready in {time.time() - t0:.0f} s (store {store})", file=sys.stderr)
-    server = Server(store)
+    server = BenchServer(store)
     results = []
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
                                         args=LAUNCH_ARGS)
             # one unrecorded visit first: the browser's own start-up (fonts, first process) is not the page's cost
-            measure(browser, server.base, rows[0][1], 0.5)
+            measure(browser, server.url, rows[0][1], 0.5)
             for label, tid in rows:
-                results.append((label, measure(browser, server.base, tid, args.seconds)))
+                results.append((label, measure(browser, server.url, tid, args.seconds)))
             browser.close()
     finally:
-        server.close()
+        server.stop()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     anchor = results[0][1]
