@@ -47,7 +47,7 @@ _CHAIN = ", ".join(f"'{k}'" for k in schema.CHAIN_FLOW_KINDS)
 # v2 (bind_id) only for flows of kind other between two slices with no other flow: v2 carries no
 # category, so a reader could not tell a launch from a dependency, and one bind_id per slice
 # cannot express fan-out or chains.
-V2_CTES = f"""real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
+V2_CTES = """real AS (SELECT * FROM flows WHERE src_slice IS NOT NULL AND dst_slice IS NOT NULL),
     outs AS (SELECT src_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
     ins AS (SELECT dst_slice AS slice_id, count(*) AS n FROM real GROUP BY ALL),
     v2 AS (

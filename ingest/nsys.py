@@ -75,7 +75,7 @@ class _Ingest:
         return self.stage.execute(sql)
 
     def run(self) -> None:
-        ex, b = self.ex, self.b
+        ex = self.ex
         for t, spec in {**r.EVENT_TABLES, **r.NAME_TABLES}.items():
             r.copy_table(ex, self.stage, t, spec)
         start_utc = r.session_start_utc_ns(ex)
