@@ -77,9 +77,11 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         " FROM (SELECT DISTINCT name FROM slices) ORDER BY name_id"
     )
     cls = dur_class_sql("s.dur")
-    chunk_log2 = _chunk_log2(
+    # the same rows lod_slices will hold: their rate sets both its chunk width and its base level
+    slice_rate = _peak_rate_per_ns(
         con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM slices s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",
         max_level)
+    chunk_log2 = _chunk_log2(slice_rate, max_level)
     con.execute(
         f"""CREATE TABLE lod_slices AS
         SELECT t.grp, ((s.ts - {start_ns}) >> {chunk_log2})::INTEGER AS chunk, {cls}::TINYINT AS cls,
@@ -101,9 +103,9 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         FROM counters c JOIN lod_tracks t USING (track_id)
         ORDER BY t.grp, ts"""
     )
-    base = _base_level(con, "lod_slices", max_level)
-    ibase = _base_level(con, "lod_instants", max_level)
-    cbase = _base_level(con, "lod_counters", max_level)
+    base = _base_level(slice_rate, max_level)
+    ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
+    cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
     _build_merged_pyramid(con, base, max_level)
     _build_instant_pyramid(con, ibase, max_level)
     _build_counter_pyramid(con, cbase, max_level)
@@ -155,35 +157,36 @@ def _build_groups(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DROP TABLE _ordered")
 
 
-def _chunk_log2(con, table: str, max_level: int) -> int:
+def _peak_rate_per_ns(con, table: str, max_level: int) -> float:
+    """Events per ns of the densest (group, coarse bucket) of `table`, a bucket being 1/1024 of the
+    trace; 0 when `table` is empty."""
+    (peak,) = con.execute(
+        f"SELECT max(n) FROM (SELECT count(*) AS n FROM {table} GROUP BY grp, ts >> {max_level})"
+    ).fetchone()
+    return peak / float(1 << max_level) if peak else 0.0
+
+
+def _chunk_log2(rate_per_ns: float, max_level: int) -> int:
     """Width (log2 ns) of the time chunks lod_slices is ordered by, within a group.
 
     Rows are ordered by (grp, chunk, cls, ts): a chunk of the densest group holds about one
     DuckDB row group, so a window inside one chunk touches a row group or two whatever the
     number of duration classes, while zonemaps on cls and ts still prune inside it.
     """
-    (peak,) = con.execute(
-        f"SELECT max(n) FROM (SELECT count(*) AS n FROM {table} GROUP BY grp, ts >> {max_level})"
-    ).fetchone()
-    if not peak:
+    if not rate_per_ns:
         return max_level + TILE_BUCKETS_LOG2
-    rate_per_ns = peak / float(1 << max_level)
     return int(max(10, min(max_level + TILE_BUCKETS_LOG2, math.floor(math.log2(CHUNK_ROWS / rate_per_ns)))))
 
 
-def _base_level(con, table: str, max_level: int) -> int:
+def _base_level(rate_per_ns: float, max_level: int) -> int:
     """Lowest pyramid level: below it, a group's tile window holds at most RAW_WINDOW_ROWS events.
 
     The densest (group, coarse bucket) of the trace, at 1/1024 of its duration, gives the
     peak event rate; a tile at level L spans 1024 x 2^L ns, so levels under the returned
     one read at most about RAW_WINDOW_ROWS raw rows, and levels from it up read the pyramid.
     """
-    (peak,) = con.execute(
-        f"SELECT max(n) FROM (SELECT count(*) AS n FROM {table} GROUP BY grp, ts >> {max_level})"
-    ).fetchone()
-    if not peak:
+    if not rate_per_ns:
         return max_level
-    rate_per_ns = peak / float(1 << max_level)
     limit = RAW_WINDOW_ROWS / (rate_per_ns * BUCKETS_PER_TILE)
     if limit < 1:
         return 0
