@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from server.deps import ApiError, AppState
+from server.deps import WEB_DIR, ApiError, AppState
 from server.routers import analysis, export, live, pages, slices, tiles, traces
 
 log = logging.getLogger("acceltrace.server")
@@ -87,6 +87,6 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
-    static_dir = (web_dir or Path(__file__).resolve().parent.parent / "web") / "static"
+    static_dir = (web_dir or WEB_DIR) / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
     return app

@@ -23,6 +23,7 @@ OPEN_TRACES_MAX = 16
 DUCKDB_MEMORY_LIMIT = "512MB"
 TILE_CACHE_BYTES = 256 << 20
 ROW_CACHE_S = 1.0
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # templates/ and static/
 
 
 class ApiError(Exception):
@@ -70,7 +71,7 @@ class AppState:
         self.max_upload_bytes = max_upload_bytes
         self.query_timeout_s = query_timeout_s
         self.ingest_wait_s = ingest_wait_s
-        self.web_dir = web_dir or Path(__file__).resolve().parent.parent / "web"
+        self.web_dir = web_dir or WEB_DIR
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()
         self._rows: dict[str, tuple[dict, float]] = {}
         self._lock = threading.Lock()
