@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,7 +141,7 @@ def ingest_one(
         trace_id, tmp_path = store.begin(label, total, digest)
     res.id = trace_id
     builder = None
-    work_dir = store.tmp_dir / f"{trace_id}.{__import__('os').getpid()}.work"
+    work_dir = store.tmp_dir / f"{trace_id}.{os.getpid()}.work"
     try:
         sources: list[Source] = []
         for p in paths:
