@@ -89,13 +89,10 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
 
     CPU time, unlike wall time, hardly depends on how many other jobs share the machine.
     """
-    import duckdb
-
     from server.tile_engine import LodInfo, build_tile
 
-    con = duckdb.connect(":memory:", config={"threads": 2})
-    con.execute(f"ATTACH '{store.trace_path(trace_id)}' AS trace (READ_ONLY)")
-    con.execute("USE trace")
+    con = store.connect(trace_id, sides=())
+    con.execute("SET threads = 2")
     info = LodInfo.load(con)
     names = [r[0] for r in con.execute("SELECT name FROM lod_names ORDER BY name_id").fetchall()]
     counts = dict((g, (s, i, c)) for g, s, i, c in con.execute(
