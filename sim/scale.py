@@ -96,6 +96,18 @@ def _classify(result: RunResult, lay: Layout) -> np.ndarray:
     return part
 
 
+def _shift_in_place(recs: np.ndarray, t0_ns: np.ndarray, t1_ns: np.ndarray, shift_ns: float,
+                    host: np.ndarray, dev_masks: list) -> None:
+    """Move records `shift_ns` later: host ns directly, device records re-ticked from their model ns
+    (t0_ns, t1_ns) so each device clock's rate and drift still apply."""
+    recs["ts"][host] += np.int64(round(shift_ns))
+    for dev, sel in dev_masks:
+        if sel.any():
+            a = dev.clock.ticks(t0_ns[sel] + shift_ns)
+            recs["ts"][sel] = a
+            recs["dur"][sel] = np.where(recs["kind"][sel] == R.INSTANT, 0, dev.clock.ticks(t1_ns[sel] + shift_ns) - a)
+
+
 def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: int) -> int:
     m = result.machine
     pid = output.app_pid(seed)
@@ -115,27 +127,15 @@ def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: i
     has_corr = block["corr"] != 0
     for r, shift in enumerate(lay.shifts):
         copy = block.copy()
-        copy["ts"][host] += np.int64(round(shift))
-        for dev, sel in dev_masks:
-            if sel.any():
-                a = dev.clock.ticks(bt0[sel] + shift)
-                copy["ts"][sel] = a
-                copy["dur"][sel] = np.where(copy["kind"][sel] == R.INSTANT, 0, dev.clock.ticks(bt1[sel] + shift) - a)
+        _shift_in_place(copy, bt0, bt1, shift, host, dev_masks)
         if r:
             copy["flow"][has_flow] += flow_stride * np.uint32(r)
             copy["corr"][has_corr] += corr_stride * np.uint64(r)
         writer.add_records(copy)
     suf = part == 2
     tail = recs[suf]
-    host = tail["clock"] == 0
-    tail["ts"][host] += np.int64(round(lay.suffix_shift))
-    for dev in m.devices:
-        sel = tail["clock"] == dev.index + 1
-        if sel.any():
-            a = dev.clock.ticks(t0[suf][sel] + lay.suffix_shift)
-            tail["ts"][sel] = a
-            tail["dur"][sel] = np.where(tail["kind"][sel] == R.INSTANT, 0,
-                                        dev.clock.ticks(t1[suf][sel] + lay.suffix_shift) - a)
+    _shift_in_place(tail, t0[suf], t1[suf], lay.suffix_shift, tail["clock"] == 0,
+                    [(dev, tail["clock"] == dev.index + 1) for dev in m.devices])
     writer.add_records(tail)
     for domain, host_ns, ticks in output.sync_pairs(m, seed, lay.end_ns):
         writer.add_clock_sync(domain, host_ns, ticks)
