@@ -121,6 +121,17 @@ def write(path: Path, iterations: int = 10, metric_samples: int = 20, page_size:
     }
 
 
+def add_nested_driver_launch(path: Path) -> None:
+    """Add a cuLaunchKernel (driver) inside the first cudaLaunchKernel, recorded with the runtime
+    call's correlation id 2, as CUDA does for a runtime launch: a submit -> exec chain."""
+    db = sqlite3.connect(path)
+    try:
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5500, 8500, 1, ?, 2, 4, 0, NULL)", (GLOBAL_TID,))
+        db.commit()
+    finally:
+        db.close()
+
+
 def _runtime(n: int):
     for i in range(n):
         t = i * ITER_NS

@@ -37,12 +37,7 @@ def traces(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("export")
     synth = tmp / "h100.sqlite"
     nsys_synth.write(synth, iterations=4, metric_samples=6)
-    import sqlite3
-    db = sqlite3.connect(synth)
-    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5500, 8500, 1, ?, 2, 4, 0, NULL)",
-               (nsys_synth.GLOBAL_TID,))
-    db.commit()
-    db.close()
+    nsys_synth.add_nested_driver_launch(synth)
     store, results = ingest(tmp, A100, synth)
     for r in results:
         assert r.error is None, r.error

@@ -175,12 +175,7 @@ def test_3x_export_maps_every_table(tmp_path):
 def test_driver_call_sharing_a_runtime_correlation_id_gives_submit_then_exec(tmp_path):
     path = tmp_path / "chain.sqlite"
     nsys_synth.write(path, iterations=2, metric_samples=0)
-    db = sqlite3.connect(path)
-    # a cuLaunchKernel issued inside cudaLaunchKernel, recorded with the runtime call's correlation id
-    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5500, 8500, 1, ?, 2, 4, 0, NULL)",
-               (nsys_synth.GLOBAL_TID,))
-    db.commit()
-    db.close()
+    nsys_synth.add_nested_driver_launch(path)  # cuLaunchKernel inside cudaLaunchKernel, same correlation id
     store, res = ingest_ok(tmp_path, path)
     con = store.connect(res.id)
     chain = con.execute(
