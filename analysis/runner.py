@@ -190,10 +190,11 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         table = _allocate(con, specs, ran, values)
         phase_ms["_allocate"] = (time.perf_counter() - t_phase) * 1e3
         findings = table.to_pylist()
-        for st in statuses.values():
-            rows = [f for f in findings if f["pass"] == st.pass_id]
-            st.n_findings = len(rows)
-            st.impact_ns = sum(int(f["impact_ns"] or 0) for f in rows)
+        per_pass = table.group_by("pass").aggregate([("pass", "count"), ("impact_ns", "sum")]).to_pylist()
+        for row in per_pass:
+            st = statuses[row["pass"]]
+            st.n_findings = int(row["pass_count"])
+            st.impact_ns = int(row["impact_ns_sum"] or 0)
     finally:
         con.close()
     status_list = [statuses[p] for p in sorted(statuses, key=lambda p: (specs[p].precedence, p))]

@@ -95,6 +95,10 @@ def test_impacts_never_sum_to_more_than_the_run(store, seed):
     for f in rep.findings:
         assert 0 <= f["impact_ns"]
     assert all(s.status in ("ran", "not applicable") for s in rep.statuses), [s.reason for s in rep.statuses]
+    # each pass's status counts exactly its own findings and their impact
+    for s in rep.statuses:
+        mine = [f for f in rep.findings if f["pass"] == s.pass_id]
+        assert (s.n_findings, s.impact_ns) == (len(mine), sum(f["impact_ns"] for f in mine)), s
 
 
 def test_parameters_have_defaults_and_checked_overrides():
