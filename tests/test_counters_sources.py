@@ -18,6 +18,14 @@ from ingest.actr import ingest_actr
 from ingest.builder import TraceBuilder
 
 
+def _ingested(tmp_path, actr_name: str):
+    """Ingest tmp_path/actr_name into a fresh trace and open it read-only."""
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    ingest_actr(tmp_path / actr_name, b)
+    b.finish("actr", actr_name)
+    return duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+
+
 def make_source(name, monkeypatch):
     if name == "sim":
         return SimSource(make_bank(span_s=0.5), VirtualClock(),
@@ -64,10 +72,7 @@ def test_source_samples_into_counter_tracks_with_units(name, monkeypatch, tmp_pa
             src.clock = clock
         s.run(0.1)
     s.close()
-    b = TraceBuilder(tmp_path / "t.duckdb")
-    ingest_actr(tmp_path / "x.actr", b)
-    b.finish("actr", "x.actr")
-    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    con = _ingested(tmp_path, "x.actr")
     tracks = dict(con.execute("SELECT name, unit FROM tracks WHERE lane = 'counter'").fetchall())
     for spec in s.specs:
         assert tracks.get(spec.name) == spec.unit, spec.name
@@ -102,10 +107,7 @@ def test_nvml_pcie_rx_becomes_bytes_per_second_and_link_utilisation(monkeypatch,
     s.run(0.05)
     s.close()
     assert fake.state["shutdown"] == 1
-    b = TraceBuilder(tmp_path / "t.duckdb")
-    ingest_actr(tmp_path / "n.actr", b)
-    b.finish("actr", "n.actr")
-    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    con = _ingested(tmp_path, "n.actr")
     vals = dict(con.execute(
         "SELECT t.name, avg(c.value) FROM counters c JOIN tracks t USING (track_id) GROUP BY 1").fetchall())
     assert vals["gpu0.pcie.rx_throughput"] == pytest.approx(20_000_000 * 1024)
@@ -120,10 +122,7 @@ def test_host_source_reports_cpu_busy_as_a_share(tmp_path):
     s = Sampler(src, tmp_path / "h.actr", rate_hz=20, counters=["cpu.busy", "memory.used"])
     s.run(0.3)
     s.close()
-    b = TraceBuilder(tmp_path / "t.duckdb")
-    ingest_actr(tmp_path / "h.actr", b)
-    b.finish("actr", "h.actr")
-    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    con = _ingested(tmp_path, "h.actr")
     busy = np.array([r[0] for r in con.execute(
         "SELECT value FROM counters JOIN tracks USING (track_id) WHERE name = 'cpu.busy'").fetchall()])
     # /proc/stat counts whole jiffies (10 ms): over 50 ms intervals one jiffy more or less is 20 % of a CPU
