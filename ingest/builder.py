@@ -223,7 +223,13 @@ class TraceBuilder:
         """Complete the file (depths, order, meta, derived tables). Returns the counts."""
         con = self.con
         if self._next_slice == 0 and self.n_counters == 0:
-            raise IngestError(source_name, "contains no events (no slices and no counter samples); nothing to show")
+            why = "contains no events (no slices and no counter samples); nothing to show"
+            w = self.warnings
+            if w.dropped_events:  # every event was dropped: the reasons are the error, not a footnote
+                shown = "; ".join(w.kept[:3]) + (f"; ... ({w.total - 3} more)" if w.total > 3 else "")
+                why = (f"no event could be kept ({w.dropped_events} dropped, {w.total} warnings); "
+                       f"nothing to show. First problems: {shown}")
+            raise IngestError(source_name, why)
         (neg,) = con.execute("SELECT count(*) FROM _slices_staging WHERE dur < 0").fetchone()
         if neg:
             raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")

@@ -89,3 +89,15 @@ def test_dead_ingest_leaves_nothing_visible(tmp_path):
     store = Store(root)
     assert store.list() == []
     assert list((root / "tmp").iterdir()) == []
+
+
+def test_a_trace_whose_every_event_was_dropped_is_refused_with_the_reasons(tmp_path):
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp)
+    b.warn("bad.json", "1 events without a valid ts (expected microseconds as a number); e.g. '\"abc\"'",
+           "event 0", dropped=1)
+    with pytest.raises(IngestError) as e:
+        b.finish("test", "bad.json")
+    msg = str(e.value)
+    assert "1 dropped" in msg and "bad.json: event 0: 1 events without a valid ts" in msg
