@@ -102,3 +102,35 @@ def test_c_header_struct_matches_the_python_layout(tmp_path):
                    check=True)
     out = subprocess.run([str(tmp_path / "o")], capture_output=True, text=True, check=True).stdout
     assert {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()} == R.OFFSETS
+
+
+def test_c_header_constants_match_the_python_ones(tmp_path):
+    # the header restates the codes for C callers; a drift would write valid-looking wrong records
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import pytest
+
+    from collect import ring as RG
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    expected = {f"AT_{k.upper()}": v for k, v in R.KINDS.items()}
+    expected.update({f"AT_LANE_{n.upper()}": i for i, n in enumerate(R.LANES)})
+    expected.update({f"AT_DIR_{n.upper()}": i for n, i in R.DIRECTION_CODES.items()})
+    expected.update({f"AT_MEM_{n.upper()}": i for n, i in R.MEM_CODES.items()})
+    expected.update({"AT_FLAG_FLOW_OUT": R.FLAG_FLOW_OUT, "AT_FLAG_FLOW_IN": R.FLAG_FLOW_IN,
+                     "AT_FLAG_HAS_BYTES": R.FLAG_HAS_BYTES, "AT_FLAG_HAS_CORR": R.FLAG_HAS_CORR,
+                     "AT_NO_DEVICE": R.NO_DEVICE, "AT__RING_MAGIC": RG.RING_MAGIC, "AT__WRITE_OFF": RG.WRITE_OFF,
+                     "AT__READ_OFF": RG.READ_OFF, "AT__LOST_OFF": RG.LOST_OFF, "AT__DATA_OFF": RG.DATA_OFFSET})
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "consts.c"
+    src.write_text('#include "acceltrace.h"\nint main(void) {\n'
+                   + "".join(f'    printf("{n} %llu\\n", (unsigned long long)({n}));\n' for n in expected)
+                   + "    return 0;\n}\n")
+    subprocess.run([cc, "-pthread", "-I", str(root / "collect/client"), str(src), "-o", str(tmp_path / "c")],
+                   check=True)
+    out = subprocess.run([str(tmp_path / "c")], capture_output=True, text=True, check=True).stdout
+    assert {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()} == expected
