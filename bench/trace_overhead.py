@@ -288,7 +288,7 @@ def bench_drain(tmp: Path, mb: int) -> dict:
             th.join()
         rec = np.frombuffer(R.encode(R.COMPLETE, t.intern("drained"), ts=1, dur=1), R.RECORD_DTYPE)
         for w in rings:  # fill every slot the fast way, then publish as the client would
-            arr = np.frombuffer(w.mem, R.RECORD_DTYPE, count=w.cap, offset=4096)
+            arr = np.frombuffer(w.mem, R.RECORD_DTYPE, count=w.cap, offset=RG.DATA_OFFSET)
             arr[:] = rec
             arr["corr"] = np.arange(w.cap)
             with w.lock:
