@@ -83,6 +83,7 @@ class Report:
     run_ns: int
     elapsed_ms: float
     phase_ms: dict = field(default_factory=dict)  # _common, _allocate, write
+    run_start_ns: int = 0  # the trace's first instant (findings' times are absolute)
 
 
 class AnalysisError(Exception):
@@ -176,7 +177,7 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         t_phase = time.perf_counter()
         _exec_file(con, SQL_DIR / "_common.sql", values)
         phase_ms = {"_common": (time.perf_counter() - t_phase) * 1e3}
-        (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
+        run_start_ns, run_ns = con.execute("SELECT run_start_ns, run_ns FROM _run").fetchone()
         statuses: dict[str, PassStatus] = {}
         ran: list[str] = []
         for pid in order:
@@ -203,7 +204,7 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         _write_side(store, trace_id, table, status_list, values)
         phase_ms["write"] = (time.perf_counter() - t_phase) * 1e3
     return Report(trace_id, findings, status_list, int(run_ns or 0), (time.perf_counter() - t_start) * 1e3,
-                  phase_ms)
+                  phase_ms, int(run_start_ns or 0))
 
 
 def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
@@ -299,7 +300,7 @@ def analyze_command(args) -> int:
     if args.json:
         print(json.dumps(report.findings))
         return 0
-    print(format_report(report, store, trace_id))
+    print(format_report(report))
     return 0
 
 
@@ -311,16 +312,9 @@ def _resolve_id(store, given: str) -> str | None:
     return row["id"] if row is not None and row["status"] == "ready" else None
 
 
-def format_report(report: Report, store=None, trace_id: str | None = None) -> str:
+def format_report(report: Report) -> str:
     """The findings as a text table sorted by impact, then one status line per pass."""
-    start_ns = 0
-    if store is not None and trace_id:
-        con = store.connect(trace_id, sides=())
-        try:
-            (v,) = con.execute("SELECT value FROM trace_meta WHERE key = 'start_ns'").fetchone()
-            start_ns = int(v)
-        finally:
-            con.close()
+    start_ns = report.run_start_ns
     lines = []
     total = sum(int(f["impact_ns"] or 0) for f in report.findings)
     share = f" ({100.0 * total / report.run_ns:.1f}% of the run)" if report.run_ns else ""

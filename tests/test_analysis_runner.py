@@ -187,6 +187,8 @@ def test_analyze_command_prints_a_table_json_and_refuses_bad_parameters(store):
     r = cli(store.root, "analyze", tid)
     assert r.returncode == 0, r.stderr
     assert "launch_gaps" in r.stdout and "not applicable" in r.stdout and "1 findings" in r.stdout
+    # times are shown from the trace's start (the first call, 8 us before the first kernel)
+    assert " 0.108 ms " in r.stdout, r.stdout
     r = cli(store.root, "analyze", tid, "--json", "--param", "launch_gap_min_ns=200000")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []
