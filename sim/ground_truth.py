@@ -94,21 +94,26 @@ def build(result: RunResult, scenario: str, seed: int, steps: int | None = None,
     """The ground-truth document for a finished run (re-runs each counterfactual)."""
     plan = result.plan
     rerun = rerun or (lambda p: run_plan(p, steps))
-    origin = result.machine.origin_ns
-    names = [t.name for t in result.rec.tracks]
     issues = []
     for kind in plan.issues:
         without = rerun(plan.remove(kind))
-        ranges = affected_ranges(result, kind)
-        affected = [[names[t], origin + int(round(a)), origin + int(round(b))] for t, a, b in ranges]
-        issues.append({
-            "kind": kind,
-            "start_ns": min((a for _n, a, _b in affected), default=origin),
-            "end_ns": max((b for _n, _a, b in affected), default=origin),
-            "impact_ns": int(round(result.duration_ns - without.duration_ns)),
-            "affected": affected,
-        })
+        issues.append(issue_entry(result, kind, affected_ranges(result, kind),
+                                  result.duration_ns - without.duration_ns))
     return document(result, scenario, seed, issues)
+
+
+def issue_entry(result: RunResult, kind: str, ranges: list[tuple[int, float, float]], impact_ns: float) -> dict:
+    """One issue of the ground truth: its merged (track, start, end) model-ns ranges named and made absolute."""
+    origin = result.machine.origin_ns
+    names = [t.name for t in result.rec.tracks]
+    affected = [[names[t], origin + int(round(a)), origin + int(round(b))] for t, a, b in ranges]
+    return {
+        "kind": kind,
+        "start_ns": min((a for _n, a, _b in affected), default=origin),
+        "end_ns": max((b for _n, _a, b in affected), default=origin),
+        "impact_ns": int(round(impact_ns)),
+        "affected": affected,
+    }
 
 
 def document(result: RunResult, scenario: str, seed: int, issues: list[dict], run_end_ns: float | None = None) -> dict:

@@ -144,9 +144,9 @@ def _write(result: RunResult, lay: Layout, part: np.ndarray, path: Path, seed: i
     return writer.events_written
 
 
-def _scaled_ranges(result: RunResult, lay: Layout, kind: str) -> list[list]:
+def _scaled_ranges(result: RunResult, lay: Layout, kind: str) -> list[tuple[int, float, float]]:
+    """The issue's affected ranges carried onto every copy and the suffix, merged per track (model ns)."""
     ranges = ground_truth.affected_ranges(result, kind)
-    names = [t.name for t in result.rec.tracks]
     out: dict[int, list[tuple[float, float]]] = {}
     for t, a, b in ranges:
         if a < lay.w0:
@@ -161,8 +161,7 @@ def _scaled_ranges(result: RunResult, lay: Layout, kind: str) -> list[list]:
         if len(merged) <= MAX_AFFECTED_RANGES:
             break
         gap *= 4  # a 100 M-event run would list millions of ranges: coarsen until it is readable
-    origin = result.machine.origin_ns
-    return [[names[t], origin + int(round(a)), origin + int(round(b))] for t, a, b in merged]
+    return merged
 
 
 def run_scaled(name: str, plan: Plan, events: int, fixed: float, per_step: float, out_dir: Path, seed: int) -> dict:
@@ -187,14 +186,8 @@ def run_scaled(name: str, plan: Plan, events: int, fixed: float, per_step: float
     for kind in plan.issues:
         cf = run_plan(plan.remove(kind), k_steps)
         cf_lay = Layout(cf, n_copies, pauses)
-        affected = _scaled_ranges(result, lay, kind)
-        issues.append({
-            "kind": kind,
-            "start_ns": min((a for _n, a, _b in affected), default=result.machine.origin_ns),
-            "end_ns": max((b for _n, _a, b in affected), default=result.machine.origin_ns),
-            "impact_ns": int(round(lay.end_ns - cf_lay.end_ns)),
-            "affected": affected,
-        })
+        issues.append(ground_truth.issue_entry(result, kind, _scaled_ranges(result, lay, kind),
+                                               lay.end_ns - cf_lay.end_ns))
     truth = ground_truth.document(result, name, seed, issues, run_end_ns=lay.end_ns)
     truth["scaled"] = {"simulated_steps": k_steps, "block_steps": lay.k1 - lay.k0, "copies": n_copies}
     gt_tmp.write_text(json.dumps(truth, separators=(",", ":")) + "\n")
