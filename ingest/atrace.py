@@ -10,7 +10,6 @@ ingest reads records") is the contract this module implements.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -60,35 +59,26 @@ def ingest(source: Source, builder) -> None:
 def ingest_atrace(src: Source | Path, builder, group: str | None = None, label: str | None = None,
                   alone: bool = False) -> dict:
     """Ingest one .atrace (a Source or a path); returns {device name: (ticks, host_ns)} sync pairs."""
-    tmp = None
     if isinstance(src, Source):
         label = label or src.name
         group = group if group is not None else src.group
         if src.path is not None and not src.is_dir:
             path = src.path
         else:
-            work = getattr(builder, "work_dir", None)
-            if work is None:
-                tmp = tempfile.TemporaryDirectory(prefix="acceltrace-atrace-")
-                work = tmp.name
-            path = src.materialize(Path(work))
+            path = src.materialize(builder.work_dir)
     else:
         path = Path(src)
         label = label or path.name
     try:
-        try:
-            reader = AtraceReader.open(path)
-        except AtraceError as e:
-            raise IngestError(label, e.detail, f"byte {e.offset}" if e.offset is not None else None) from None
-        except OSError as e:
-            raise IngestError(label, f"cannot read ({e.strerror or e})") from None
-        try:
-            return _Ingest(reader, builder, label, group).run(alone)
-        finally:
-            reader.close()
+        reader = AtraceReader.open(path)
+    except AtraceError as e:
+        raise IngestError(label, e.detail, f"byte {e.offset}" if e.offset is not None else None) from None
+    except OSError as e:
+        raise IngestError(label, f"cannot read ({e.strerror or e})") from None
+    try:
+        return _Ingest(reader, builder, label, group).run(alone)
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        reader.close()
 
 
 class _Ingest:

@@ -13,6 +13,7 @@ batch, so an ingester knows the id of every slice it added (for flows).
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,9 @@ class TraceBuilder:
 
     def __init__(self, path: Path, memory_limit: str = "1GB", threads: int | None = None):
         self.path = Path(path)
+        # scratch space for ingesters that need real files (decompressed SQLite, spills); it
+        # lives beside the temp trace file, so the store's sweep removes it after a crash too
+        self.work_dir = Path(str(self.path) + ".work")
         self.con = duckdb.connect(str(self.path))
         self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self.con.execute("SET preserve_insertion_order = false")
@@ -265,6 +269,7 @@ class TraceBuilder:
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
         return counts
 
     def counts(self) -> dict:
@@ -283,6 +288,7 @@ class TraceBuilder:
             self.con.close()
         except Exception:
             pass
+        shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _write_tracks(self) -> None:
         if self._track_rows:

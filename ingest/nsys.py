@@ -14,7 +14,6 @@ and no Python runs per event.
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 
 import duckdb
@@ -37,32 +36,23 @@ def sniff(head: bytes) -> bool:
 
 
 def ingest(source, builder) -> None:
-    work = getattr(builder, "work_dir", None)
-    tmp = None
-    if work is None:  # called outside the pipeline (which gives every ingest its own work directory)
-        tmp = tempfile.TemporaryDirectory(prefix="acceltrace-nsys-")
-        work = Path(tmp.name)
-    work = Path(work)
+    work = builder.work_dir
     work.mkdir(parents=True, exist_ok=True)
+    path = source.materialize(work)
+    ex = r.open_export(path, source.name)
     try:
-        path = source.materialize(work)
-        ex = r.open_export(path, source.name)
+        # in memory (no WAL, no checkpoint on close) but spilling to the work directory past the limit
+        spill = work / f"nsys-stage-{len(list(work.glob('nsys-stage-*')))}"
+        stage = duckdb.connect(":memory:", config={
+            "temp_directory": str(spill), "memory_limit": STAGE_MEMORY, "preserve_insertion_order": "true"})
         try:
-            # in memory (no WAL, no checkpoint on close) but spilling to the work directory past the limit
-            spill = work / f"nsys-stage-{len(list(work.glob('nsys-stage-*')))}"
-            stage = duckdb.connect(":memory:", config={
-                "temp_directory": str(spill), "memory_limit": STAGE_MEMORY, "preserve_insertion_order": "true"})
-            try:
-                _Ingest(ex, stage, builder, source).run()
-            finally:
-                stage.close()
+            _Ingest(ex, stage, builder, source).run()
         finally:
-            ex.close()
-            if path != getattr(source, "path", None):  # a decompressed copy: its disk space goes now
-                path.unlink(missing_ok=True)
+            stage.close()
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        ex.close()
+        if path != getattr(source, "path", None):  # a decompressed copy: its disk space goes now
+            path.unlink(missing_ok=True)
 
 
 class _Ingest:

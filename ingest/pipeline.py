@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -141,7 +139,6 @@ def ingest_one(
         trace_id, tmp_path = store.begin(label, total, digest)
     res.id = trace_id
     builder = None
-    work_dir = store.tmp_dir / f"{trace_id}.{os.getpid()}.work"
     try:
         sources: list[Source] = []
         for p in paths:
@@ -153,7 +150,6 @@ def ingest_one(
                 srcs[0].group = None
             sources.extend(srcs)
         builder = TraceBuilder(tmp_path)
-        builder.work_dir = work_dir
         used = []
         for src in sources:
             try:
@@ -185,7 +181,6 @@ def ingest_one(
     finally:
         if res.error and builder is not None:
             builder.abort()
-        shutil.rmtree(work_dir, ignore_errors=True)
     if res.error:
         store.fail(trace_id, tmp_path, res.error, keep_row=keep_failed)
         if not keep_failed:
