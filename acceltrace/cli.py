@@ -7,21 +7,50 @@ and every command start fast and a missing optional dependency only affects its 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
 
-def _handler(spec: str):
-    """'module:function' -> a handler that imports the module only when the command runs."""
+# Handlers of the commands whose part is heavy to import: each imports its part only when
+# its command runs, so `acceltrace --help` and every other command start fast.
 
-    def run(args: argparse.Namespace) -> int:
-        mod_name, fn = spec.split(":")
-        return getattr(importlib.import_module(mod_name), fn)(args) or 0
 
-    return run
+def _serve(args: argparse.Namespace) -> int:
+    from acceltrace.server.main import serve_command
+
+    return serve_command(args) or 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from acceltrace.analysis.runner import analyze_command
+
+    return analyze_command(args) or 0
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from acceltrace.sim.cli import sim_command
+
+    return sim_command(args) or 0
+
+
+def _traced(args: argparse.Namespace) -> int:
+    from acceltrace.collect.traced.cli import traced_command
+
+    return traced_command(args) or 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from acceltrace.collect.counters.cli import collect_command
+    from acceltrace.sim.counters import realtime_sim_source
+
+    return collect_command(args, realtime_sim=realtime_sim_source) or 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from acceltrace.export.command import export_command
+
+    return export_command(args) or 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,14 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default: localhost only)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-upload-bytes", type=int, default=4 << 30, help="upload size limit (default 4 GiB)")
-    s.set_defaults(func=_handler("server.main:serve_command"))
+    s.set_defaults(func=_serve)
 
     s = sub.add_parser("analyze", help="run the analysis passes on a trace and print the findings")
     s.add_argument("id", metavar="ID")
     s.add_argument("--pass", dest="passes", action="append", metavar="P", help="run only this pass (repeatable)")
     s.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a threshold")
     s.add_argument("--json", action="store_true")
-    s.set_defaults(func=_handler("analysis.runner:analyze_command"))
+    s.set_defaults(func=_analyze)
 
     s = sub.add_parser("sim", help="run the device model; writes run.atrace, run.actr, ground_truth.json")
     s.add_argument("scenario", metavar="SCENARIO")
@@ -74,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--events", type=int, default=None, help="scale the run to roughly N events")
     s.add_argument("--live", action="store_true", help="pace in real time through a running tracing daemon")
-    s.set_defaults(func=_handler("sim.cli:sim_command"))
+    s.set_defaults(func=_sim)
 
     s = sub.add_parser("traced", help="the tracing daemon (or, with ctl, control a running one)")
     s.add_argument("--socket", required=True, type=Path)
@@ -82,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--buffer-mb", type=int, default=64)
     s.add_argument("--mode", choices=("discard", "ring"), default="discard")
     s.add_argument("ctl", nargs="*", metavar="ctl start|stop|flush|status")
-    s.set_defaults(func=_handler("collect.traced.cli:traced_command"))
+    s.set_defaults(func=_traced)
 
     s = sub.add_parser("collect", help="sample hardware counters into a .actr file")
     s.add_argument("--source", required=True)
@@ -93,13 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--list", action="store_true", help="list what the source offers")
     s.add_argument("--socket", type=Path, help="also stream to a running tracing daemon")
     s.add_argument("--realtime", action="store_true", help="ask for SCHED_FIFO so ticks are not delayed by load")
-    s.set_defaults(func=_handler("collect.counters.cli:collect_command"))
+    s.set_defaults(func=_collect)
 
     s = sub.add_parser("export", help="write a trace for other tools (Chrome JSON, Parquet)")
     s.add_argument("id", metavar="ID")
     s.add_argument("--format", choices=("chrome", "parquet"), required=True)
     s.add_argument("--out", type=Path, required=True)
-    s.set_defaults(func=_handler("ingest.export:export_command"))
+    s.set_defaults(func=_export)
     return p
 
 
@@ -117,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 # -- store commands (the thin ones live here) ------------------------------------------------
 
 def _store(args):
-    from ingest.store import Store
+    from acceltrace.store.catalog import Store
 
     return Store(args.store)
 
@@ -135,13 +164,14 @@ def _resolve(store, trace_id: str) -> dict:
 
 
 def cmd_ingest(args) -> int:
-    from ingest.pipeline import ingest_paths
+    from acceltrace.analysis.runner import after_publish
+    from acceltrace.ingest.pipeline import ingest_paths
 
     store = _store(args)
     progress = _progress_bar() if sys.stderr.isatty() and not args.json else None
     try:
         results = ingest_paths(store, args.paths, name=args.name, merge=args.merge,
-                               progress=progress.update if progress else None)
+                               progress=progress.update if progress else None, after_publish=after_publish)
     finally:
         if progress:
             progress.close()
@@ -196,7 +226,7 @@ def cmd_rm(args) -> int:
 def cmd_query(args) -> int:
     import csv
 
-    from ingest.sandbox import QueryError, run_readonly
+    from acceltrace.store.sandbox import QueryError, run_readonly
 
     store = _store(args)
     row = _resolve(store, args.id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.pcie import FLIT_TLP_OVERHEAD_BYTES, TLP_OVERHEAD_BYTES
+from acceltrace.store.link import FLIT_TLP_OVERHEAD_BYTES, TLP_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from analysis import params as P
-from ingest import schema
+from acceltrace.analysis import params as P
+from acceltrace.store import schema
 
 SQL_DIR = Path(__file__).parent
 SIDE = "findings"
@@ -267,7 +267,7 @@ def _write_side(store, trace_id: str, findings: pa.Table, statuses: list[PassSta
 
 
 def after_publish(store, trace_id: str) -> None:
-    """Post-ingest hook (ingest/pipeline.py AFTER_PUBLISH): analyse every new trace once.
+    """Post-ingest hook (the after_publish of ingest/pipeline.py): analyse every new trace once.
 
     ACCELTRACE_AUTO_ANALYZE=0 turns it off (e.g. to time ingest alone); `acceltrace analyze`
     still runs the passes on demand.
@@ -281,7 +281,7 @@ def after_publish(store, trace_id: str) -> None:
 
 def analyze_command(args) -> int:
     """`acceltrace analyze ID [--pass P] [--param NAME=VALUE] [--json]`."""
-    from ingest.store import Store
+    from acceltrace.store.catalog import Store
 
     store = Store(args.store)
     trace_id = _resolve_id(store, args.id)

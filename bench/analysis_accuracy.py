@@ -28,8 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest.pipeline import ingest_paths  # noqa: E402
-from ingest.store import Store  # noqa: E402
+from acceltrace.analysis.runner import after_publish  # noqa: E402
+from acceltrace.ingest.pipeline import ingest_paths  # noqa: E402
+from acceltrace.store.catalog import Store  # noqa: E402
 
 SCENARIOS = ("clean", "pageable-memory", "small-transfers", "pcie-saturation", "strided-access",
              "copy-compute-serialization", "launch-gaps", "sync-stalls", "redundant-transfers", "mixed")
@@ -81,7 +82,7 @@ def score_run(findings: list[dict], truth: dict) -> dict:
 def run_one(store: Store, scenario: str, seed: int, work: Path) -> dict:
     out = work / f"{scenario}-{seed}"
     truth = simulate(scenario, seed, out)
-    [res] = ingest_paths(store, [out], name=out.name)
+    [res] = ingest_paths(store, [out], name=out.name, after_publish=after_publish)
     if res.error:
         raise RuntimeError(f"ingest of {out.name} failed: {res.error}")
     con = store.connect(res.id)
@@ -99,7 +100,7 @@ def run_one(store: Store, scenario: str, seed: int, work: Path) -> dict:
 def real_trace_check(store: Store) -> str:
     if not A100.exists():
         return f"n/a: {A100.relative_to(ROOT)} not present"
-    [res] = ingest_paths(store, [A100])
+    [res] = ingest_paths(store, [A100], after_publish=after_publish)
     if res.error:
         return f"n/a: ingest failed: {res.error}"
     con = store.connect(res.id)

@@ -26,9 +26,9 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.runner import run_passes  # noqa: E402
-from ingest.builder import TraceBuilder  # noqa: E402
-from ingest.store import Store  # noqa: E402
+from acceltrace.analysis.runner import run_passes  # noqa: E402
+from acceltrace.ingest.builder import TraceBuilder  # noqa: E402
+from acceltrace.store.catalog import Store  # noqa: E402
 
 START_NS = 1_700_000_000_000_000_000
 N_DEVICES = 2

@@ -26,10 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collect.counters import source_class  # noqa: E402
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable  # noqa: E402
-from collect.counters.sim import SimSource  # noqa: E402
-from collect.sampler import Sampler, WallClock  # noqa: E402
+from acceltrace.collect.counters import source_class  # noqa: E402
+from acceltrace.collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable  # noqa: E402
+from acceltrace.collect.counters.sim import SimSource  # noqa: E402
+from acceltrace.sim.counters import realtime_sim_source  # noqa: E402
+from acceltrace.collect.sampler import Sampler, WallClock  # noqa: E402
 
 NSYS_DEFAULT_HZ = 10_000
 NSYS_MAX_HZ = 200_000
@@ -38,7 +39,7 @@ PERF_STAT_MIN_HZ = 100
 
 def synthetic_bank(n_counters: int = 64, span_s: float = 60.0, slots: int = 0):
     """A RegisterBank of n bursty 32/48-bit counters over span_s (fixed counters unless slots > 0)."""
-    from sim.registers import CounterSpec, RegisterBank
+    from acceltrace.sim.registers import CounterSpec, RegisterBank
 
     rng = np.random.default_rng(0)
     bank = RegisterBank()
@@ -62,7 +63,7 @@ def synthetic_bank(n_counters: int = 64, span_s: float = 60.0, slots: int = 0):
 def model_bank(seconds: float):
     """The llm-inference scenario's bank when the device model offers it, else None."""
     try:
-        src = SimSource.realtime(duration_s=seconds)
+        src = realtime_sim_source(duration_s=seconds)
     except SourceUnavailable:
         return None
     return src.bank
@@ -138,7 +139,7 @@ def bare_loop_cpu_pct(rate_hz: float, seconds: float, spin_ns: int) -> tuple[flo
 
 def virtual_tick_cpu_us(bank, names, n_counters: int, ticks: int = 1000) -> float:
     """CPU time of one 1 kHz tick with no sleeping (VirtualClock): the sampler's work, free of timer effects."""
-    from collect.sampler import VirtualClock
+    from acceltrace.collect.sampler import VirtualClock
 
     with tempfile.TemporaryDirectory() as d:
         clock = VirtualClock(int(bank.start_ns) if bank is not None else 0)
@@ -186,9 +187,9 @@ def source_costs(bank, n: int) -> list[tuple[str, str]]:
 
 def ingest_rate(n_samples: int, n_counters: int) -> tuple[float, float, int]:
     """Write n_samples x n_counters (half 32-bit cumulative, half gauges) with append_many; time ingest_actr."""
-    from collect.actr import ActrWriter
-    from ingest.actr import ingest_actr
-    from ingest.builder import TraceBuilder
+    from acceltrace.formats.actr.writer import ActrWriter
+    from acceltrace.ingest.native.actr import ingest_actr
+    from acceltrace.ingest.builder import TraceBuilder
 
     rng = np.random.default_rng(0)
     names = [f"c{i}" for i in range(n_counters)]
@@ -226,7 +227,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
     if a.realtime:
-        from collect.sampler import use_realtime_priority
+        from acceltrace.collect.sampler import use_realtime_priority
 
         print(f"scheduling: {use_realtime_priority()}")
     tables = []

@@ -10,8 +10,8 @@ Anchors, same run, same trace:
           writing JSON out of DuckDB.
   parquet pyarrow: every table fetched to Arrow and written with pyarrow.parquet.write_table,
           the usual way to do it by hand.
-  read back  ingesting the exported Chrome file with acceltrace's own reader (ingest/export_read.py)
-          against the generic Chrome ingester (ingest/chrome.py) on the same file.
+  read back  ingesting the exported Chrome file with acceltrace's own reader (ingest/acceltrace_chrome/importer.py)
+          against the generic Chrome ingester (ingest/chrome/importer.py) on the same file.
 ratio = our time / anchor time (lower is better; 1.0 = as fast as the anchor).
 
     python bench/export.py                      # A100 traces
@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from ingest.export import write_chrome  # noqa: E402
-from ingest.export_parquet import tables_of, write_parquet  # noqa: E402
-from ingest.pipeline import ingest_paths  # noqa: E402
-from ingest.store import Store  # noqa: E402
+from acceltrace.export.command import write_chrome  # noqa: E402
+from acceltrace.export.parquet import tables_of, write_parquet  # noqa: E402
+from acceltrace.ingest.pipeline import ingest_paths  # noqa: E402
+from acceltrace.store.catalog import Store  # noqa: E402
 
 NSYS = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
 KINETO = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
@@ -50,23 +50,20 @@ def best(fn, repeat: int) -> float:
     return out
 
 
-def read_back_s(path: Path, work: Path, module_name: str) -> float:
-    """Ingest an exported Chrome file with one format module directly (builder finish included)."""
-    import importlib
+def read_back_s(path: Path, work: Path, importer) -> float:
+    """Ingest an exported Chrome file with one importer directly (builder finish included)."""
+    from acceltrace.ingest.builder import TraceBuilder
+    from acceltrace.ingest.sources import open_sources
 
-    from ingest.builder import TraceBuilder
-    from ingest.sources import open_sources
-
-    mod = importlib.import_module(module_name)
     d = work / f"read-{time.perf_counter_ns()}"
     d.mkdir()
     t = time.perf_counter()
     b = TraceBuilder(d / "t.duckdb")
     b.work_dir = d / "work"
-    mod.ingest(open_sources(path)[0], b)
-    if hasattr(mod, "finish"):
-        mod.finish(b)
-    b.finish(module_name, path.name)
+    session = importer.session(b)
+    session.add(open_sources(path)[0])
+    session.finish()
+    b.finish(importer.name, path.name)
     dt = time.perf_counter() - t
     shutil.rmtree(d, ignore_errors=True)
     return dt
@@ -92,8 +89,11 @@ def bench_trace(label: str, store: Store, trace_id: str, work: Path, repeat: int
     mb = js.stat().st_size / 1e6
     pq_mb = sum(f.stat().st_size for f in pq_dir.iterdir()) / 1e6
     con.close()
-    t_read = best(lambda: read_back_s(js, work, "ingest.export_read"), repeat)
-    t_generic = best(lambda: read_back_s(js, work, "ingest.chrome"), repeat)
+    from acceltrace.ingest.acceltrace_chrome.importer import IMPORTER as OWN
+    from acceltrace.ingest.chrome.importer import IMPORTER as GENERIC
+
+    t_read = best(lambda: read_back_s(js, work, OWN), repeat)
+    t_generic = best(lambda: read_back_s(js, work, GENERIC), repeat)
     return [
         f"{label:<30} {'chrome':<9} {events:>9} {t_chrome:>8.3f} {events / t_chrome:>11.0f} {mb:>8.1f}"
         f" {mb / t_chrome:>7.1f} {t_anchor_js:>8.3f} {t_chrome / t_anchor_js:>6.2f}",
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
                 print(line, flush=True)
     print("events = slices + counter samples + flows; chrome anchor: DuckDB COPY slices TO json;"
           " parquet anchor: pyarrow write_table of every table; read back: ingesting the exported Chrome file with"
-          " ingest/export_read.py, anchor the generic Chrome ingester (ingest/chrome.py) on the same file, builder"
+          " ingest/acceltrace_chrome/importer.py, anchor the generic Chrome ingester (ingest/chrome/importer.py) on the same file, builder"
           " finish included in both; ratio = ours / anchor")
     return 0
 

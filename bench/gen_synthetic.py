@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ingest.builder import TraceBuilder
-from ingest.store import Store
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.store.catalog import Store
 
 LANES = ("cpu", "driver", "pcie", "eu")
 MAX_DEPTH = 12

@@ -9,7 +9,7 @@ its own. Rows:
   json.load            Python's json.loads of the decompressed bytes (held in memory)
   acceltrace parse     ingest through the Chrome ingester into the store, without the
                        level-of-detail tables and analysis passes other parts add
-  acceltrace +LOD      the same plus the level-of-detail tables (ingest/derive.py steps)
+  acceltrace +LOD      the same plus the level-of-detail tables (tiles/build.py)
   acceltrace pipeline  `acceltrace ingest` as a user runs it, analysis passes included
                        (only with --with-analysis: the passes are the analysis part's cost)
   HTA TraceAnalysis    HolisticTraceAnalysis' load, if it is installed in --hta-python
@@ -46,14 +46,14 @@ if mode == "json":
     n = len(json.loads(data)["traceEvents"])
 elif mode in ("parse", "lod", "pipeline"):
     from pathlib import Path
-    from ingest import derive, pipeline
-    from ingest.store import Store
-    if mode in ("parse", "lod"):
-        pipeline.AFTER_PUBLISH[:] = []
+    from acceltrace.analysis.runner import after_publish
+    from acceltrace.ingest import builder, pipeline
+    from acceltrace.store.catalog import Store
     if mode == "parse":
-        derive.STEPS[:] = []
+        builder.build_lod = lambda con: None
     t0 = time.perf_counter(); c0 = os.times()
-    r = pipeline.ingest_paths(Store(sys.argv[3]), [Path(path)])[0]
+    r = pipeline.ingest_paths(Store(sys.argv[3]), [Path(path)],
+                              after_publish=after_publish if mode == "pipeline" else None)[0]
     if r.error:
         raise SystemExit(r.error)
     n = r.counts["slices"]
@@ -84,7 +84,7 @@ def run_child(python: str, mode: str, path: Path, store: Path | None = None, tim
 
 def count_events(path: Path) -> tuple[int, int]:
     """(events, decompressed bytes) via the ingester's own reader (no second full parse)."""
-    from ingest.chrome_reader import ChromeReader
+    from acceltrace.ingest.chrome.reader import ChromeReader
 
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as f:

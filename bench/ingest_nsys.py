@@ -1,7 +1,7 @@
 """Benchmark: ingesting Nsight Systems SQLite exports (events/s), against reading the same rows raw.
 
 Rows: the real A100 export (sample_traces/nsys, small: fixed costs dominate) and a synthesized
-3.x export (ingest/nsys_synth.py) of --iterations iterations (11 event rows each + GPU metric
+3.x export (tests/nsys_synth.py) of --iterations iterations (11 event rows each + GPU metric
 samples). The anchor, measured in the same run, is the floor for any Python reader: plain
 sqlite3 `SELECT *` + fetchall of the same event tables, nothing else. The ratio says how much
 the ingester (staging copy, SQL mapping, depths, flows, LOD summaries) costs over just getting
@@ -24,9 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest import nsys_read, nsys_synth  # noqa: E402
-from ingest.pipeline import ingest_paths  # noqa: E402
-from ingest.store import Store  # noqa: E402
+from acceltrace.ingest.nsys import read as nsys_read
+import nsys_synth as nsys_synth  # noqa: E402
+from acceltrace.ingest.pipeline import ingest_paths  # noqa: E402
+from acceltrace.store.catalog import Store  # noqa: E402
 
 A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
 # published/measured anchor from docs (REFERENCE.md): HTA loads a 216k-event V100 trace in ~6.5 s here
@@ -60,9 +61,9 @@ def ingest_s(path: Path, work: Path) -> tuple[float, dict]:
 
 def ingester_s(path: Path, work: Path) -> float:
     """The Nsight ingester and the builder's finish alone (no hashing, catalog or post-publish analysis)."""
-    from ingest import nsys
-    from ingest.builder import TraceBuilder
-    from ingest.sources import open_sources
+    from acceltrace.ingest.nsys import importer as nsys
+    from acceltrace.ingest.builder import TraceBuilder
+    from acceltrace.ingest.sources import open_sources
 
     d = work / f"direct-{time.perf_counter_ns()}"
     d.mkdir()

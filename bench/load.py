@@ -24,7 +24,7 @@ import numpy as np
 from bench._server import BenchServer
 from bench.gen_synthetic import build_trace
 from bench.tiles import OUT, _size
-from ingest.store import Store
+from acceltrace.store.catalog import Store
 
 
 async def client(c: httpx.AsyncClient, tid: str, meta: dict, rng: np.random.Generator, steps: int,

@@ -24,10 +24,11 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collect import record as R  # noqa: E402
-from collect.atrace import AtraceReader, AtraceWriter, default_header  # noqa: E402
-from ingest.atrace import ingest_atrace  # noqa: E402
-from ingest.builder import TraceBuilder  # noqa: E402
+from acceltrace.formats import record as R  # noqa: E402
+from acceltrace.formats.atrace.reader import AtraceReader
+from acceltrace.formats.atrace.writer import AtraceWriter, default_header
+from acceltrace.ingest.native.atrace import ingest_atrace  # noqa: E402
+from acceltrace.ingest.builder import TraceBuilder  # noqa: E402
 
 
 def make_file(path: Path, n: int, seed: int = 1) -> None:

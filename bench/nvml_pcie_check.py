@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collect.counters.base import SourceUnavailable  # noqa: E402
-from collect.sampler import Sampler, WallClock  # noqa: E402
+from acceltrace.collect.counters.base import SourceUnavailable  # noqa: E402
+from acceltrace.collect.sampler import Sampler, WallClock  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -33,8 +33,8 @@ def counter_means(actr_path: Path, names: list[str], t0_ns: int, t1_ns: int, wor
     """Time-weighted mean of each named counter track (as ingest stores it) over [t0, t1]."""
     import duckdb
 
-    from ingest.actr import ingest_actr
-    from ingest.builder import TraceBuilder
+    from acceltrace.ingest.native.actr import ingest_actr
+    from acceltrace.ingest.builder import TraceBuilder
 
     db = work_dir / "check.duckdb"
     b = TraceBuilder(db)
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     except ImportError:
         print("nvml_pcie_check: PyTorch is not installed; it drives the copy loop", file=sys.stderr)
         return 2
-    from collect.counters.nvml import NvmlSource
+    from acceltrace.collect.counters.nvml import NvmlSource
 
     try:
         src = NvmlSource()

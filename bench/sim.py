@@ -39,8 +39,8 @@ def anchor_events_per_s(n: int = 300_000, repeat: int = 3) -> float:
 
 def model_events_per_s(scenario: str, seed: int, steps: int, repeat: int = 3) -> tuple[int, float, float]:
     """Best of `repeat` runs (the machine is shared: the best is the least disturbed)."""
-    from sim import scenarios
-    from sim.run import run_plan
+    from acceltrace.sim import scenarios
+    from acceltrace.sim.run import run_plan
 
     plan = scenarios.build(scenario, seed)
     best_cpu = best_wall = 0.0
@@ -54,7 +54,7 @@ def model_events_per_s(scenario: str, seed: int, steps: int, repeat: int = 3) ->
 
 
 def whole_run(scenario: str, seed: int, events: int, out: Path) -> tuple[int, float, float]:
-    from sim.session import run_scenario
+    from acceltrace.sim.session import run_scenario
 
     w0, c0 = time.perf_counter(), time.process_time()
     summary = run_scenario(scenario, out, seed=seed, events=events)

@@ -25,7 +25,7 @@ import numpy as np
 
 from bench._server import BenchServer
 from bench.gen_synthetic import build_trace
-from ingest.store import Store
+from acceltrace.store.catalog import Store
 
 PERFETTO_TRACK_QUERY_US = (160, 220)  # published, google/perfetto commit 7c1d844
 OUT = Path(__file__).resolve().parent / "out"
@@ -89,7 +89,7 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
 
     CPU time, unlike wall time, hardly depends on how many other jobs share the machine.
     """
-    from server.tile_engine import LodInfo, build_tile
+    from acceltrace.tiles.query import LodInfo, build_tile
 
     con = store.connect(trace_id, sides=())
     con.execute("SET threads = 2")

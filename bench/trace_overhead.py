@@ -29,11 +29,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collect import client  # noqa: E402
-from collect import record as R  # noqa: E402
-from collect import ring as RG  # noqa: E402
-from collect.atrace import AtraceReader  # noqa: E402
-from collect.traced.cli import ctl  # noqa: E402
+from acceltrace.collect import client  # noqa: E402
+from acceltrace.formats import record as R  # noqa: E402
+from acceltrace.formats import ring as RG  # noqa: E402
+from acceltrace.formats.atrace.reader import AtraceReader
+from acceltrace.collect.traced.cli import ctl  # noqa: E402
 
 PY = sys.executable
 VIZ_PY = Path(os.environ.get("VIZTRACER_PYTHON", "/tmp/vtvenv/bin/python"))

@@ -1,4 +1,5 @@
-"""Collection: the native event record and .atrace files, the tracing daemon and its clients.
+"""Producers: counter sources and the sampler; the tracing daemon and its client libraries.
 
-Nothing here is imported eagerly: `from collect import client` loads only the client.
+The formats they write live in acceltrace.formats. Nothing here is imported eagerly:
+`from acceltrace.collect import client` loads only the client.
 """

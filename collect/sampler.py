@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from collect.actr import NO_DEV_TICKS, ActrWriter
-from collect.counters.base import CounterSource, CounterSpec, Reading
+from acceltrace.formats.actr.layout import NO_DEV_TICKS
+from acceltrace.formats.actr.writer import ActrWriter
+from acceltrace.collect.counters.base import CounterSource, CounterSpec, Reading
 
 MIN_RATE_HZ = 1.0
 MAX_RATE_HZ = 10_000.0

@@ -1,1 +1,2 @@
-"""Input formats -> the DuckDB trace store (one module per format, see registry.py)."""
+"""Input formats -> the trace store: one subpackage per format behind one Importer (importer.py),
+registered in registry.py; the pipeline, the sources (archives, containers) and the builder."""

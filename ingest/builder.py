@@ -3,7 +3,7 @@
 Ingesters hand over columnar batches (pyarrow Tables, or dicts of equal-length
 columns/numpy arrays); the builder appends them to a staging DuckDB file, and
 finish() computes nesting depths where the input gave none, sorts slices by
-(track_id, ts), fills trace_meta, runs the derived-table steps (ingest/derive.py)
+(track_id, ts), fills trace_meta, builds the level-of-detail tables (tiles/build.py)
 and leaves a complete file that the store then publishes atomically.
 
 Slice ids are assigned in insertion order: add_slices returns the first id of the
@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import schema
-from ingest.errors import IngestError
+from acceltrace.store import schema
+from acceltrace.store.errors import IngestError
+from acceltrace.tiles.build import build as build_lod
 
 MAX_WARNINGS_KEPT = 200
 
@@ -263,9 +264,7 @@ class TraceBuilder:
         meta["warnings"] = json.dumps(self.warnings.kept)
         con.executemany("INSERT INTO trace_meta VALUES (?, ?)", sorted(meta.items()))
 
-        from ingest import derive
-
-        derive.run_all(con)
+        build_lod(con)  # every published trace carries its level-of-detail tables
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ingest import registry
-from ingest.builder import TraceBuilder
-from ingest.errors import IngestError
-from ingest.sources import Source, open_sources
-from ingest.store import Store
+from acceltrace.ingest import registry
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.ingest.importer import Importer, ImportSession
+from acceltrace.store.errors import IngestError
+from acceltrace.ingest.sources import Source, open_sources
+from acceltrace.store.catalog import Store
 
-# Run after a trace is published ("module:function(store, trace_id)"); failures become warnings.
-AFTER_PUBLISH: list[str] = ["analysis.runner:after_publish"]
+# What runs after a trace is published (the analysis passes): the caller passes it in, so
+# ingest knows nothing of analysis. Its failures become warnings of the result.
+AfterPublish = Callable[[Store, str], None]
 
 _SKIP_NAMES = {"readme", "readme.md", "attribution.md", "license", "licence", "notice"}
 
@@ -91,6 +92,7 @@ def ingest_paths(
     skip_existing: bool = False,
     keep_failed: bool = False,
     progress: Callable[[str, float], None] | None = None,
+    after_publish: AfterPublish | None = None,
 ) -> list[Result]:
     """Ingest each path as a trace (or all of them as one with merge); never raises IngestError."""
     paths = [Path(p) for p in paths]
@@ -100,7 +102,7 @@ def ingest_paths(
         label = name or (group[0].name if len(group) == 1 else f"{group[0].name} (+{len(group) - 1})")
         results.append(
             ingest_one(store, group, label, merge=merge, skip_existing=skip_existing,
-                       keep_failed=keep_failed, progress=progress)
+                       keep_failed=keep_failed, progress=progress, after_publish=after_publish)
         )
     return results
 
@@ -115,6 +117,7 @@ def ingest_one(
     progress: Callable[[str, float], None] | None = None,
     trace_id: str | None = None,
     tmp_path: Path | None = None,
+    after_publish: AfterPublish | None = None,
 ) -> Result:
     """Build one trace from paths; with trace_id/tmp_path given, fill a catalog row begun earlier."""
     res = Result(name=label)
@@ -150,23 +153,23 @@ def ingest_one(
                 srcs[0].group = None
             sources.extend(srcs)
         builder = TraceBuilder(tmp_path)
-        used = []
+        sessions: dict[str, tuple[Importer, ImportSession]] = {}
         for src in sources:
             try:
-                mod = registry.detect(src)
+                imp = registry.detect(src)
             except IngestError as e:
                 if len(sources) > 1:  # one unreadable member of an archive: say so, keep the rest
                     builder.warn(src.name, f"skipped: {e.detail}")
                     continue
                 raise
-            mod.ingest(src, builder)
-            used.append(mod)
-        if not used:
+            if imp.name not in sessions:
+                sessions[imp.name] = (imp, imp.session(builder))
+            sessions[imp.name][1].add(src)
+        if not sessions:
             raise IngestError(label, "no member of the archive is a recognised trace")
-        for mod in dict.fromkeys(used):
-            if hasattr(mod, "finish"):
-                mod.finish(builder)
-        fmts = sorted({m.NAME for m in used})
+        for _, session in sessions.values():
+            session.finish()
+        fmts = sorted(sessions)
         fmt = fmts[0] if len(fmts) == 1 else "+".join(fmts)
         res.counts = builder.finish(fmt, label)
         res.format = fmt
@@ -186,12 +189,11 @@ def ingest_one(
         if not keep_failed:
             res.id = None
         return res
-    for step in AFTER_PUBLISH:
-        mod_name, fn = step.split(":")
+    if after_publish is not None:
         try:
-            getattr(importlib.import_module(mod_name), fn)(store, trace_id)
+            after_publish(store, trace_id)
         except Exception as e:
-            res.warnings.append(f"{label}: post-ingest step {step} failed: {type(e).__name__}: {e}")
+            res.warnings.append(f"{label}: post-ingest step failed: {type(e).__name__}: {e}")
     return res
 
 

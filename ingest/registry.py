@@ -1,63 +1,45 @@
-"""The input formats: one module each, detected by file name first, then by content.
+"""The input formats, in detection order: by file name first, then by content.
 
-A format module exposes:
-  NAME: str                          the format id stored in trace_meta 'format'
-  SUFFIXES: tuple[str, ...]          lower-case file-name endings it claims (container suffix removed)
-  sniff(head: bytes) -> bool         does this content look like the format?
-  ingest(source, builder) -> None    write the source's events through the TraceBuilder
-optionally:
-  sniff_dir(path) -> bool            claims a directory (a run directory) as one source
-  finish(builder) -> None            after all sources of one trace were ingested (cross-source links)
+Adding a format is one subpackage of ingest/ whose importer module defines an `IMPORTER`
+(ingest/importer.py) and one line in IMPORTERS below (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from types import ModuleType
 
-from ingest.errors import IngestError
-from ingest.sources import Source
+from acceltrace.ingest.acceltrace_chrome.importer import IMPORTER as ACCELTRACE_CHROME
+from acceltrace.ingest.chrome.importer import IMPORTER as CHROME
+from acceltrace.ingest.importer import Importer
+from acceltrace.ingest.native.actr import IMPORTER as ACTR
+from acceltrace.ingest.native.atrace import IMPORTER as ATRACE
+from acceltrace.ingest.nsys.importer import IMPORTER as NSYS
+from acceltrace.ingest.sources import Source
+from acceltrace.store.errors import IngestError
 
-# Order matters only for content sniffing; names are checked for all modules first.
-FORMAT_MODULES = [
-    "ingest.export_read",  # acceltrace's own Chrome exports (strict sniff), ahead of the generic reader
-    "ingest.chrome",
-    "ingest.nsys",
-    "ingest.actr",
-    "ingest.atrace",
-]
-
-
-def modules() -> list[ModuleType]:
-    return [importlib.import_module(m) for m in FORMAT_MODULES]
+# Order matters only for content sniffing; names are checked for all importers first.
+# acceltrace's own Chrome exports (strict sniff) go ahead of the generic Chrome importer.
+IMPORTERS: tuple[Importer, ...] = (ACCELTRACE_CHROME, CHROME, NSYS, ACTR, ATRACE)
 
 
-def detect(source: Source) -> ModuleType:
-    """The format module for a source: by name, then by content; a clear error otherwise."""
-    mods = modules()
+def detect(source: Source, importers: tuple[Importer, ...] = IMPORTERS) -> Importer:
+    """The importer for a source: by name, then by content; a clear error otherwise."""
     if source.is_dir:
-        for m in mods:
-            if hasattr(m, "sniff_dir") and m.sniff_dir(source.path):
-                return m
+        for imp in importers:
+            if imp.claims_dir(Path(source.path)):
+                return imp
         raise IngestError(source.name, "is a directory that holds no recognised run (expected run.atrace/run.actr)")
     low = source.inner_name.lower()
-    by_name = [m for m in mods if any(low.endswith(s) for s in getattr(m, "SUFFIXES", ()))]
-    for m in by_name:
-        if m.sniff(source.head):
-            return m
-    for m in mods:
-        if m.sniff(source.head):
-            return m
-    kinds = ", ".join(sorted({m.NAME for m in mods}))
-    raise IngestError(
-        source.name, f"unrecognised content; expected one of: {kinds}", "byte 0"
-    )
-
-
-def is_binary_garbage(head: bytes) -> bool:
-    return b"\x00" in head[:1024]
+    by_name = [imp for imp in importers if any(low.endswith(s) for s in imp.suffixes)]
+    for imp in by_name:
+        if imp.sniff(source.head):
+            return imp
+    for imp in importers:
+        if imp.sniff(source.head):
+            return imp
+    kinds = ", ".join(sorted({imp.name for imp in importers}))
+    raise IngestError(source.name, f"unrecognised content; expected one of: {kinds}", "byte 0")
 
 
 def claimed_dir(path: Path) -> bool:
-    return any(hasattr(m, "sniff_dir") and m.sniff_dir(path) for m in modules())
+    return any(imp.claims_dir(path) for imp in IMPORTERS)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
-from ingest.errors import IngestError
+from acceltrace.store.errors import IngestError
 
 # Decompressed bytes allowed: at least this many, and beyond it at most RATIO x compressed.
 BOMB_FLOOR_BYTES = 512 << 20

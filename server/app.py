@@ -13,8 +13,8 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from server.deps import WEB_DIR, ApiError, AppState
-from server.routers import analysis, export, live, pages, slices, tiles, traces
+from acceltrace.server.deps import WEB_DIR, ApiError, AppState
+from acceltrace.server.routers import analysis, export, live, pages, slices, tiles, traces
 
 log = logging.getLogger("acceltrace.server")
 

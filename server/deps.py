@@ -16,8 +16,8 @@ from pathlib import Path
 import duckdb
 from fastapi import Request
 
-from ingest.store import Store
-from server.tile_engine import LodInfo
+from acceltrace.store.catalog import Store
+from acceltrace.tiles.query import LodInfo
 
 OPEN_TRACES_MAX = 16
 DUCKDB_MEMORY_LIMIT = "512MB"

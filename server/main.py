@@ -9,7 +9,7 @@ from pathlib import Path
 def _demo_inputs(paths: list[Path]) -> list[Path]:
     """Files to ingest: directories expand to their traces, minus any `invalid/` folder inside
     them (sample_traces keeps its deliberately broken files there); files given by name stay."""
-    from ingest.pipeline import expand_inputs
+    from acceltrace.ingest.pipeline import expand_inputs
 
     out: list[Path] = []
     for p in paths:
@@ -23,9 +23,10 @@ def _demo_inputs(paths: list[Path]) -> list[Path]:
 def serve_command(args) -> int:
     import uvicorn
 
-    from ingest.pipeline import ingest_paths
-    from ingest.store import Store
-    from server.app import create_app
+    from acceltrace.analysis.runner import after_publish
+    from acceltrace.ingest.pipeline import ingest_paths
+    from acceltrace.store.catalog import Store
+    from acceltrace.server.app import create_app
 
     store = Store(args.store)
     paths = [Path(p) for p in (getattr(args, "paths", None) or [])]
@@ -34,7 +35,7 @@ def serve_command(args) -> int:
         print(f"acceltrace: error: no such file or directory: {missing[0]}", file=sys.stderr)
         return 2
     if paths:
-        for r in ingest_paths(store, _demo_inputs(paths), skip_existing=True):
+        for r in ingest_paths(store, _demo_inputs(paths), skip_existing=True, after_publish=after_publish):
             if r.error:
                 print(f"acceltrace: warning: not ingested: {r.error}", file=sys.stderr)
             else:

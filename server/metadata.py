@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ingest.lod import lane_rank_sql
-from ingest.pcie import link_peak_bytes_per_s
-from server.deps import TraceHandle
+from acceltrace.tiles.build import lane_rank_sql
+from acceltrace.store.link import link_peak_bytes_per_s
+from acceltrace.server.deps import TraceHandle
 
 CATALOG_FIELDS = ("id", "name", "format", "status", "created", "source_bytes", "db_bytes", "counts",
                   "progress", "error")
@@ -20,7 +20,7 @@ def catalog_entry(row: dict) -> dict:
 def link_peaks(meta: dict[str, str]) -> dict[str, dict]:
     """Per device suffix ('' for a single device): link facts and the effective peak bytes/s.
 
-    The peak is ingest.pcie.link_peak_bytes_per_s (the one definition of "100 %").
+    The peak is store.link.link_peak_bytes_per_s (the one definition of "100 %").
     """
     out: dict[str, dict] = {}
     for key, value in meta.items():

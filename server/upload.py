@@ -19,8 +19,9 @@ from pathlib import Path
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from ingest import pipeline
-from server.deps import ApiError, AppState
+from acceltrace.analysis.runner import after_publish
+from acceltrace.ingest import pipeline
+from acceltrace.server.deps import ApiError, AppState
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
@@ -177,7 +178,8 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
         try:
             with state.ingest_slots:
                 res = pipeline.ingest_one(state.store, [rec.path], display_name, keep_failed=True,
-                                          progress=progress, trace_id=trace_id, tmp_path=tmp_path)
+                                          progress=progress, trace_id=trace_id, tmp_path=tmp_path,
+                                          after_publish=after_publish)
             job.error = res.error
         except BaseException as e:  # never let a thread die silently with the row 'ingesting'
             job.error = f"{display_name}: internal error while ingesting: {type(e).__name__}: {e}"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 
 def sim_command(args) -> int:
-    from sim import scenarios
-    from sim.session import run_scenario
+    from acceltrace.sim import scenarios
+    from acceltrace.sim.session import run_scenario
 
     if args.scenario not in scenarios.SCENARIOS:
         print(f"acceltrace sim: unknown scenario {args.scenario!r}; expected one of: "
@@ -24,7 +24,7 @@ def sim_command(args) -> int:
         print(f"acceltrace sim: --out {out} exists and is not a directory", file=sys.stderr)
         return 2
     if args.live:
-        from sim.live import run_live
+        from acceltrace.sim.live import run_live
 
         return run_live(args.scenario, args.seed, args.events, out)
     t0 = time.perf_counter()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from sim.device import DeviceConfig
-from sim.driver import DriverConfig
-from sim.machine import ClockParams, HostConfig, MachineConfig
-from sim.pcie import LinkConfig
+from acceltrace.sim.device import DeviceConfig
+from acceltrace.sim.driver import DriverConfig
+from acceltrace.sim.machine import ClockParams, HostConfig, MachineConfig
+from acceltrace.sim.pcie import LinkConfig
 
 
 def _u(rng: random.Random, lo: float, hi: float) -> float:

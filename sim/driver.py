@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.engine import Event, Fifo, Pool
-from sim.trace import FLOW_IN, FLOW_OUT, INSTANT, SPAN
+from acceltrace.sim.engine import Event, Fifo, Pool
+from acceltrace.sim.trace import FLOW_IN, FLOW_OUT, INSTANT, SPAN
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
-from sim.run import RunResult, run_plan
-from sim.trace import COLUMNS
+from acceltrace.sim.run import RunResult, run_plan
+from acceltrace.sim.trace import COLUMNS
 
 MERGE_GAP_NS = 100_000.0  # ranges on one track closer than this are one affected range
 IDLE_KINDS = ("launch_gaps", "sync_stalls")

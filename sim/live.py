@@ -18,10 +18,10 @@ import threading
 import time
 from pathlib import Path
 
-from sim import ground_truth, output, scenarios
-from sim.run import run_plan
-from sim.session import steps_for
-from sim.trace import COLUMNS, FLOW_IN, FLOW_OUT, INSTANT
+from acceltrace.sim import ground_truth, output, scenarios
+from acceltrace.sim.run import run_plan
+from acceltrace.sim.session import steps_for
+from acceltrace.sim.trace import COLUMNS, FLOW_IN, FLOW_OUT, INSTANT
 
 LEAD_NS = 100_000_000  # start the replay this far after setup, so the first records are not late
 
@@ -32,8 +32,8 @@ def run_live(name: str, seed: int, events: int | None, out_dir: Path) -> int:
         print("acceltrace sim --live: no tracing daemon; start `acceltrace traced --socket PATH --out FILE` "
               "and set ACCELTRACE_SOCKET=PATH", file=sys.stderr)
         return 2
-    from collect import client
-    from collect.client import ClientError
+    from acceltrace.collect import client
+    from acceltrace.collect.client import ClientError
 
     plan = scenarios.build(name, seed)
     steps = steps_for(plan, events)
@@ -128,8 +128,8 @@ def _replay(result, tracer, pid: int, live0: int) -> None:
 
 def _start_counters(result, path: Path, seed: int, shift: int):
     """The sampler on the wall clock, reading the registers at (now - shift) in model time."""
-    from collect.counters.sim import SimSource
-    from collect.sampler import Sampler, WallClock
+    from acceltrace.collect.counters.sim import SimSource
+    from acceltrace.collect.sampler import Sampler, WallClock
 
     clock = WallClock()
     source = SimSource(result.machine.bank, clock=clock, model_offset_ns=-shift)

@@ -12,12 +12,12 @@ import random
 import numpy as np
 from dataclasses import dataclass, field
 
-from sim.device import DeviceClock, DeviceConfig
-from sim.driver import Command, DriverConfig, Queue
-from sim.engine import Pool, Sim
-from sim.pcie import Fabric, LinkConfig, Resource
-from sim.registers import CounterSpec, RegisterBank
-from sim.trace import FLOW_IN, SPAN, Recorder
+from acceltrace.sim.device import DeviceClock, DeviceConfig
+from acceltrace.sim.driver import Command, DriverConfig, Queue
+from acceltrace.sim.engine import Pool, Sim
+from acceltrace.sim.pcie import Fabric, LinkConfig, Resource
+from acceltrace.sim.registers import CounterSpec, RegisterBank
+from acceltrace.sim.trace import FLOW_IN, SPAN, Recorder
 
 H2D_ENGINE_TID, D2H_ENGINE_TID = 0, 16  # pcie track ids per device: h2d engines 0.., d2h engines 16..
 

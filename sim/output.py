@@ -1,6 +1,6 @@
 """From a finished model run to files: run.atrace through collect's writer, run.actr through its sampler.
 
-The model's records become collect.record RECORD_DTYPE arrays in bulk (one numpy pass per
+The model's records become formats.record RECORD_DTYPE arrays in bulk (one numpy pass per
 column, no per-event Python call into the writer) and go out with AtraceWriter.add_records.
 Device records are stamped in their device's ticks (clock domain = device index + 1) and
 clock-sync pairs are taken every millisecond, as the driver's trace-buffer reader would.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from collect import record as R
-from collect.atrace import AtraceWriter, default_header
-from sim.trace import FLOW_IN, FLOW_OUT, INSTANT
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.writer import AtraceWriter, default_header
+from acceltrace.sim.trace import FLOW_IN, FLOW_OUT, INSTANT
 
 SYNC_INTERVAL_NS = 1_000_000
 SYNC_JITTER_NS = 40.0  # read latency asymmetry of one (host ns, device ticks) sample
@@ -176,8 +176,8 @@ def sample_rate_hz(duration_ns: float, n_events: int = 0) -> float:
 
 def write_actr(result, path: Path, seed: int, n_events: int = 0) -> dict:
     """Sample the register bank on a virtual clock with collect's sampler into run.actr."""
-    from collect.counters.sim import SimSource
-    from collect.sampler import Sampler, VirtualClock
+    from acceltrace.collect.counters.sim import SimSource
+    from acceltrace.collect.sampler import Sampler, VirtualClock
 
     m = result.machine
     start = m.origin_ns

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Line rates, line codes and per-TLP overheads come from ingest.pcie, so the model's links and the
+# Line rates, line codes and per-TLP overheads come from store.link, so the model's links and the
 # utilisation "100 %" the viewer shows use the same numbers.
-from ingest.pcie import GT_PER_LANE, LINE_CODE, tlp_overhead_bytes
+from acceltrace.store.link import GT_PER_LANE, LINE_CODE, tlp_overhead_bytes
 
 READ_REQUEST_BYTES = 24  # a header-only memory read request TLP on the wire
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.machine import Machine
-from sim.runtime import Runtime
-from sim.scenarios.base import Plan
-from sim.trace import Recorder
+from acceltrace.sim.machine import Machine
+from acceltrace.sim.runtime import Runtime
+from acceltrace.sim.scenarios.base import Plan
+from acceltrace.sim.trace import Recorder
 
 
 @dataclass

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 
-from sim.device import Kernel
-from sim.driver import Command
-from sim.trace import FLOW_OUT, SPAN
+from acceltrace.sim.device import Kernel
+from acceltrace.sim.driver import Command
+from acceltrace.sim.trace import FLOW_OUT, SPAN
 
 
 class HostBuffer:

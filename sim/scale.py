@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from collect import record as R
-from collect.atrace import AtraceWriter
-from sim import ground_truth, output
-from sim.registers import RegisterBank
-from sim.scale_bank import PeriodicBank
-from sim.run import RunResult, run_plan
-from sim.scenarios.base import Plan
-from sim.trace import COLUMNS
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.writer import AtraceWriter
+from acceltrace.sim import ground_truth, output
+from acceltrace.sim.registers import RegisterBank
+from acceltrace.sim.scale_bank import PeriodicBank
+from acceltrace.sim.run import RunResult, run_plan
+from acceltrace.sim.scenarios.base import Plan
+from acceltrace.sim.trace import COLUMNS
 
 FULL_EVENTS = 150_000  # records simulated in full before repeating
 PAUSE_MAX = 0.004

@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from sim import ground_truth, output, scenarios
-from sim.run import run_plan
-from sim.scenarios.base import Plan
+from acceltrace.sim import ground_truth, output, scenarios
+from acceltrace.sim.run import run_plan
+from acceltrace.sim.scenarios.base import Plan
 
 # Above this many events the scale path (sim/scale.py) repeats fully simulated steps.
 FULL_MODEL_MAX_EVENTS = 1_000_000
@@ -36,7 +36,7 @@ def run_scenario(name: str, out_dir: Path, seed: int = 0, events: int | None = N
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if events is not None and events > FULL_MODEL_MAX_EVENTS:
-        from sim.scale import run_scaled
+        from acceltrace.sim.scale import run_scaled
 
         fixed, per_step = measure(plan)
         return run_scaled(name, plan, events, fixed, per_step, out_dir, seed)

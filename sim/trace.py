@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SPAN, INSTANT = 1, 4  # collect.record COMPLETE / INSTANT
+SPAN, INSTANT = 1, 4  # formats.record COMPLETE / INSTANT
 
 # flow-end direction
 NO_FLOW, FLOW_OUT, FLOW_IN = 0, 1, 2

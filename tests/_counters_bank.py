@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.registers import CounterSpec, RegisterBank
+from acceltrace.sim.registers import CounterSpec, RegisterBank
 
 GB = 1e9
 

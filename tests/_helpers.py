@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
-from ingest import derive, pipeline
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
+from acceltrace.ingest import builder as builder_mod
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
 
 
 @contextlib.contextmanager
 def ingest_only():
-    """No analysis passes or level-of-detail tables (they have their own tests): these tests read
-    only the store's own tables, and stay fast."""
+    """No level-of-detail tables (they have their own tests; ingest_paths runs no analysis unless
+    asked): these tests read only the store's own tables, and stay fast."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(pipeline, "AFTER_PUBLISH", [])
-    mp.setattr(derive, "STEPS", [])
+    mp.setattr(builder_mod, "build_lod", lambda con: None)
     try:
         yield
     finally:
@@ -44,14 +42,6 @@ def ingest_ok(tmp_dir: Path, path) -> tuple[Store, object]:
     store, res = ingest_one(tmp_dir, path)
     assert res.error is None, res.error
     return store, res
-
-
-def present_formats_only(monkeypatch) -> None:
-    """Detection over the format modules that exist in this tree (others may land in parallel)."""
-    from ingest import registry
-
-    monkeypatch.setattr(registry, "FORMAT_MODULES",
-                        [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None])
 
 
 UPDATE_SNAPSHOTS = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"

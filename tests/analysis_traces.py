@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from ingest.builder import TraceBuilder
-from ingest.store import Store
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.store.catalog import Store
 
 US = 1000
 T0 = 1_000_000_000  # absolute start (ns); arbitrary, nonzero to catch relative/absolute mixups

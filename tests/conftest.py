@@ -42,7 +42,7 @@ class TraceStore:
 
 
 def _build_chain_trace(store) -> tuple[str, dict[str, int]]:
-    from ingest.builder import TraceBuilder
+    from acceltrace.ingest.builder import TraceBuilder
 
     trace_id, tmp = store.begin("chain", None, None)
     b = TraceBuilder(tmp)
@@ -83,9 +83,9 @@ def _build_chain_trace(store) -> tuple[str, dict[str, int]]:
 
 @pytest.fixture(scope="session")
 def trace_store(tmp_path_factory) -> TraceStore:
-    import ingest.lod as lod
+    from acceltrace.tiles import build as lod
     from bench.gen_synthetic import build_trace
-    from ingest.store import Store
+    from acceltrace.store.catalog import Store
 
     root = tmp_path_factory.mktemp("store")
     store = Store(root)
@@ -105,7 +105,7 @@ def trace_store(tmp_path_factory) -> TraceStore:
 def api(trace_store):
     from fastapi.testclient import TestClient
 
-    from server.app import create_app
+    from acceltrace.server.app import create_app
 
     app = create_app(trace_store.root, max_upload_bytes=8 << 20, query_timeout_s=2.0)
     with TestClient(app, raise_server_exceptions=False) as c:

@@ -8,8 +8,10 @@ import struct
 import numpy as np
 import pytest
 
-from collect import actr
-from collect.actr import ActrFormatError, ActrWriter, read_actr, read_actr_path
+from acceltrace.formats.actr import layout as actr
+from acceltrace.formats.actr.layout import ActrFormatError
+from acceltrace.formats.actr.writer import ActrWriter
+from acceltrace.formats.actr.reader import read_actr, read_actr_path
 
 HEADER = {
     "source": "test",

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 import duckdb
 import numpy as np
 import pytest
 from _counters_bank import make_bank
 
-from collect.actr import read_actr_path
-from collect.counters.sim import SimSource
-from collect.sampler import Sampler, VirtualClock
-from ingest import actr as ingest_actr_mod
-from ingest.builder import TraceBuilder
-from ingest.errors import IngestError
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
-
-@pytest.fixture(autouse=True)
-def _present_formats_only(monkeypatch):
-    """Detection runs over the format modules that exist in this tree (others land in parallel)."""
-    from ingest import registry
-    monkeypatch.setattr(registry, "FORMAT_MODULES",
-                        [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None])
-
+from acceltrace.formats.actr.reader import read_actr_path
+from acceltrace.collect.counters.sim import SimSource
+from acceltrace.collect.sampler import Sampler, VirtualClock
+from acceltrace.ingest.native import actr as ingest_actr_mod
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.store.errors import IngestError
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
 
 LINKS = {"dev0": {"gen": 4, "width": 16, "max_payload_bytes": 256}}
 
@@ -170,7 +161,7 @@ def test_garbage_with_actr_name_is_refused_with_file_and_position(tmp_path):
 
 
 def test_file_with_a_header_and_no_samples_is_refused_clearly(tmp_path):
-    from collect.actr import ActrWriter
+    from acceltrace.formats.actr.writer import ActrWriter
 
     hdr = {"devices": [{"name": "dev0", "clock_hz": None}],
            "counters": [{"name": "a", "unit": "B/s", "bits": 32, "kind": "cumulative", "group": 0}],

@@ -7,15 +7,15 @@ import duckdb
 import numpy as np
 import pytest
 
-from collect.actr import read_actr_path
-from collect.counters.sim import SimSource
-from collect.sampler import Sampler, VirtualClock
-from ingest.actr import ingest_actr
-from ingest.builder import TraceBuilder
+from acceltrace.formats.actr.reader import read_actr_path
+from acceltrace.collect.counters.sim import SimSource
+from acceltrace.collect.sampler import Sampler, VirtualClock
+from acceltrace.ingest.native.actr import ingest_actr
+from acceltrace.ingest.builder import TraceBuilder
 
 try:  # the model lands in parallel; its scenario API is sim.scenarios.pipeline.build + sim.run.run_plan
-    from sim.run import run_plan
-    from sim.scenarios.pipeline import build
+    from acceltrace.sim.run import run_plan
+    from acceltrace.sim.scenarios.pipeline import build
 except ImportError as e:  # pragma: no cover - only while sim/ is incomplete
     pytest.skip(f"device model not importable: {e}", allow_module_level=True)
 
@@ -63,7 +63,7 @@ def test_model_rates_reconstructed_within_1pct_per_interval(model_run):
 
 
 def test_fast_reader_equals_the_model_banks_own_reads(model_run):
-    from collect.counters.sim import CursorReader
+    from acceltrace.collect.counters.sim import CursorReader
 
     bank = model_run[0]
     names = [s.name for s in bank.specs]

@@ -8,20 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _helpers import check_snapshot, present_formats_only
+from _helpers import check_snapshot
 
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
-from ingest.summary import canonical_summary
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
+from canonical import canonical_summary
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces" / "actr"
 VALID = sorted(p for p in ROOT.glob("*/*.actr"))
 INVALID = sorted(p for p in ROOT.glob("*/invalid/*.actr"))
-
-
-@pytest.fixture(autouse=True)
-def _present_formats_only(monkeypatch):
-    present_formats_only(monkeypatch)
 
 
 @pytest.mark.parametrize("sample", VALID, ids=lambda p: p.name)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.analysis_accuracy import run_one
-from ingest.store import Store
+from acceltrace.store.catalog import Store
 
 sim = pytest.importorskip("sim.cli")
 
@@ -46,9 +46,10 @@ A100 = Path(__file__).parent.parent / "sample_traces" / "kineto" / "a100-rank0-m
 
 @pytest.mark.skipif(not A100.exists(), reason="A100 Kineto sample not present")
 def test_real_kineto_trace_every_pageable_copy_flagged_and_no_pinned_one(store):
-    from ingest.pipeline import ingest_paths
+    from acceltrace.analysis.runner import after_publish
+    from acceltrace.ingest.pipeline import ingest_paths
 
-    [res] = ingest_paths(store, [A100])
+    [res] = ingest_paths(store, [A100], after_publish=after_publish)
     assert res.error is None, res.error
     con = store.connect(res.id)
     rows = con.execute("""

@@ -2,9 +2,9 @@
 
 import pytest
 
-from analysis.runner import run_passes
+from acceltrace.analysis.runner import run_passes
 from analysis_traces import T0, US, TraceSpec, gen4_x16_Bps
-from ingest.store import Store
+from acceltrace.store.catalog import Store
 
 B = gen4_x16_Bps()  # effective Gen4 x16 peak, bytes/s
 

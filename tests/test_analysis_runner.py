@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import params as P
-from analysis.runner import SQL_DIR, AnalysisError, _exec_file, discover, run_passes
+from acceltrace.analysis import params as P
+from acceltrace.analysis.runner import SQL_DIR, AnalysisError, _exec_file, discover, run_passes
 from analysis_traces import T0, TraceSpec
-from ingest.pcie import link_peak_bytes_per_s
-from ingest.store import Store
+from acceltrace.store.link import link_peak_bytes_per_s
+from acceltrace.store.catalog import Store
 
 PASS_IDS = {
     "pcie_saturation", "small_transfers", "pageable_memory", "memory_access_inefficiency",
@@ -115,7 +115,7 @@ def test_parameters_have_defaults_and_checked_overrides():
 
 
 def test_every_parameter_is_used_by_some_sql_file():
-    from analysis.runner import SQL_DIR
+    from acceltrace.analysis.runner import SQL_DIR
 
     text = "".join(p.read_text() for p in SQL_DIR.glob("*.sql"))
     unused = [name for name in P.PARAMS if "${" + name + "}" not in text]
@@ -216,7 +216,8 @@ def test_docs_describe_every_pass_and_every_parameter():
 def test_ingest_runs_the_passes_unless_turned_off(tmp_path, monkeypatch):
     import gzip
 
-    from ingest.pipeline import ingest_paths
+    from acceltrace.analysis.runner import after_publish
+    from acceltrace.ingest.pipeline import ingest_paths
 
     events = [
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 10, "dur": 300,
@@ -228,11 +229,11 @@ def test_ingest_runs_the_passes_unless_turned_off(tmp_path, monkeypatch):
     with gzip.open(path, "wt") as fh:
         json.dump({"traceEvents": events}, fh)
     store = Store(tmp_path / "store")
-    [res] = ingest_paths(store, [path])
+    [res] = ingest_paths(store, [path], after_publish=after_publish)
     assert res.error is None, res.error
     assert store.side_path(res.id, "findings").exists()
     con = store.connect(res.id)
     assert con.execute("SELECT count(*) FROM findings WHERE pass = 'pageable_memory'").fetchone() == (1,)
     monkeypatch.setenv("ACCELTRACE_AUTO_ANALYZE", "0")
-    [res2] = ingest_paths(store, [path], name="again")
+    [res2] = ingest_paths(store, [path], name="again", after_publish=after_publish)
     assert res2.error is None and not store.side_path(res2.id, "findings").exists()

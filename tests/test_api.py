@@ -7,7 +7,7 @@ import re
 import pytest
 from fastapi.routing import APIRoute
 
-from ingest.store import Store
+from acceltrace.store.catalog import Store
 
 LANE_ORDER = ["cpu", "driver", "pcie", "eu", "counter"]
 
@@ -47,7 +47,7 @@ def test_large_lane_groups_are_split_into_tile_groups_of_at_most_16(api, trace_s
 
 
 def test_link_peak_comes_from_link_meta(api):
-    from server.metadata import link_peaks
+    from acceltrace.server.metadata import link_peaks
 
     peaks = link_peaks({"link_gen": "4", "link_width": "16", "max_payload_bytes": "256"})
     assert 28e9 < peaks[""]["link_peak_bytes_per_s"] < 29.5e9  # ~92 % of 31.5 GB/s
@@ -152,7 +152,7 @@ def test_summary_has_top_names_copies_and_busy_fraction(api, trace_store):
 
 
 def test_findings_are_empty_before_analysis_and_listed_after(api, trace_store):
-    from ingest.schema import FINDINGS, create_sql
+    from acceltrace.store.schema import FINDINGS, create_sql
 
     tid = trace_store.ids["synthetic"]
     r = api.get(f"/api/traces/{tid}/findings")
@@ -193,7 +193,7 @@ def _concrete(path: str, trace_id: str) -> str:
 
 
 def _api_routes():
-    from server.app import ROUTERS
+    from acceltrace.server.app import ROUTERS
 
     return [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
 
@@ -242,7 +242,7 @@ def test_docs_api_md_mentions_every_api_route(api):
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
-    from server.routers import analysis, slices, tiles, traces
+    from acceltrace.server.routers import analysis, slices, tiles, traces
 
     for route in [r for m in (analysis, slices, tiles, traces) for r in m.router.routes]:
         if route.path.startswith("/api/"):

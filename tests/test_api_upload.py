@@ -12,8 +12,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest.store import Store
-from server.app import create_app
+from acceltrace.store.catalog import Store
+from acceltrace.server.app import create_app
 
 
 def chrome_json(label: str, n: int = 200) -> bytes:
@@ -191,7 +191,7 @@ def test_zip_upload_is_accepted(fresh):
 
 
 def test_serve_skips_invalid_sample_folders_but_not_named_files(tmp_path):
-    from server.main import _demo_inputs
+    from acceltrace.server.main import _demo_inputs
 
     (tmp_path / "kineto").mkdir()
     (tmp_path / "kineto" / "good.json").write_bytes(chrome_json("good"))

@@ -6,9 +6,10 @@ import struct
 import numpy as np
 import pytest
 
-from collect import record as R
-from collect.atrace import (CHUNK_HEADER, FILE_HEADER, MAGIC, AtraceError, AtraceReader, AtraceWriter,
-                            default_header)
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.layout import CHUNK_HEADER, FILE_HEADER, MAGIC, AtraceError
+from acceltrace.formats.atrace.reader import AtraceReader
+from acceltrace.formats.atrace.writer import AtraceWriter, default_header
 
 
 def _write(n_events=1000, chunk_events=100, **hdr):
@@ -107,7 +108,7 @@ def test_strings_are_written_before_the_events_that_use_them():
     # walk chunks in order: every event's name must already be defined
     r = AtraceReader.from_bytes(buf.getvalue())
     known = {0}
-    from collect.atrace import EVENTS, STRINGS
+    from acceltrace.formats.atrace.layout import EVENTS, STRINGS
 
     data = buf.getvalue()
     for ch in r.chunks:
@@ -137,7 +138,7 @@ def test_file_written_chunk_by_chunk_reads_the_same_as_in_one_piece(tmp_path):
 
 
 def test_tail_follower_reads_a_file_growing_a_few_bytes_at_a_time(tmp_path):
-    from collect.atrace_tail import AtraceTail
+    from acceltrace.formats.atrace.follower import AtraceTail
 
     data = _write(n_events=300, chunk_events=37)
     p = tmp_path / "grow.atrace"
@@ -158,22 +159,13 @@ def test_tail_follower_reads_a_file_growing_a_few_bytes_at_a_time(tmp_path):
 def test_gzipped_atrace_ingests_like_the_plain_file(tmp_path):
     import gzip
 
-    from ingest.pipeline import ingest_paths
-    from ingest.store import Store
+    from acceltrace.ingest.pipeline import ingest_paths
+    from acceltrace.store.catalog import Store
 
     data = _write(n_events=50, chunk_events=16)
     (tmp_path / "a.atrace").write_bytes(data)
     (tmp_path / "b.atrace.gz").write_bytes(gzip.compress(data))
     store = Store(tmp_path / "s")
-    import importlib.util
-
-    from ingest import registry
-
-    mods = [m for m in registry.FORMAT_MODULES if importlib.util.find_spec(m) is not None]
-    old, registry.FORMAT_MODULES = registry.FORMAT_MODULES, mods
-    try:
-        a, b = ingest_paths(store, [tmp_path / "a.atrace", tmp_path / "b.atrace.gz"])
-    finally:
-        registry.FORMAT_MODULES = old
+    a, b = ingest_paths(store, [tmp_path / "a.atrace", tmp_path / "b.atrace.gz"])
     assert a.error is None and b.error is None, (a.error, b.error)
     assert a.counts["slices"] == b.counts["slices"] == 50

@@ -6,11 +6,12 @@ import shutil
 import numpy as np
 import pytest
 
-from collect import client
-from collect import record as R
-from collect.atrace import AtraceReader, AtraceWriter, default_header
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
+from acceltrace.collect import client
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.reader import AtraceReader
+from acceltrace.formats.atrace.writer import AtraceWriter, default_header
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
 
 DEVICES = [{"id": 0, "name": "dev0", "link_gen": 4, "link_width": 16, "max_payload_bytes": 256},
            {"id": 1, "name": "dev1", "link_gen": 5, "link_width": 8, "max_payload_bytes": 512}]
@@ -49,20 +50,7 @@ def _sim_like(path, cut_trailer=False):
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    # other format modules may still be under construction in the shared tree: detect among those that import
-    import importlib
-
-    from ingest import registry
-
-    ok = []
-    for m in registry.FORMAT_MODULES:
-        try:
-            importlib.import_module(m)
-            ok.append(m)
-        except ImportError:
-            pass
-    monkeypatch.setattr(registry, "FORMAT_MODULES", ok)
+def store(tmp_path):
     return Store(tmp_path / "store")
 
 
@@ -259,7 +247,7 @@ def test_same_content_under_another_name_is_detected_by_magic(tmp_path, store):
 
 
 def test_run_directory_with_counters_maps_their_device_ticks_with_the_trace_clock(tmp_path, store):
-    from collect.actr import ActrWriter
+    from acceltrace.formats.actr.writer import ActrWriter
 
     run = tmp_path / "run2"
     run.mkdir()

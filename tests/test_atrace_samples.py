@@ -7,20 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-from _helpers import check_snapshot, present_formats_only
+from _helpers import check_snapshot
 
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
-from ingest.summary import canonical_summary
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
+from canonical import canonical_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces" / "atrace"
 SNAP = Path(__file__).parent / "snapshots" / "atrace"
-
-
-@pytest.fixture(autouse=True)
-def _present_formats_only(monkeypatch):
-    present_formats_only(monkeypatch)
 
 
 def _check(name: str, text: str) -> None:

@@ -7,9 +7,9 @@ import sys
 import duckdb
 import pytest
 
-from ingest.builder import TraceBuilder
-from ingest.errors import IngestError
-from ingest.store import Store
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.store.errors import IngestError
+from acceltrace.store.catalog import Store
 
 
 def build(tmp_path, slices, flows=None, counters=None):
@@ -82,7 +82,7 @@ def test_dead_ingest_leaves_nothing_visible(tmp_path):
     root = tmp_path / "store"
     code = (
         "import os, sys; sys.path.insert(0, %r);"
-        "from ingest.store import Store; s = Store(%r); tid, tmp = s.begin('x', 1, None);"
+        "from acceltrace.store.catalog import Store; s = Store(%r); tid, tmp = s.begin('x', 1, None);"
         "open(tmp, 'wb').write(b'partial'); os._exit(0)"
     ) % (os.getcwd(), str(root))
     subprocess.run([sys.executable, "-c", code], check=True)

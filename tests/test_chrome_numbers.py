@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import Raw
 
-from ingest.chrome_columns import to_ns
-from ingest.chrome_numbers import parse_decimal
+from acceltrace.ingest.chrome.columns import to_ns
+from acceltrace.ingest.chrome.numbers import parse_decimal
 
 
 def exact_ns(text: str) -> int:

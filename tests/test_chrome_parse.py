@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest import chrome, chrome_reader, pipeline
-from ingest.store import Store
-
-
-@pytest.fixture(autouse=True)
-def _no_post_steps(monkeypatch):
-    # analysis passes run after publish in the real pipeline; these tests look at ingest only
-    monkeypatch.setattr(pipeline, "AFTER_PUBLISH", [])
+from acceltrace.ingest.chrome import importer as chrome, reader as chrome_reader
+from acceltrace.ingest import pipeline
+from acceltrace.store.catalog import Store
 
 
 def ingest_text(tmp_path: Path, text, name: str = "t.json", **kw):
@@ -227,7 +222,7 @@ def test_sniff_accepts_objects_and_arrays_but_not_other_json():
 def test_reader_reads_in_blocks_and_yields_many_small_chunks():
     import io
 
-    from ingest.chrome_columns import decode_events
+    from acceltrace.ingest.chrome.columns import decode_events
 
     class Recording(io.BytesIO):
         sizes: list = []

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from _helpers import check_snapshot
 
-from ingest import derive, pipeline
-from ingest.store import Store
-from ingest.summary import canonical_summary
+from acceltrace.ingest import builder as builder_mod, pipeline
+from acceltrace.store.catalog import Store
+from canonical import canonical_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "sample_traces" / "kineto").glob("*.json*")) + sorted(
@@ -27,8 +27,7 @@ SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome"
 def store(tmp_path_factory):
     # ingest only: the analysis passes and level-of-detail tables have their own tests
     mp = pytest.MonkeyPatch()
-    mp.setattr(pipeline, "AFTER_PUBLISH", [])
-    mp.setattr(derive, "STEPS", [])
+    mp.setattr(builder_mod, "build_lod", lambda con: None)
     yield Store(tmp_path_factory.mktemp("chrome-samples"))
     mp.undo()
 

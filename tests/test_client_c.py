@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collect import record as R
-from ingest.atrace import ingest_atrace
-from ingest.builder import TraceBuilder
+from acceltrace.formats import record as R
+from acceltrace.ingest.native.atrace import ingest_atrace
+from acceltrace.ingest.builder import TraceBuilder
 from test_traced import _records, _start, _stop
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
-from collect import client
-from collect import record as R
-from collect.atrace import AtraceReader
+from acceltrace.collect import client
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.reader import AtraceReader
 
 
 def _read(path):

@@ -11,7 +11,7 @@ import time
 import numpy as np
 from pathlib import Path
 
-from collect.actr import read_actr_path
+from acceltrace.formats.actr.reader import read_actr_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,8 +91,8 @@ def test_ctrl_c_ends_an_open_ended_run_cleanly_with_a_valid_file(tmp_path):
 
 
 def test_socket_streams_counter_values_to_a_running_daemon(tmp_path):
-    from collect import record as R
-    from collect.atrace import AtraceReader
+    from acceltrace.formats import record as R
+    from acceltrace.formats.atrace.reader import AtraceReader
 
     sock, atrace = tmp_path / "d.sock", tmp_path / "live.atrace"
     daemon = subprocess.Popen([sys.executable, "-m", "acceltrace", "traced", "--socket", str(sock),

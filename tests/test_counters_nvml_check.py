@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import _fake_pynvml
-from collect.sampler import Sampler, VirtualClock
+from acceltrace.collect.sampler import Sampler, VirtualClock
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "nvml_pcie_check.py"
 
@@ -24,7 +24,7 @@ def check():
 
 def test_window_mean_of_fake_nvml_rx_matches_its_rate_and_the_verdict_uses_10pct(check, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml.make(rx_kib_s=12_000_000))
-    from collect.counters.nvml import NvmlSource
+    from acceltrace.collect.counters.nvml import NvmlSource
 
     clock = VirtualClock(0)
     names = ["gpu0.pcie.rx_throughput", "gpu0.pcie.rx_bytes"]

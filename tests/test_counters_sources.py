@@ -10,12 +10,12 @@ import pytest
 from _counters_bank import make_bank
 
 import _fake_pynvml
-from collect.counters import SOURCES, source_class
-from collect.counters.base import CounterSource, DeviceInfo, Reading, SourceUnavailable
-from collect.counters.sim import SimSource
-from collect.sampler import Sampler, VirtualClock
-from ingest.actr import ingest_actr
-from ingest.builder import TraceBuilder
+from acceltrace.collect.counters import SOURCES, source_class
+from acceltrace.collect.counters.base import CounterSource, DeviceInfo, Reading, SourceUnavailable
+from acceltrace.collect.counters.sim import SimSource
+from acceltrace.collect.sampler import Sampler, VirtualClock
+from acceltrace.ingest.native.actr import ingest_actr
+from acceltrace.ingest.builder import TraceBuilder
 
 
 def _ingested(tmp_path, actr_name: str):
@@ -133,7 +133,7 @@ def test_host_source_reports_cpu_busy_as_a_share(tmp_path):
 
 
 def test_sim_fast_reader_returns_exactly_what_the_bank_reads():
-    from collect.counters.sim import CursorReader
+    from acceltrace.collect.counters.sim import CursorReader
 
     bank = make_bank(seed=11, span_s=0.3)
     names = [s.name for s in bank.specs]
@@ -149,7 +149,7 @@ def test_sim_fast_reader_returns_exactly_what_the_bank_reads():
 def test_docs_describe_every_source_role_and_cli_flag():
     from pathlib import Path
 
-    from collect.counters import sim as sim_mod
+    from acceltrace.collect.counters import sim as sim_mod
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "counters.md").read_text()
     for name in SOURCES:
@@ -168,7 +168,7 @@ def test_host_perf_groups_sum_cpus_and_report_mean_enabled_running(monkeypatch):
     import os
     import struct
 
-    from collect.counters import host
+    from acceltrace.collect.counters import host
 
     g = host.PerfGroups.__new__(host.PerfGroups)
     n = len(host.PERF_EVENTS)

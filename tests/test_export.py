@@ -13,13 +13,14 @@ import pytest
 
 from _helpers import ingest, ingest_only
 
-from ingest import nsys_synth, schema
-from ingest.builder import TraceBuilder
-from ingest.export import export_command, export_trace
-from ingest.export_chrome import chrome_chunks
-from ingest.export_parquet import ExportError, write_parquet
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
+import nsys_synth
+from acceltrace.store import schema
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.export.command import export_command, export_trace
+from acceltrace.export.chrome import chrome_chunks
+from acceltrace.export.parquet import ExportError, write_parquet
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
@@ -283,7 +284,7 @@ def native_like_trace(tmp_path):
 
 
 def test_chrome_round_trip_gives_the_same_trace(traces, tmp_path):
-    from ingest.summary import canonical_summary
+    from canonical import canonical_summary
 
     store, a100, synth = traces
     native_store, native = native_like_trace(tmp_path / "native")
@@ -299,7 +300,7 @@ def test_chrome_round_trip_gives_the_same_trace(traces, tmp_path):
 
 
 def kept_meta(con) -> dict:
-    from ingest.export_chrome import META_DERIVED
+    from acceltrace.export.chrome import META_DERIVED
 
     rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
     return {k: v for k, v in rows if k not in META_DERIVED and k != "exported_from_format"}

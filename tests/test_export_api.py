@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from _helpers import ingest_ok, ingest_only
 
-from server.app import create_app
+from acceltrace.server.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"

@@ -1,4 +1,4 @@
-"""Reading acceltrace's own Chrome exports back (ingest/export_read.py): detection, streaming, damaged files."""
+"""Reading acceltrace's own Chrome exports back (ingest/acceltrace_chrome/importer.py): detection, streaming, damaged files."""
 
 import gzip
 import json
@@ -7,9 +7,10 @@ import pytest
 
 from _helpers import ingest_ok, ingest_one, ingest_only
 
-from ingest import export_read, nsys_synth
-from ingest.export import export_trace
-from ingest.summary import canonical_summary
+from acceltrace.ingest.acceltrace_chrome import importer as export_read
+import nsys_synth
+from acceltrace.export.command import export_trace
+from canonical import canonical_summary
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from _helpers import check_snapshot
 
-from ingest import derive, pipeline, sources
-from ingest.store import Store
+from acceltrace.ingest import builder as builder_mod, pipeline, sources
+from acceltrace.store.catalog import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 INVALID = sorted((ROOT / "sample_traces" / "invalid").iterdir())
@@ -29,8 +29,7 @@ SNAPSHOTS = ROOT / "tests" / "snapshots" / "invalid"
 
 @pytest.fixture
 def quick(monkeypatch):
-    monkeypatch.setattr(pipeline, "AFTER_PUBLISH", [])
-    monkeypatch.setattr(derive, "STEPS", [])
+    monkeypatch.setattr(builder_mod, "build_lod", lambda con: None)
     # the bomb sample is small (16 KiB -> 16 MiB); the real floor is 512 MiB
     monkeypatch.setattr(sources, "BOMB_FLOOR_BYTES", 1 << 20)
 

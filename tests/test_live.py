@@ -4,10 +4,10 @@ import time
 
 from fastapi.testclient import TestClient
 
-from collect import client
-from collect import record as R
-from collect.atrace import AtraceWriter
-from server.app import create_app
+from acceltrace.collect import client
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.writer import AtraceWriter
+from acceltrace.server.app import create_app
 
 
 def test_websocket_streams_events_as_the_file_grows(tmp_path, monkeypatch):

@@ -10,10 +10,11 @@ import pytest
 
 from _helpers import ingest, ingest_ok, ingest_only
 
-from ingest import nsys, nsys_read, nsys_synth
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
-from ingest.summary import canonical_summary
+from acceltrace.ingest.nsys import importer as nsys, read as nsys_read
+import nsys_synth
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
+from canonical import canonical_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"

@@ -2,10 +2,10 @@
 
 import pytest
 
-from analysis import params
-from ingest.pcie import FLIT_TLP_OVERHEAD_BYTES, TLP_OVERHEAD_BYTES, link_peak_bytes_per_s
-from server.metadata import link_peaks
-from sim.pcie import LinkConfig
+from acceltrace.analysis import params
+from acceltrace.store.link import FLIT_TLP_OVERHEAD_BYTES, TLP_OVERHEAD_BYTES, link_peak_bytes_per_s
+from acceltrace.server.metadata import link_peaks
+from acceltrace.sim.pcie import LinkConfig
 
 
 @pytest.mark.parametrize("gen", [3, 4, 5, 6])

@@ -4,7 +4,7 @@ import struct
 
 import numpy as np
 
-from collect import record as R
+from acceltrace.formats import record as R
 
 
 def test_record_is_64_bytes_in_both_views():
@@ -49,7 +49,7 @@ def test_decode_refuses_a_partial_record():
 
 
 def test_lane_codes_follow_the_store_lanes():
-    from ingest import schema
+    from acceltrace.store import schema
 
     assert R.LANES == schema.LANES
     assert [k for k in R.FLOW_KINDS if k] == list(schema.FLOW_KINDS)
@@ -75,7 +75,7 @@ def test_docs_formats_table_documents_every_field_at_its_offset():
 def test_docs_formats_lists_every_chunk_type():
     from pathlib import Path
 
-    from collect import atrace
+    from acceltrace.formats.atrace import layout as atrace
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "formats.md").read_text()
     for code, name in atrace.CHUNK_NAMES.items():
@@ -112,7 +112,7 @@ def test_c_header_constants_match_the_python_ones(tmp_path):
 
     import pytest
 
-    from collect import ring as RG
+    from acceltrace.formats import ring as RG
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:

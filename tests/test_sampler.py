@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from _counters_bank import make_bank
 
-from collect.actr import read_actr_path
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading
-from collect.counters.sim import SimSource
-from collect.sampler import Sampler, SamplerError, VirtualClock, WallClock
+from acceltrace.formats.actr.reader import read_actr_path
+from acceltrace.collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading
+from acceltrace.collect.counters.sim import SimSource
+from acceltrace.collect.sampler import Sampler, SamplerError, VirtualClock, WallClock
 
 
 class Ramp(CounterSource):

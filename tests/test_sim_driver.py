@@ -7,12 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sim.config import fixed_machine
-from sim.device import Kernel
-from sim.machine import Machine
-from sim.pcie import LinkConfig
-from sim.runtime import Runtime
-from sim.trace import COLUMNS
+from acceltrace.sim.config import fixed_machine
+from acceltrace.sim.device import Kernel
+from acceltrace.sim.machine import Machine
+from acceltrace.sim.pcie import LinkConfig
+from acceltrace.sim.runtime import Runtime
+from acceltrace.sim.trace import COLUMNS
 
 MB = 1 << 20
 TS, DUR, TRACK, NAME, NBYTES, MEM = (COLUMNS.index(c) for c in ("ts", "dur", "track", "name", "nbytes", "mem"))

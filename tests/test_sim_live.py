@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from collect.atrace import AtraceReader
+from acceltrace.formats.atrace.reader import AtraceReader
 
 
 def test_live_run_reaches_the_daemon_in_real_time(tmp_path, monkeypatch):
@@ -22,7 +22,7 @@ def test_live_run_reaches_the_daemon_in_real_time(tmp_path, monkeypatch):
             time.sleep(0.05)
         assert sock.exists(), "the tracing daemon did not start"
         monkeypatch.setenv("ACCELTRACE_SOCKET", str(sock))
-        from sim.live import run_live
+        from acceltrace.sim.live import run_live
 
         t0 = time.monotonic()
         assert run_live("launch-gaps", 5, 600, tmp_path / "run") == 0
@@ -31,7 +31,7 @@ def test_live_run_reaches_the_daemon_in_real_time(tmp_path, monkeypatch):
         assert elapsed >= truth["run_ns"] / 1e9  # paced: not faster than the simulated run
         assert (tmp_path / "run" / "run.actr").stat().st_size > 0
     finally:
-        from collect.traced.cli import ctl
+        from acceltrace.collect.traced.cli import ctl
 
         ctl(sock, "stop")  # stops recording and closes the file; the service itself keeps running
         daemon.terminate()
@@ -46,9 +46,9 @@ def test_live_run_reaches_the_daemon_in_real_time(tmp_path, monkeypatch):
 
 
 def test_a_daemon_that_goes_away_mid_run_is_reported_and_the_sampler_still_stops(tmp_path, monkeypatch, capsys):
-    from collect import client
-    from collect.client import ClientError
-    from sim.live import run_live
+    from acceltrace.collect import client
+    from acceltrace.collect.client import ClientError
+    from acceltrace.sim.live import run_live
 
     class DyingTracer:
         """Takes a few events, then behaves as a client whose daemon has died."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.config import fixed_machine
-from sim.device import DeviceConfig, Kernel, fetched_bytes
-from sim.machine import Machine
-from sim.pcie import LinkConfig, achieved_bytes_per_ns
-from sim.runtime import Runtime
-from sim.trace import COLUMNS
+from acceltrace.sim.config import fixed_machine
+from acceltrace.sim.device import DeviceConfig, Kernel, fetched_bytes
+from acceltrace.sim.machine import Machine
+from acceltrace.sim.pcie import LinkConfig, achieved_bytes_per_ns
+from acceltrace.sim.runtime import Runtime
+from acceltrace.sim.trace import COLUMNS
 
 KB, MB = 1 << 10, 1 << 20
 TS, DUR, TRACK, NAME, NBYTES = (COLUMNS.index(c) for c in ("ts", "dur", "track", "name", "nbytes"))
@@ -145,7 +145,7 @@ def test_kernel_records_and_hbm_registers_carry_the_fetched_bytes():
 
 
 def test_device_clock_drifts_and_piecewise_sync_pairs_correct_it():
-    from sim.device import DeviceClock
+    from acceltrace.sim.device import DeviceClock
 
     clock = DeviceClock(hz=1.4e9, offset_ticks=2.0**40, t0_ns=0.0, drift_ppm=30.0, wander_ppm=5.0,
                         wander_period_ns=4e9)
@@ -168,7 +168,7 @@ def test_device_clock_drifts_and_piecewise_sync_pairs_correct_it():
 
 
 def test_registers_wrap_at_their_width_and_report_true_rates():
-    from sim.registers import CounterSpec, RegisterBank
+    from acceltrace.sim.registers import CounterSpec, RegisterBank
 
     bank = RegisterBank(origin_ns=10**12)
     bank.define(CounterSpec("dev0.pcie.h2d_bytes", "bytes", 32, "cumulative", "dev0", "fixed", "", 25e9))
@@ -186,6 +186,6 @@ def test_registers_wrap_at_their_width_and_report_true_rates():
     many = bank.read_raw_many("dev0.pcie.h2d_bytes", np.array([t, t + 1000], dtype=np.int64))
     assert int(many[0]) == raw
     # a 32-bit byte counter at 25 GB/s wraps in well under a second
-    from sim.registers import wrap_seconds
+    from acceltrace.sim.registers import wrap_seconds
 
     assert wrap_seconds(bank.spec("dev0.pcie.h2d_bytes")) < 0.2

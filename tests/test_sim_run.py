@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
-from sim import ground_truth, scenarios
-from sim.run import run_plan
-from sim.session import run_scenario, steps_for
-from sim.trace import COLUMNS
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
+from acceltrace.sim import ground_truth, scenarios
+from acceltrace.sim.run import run_plan
+from acceltrace.sim.session import run_scenario, steps_for
+from acceltrace.sim.trace import COLUMNS
 
 SMALL_EVENTS = 800
 EXPECTED_KINDS = {
@@ -129,7 +129,7 @@ def test_every_scenario_runs_ingests_and_keeps_the_chain(name, tmp_path):
 
 
 def test_device_times_come_back_on_the_host_clock_after_ingest(tmp_path):
-    from sim.session import write_run
+    from acceltrace.sim.session import write_run
 
     plan = scenarios.build("clean", 6)
     result = run_plan(plan, 6)

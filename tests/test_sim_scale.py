@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from ingest.pipeline import ingest_paths
-from ingest.store import Store
-from sim import scale, scenarios
-from sim.session import measure
+from acceltrace.ingest.pipeline import ingest_paths
+from acceltrace.store.catalog import Store
+from acceltrace.sim import scale, scenarios
+from acceltrace.sim.session import measure
 
 
 def test_scaled_run_repeats_steps_without_breaking_the_trace(tmp_path, monkeypatch):
@@ -47,8 +47,8 @@ def test_scaled_run_repeats_steps_without_breaking_the_trace(tmp_path, monkeypat
 def test_scaled_registers_count_every_copy_and_never_run_backwards():
     import numpy as np
 
-    from sim.run import run_plan
-    from sim.scale_bank import PeriodicBank
+    from acceltrace.sim.run import run_plan
+    from acceltrace.sim.scale_bank import PeriodicBank
 
     plan = scenarios.build("clean", 2)
     result = run_plan(plan, 8)

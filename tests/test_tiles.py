@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.store import Store
-from server.tile_engine import decode_tile
+from acceltrace.store.catalog import Store
+from acceltrace.tiles.query import decode_tile
 
 
 @pytest.fixture(scope="module")
@@ -208,8 +208,8 @@ def test_tiles_of_a_real_nsys_trace_match_brute_force(tmp_path):
 
     from fastapi.testclient import TestClient
 
-    from ingest.pipeline import ingest_paths
-    from server.app import create_app
+    from acceltrace.ingest.pipeline import ingest_paths
+    from acceltrace.server.app import create_app
 
     sample = Path(__file__).resolve().parent.parent / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
     store = Store(tmp_path / "store")

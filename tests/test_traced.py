@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from collect import client
-from collect.atrace import AtraceReader
-from collect.traced.cli import ctl
+from acceltrace.collect import client
+from acceltrace.formats.atrace.reader import AtraceReader
+from acceltrace.collect.traced.cli import ctl
 
 PY = sys.executable
 
@@ -44,7 +44,7 @@ def _stop(proc):
 
 def _producer(sock, body, *args):
     """A separate Python process running `body` with `t` connected to the daemon."""
-    code = "import sys, threading, os\nfrom collect import client\nt = client.connect(sys.argv[1])\n" \
+    code = "import sys, threading, os\nfrom acceltrace.collect import client\nt = client.connect(sys.argv[1])\n" \
            + textwrap.dedent(body)
     return subprocess.Popen([PY, "-c", code, str(sock), *map(str, args)])
 
@@ -89,7 +89,7 @@ def _overrun(tmp_path, mode):
         sys.stdin.readline()
         t.close()
     """
-    code = "import sys\nfrom collect import client\nt = client.connect(sys.argv[1], ring_records=1024)\n" \
+    code = "import sys\nfrom acceltrace.collect import client\nt = client.connect(sys.argv[1], ring_records=1024)\n" \
            + textwrap.dedent(body)
     p = subprocess.Popen([PY, "-c", code, str(sock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ok"
@@ -188,7 +188,7 @@ def test_close_after_the_daemon_died_says_events_were_lost(tmp_path):
 
 def test_a_daemon_that_never_answers_does_not_hang_the_traced_program(tmp_path, monkeypatch):
     # e.g. a daemon stopped with Ctrl-Z: the kernel still accepts connections, nobody replies
-    from collect.client.sinks import DaemonSink
+    from acceltrace.collect.client.sinks import DaemonSink
 
     monkeypatch.setattr(DaemonSink, "REPLY_TIMEOUT_S", 0.5)
     path = tmp_path / "silent.sock"
@@ -303,7 +303,7 @@ def test_socket_and_rings_are_owner_only(tmp_path):
     proc, sock, out = _start(tmp_path)
     try:
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
-        from collect.traced.rings import DaemonRing
+        from acceltrace.collect.traced.rings import DaemonRing
 
         ring = DaemonRing(1024, 0, 1, 1)
         assert stat.S_IMODE(os.fstat(ring.fd).st_mode) == 0o600
@@ -427,7 +427,7 @@ def test_out_naming_a_directory_is_refused_and_the_directory_left_where_it_is(tm
 
 
 def test_bulk_record_arrays_go_through_the_ring_with_exact_counts(tmp_path):
-    from collect import record as R
+    from acceltrace.formats import record as R
 
     proc, sock, out = _start(tmp_path)
     try:

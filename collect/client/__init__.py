@@ -9,7 +9,7 @@
     t.complete("kernel", ts=dev_ticks, dur=ticks, lane="eu", clock=1, corr=7)  # explicit times
     t.close()
 
-Every method writes fixed 64-byte records (collect/record.py) into a per-thread buffer:
+Every method writes fixed 64-byte records (formats/record.py) into a per-thread buffer:
 a shared-memory ring handed out by the daemon, or a local buffer flushed into an
 AtraceWriter. Names are interned once; no syscall per event.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from collect.client.tracer import ClientError, Tracer
+from acceltrace.collect.client.tracer import ClientError, Tracer
 
 __all__ = ["connect", "Tracer", "ClientError"]
 
@@ -35,7 +35,7 @@ def connect(path: str | os.PathLike | None = None, *, file: str | os.PathLike | 
     if file is not None:
         if path is not None:
             raise ClientError("give either path= (a daemon socket) or file= (write directly), not both")
-        from collect.client.sinks import FileSink
+        from acceltrace.collect.client.sinks import FileSink
 
         sink = FileSink(Path(file), header=header)
     else:
@@ -43,7 +43,7 @@ def connect(path: str | os.PathLike | None = None, *, file: str | os.PathLike | 
         if not sock:
             raise ClientError("no tracing daemon: pass connect(path=SOCKET), set ACCELTRACE_SOCKET, "
                               "or write a file directly with connect(file='run.atrace')")
-        from collect.client.sinks import DaemonSink
+        from acceltrace.collect.client.sinks import DaemonSink
 
         def open_sink():
             sink = DaemonSink(Path(sock), ring_records=ring_records, name=process_name)

@@ -72,7 +72,7 @@ AT__STATIC_ASSERT(offsetof(at_record, name) == 8 && offsetof(at_record, tid) == 
 AT__STATIC_ASSERT(offsetof(at_record, ts) == 24 && offsetof(at_record, corr) == 40, "record layout");
 AT__STATIC_ASSERT(offsetof(at_record, flow) == 56 && offsetof(at_record, args) == 60, "record layout");
 
-/* Ring header offsets (collect/ring.py). */
+/* Ring header offsets (formats/ring.py). */
 #define AT__RING_MAGIC 0x474E5241u
 #define AT__WRITE_OFF 64
 #define AT__READ_OFF 128

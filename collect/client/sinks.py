@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collect import ring as RG
-from collect.atrace import AtraceWriter, StringTable, default_header
-from collect.client.tracer import PACK_INTO, ClientError
-from collect.traced import protocol as P
+from acceltrace.formats import ring as RG
+from acceltrace.formats.atrace.writer import AtraceWriter, StringTable, default_header
+from acceltrace.collect.client.tracer import PACK_INTO, ClientError
+from acceltrace.collect.traced import protocol as P
 
 BUFFER_RECORDS = 4096
 
@@ -101,7 +101,7 @@ class FileSink:
 
 
 class RingWriter:
-    """One thread's shared-memory ring (single producer); see collect/ring.py for the protocol."""
+    """One thread's shared-memory ring (single producer); see formats/ring.py for the protocol."""
 
     __slots__ = ("mem", "idx", "cap", "mask", "w", "pub", "lost", "limit", "lock", "every", "__weakref__")
 

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 
-from collect import record as R
+from acceltrace.formats import record as R
 
 # A record is a 24-byte prefix (kind .. tid: fixed per call site and thread, cached) followed
 # by ts, dur, corr, bytes, flow, args: packing 7 values instead of 18 is what keeps a span cheap.

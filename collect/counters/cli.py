@@ -18,10 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from collect.counters import source_class
-from collect.counters.base import CounterSource, SourceUnavailable
-from collect.counters.live import LiveRates, human
-from collect.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler, SamplerError, WallClock, use_realtime_priority
+from acceltrace.collect.counters import source_class
+from acceltrace.collect.counters.base import CounterSource, SourceUnavailable
+from acceltrace.collect.counters.live import LiveRates, human
+from acceltrace.collect.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler, SamplerError, WallClock, use_realtime_priority
 
 SUMMARY_EVERY_S = 0.5
 
@@ -31,15 +31,21 @@ def _err(msg: str) -> int:
     return 2
 
 
-def open_source(name: str, duration_s: float | None) -> CounterSource:
-    """The named source, ready to read; the sim source builds its model for the duration."""
-    cls = source_class(name)
+def open_source(name: str, duration_s: float | None, realtime_sim=None) -> CounterSource:
+    """The named source, ready to read; the sim source builds its model for the duration.
+
+    realtime_sim(duration_s, progress=...) makes the sim source (sim/counters.py): the command
+    line passes it in, so collect/ never imports the device model.
+    """
     if name == "sim":
+        if realtime_sim is None:
+            raise SourceUnavailable("sim: the device model is not available to this command")
+
         def progress(msg: str) -> None:
             print(f"acceltrace collect: {msg} (the model runs first, then is read in real time)", file=sys.stderr)
 
-        return cls.realtime(duration_s=duration_s or 10.0, progress=progress)
-    return cls()
+        return realtime_sim(duration_s=duration_s or 10.0, progress=progress)
+    return source_class(name)()
 
 
 def list_counters(src: CounterSource) -> None:
@@ -96,7 +102,7 @@ class Live:
         sys.stderr.flush()
 
 
-def collect_command(args) -> int:
+def collect_command(args, realtime_sim=None) -> int:
     try:
         source_class(args.source)  # refuse an unknown source name before the other checks
     except KeyError as e:
@@ -111,7 +117,7 @@ def collect_command(args) -> int:
     try:
         # --list only needs the model's registers, not a long run
         # --list only needs the model's registers, not a long run; "until Ctrl-C" simulates one minute
-        src = open_source(args.source, 0.05 if args.list else (args.duration or 60.0))
+        src = open_source(args.source, 0.05 if args.list else (args.duration or 60.0), realtime_sim)
     except SourceUnavailable as e:
         return _err(str(e))
     except Exception as e:  # a source failing to start must say why, not print a traceback
@@ -144,7 +150,7 @@ def collect_command(args) -> int:
     tracer = None
     if getattr(args, "socket", None):
         try:
-            from collect import client
+            from acceltrace.collect import client
 
             tracer = client.connect(str(args.socket), process_name=f"acceltrace collect ({args.source})")
         except Exception as e:  # no daemon there: say so, and still collect to the file

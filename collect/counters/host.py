@@ -18,7 +18,7 @@ import struct
 import time
 from typing import Callable
 
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
+from acceltrace.collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
 
 DEV = "host"
 _PROC_STAT = "/proc/stat"

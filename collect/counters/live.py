@@ -1,12 +1,12 @@
 """Rates from samples as they arrive, for the terminal summary and live streaming to the daemon.
 
-The same arithmetic as ingest/actr.py (delta mod 2**bits over running time, times scale),
+The same arithmetic as ingest/native/actr.py (delta mod 2**bits over running time, times scale),
 one sample at a time; the file keeps raw values, so nothing here decides what is stored.
 """
 
 from __future__ import annotations
 
-from collect.counters.base import CounterSpec, Reading
+from acceltrace.collect.counters.base import CounterSpec, Reading
 
 
 class LiveRates:

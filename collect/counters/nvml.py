@@ -15,7 +15,7 @@ import importlib
 import time
 from typing import Callable
 
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
+from acceltrace.collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
 
 NVML_KB = 1024  # NVML reports PCIe throughput in KB/s; taken as KiB/s
 

@@ -2,24 +2,19 @@
 
 Reads raw register values only (read_raw / device_ticks), never the model's rates. In a
 simulated run the sampler's VirtualClock time is the model's host time. In real time
-(`acceltrace collect --source sim` with no model running) the model first simulates the
-requested span, and the sampler then reads the registers as wall-clock time passes:
-model time = bank.start_ns + (CLOCK_MONOTONIC now - when collection began).
+(`acceltrace collect --source sim` with no model running) sim/counters.py simulates the
+requested span first and hands the bank over; this module never imports the model.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
 import re
 from typing import Callable
 
-from collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading, SourceUnavailable
-from collect.counters.sim_reader import CursorReader
+from acceltrace.collect.counters.base import CounterSource, CounterSpec, DeviceInfo, Reading
+from acceltrace.collect.counters.sim_reader import CursorReader
 
-REALTIME_SCENARIO = "llm-inference"
 # where the device model offers "simulate a scenario for a span, return its frozen bank" (docs/sim-needs.md)
-BANK_FACTORIES = ("sim.api:register_bank_for", "sim.scenarios.pipeline:register_bank_for")
 
 # (pattern on the register name after "<device>.", role, unit of the stored value, scale)
 _ROLES = [
@@ -68,31 +63,6 @@ class SimSource(CounterSource):
         self._specs = [spec_from_bank(s) for s in bank.specs]
         self._links = links if links is not None else dict(getattr(bank, "links", {}) or {})
         self._clock_hz = clock_hz if clock_hz is not None else dict(getattr(bank, "clock_hz", {}) or {})
-
-    @classmethod
-    def realtime(cls, duration_s: float, scenario: str = REALTIME_SCENARIO, seed: int = 0,
-                 progress=None) -> "SimSource":
-        """A source over a model run simulated up front, read as wall-clock time passes."""
-        from collect.sampler import WallClock
-
-        factory = None
-        for target in BANK_FACTORIES:
-            mod, fn = target.split(":")
-            try:
-                factory = getattr(importlib.import_module(mod), fn)
-                break
-            except (ImportError, AttributeError):
-                continue
-        if factory is None:
-            factory = _bank_from_scenario
-        need_ns = int((duration_s * 1.02 + 0.05) * 1e9)  # the last tick must still read inside the run
-        if factory is _bank_from_scenario:
-            bank = factory(scenario, seed, need_ns, progress)
-        else:
-            bank = factory(scenario, seed, need_ns)
-        src = cls(bank, WallClock())
-        src.realtime_anchor = True
-        return src
 
     realtime_anchor = False
 
@@ -160,27 +130,3 @@ class SimSource(CounterSource):
             return Reading(host_ns, bank.device_ticks(device, t), read_many(t))
 
         return read
-
-
-def _bank_from_scenario(scenario: str, seed: int, duration_ns: int, progress=None):
-    """Simulate `scenario` long enough to cover duration_ns of model time; its frozen register bank.
-
-    Uses the model's public entry points (sim.scenarios.build, sim.run.run_plan): one run at
-    the scenario's own length tells the model time per step, a second run takes enough steps.
-    """
-    try:
-        from sim.run import run_plan
-        from sim.scenarios import build
-    except ImportError as e:
-        raise SourceUnavailable(f"sim: the device model cannot be imported ({e})") from None
-    try:
-        plan = build(scenario, seed)
-    except (ValueError, KeyError) as e:
-        raise SourceUnavailable(f"sim: {e}") from None
-    res = run_plan(plan)
-    if res.duration_ns < duration_ns:
-        steps = int(math.ceil(plan.steps * duration_ns / max(res.duration_ns, 1.0) * 1.05))
-        if progress:
-            progress(f"simulating {scenario}: {steps} steps for {duration_ns / 1e9:.1f} s of model time")
-        res = run_plan(plan, steps=steps)
-    return res.bank

@@ -6,7 +6,7 @@ import json
 import socket
 import sys
 
-from collect.traced import protocol as P
+from acceltrace.collect.traced import protocol as P
 
 
 def traced_command(args) -> int:
@@ -18,7 +18,7 @@ def traced_command(args) -> int:
     if args.buffer_mb < 1:
         print(f"acceltrace traced: --buffer-mb must be at least 1 (got {args.buffer_mb})", file=sys.stderr)
         return 2
-    from collect.traced.daemon import Daemon
+    from acceltrace.collect.traced.daemon import Daemon
 
     return Daemon(args.socket, args.out, buffer_mb=args.buffer_mb, mode=args.mode).run()
 

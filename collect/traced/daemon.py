@@ -19,10 +19,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collect import ring as RG
-from collect.atrace import AtraceWriter, default_header
-from collect.traced import protocol as P
-from collect.traced.rings import DaemonRing, pow2_records
+from acceltrace.formats import ring as RG
+from acceltrace.formats.atrace.writer import AtraceWriter, default_header
+from acceltrace.collect.traced import protocol as P
+from acceltrace.collect.traced.drain import REFUSED, Draining
+from acceltrace.collect.traced.rings import DaemonRing, pow2_records
 
 DRAIN_INTERVAL_S = 0.02
 SYNC_INTERVAL_S = 1.0
@@ -32,9 +33,6 @@ MAX_STRING_ID = 1 << 31
 REALTIME_DOMAIN = 255  # periodic (CLOCK_MONOTONIC, CLOCK_REALTIME) pairs: wall time for the trace
 
 
-# what a hostile message can raise while being handled; RecursionError: writing a message nested
-# almost to the parser's limit (json.dumps runs deeper in the stack than json.loads did)
-_REFUSED = (P.ProtocolError, ValueError, TypeError, KeyError, RecursionError)
 
 
 @dataclass
@@ -51,7 +49,7 @@ class Conn:
     drop_reason: str | None = None  # a drop deferred until the current drain has written its records
 
 
-class Daemon:
+class Daemon(Draining):
     def __init__(self, socket_path: Path, out_path: Path, buffer_mb: int = 64, mode: str = "discard",
                  ring_records: int | None = None, log=sys.stderr):
         if mode not in RG.MODES:
@@ -228,7 +226,7 @@ class Daemon:
                         self._deferred.append((c, msg))  # handled after the taken records are written
                     else:
                         self._handle(c, msg)
-            except _REFUSED as e:
+            except REFUSED as e:
                 self._refuse(c, e)
                 return
             if c.sock.fileno() < 0:
@@ -376,76 +374,6 @@ class Daemon:
         return {"ok": True, "cmd": cmd, "draining": self.draining, "mode": self.mode, "out": str(self.out_path),
                 "events_written": self.writer.events_written, "lost_events": lost,
                 "producers": producers, "ring_bytes": self.allocated_bytes, "cpu_s": time.process_time()}
-
-    # -- draining ----------------------------------------------------------------------------------
-    def drain_all(self, force: bool = False) -> None:
-        if not (self.draining or force):
-            return
-        # take first, then read sockets, then write: strings announced before a record was
-        # published are therefore in the file before that record
-        taken = [(c, self._take(c)) for c in list(self.conns.values()) if c.stream is not None]
-        self._deferred = []
-        try:
-            for c in list(self.conns.values()):
-                if c.sock.fileno() >= 0:
-                    self._readable(c)
-        finally:
-            deferred, self._deferred = self._deferred, None
-        for c, parts in taken:
-            self._write_taken(c, parts)
-        self._write_losses()
-        self.writer.flush()
-        for c, msg in deferred:
-            if c.sock.fileno() < 0:
-                continue
-            if msg is None:
-                self._drop(c, c.drop_reason)
-                continue
-            try:
-                self._handle(c, msg)
-            except _REFUSED as e:
-                self._refuse(c, e)
-
-    def _take(self, c: Conn) -> list:
-        return [(r, *r.take()) for r in c.rings]
-
-    def _write_taken(self, c: Conn, parts: list) -> None:
-        for ring, views, n in parts:
-            if n:
-                self.writer.add_records_direct(views, c.stream)
-                c.events += n
-            ring.commit()
-            if ring.broken and not getattr(ring, "_reported", False):
-                ring._reported = True
-                self._print(f"acceltrace traced: pid {c.pid}: {ring.broken}")
-
-    def _drain_conn(self, c: Conn, force: bool = False) -> None:
-        parts = self._take(c)
-        self._write_taken(c, parts)
-
-    def _write_losses(self) -> None:
-        now = {}
-        for c in self.conns.values():
-            if c.stream is not None:
-                lost = self._conn_lost(c)
-                if lost != self._last_loss.get(c.stream, 0):
-                    now[c.stream] = lost
-        if now:
-            self.writer.add_loss(now)
-            self._last_loss.update(now)
-
-    @staticmethod
-    def _conn_lost(c: Conn) -> int:
-        return sum(r.producer_lost + r.overwritten for r in c.rings) + getattr(c, "client_lost", 0)
-
-    def _producer_info(self, c: Conn, lost: int) -> dict:
-        return {"stream": c.stream, "pid": c.pid, "name": c.name, "events": c.events, "lost": lost,
-                "rings": len(c.rings)}
-
-    def totals(self) -> tuple[int, list[dict]]:
-        live = [self._producer_info(c, self._conn_lost(c)) for c in self.conns.values() if c.stream is not None]
-        producers = self.retired + live
-        return sum(p["lost"] for p in producers), producers
 
 
 def _int(v, lo: int, hi: int, what: str) -> int:

@@ -6,8 +6,8 @@ import mmap
 import os
 import tempfile
 
-from collect import ring as RG
-from collect.record import RECORD_SIZE
+from acceltrace.formats import ring as RG
+from acceltrace.formats.record import RECORD_SIZE
 
 MIN_RING_RECORDS = 1024
 MAX_RING_RECORDS = 1 << 22  # 256 MiB

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Body, Depends, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
-from ingest.sandbox import DEFAULT_TIMEOUT_S, QueryError, run_readonly
-from server import summary
-from server.deps import ApiError, AppState, get_state
+from acceltrace.store.sandbox import DEFAULT_TIMEOUT_S, QueryError, run_readonly
+from acceltrace.store import summary
+from acceltrace.server.deps import ApiError, AppState, get_state
 
 router = APIRouter(prefix="/api/traces", tags=["analysis"])
 

@@ -15,10 +15,10 @@ import duckdb
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
-from ingest.export import connect_for_export
-from ingest.export_chrome import chrome_chunks
-from ingest.export_parquet import write_zip
-from server.deps import ApiError, AppState, get_state
+from acceltrace.export.command import connect_for_export
+from acceltrace.export.chrome import chrome_chunks
+from acceltrace.export.parquet import write_zip
+from acceltrace.server.deps import ApiError, AppState, get_state
 
 router = APIRouter(prefix="/api/traces", tags=["export"])
 

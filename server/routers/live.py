@@ -17,10 +17,10 @@ import numpy as np
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import HTMLResponse
 
-from collect import record as R
-from collect.atrace import AtraceError
-from collect.atrace_tail import AtraceTail
-from ingest.atrace_clock import domain_maps
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.layout import AtraceError
+from acceltrace.formats.atrace.follower import AtraceTail
+from acceltrace.formats.atrace.clock import domain_maps
 
 router = APIRouter(tags=["live"])
 
@@ -43,7 +43,7 @@ def live_sources(app) -> list[dict]:
 def _resolve(src: dict) -> Path:
     if src["kind"] == "file":
         return Path(src["path"])
-    from collect.traced.cli import ctl
+    from acceltrace.collect.traced.cli import ctl
 
     reply = ctl(src["socket"], "status", timeout_s=2.0)
     if not reply.get("ok"):

@@ -7,8 +7,8 @@ import html
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
-from server.deps import ApiError, AppState, get_state
-from server.metadata import catalog_entry, trace_metadata
+from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.server.metadata import catalog_entry, trace_metadata
 
 router = APIRouter(tags=["pages"])
 

@@ -6,8 +6,8 @@ import json
 
 from fastapi import APIRouter, Depends, Query
 
-from ingest.schema import CHAIN_FLOW_KINDS
-from server.deps import ApiError, AppState, get_state
+from acceltrace.store.schema import CHAIN_FLOW_KINDS
+from acceltrace.server.deps import ApiError, AppState, get_state
 
 router = APIRouter(prefix="/api/traces", tags=["slices"])
 

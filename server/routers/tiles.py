@@ -6,9 +6,9 @@ import hashlib
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from ingest.lod import LOD_VERSION
-from server.deps import ApiError, AppState, get_state
-from server.tile_engine import MAX_LEVEL, TILE_FORMAT_VERSION, build_tile
+from acceltrace.tiles.build import LOD_VERSION
+from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.tiles.query import MAX_LEVEL, TILE_FORMAT_VERSION, build_tile
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
 

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from server import upload
-from server.deps import ApiError, AppState, get_state
-from server.metadata import catalog_entry, trace_metadata
+from acceltrace.server import upload
+from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.server.metadata import catalog_entry, trace_metadata
 
 router = APIRouter(prefix="/api/traces", tags=["traces"])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.scenarios.base import KIND_OF, Plan
+from acceltrace.sim.scenarios.base import KIND_OF, Plan
 
 PIPELINE_SCENARIOS = ("clean", *KIND_OF, "mixed")
 SCENARIOS = ("llm-inference", "training-step", *PIPELINE_SCENARIOS)
@@ -11,15 +11,15 @@ SCENARIOS = ("llm-inference", "training-step", *PIPELINE_SCENARIOS)
 def build(name: str, seed: int) -> Plan:
     """The plan of scenario `name` for `seed`; ValueError naming the choices for an unknown name."""
     if name == "llm-inference":
-        from sim.scenarios import llm
+        from acceltrace.sim.scenarios import llm
 
         return llm.build(seed)
     if name == "training-step":
-        from sim.scenarios import training
+        from acceltrace.sim.scenarios import training
 
         return training.build(seed)
     if name in PIPELINE_SCENARIOS:
-        from sim.scenarios import pipeline
+        from acceltrace.sim.scenarios import pipeline
 
         return pipeline.build(name, seed)
     raise ValueError(f"unknown scenario {name!r}; expected one of: {', '.join(SCENARIOS)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from sim.machine import MachineConfig
+from acceltrace.sim.machine import MachineConfig
 
 # scenario name -> ground-truth kind (= the id of the analysis pass that should find it)
 KIND_OF = {

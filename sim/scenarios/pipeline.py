@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from sim.config import random_machine, with_link_scale
-from sim.device import Kernel
-from sim.scenarios.base import KIND_OF, Plan
+from acceltrace.sim.config import random_machine, with_link_scale
+from acceltrace.sim.device import Kernel
+from acceltrace.sim.scenarios.base import KIND_OF, Plan
 
 MB = 1 << 20
 COMPUTE_Q, H2D_Q, D2H_Q, H2D_Q2 = 0, 1, 2, 3

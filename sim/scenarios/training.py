@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import random
 
-from sim.config import random_machine
-from sim.device import Kernel
-from sim.scenarios.base import Plan
+from acceltrace.sim.config import random_machine
+from acceltrace.sim.device import Kernel
+from acceltrace.sim.scenarios.base import Plan
 
 COMPUTE_Q, H2D_Q, D2H_Q = 0, 1, 2
 BF16 = 2

@@ -1,0 +1,1 @@
+"""The .actr raw counter dump: layout, writer, reader."""

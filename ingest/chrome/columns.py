@@ -1,0 +1,211 @@
+"""Decoding event chunks and turning their fields into columns.
+
+msgspec decodes a chunk into typed structs (no dicts), the fields we need are pulled
+out with C-level map(attrgetter) and converted to numpy/Arrow in bulk. Times arrive
+as ints or floats: ints and floats below 2**42 us are exact on this path (a double
+there keeps the three decimals; see to_ns); anything else re-decodes the chunk with
+times kept as raw text and parses the digits exactly (chrome_numbers).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter, itemgetter
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+from msgspec import Raw, Struct, field
+
+from acceltrace.ingest.chrome import numbers as chrome_numbers
+
+_NO_ARGS = Raw(b"{}")
+_NO_RAW = Raw(b"")
+# Below 2**42 us (51 days) a double keeps a value's three decimals exactly.
+_FLOAT_EXACT_US = float(1 << 42)
+_INT_MAX_US = 9_223_372_036_854_775
+
+
+class Ev(Struct, gc=False):
+    ph: str | None = None
+    name: str | None = None
+    cat: str | None = None
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    id: int | float | str | None = None
+    bp: str | None = None
+    s: str | None = None
+    args: Raw = _NO_ARGS
+    bind_id: int | float | str | None = None
+    flow_in: bool | None = None
+    flow_out: bool | None = None
+
+
+class RawEv(Ev, gc=False):
+    """The same event with times kept as their JSON text (strings, exotic numbers)."""
+
+    ts: Raw = _NO_RAW
+    dur: Raw = _NO_RAW
+
+
+class ArgFields(Struct, gc=False):
+    """The args Kineto uses to link and type events (everything else stays in the args text)."""
+
+    correlation: object = None
+    ext: object = field(default=None, name="External id")
+    ext_lower: object = field(default=None, name="external id")
+    nbytes: object = field(default=None, name="bytes")
+    size: object = None
+    direction: object = None
+
+
+_FAST = msgspec.json.Decoder(list[Ev])
+_RAW = msgspec.json.Decoder(list[RawEv])
+_ARGS = msgspec.json.Decoder(list[ArgFields])
+
+
+def decode_events(raw: bytes) -> list:
+    """A chunk '[{...}, ...]' as Ev structs; times given as strings fall back to RawEv."""
+    try:
+        return _FAST.decode(raw)
+    except msgspec.ValidationError:
+        return _RAW.decode(raw)
+
+
+def raw_events(raw: bytes) -> list:
+    return _RAW.decode(raw)
+
+
+def take(seq: list, idx: np.ndarray) -> list:
+    """seq[i] for i in idx, in C."""
+    if len(idx) == len(seq):
+        return seq
+    if len(idx) == 0:
+        return []
+    if len(idx) == 1:
+        return [seq[int(idx[0])]]
+    return list(itemgetter(*idx.tolist())(seq))
+
+
+def values(evs: list, name: str) -> list:
+    return list(map(attrgetter(name), evs))
+
+
+def strings(evs: list, name: str) -> pa.Array:
+    return pa.array(values(evs, name), type=pa.string())
+
+
+def to_ns(vals: list, exact_fallback) -> chrome_numbers.Parsed:
+    """Microsecond times (ints/floats/raw text) to exact int64 ns.
+
+    exact_fallback() returns the same values as raw JSON tokens; it is called only
+    when the fast path cannot prove exactness (or the values are not plain numbers).
+    """
+    n = len(vals)
+    kinds = set(map(type, vals))
+    if kinds <= {int}:
+        try:
+            a = np.fromiter(vals, dtype=np.int64, count=n)
+        except OverflowError:
+            a = None
+        if a is not None and (n == 0 or int(np.abs(a).max()) < _INT_MAX_US):
+            return chrome_numbers.Parsed(a * 1000, np.ones(n, dtype=bool), np.zeros(n, dtype=bool))
+    elif kinds <= {int, float}:
+        x = np.fromiter(vals, dtype=np.float64, count=n)
+        if np.isfinite(x).all() and (np.abs(x) < _FLOAT_EXACT_US).all():
+            ip = np.floor(x)
+            ns = ip.astype(np.int64) * 1000 + np.rint((x - ip) * 1000.0).astype(np.int64)
+            return chrome_numbers.Parsed(ns, np.ones(n, dtype=bool), np.zeros(n, dtype=bool))
+    raws = vals if kinds <= {Raw} else exact_fallback()
+    return chrome_numbers.parse_decimal(raws, 3)
+
+
+def ints(vals: list) -> pa.Array:
+    """Integer ids/sizes as int64 with nulls for anything that is not an integer in range."""
+    kinds = set(map(type, vals))
+    if kinds <= {int, type(None)}:
+        try:
+            return pa.array(vals, type=pa.int64())
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    return pa.array([_as_int(v) for v in vals], type=pa.int64())
+
+
+def _as_int(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v if -(1 << 63) <= v < (1 << 63) else None
+    if isinstance(v, float) and v.is_integer() and abs(v) < 9.2e18:
+        return int(v)
+    if isinstance(v, str):
+        s = v.strip()
+        if s.lstrip("-").isdigit():
+            return _as_int(int(s))
+    return None
+
+
+def arg_fields(args: list) -> list[ArgFields] | None:
+    """The linking args of each event; None when no event in the batch has any of them."""
+    if not args:
+        return None
+    body = b",".join(args)
+    if not any(k in body for k in (b'"correlation"', b'xternal id"', b'"bytes"', b'"size"', b'"direction"')):
+        return None
+    return _ARGS.decode(b"[" + body + b"]")
+
+
+def raw_text(raws: list) -> pa.Array:
+    """Raw JSON values as strings; '{}' (no args) becomes null."""
+    n = len(raws)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    valid = lens > 2
+    data = pa.py_buffer(b"".join(raws))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    arr = pa.Array.from_buffers(pa.large_binary(), n, [bitmap, pa.py_buffer(offs), data],
+                                null_count=int(n - valid.sum()))
+    try:
+        return arr.cast(pa.large_string())
+    except pa.ArrowInvalid:  # invalid UTF-8 inside args: keep what can be read
+        return pa.array([None if not v else bytes(r).decode("utf-8", "replace")
+                         for r, v in zip(raws, valid)], type=pa.large_string())
+
+
+def id_strings(vals: list) -> pa.Array:
+    """norm_id over a list, in C when the ids are plain ints (the common case)."""
+    if set(map(type, vals)) <= {int}:
+        try:
+            return pa.array(vals, type=pa.int64()).cast(pa.string())
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    return pa.array([norm_id(v) for v in vals], type=pa.string())
+
+
+def norm_id(v) -> str:
+    """pid/tid/flow id as a string key: 25738, "25738" and 25738.0 are one thread."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(int(v))
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else repr(v)
+    return str(v)
+
+
+def codes(vals: list) -> tuple[np.ndarray, list]:
+    """Dense codes for hashable values and the distinct values in code order."""
+    kinds = set(map(type, vals))
+    if kinds == {int} or kinds == {str}:  # the common case, in Arrow
+        try:
+            enc = pa.array(vals, type=pa.int64() if kinds == {int} else pa.string()).dictionary_encode()
+            return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    uniq: dict = {}
+    for v in set(vals):
+        uniq[v] = len(uniq)
+    c = np.fromiter(map(uniq.__getitem__, vals), dtype=np.int64, count=len(vals))
+    return c, list(uniq)

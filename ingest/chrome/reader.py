@@ -1,0 +1,402 @@
+"""Streams a Chrome trace's event array as decoded chunks of whole events.
+
+The file is never held whole: blocks are read (decompressed in a background thread,
+since zlib releases the GIL), and each block is cut after its last whole event. The
+cut is found cheaply: the last '}' in the block is tried first, and a wrong guess
+cannot decode (it would leave an event or a string open), so a failed decode falls
+back to an exact structural scan of the block (numpy, string- and escape-aware).
+The top-level keys around "traceEvents" (deviceProperties, baseTimeNanoseconds,
+distributedInfo, ...) are kept and decoded as metadata. A file cut off inside the
+array yields its whole events and reports the cut.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterator
+
+import msgspec
+import numpy as np
+
+from acceltrace.store.errors import IngestError
+from acceltrace.ingest.sources import BombGuard, TruncatedStream
+
+BLOCK_BYTES = 8 << 20
+MAX_EVENT_BYTES = 512 << 20
+MAX_META_BYTES = 64 << 20
+_WS_COMMA = re.compile(rb"[ \t\r\n,]*")
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WS = b" \t\r\n"
+_BOM = b"\xef\xbb\xbf"
+_LUT = np.zeros(256, dtype=np.int8)
+_LUT[[ord("{"), ord("[")]] = 1
+_LUT[[ord("}"), ord("]")]] = -1
+
+
+@dataclass
+class Chunk:
+    events: list
+    raw: bytes  # "[" + events text + "]" (kept for a second, exact-time decode)
+    offset: int  # byte offset of the chunk's first event in the decompressed stream
+    first_index: int  # index of the chunk's first event in the array
+
+
+@dataclass
+class ReadResult:
+    meta: dict = field(default_factory=dict)
+    events: int = 0
+    cut_off: str | None = None  # why the array did not end properly, if it did not
+    partial_event: bool = False  # the cut fell inside an event (one event lost)
+    truncated: str | None = None  # the compressed stream ended early (its message)
+    ignored_tail: int = 0  # bytes after the array that are not valid JSON (ignored)
+
+
+class _Prefetch:
+    """Reads blocks in a thread so decompression overlaps decoding."""
+
+    def __init__(self, stream: BinaryIO, block: int):
+        self.q: queue.Queue = queue.Queue(maxsize=2)
+        self.stop = False
+        self.t = threading.Thread(target=self._run, args=(stream, block), daemon=True)
+        self.t.start()
+
+    def _run(self, stream, block):
+        try:
+            while not self.stop:
+                data = stream.read(block)
+                self.q.put(data)
+                if not data:
+                    return
+        except BaseException as e:  # handed to the reader, raised there
+            self.q.put(e)
+
+    def read(self) -> bytes:
+        item = self.q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self):
+        self.stop = True
+        while self.t.is_alive():
+            try:
+                self.q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
+def _quotes(a: np.ndarray) -> np.ndarray:
+    """Positions of the quotes that open or close strings (not escaped ones)."""
+    q = np.flatnonzero(a == 34)
+    if len(q) and (a == 92).any():
+        # a quote preceded by an odd run of backslashes is escaped
+        idx = np.arange(len(a))
+        last_plain = np.maximum.accumulate(np.where(a == 92, -1, idx))
+        prev = q - 1
+        run = np.where(prev >= 0, prev - last_plain[np.maximum(prev, 0)], 0)
+        q = q[(run & 1) == 0]
+    return q
+
+
+def structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of brackets/braces outside strings and the nesting depth after each."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    q = _quotes(a)
+    c = _LUT[a]
+    st = np.flatnonzero(c)
+    st = st[(np.searchsorted(q, st) & 1) == 0]
+    return st, np.cumsum(c[st], dtype=np.int64)
+
+
+class ChromeReader:
+    """Yields Chunks from the event array of one source; fills `result` as it goes."""
+
+    def __init__(self, stream: BinaryIO, label: str, decode: Callable[[bytes], list],
+                 block: int | None = None, prefetch: bool = True, on_prefix: Callable[[dict], None] | None = None):
+        self.label = label
+        self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
+        self.decode = decode
+        self.block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
+        # a cut-short .gz is read up to the cut, like a cut-off array (see BombGuard)
+        self._guard = getattr(stream, "raw", None)
+        if isinstance(self._guard, BombGuard):
+            self._guard.lenient_eof = True
+        self.src = _Prefetch(stream, self.block) if prefetch else None
+        self.stream = stream
+        self.result = ReadResult()
+        self.pos = 0  # stream offset of buf[0]
+        self.eof = False
+        self._prefix = b""
+
+    def _read(self) -> bytes:
+        if self.eof:
+            return b""
+        try:
+            data = self.src.read() if self.src else self.stream.read(self.block)
+        except TruncatedStream as e:  # keep what came before the cut, like a cut-off array
+            self.result.truncated = e.detail
+            data = b""
+        if not data:
+            self.eof = True
+            if isinstance(self._guard, BombGuard) and self._guard.truncated:
+                self.result.truncated = self._guard.truncated
+        return data
+
+    def close(self):
+        if self.src:
+            self.src.close()
+
+    # -- the container ---------------------------------------------------------------
+    def _find_array(self) -> bytes:
+        """Reads up to the '[' that opens the events; returns the bytes after it."""
+        buf = b""
+        while len(buf) < 8 and not self.eof:
+            buf += self._read()
+        skip = 0
+        if buf.startswith(_BOM):
+            skip = 3
+        stripped = buf[skip:].lstrip(_WS)
+        while not stripped and not self.eof:
+            more = self._read()
+            buf += more
+            stripped = buf[skip:].lstrip(_WS)
+        start = len(buf) - len(stripped)
+        if not stripped:
+            raise IngestError(self.label, "holds only whitespace; expected a JSON trace", f"byte {start}")
+        first = stripped[:1]
+        if first == b"[":
+            self.pos = start + 1
+            return buf[start + 1:]
+        if first != b"{":
+            raise IngestError(self.label, f"starts with {first!r}; expected a JSON object with"
+                              " \"traceEvents\" or a JSON array of events", f"byte {start}")
+        searched = start
+        while True:
+            found = self._key_position(buf, start, searched)
+            if found is not None:
+                self._prefix = buf[start:found[0]]
+                self.pos = found[1]
+                return buf[found[1]:]
+            if self.eof:
+                raise IngestError(self.label, "is a JSON object without a \"traceEvents\" array;"
+                                  " expected {\"traceEvents\": [...]}")
+            if len(buf) > MAX_META_BYTES:
+                raise IngestError(self.label, f"no \"traceEvents\" array in the first {MAX_META_BYTES} bytes;"
+                                  " expected it near the start")
+            searched = max(start, len(buf) - 16)
+            buf += self._read()
+
+    def _key_position(self, buf: bytes, start: int, from_pos: int) -> tuple[int, int] | None:
+        """(start of the "traceEvents" key, index after its '[') if it is a top-level key."""
+        i = buf.find(b'"traceEvents"', from_pos)
+        while i >= 0:
+            m = _KEY.match(buf, i)
+            if m:
+                _, depth = structure(buf[start:i])
+                outside_strings = len(_quotes(np.frombuffer(buf[start:i], dtype=np.uint8))) % 2 == 0
+                if outside_strings and len(depth) and int(depth[-1]) == 1:
+                    return i, m.end()
+            i = buf.find(b'"traceEvents"', i + 1)
+        return None
+
+    # -- the events ------------------------------------------------------------------
+    def chunks(self) -> Iterator[Chunk]:
+        try:
+            buf = self._find_array()
+            if self._prefix and self.on_prefix:
+                self.on_prefix(self._meta(self._prefix + b'"traceEvents": []}'))
+            yield from self._events(buf)
+        finally:
+            self.close()
+
+    def _events(self, buf: bytes) -> Iterator[Chunk]:
+        while True:
+            if not self.eof and len(buf) < self.block:
+                buf += self._read()
+                continue
+            lead = _WS_COMMA.match(buf).end()
+            if lead:
+                buf, self.pos = buf[lead:], self.pos + lead
+            if buf[:1] == b"]":
+                self._suffix(buf[1:])
+                return
+            if not self.eof:
+                chunk, rest = self._fast_cut(buf)
+                if chunk is None:
+                    chunk, rest, closed = self._exact_cut(buf)
+                    if closed is not None:
+                        if chunk is not None:
+                            yield chunk
+                        self._suffix(closed)
+                        return
+                if chunk is None:
+                    if len(buf) > MAX_EVENT_BYTES:
+                        raise IngestError(self.label, f"an event longer than {MAX_EVENT_BYTES} bytes;"
+                                          " expected events of reasonable size", f"byte {self.pos}")
+                    more = self._read()
+                    buf += more
+                    continue
+                yield chunk
+                buf = rest
+                continue
+            # end of input: the array must close here, or the file was cut off
+            chunk, rest, closed = self._final_cut(buf)
+            if chunk is not None:
+                yield chunk
+            if closed is not None:
+                self._suffix(closed)
+            else:
+                self._cut_off(rest)
+            return
+
+    def _decode(self, text: bytes, offset: int) -> Chunk:
+        raw = b"[" + text + b"]"
+        events = self.decode(raw)
+        c = Chunk(events, raw, offset, self.result.events)
+        self.result.events += len(events)
+        return c
+
+    def _try(self, text: bytes, offset: int) -> Chunk | None:
+        try:
+            return self._decode(text, offset)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+
+    def _fast_cut(self, buf: bytes):
+        # an event's '}' is followed by ',' unless it is the array's last one
+        p = len(buf)
+        for _ in range(16):
+            p = buf.rfind(b"}", 0, p)
+            if p < 0:
+                return None, buf
+            nxt = _WS_COMMA.match(buf, p + 1)
+            if b"," in buf[p + 1:nxt.end()]:
+                break
+        c = self._try(buf[:p + 1], self.pos)
+        if c is None:
+            return None, buf
+        self.pos += p + 1
+        return c, buf[p + 1:]
+
+    def _exact_cut(self, buf: bytes):
+        """(chunk or None, rest, bytes after the array's ']' or None) from a structural scan."""
+        st, depth = structure(buf)
+        closes = np.flatnonzero(depth < 0)
+        end_at = len(buf)
+        closed = None
+        if len(closes):
+            k = int(st[closes[0]])
+            end_at, closed = k, buf[k + 1:]
+        ends = st[(depth == 0) & (st < end_at)]
+        p = int(ends[-1]) if len(ends) else -1
+        if closed is not None:
+            tail = buf[p + 1:end_at].strip(_WS + b",")
+            if tail:
+                raise IngestError(self.label, f"unexpected {tail[:40]!r} in the event array; expected"
+                                  " events (JSON objects)", f"byte {self.pos + p + 1}")
+        if p < 0:
+            return None, buf, closed
+        text = buf[:p + 1]
+        chunk = self._decode_or_fail(text)
+        self.pos += p + 1
+        return chunk, buf[p + 1:], closed
+
+    def _final_cut(self, buf: bytes):
+        """At end of input: find the array's close quickly by trying the last few ']'."""
+        p = len(buf)
+        for _ in range(32):
+            p = buf.rfind(b"]", 0, p)
+            if p < 0:
+                break
+            after = buf[p + 1:]
+            if self._suffix_ok(after):
+                body = buf[:p].rstrip(_WS)
+                if body.endswith(b","):  # a trailing comma, as catapult tolerates
+                    body = body[:-1]
+                if not body.strip(_WS):
+                    return None, b"", after
+                c = self._try(body, self.pos)
+                if c is not None:
+                    self.pos += p
+                    return c, b"", after
+                break
+        chunk, rest, closed = self._exact_cut(buf)
+        return chunk, rest, closed
+
+    def _suffix_ok(self, after: bytes) -> bool:
+        if not self._prefix:
+            return not after.strip(_WS)
+        try:
+            json.loads(b'{"_": 0' + after)
+            return True
+        except ValueError:
+            return False
+
+    def _decode_or_fail(self, text: bytes) -> Chunk:
+        try:
+            return self._decode(text, self.pos)
+        except RecursionError:
+            raise IngestError(self.label, "JSON nested too deeply inside an event (over 1000 levels);"
+                              " expected flat event objects", f"bytes {self.pos}-{self.pos + len(text)}") from None
+        except msgspec.DecodeError as e:
+            raise self.decode_error(e, text, self.pos, self.result.events) from None
+
+    def decode_error(self, e: Exception, text: bytes, offset: int, first_index: int) -> IngestError:
+        """A msgspec error as the user should read it: file, byte or event, what was expected."""
+        msg = str(e)
+        m = re.search(r"\(byte (\d+)\)", msg)
+        if m:
+            at = max(0, int(m.group(1)) - 1)  # the decoded text starts with an added '['
+            near = text[at:at + 24]
+            what = "invalid JSON"
+            if near.lstrip(b"-").startswith((b"NaN", b"Infinity", b"nan", b"inf")):
+                what = "NaN or Infinity, which JSON does not allow; expected a finite number"
+            else:
+                what = f"invalid JSON near {near!r}; expected a JSON value"
+            return IngestError(self.label, what, f"byte {offset + at}")
+        m = re.search(r"at `\$\[(\d+)\](.*)`", msg)
+        if m:
+            where = f"event {first_index + int(m.group(1))}"
+            field_path = m.group(2).lstrip(".")
+            expect = msg.split(" - at ")[0]
+            return IngestError(self.label, f"field '{field_path}': {expect}", where)
+        if "truncated" in msg:
+            return IngestError(self.label, "an event is cut off; expected a complete JSON object",
+                               f"byte {offset + len(text)}")
+        return IngestError(self.label, f"invalid JSON ({msg})", f"byte {offset}")
+
+    def _suffix(self, after: bytes) -> None:
+        """Reads what follows the array (bounded) and decodes the top-level metadata."""
+        tail = after
+        while not self.eof and len(tail) <= MAX_META_BYTES:
+            tail += self._read()
+        if not self._prefix:
+            self.result.ignored_tail = len(tail.strip(_WS))
+            return
+        self.result.meta = self._meta(self._prefix + b'"traceEvents": []' + tail)
+
+    def _cut_off(self, rest: bytes) -> None:
+        partial = rest.strip(_WS + b",")
+        why = f" because {self.result.truncated}" if self.result.truncated else ""
+        self.result.cut_off = (
+            f"the event array is cut off at byte {self.pos + len(rest)} (no closing ']'){why}; loaded its"
+            f" {self.result.events} whole events" + (", dropped the partial last one" if partial else "")
+        )
+        self.result.partial_event = bool(partial)
+        if self._prefix:
+            self.result.meta = self._meta(self._prefix + b'"traceEvents": []}')
+
+    def _meta(self, text: bytes) -> dict:
+        try:
+            d = json.loads(text)
+        except (ValueError, RecursionError):
+            self.result.ignored_tail = len(text)
+            return {}
+        if isinstance(d, dict):
+            d.pop("traceEvents", None)
+            return d
+        return {}

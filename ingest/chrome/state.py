@@ -1,0 +1,275 @@
+"""What the Chrome ingester remembers across chunks and sources of one trace.
+
+Tracks are created with provisional names while events stream in; process and
+thread names (M events) may come anywhere in the file, so chrome.finish names and
+orders the tracks once everything is read. Staging tables (`_chrome_*`) hold what
+needs the whole trace before it can be resolved; chrome.finish drops them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from acceltrace.ingest.chrome import kineto as kin
+
+IGNORED_PHASES = ("P", "O", "N", "D", "c", "V", "v")  # samples, snapshots, object lifetimes, memory dumps
+
+STAGING = {
+    "ext": [("src", "INTEGER"), ("slice_id", "BIGINT"), ("ext_id", "BIGINT")],
+    "flow_v2": [("src", "INTEGER"), ("bind_id", "VARCHAR"), ("slice_id", "BIGINT"), ("ts", "BIGINT"),
+                ("flow_in", "BOOLEAN"), ("flow_out", "BOOLEAN")],
+    # flow events, compact (they are most of a Kineto file's events): ph 0/1/2 = s/t/f, `key` codes
+    # (cat, name) in ChromeState.flow_keys, numeric ids in fid and others in fid_text
+    "flow_raw": [("src", "INTEGER"), ("thread_key", "BIGINT"), ("ts", "BIGINT"), ("ph", "UTINYINT"),
+                 ("bp_e", "BOOLEAN"), ("key", "INTEGER"), ("fid", "BIGINT"), ("fid_text", "VARCHAR"),
+                 ("seq", "BIGINT")],
+    "be": [("src", "INTEGER"), ("thread_key", "BIGINT"), ("track_id", "INTEGER"), ("ts", "BIGINT"),
+           ("seq", "BIGINT"), ("ph", "VARCHAR"), ("name", "VARCHAR"), ("cat", "VARCHAR"), ("args", "VARCHAR")],
+    "async": [("src", "INTEGER"), ("pid", "VARCHAR"), ("cat", "VARCHAR"), ("aid", "VARCHAR"), ("name", "VARCHAR"),
+              ("ph", "VARCHAR"), ("ts", "BIGINT"), ("seq", "BIGINT"), ("args", "VARCHAR")],
+}
+MAX_EXAMPLES = 3
+
+
+@dataclass
+class TrackInfo:
+    src: int
+    kind: str  # thread | pcie | global | process | async | counter
+    lane: str
+    pid: str = ""
+    tid: str = ""
+    sub: str = ""  # direction (pcie), category (async), series (counter)
+
+
+@dataclass
+class SourceState:
+    idx: int
+    name: str
+    group: str | None
+    offset_ns: int = 0
+    first_slice: int | None = None
+    n_slices: int = 0
+    max_ts_ns: int | None = None
+    meta: dict = field(default_factory=dict)
+    counter_tracks: set = field(default_factory=set)
+    problems: dict = field(default_factory=dict)  # message -> [count, first position, examples, dropped]
+
+    def _problem(self, message: str, count: int, position: int | None, example=None, dropped: bool = True,
+                 counted: bool = True):
+        p = self.problems.setdefault(message, [0, position, [], dropped, counted])
+        p[0] += count
+        if example is not None and len(p[2]) < MAX_EXAMPLES:
+            if isinstance(example, (bytes, memoryview)) or type(example).__name__ == "Raw":
+                example = bytes(example).decode("utf-8", "replace")
+            p[2].append(example)
+
+    def drop(self, message: str, mask: np.ndarray, seq: np.ndarray, sub: list, field_name: str) -> None:
+        """Events left out, counted, with the first one's position and example values."""
+        rows = np.flatnonzero(mask)
+        if not len(rows):
+            return
+        first = int(rows[0])
+        self._problem(message, len(rows), int(seq[first]), getattr(sub[first], field_name, None))
+
+    def count_phase(self, ph: str, n: int, first_seq: int) -> None:
+        what = "not shown on a timeline" if ph in IGNORED_PHASES else "unknown"
+        self._problem(f"events with phase {ph!r} ({what}) were skipped", n, first_seq, None)
+
+    def note(self, message: str, position: int | None, dropped: bool = False, count: int = 1) -> None:
+        """A counted condition (count events, dropped or not)."""
+        self._problem(message, count, position, None, dropped)
+
+    def note_file(self, message: str, dropped: int = 0) -> None:
+        """A condition of the file as a whole (the message says it all; `dropped` events lost)."""
+        self._problem(message, dropped, None, None, dropped > 0, counted=False)
+
+    def note_slices(self, first: int, n: int, ts_ns: np.ndarray) -> None:
+        if self.first_slice is None:
+            self.first_slice = first
+        self.n_slices = first + n - self.first_slice
+        if len(ts_ns):
+            m = int(ts_ns.max())
+            self.max_ts_ns = m if self.max_ts_ns is None else max(self.max_ts_ns, m)
+
+    def flush(self, builder) -> None:
+        for message, (count, pos, examples, dropped, counted) in self.problems.items():
+            text = f"{count} {message}" if counted else message
+            if examples:
+                text += "; e.g. " + ", ".join(repr(e) for e in examples)
+            builder.warn(self.name, text, f"event {pos}" if pos is not None else None,
+                         dropped=count if dropped else 0)
+        self.problems.clear()
+
+
+class Writer:
+    """Runs one source's writes to the trace file in order on one thread.
+
+    DuckDB releases the GIL while it appends, so the next chunk is parsed meanwhile.
+    Slice ids stay known up front: they are consecutive from the builder's count.
+    """
+
+    def __init__(self, depth: int = 3):
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self.q.get()
+            try:
+                if job is None:
+                    return
+                if self.error is None:
+                    job()
+            except BaseException as e:  # raised again in the parsing thread
+                self.error = e
+            finally:
+                self.q.task_done()
+
+    def submit(self, job) -> None:
+        self._raise()
+        self.q.put(job)
+
+    def drain(self) -> None:
+        self.q.join()
+        self._raise()
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.t.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise e
+
+
+class ChromeState:
+    """Per-trace state of the Chrome ingester (attached to the builder)."""
+
+    def __init__(self, builder):
+        self.builder = builder
+        self.sources: list[SourceState] = []
+        self._threads: dict[tuple, int] = {}
+        self.tracks: dict[int, TrackInfo] = {}
+        self.track_threads: set[tuple[int, int]] = set()
+        self.proc: dict[tuple, dict] = {}
+        self.thread_meta: dict[tuple, dict] = {}
+        self.staged: set[str] = set()
+        self.flow_keys: dict[tuple[str, str], int] = {}
+        self.writer: Writer | None = None
+        self.next_slice = 0
+
+    def begin_writes(self) -> None:
+        self.next_slice = self.builder.n_slices
+        self.writer = Writer()
+
+    def end_writes(self, ok: bool = True) -> None:
+        """Waits for the queued writes (raising their error when ok) and stops the writer."""
+        w, self.writer = self.writer, None
+        if w is None:
+            return
+        try:
+            if ok:
+                w.drain()
+        finally:
+            w.close()
+
+    def submit(self, job) -> None:
+        if self.writer is None:
+            job()
+        else:
+            self.writer.submit(job)
+
+    def add_slices(self, batch: dict) -> int:
+        """Queues a batch of slices; returns the id its first slice will get."""
+        first = self.next_slice
+        self.next_slice += len(batch["ts"])
+        builder = self.builder
+
+        def job():
+            got = builder.add_slices(batch)
+            if got != first:
+                raise RuntimeError(f"slice ids out of step: expected {first}, builder gave {got}")
+
+        self.submit(job)
+        return first
+
+    def add_counters(self, track_ids, ts, values) -> None:
+        builder = self.builder
+        self.submit(lambda: builder.add_counters(track_ids, ts, values))
+
+    def thread_key(self, src: int, pid: str, tid: str) -> int:
+        k = (src, pid, tid)
+        v = self._threads.get(k)
+        if v is None:
+            v = self._threads[k] = len(self._threads)
+        return v
+
+    def _track(self, src: SourceState, info: TrackInfo, key: tuple, name: str) -> int:
+        tid = self.builder.track(lane=info.lane, name=name, group_name=src.group or "", key=key)
+        if tid not in self.tracks:
+            self.tracks[tid] = info
+        return tid
+
+    def slice_track(self, src: SourceState, pid: str, tid: str, thread_key: int, lane_code: int, direction: str) -> int:
+        lane = kin.LANE_CODES[lane_code]
+        if lane == "pcie":
+            info = TrackInfo(src.idx, "pcie", lane, pid, "", direction)
+            key = ("chrome", src.idx, pid, "pcie", direction)
+        else:
+            info = TrackInfo(src.idx, "thread", lane, pid, tid)
+            key = ("chrome", src.idx, pid, tid, lane)
+        t = self._track(src, info, key, f"{pid}/{tid}/{lane}")
+        self.track_threads.add((t, thread_key))
+        return t
+
+    def scope_track(self, src: SourceState, pid: str | None) -> int:
+        if pid is None:
+            return self._track(src, TrackInfo(src.idx, "global", "cpu"), ("chrome", src.idx, "global"), "global")
+        return self._track(src, TrackInfo(src.idx, "process", "cpu", pid), ("chrome", src.idx, pid, "process"),
+                           f"{pid}/process")
+
+    def async_track(self, src: SourceState, pid: str, cat: str) -> int:
+        return self._track(src, TrackInfo(src.idx, "async", "cpu", pid, "", cat),
+                           ("chrome", src.idx, pid, "async", cat), f"{pid}/async/{cat}")
+
+    def counter_track(self, src: SourceState, pid: str, series: str) -> int:
+        return self._track(src, TrackInfo(src.idx, "counter", "counter", pid, "", series),
+                           ("chrome", src.idx, pid, "counter", series), f"{pid}/{series}")
+
+    def stage(self, table: str, columns: dict) -> None:
+        """Append rows to a staging table (created on first use), through the writer."""
+        self.submit(lambda: self._stage(table, columns))
+
+    def _stage(self, table: str, columns: dict) -> None:
+        cols = STAGING[table]
+        name = f"_chrome_{table}"
+        con = self.builder.con
+        if table not in self.staged:
+            body = ", ".join(f'"{c}" {t}' for c, t in cols)
+            con.execute(f"CREATE TEMP TABLE {name} ({body})")  # in memory, spills to the temp dir
+            self.staged.add(table)
+        arrays = {}
+        for c, _ in cols:
+            v = columns[c]
+            arrays[c] = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
+        batch = pa.table(arrays)
+        if batch.num_rows == 0:
+            return
+        con.register("_chrome_batch", batch)
+        try:
+            con.execute(f"INSERT INTO {name} SELECT {', '.join(c for c, _ in cols)} FROM _chrome_batch")
+        finally:
+            con.unregister("_chrome_batch")
+
+    def drop_staging(self) -> None:
+        for table in self.staged:
+            self.builder.con.execute(f"DROP TABLE IF EXISTS _chrome_{table}")
+        self.staged.clear()

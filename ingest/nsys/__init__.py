@@ -1,0 +1,1 @@
+"""Nsight Systems SQLite exports: importer.py is the entry point."""

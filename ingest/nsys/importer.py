@@ -1,0 +1,294 @@
+"""Nsight Systems SQLite exports (`nsys export --type sqlite`), schema 2.x (Nsight 2022) and 3.x (2023+).
+
+Mapping (DESIGN.md): CUDA runtime calls and NVTX ranges -> `cpu` tracks per process and
+thread; CUDA driver calls -> `driver`; HtoD/DtoH/PtoP copies -> `pcie` per device and
+direction; kernels, memsets and device-side copies -> `eu` per device and stream; GPU
+metrics -> `counter` tracks; correlation ids -> flows (launch, or submit + exec/dma when a
+driver call carries the id). docs/nsys.md documents every choice.
+
+The export's tables are copied into a DuckDB staging database (in memory, spilling into the
+ingest's work directory past STAGE_MEMORY) and mapped there in SQL, so memory stays bounded
+and no Python runs per event.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from acceltrace.ingest.nsys import map as m
+from acceltrace.ingest.nsys import read as r
+from acceltrace.ingest.importer import Importer, per_source
+
+NAME = "nsys"
+SUFFIXES = (".sqlite", ".nsys.sqlite", ".sqlite3")
+SLICE_COLUMNS = ["track_id", "ts", "dur", "name", "category", "corr_id", "bytes", "direction", "host_mem", "args"]
+BATCH_ROWS = 131_072
+STAGE_MEMORY = "1GB"
+
+
+def sniff(head: bytes) -> bool:
+    """Any SQLite file; the Nsight tables are checked when it is opened (with a message naming what is missing)."""
+    return head.startswith(r.SQLITE_MAGIC)
+
+
+def ingest(source, builder) -> None:
+    work = builder.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    path = source.materialize(work)
+    ex = r.open_export(path, source.name)
+    try:
+        # in memory (no WAL, no checkpoint on close) but spilling to the work directory past the limit
+        spill = work / f"nsys-stage-{len(list(work.glob('nsys-stage-*')))}"
+        stage = duckdb.connect(":memory:", config={
+            "temp_directory": str(spill), "memory_limit": STAGE_MEMORY, "preserve_insertion_order": "true"})
+        try:
+            _Ingest(ex, stage, builder, source).run()
+        finally:
+            stage.close()
+    finally:
+        ex.close()
+        if path != getattr(source, "path", None):  # a decompressed copy: its disk space goes now
+            path.unlink(missing_ok=True)
+
+
+class _Ingest:
+    def __init__(self, ex: r.Export, stage: duckdb.DuckDBPyConnection, builder, source):
+        self.ex, self.stage, self.b, self.source = ex, stage, builder, source
+        self.prefix = f"{source.group}: " if getattr(source, "group", None) else ""
+        self.off = 0
+
+    def q(self, sql: str):
+        return self.stage.execute(sql)
+
+    def run(self) -> None:
+        ex = self.ex
+        for t, spec in {**r.EVENT_TABLES, **r.NAME_TABLES}.items():
+            r.copy_table(ex, self.stage, t, spec)
+        start_utc = r.session_start_utc_ns(ex)
+        self.off = start_utc or 0
+        self._meta(start_utc)
+        self._enums()
+        self.q(m.calls_table_sql(*self._event_classes(), has_driver_table=True))
+        self._warn_invalid()
+        self._thread_tracks()
+        self._queue_tracks()
+        self.q("CREATE TABLE _links (slice_id BIGINT, corr BIGINT, gpid BIGINT, role VARCHAR)")
+        for sql in (m.calls_sql(self.off), m.nvtx_sql(self.off), m.kernels_sql(self.off),
+                    m.memcpy_sql(self.off), m.memset_sql(self.off)):
+            self._add_slices(sql)
+        self._flows()
+        self._counters()
+
+    # -- metadata ----------------------------------------------------------------------------
+    def _meta(self, start_utc: int | None) -> None:
+        meta = self.ex.meta
+        version = meta.get("EXPORT_SCHEMA_VERSION")
+        if version:
+            self.b.set_meta("nsys_schema_version", version)
+        product = meta.get("EXPORT_PRODUCT_VERSION") or meta.get("NSIGHT_SYSTEMS_VERSION")
+        if product:
+            self.b.set_meta("nsys_version", product)
+        if start_utc is not None:
+            self.b.set_meta("clock", "utc_epoch")
+            self.b.set_meta("nsys_session_start_utc_ns", str(start_utc))
+        else:
+            self.b.set_meta("clock", "nsys_session")
+            self.b.warn(self.ex.name, "no TARGET_INFO_SESSION_START_TIME: times stay relative to the Nsight session")
+
+    def _event_classes(self) -> tuple[int, int]:
+        """Ids of the driver and backtrace event classes (enum table when present, else Nsight's values)."""
+        names = dict(self.q("SELECT name, id FROM ENUM_NSYS_EVENT_CLASS").fetchall())
+        return (names.get("TRACE_PROCESS_EVENT_CUDA_DRIVER", 1), names.get("TRACE_PROCESS_EVENT_CUDABACKTRACE", 67))
+
+    def _enums(self) -> None:
+        rows = self.q("SELECT id, name, label FROM ENUM_CUDA_MEM_KIND").fetchall()
+        if rows:
+            kinds = {i: (name.removeprefix("CUDA_MEMOPR_MEMORY_KIND_"), label or name) for i, name, label in rows}
+        else:
+            kinds = m.MEM_KINDS_DEFAULT
+        host = {"PAGEABLE": "pageable", "PINNED": "pinned"}
+        self.stage.register("_memkind_src", pa.table({
+            "id": pa.array(list(kinds), pa.int64()),
+            "label": [lbl.title() if lbl.isupper() else lbl for _, lbl in kinds.values()],
+            "host_mem": [host.get(sym) for sym, _ in kinds.values()],
+        }))
+        self.q("CREATE TABLE _memkind AS SELECT * FROM _memkind_src")
+        self.stage.unregister("_memkind_src")
+        self.stage.register("_copykind_src", pa.table({
+            "id": pa.array(list(m.COPY_KINDS), pa.int64()),
+            "short": [v[0] for v in m.COPY_KINDS.values()],
+            "direction": [v[1] for v in m.COPY_KINDS.values()],
+            "lane": [v[2] for v in m.COPY_KINDS.values()],
+        }))
+        self.q("CREATE TABLE _copykind AS SELECT * FROM _copykind_src")
+        self.stage.unregister("_copykind_src")
+        (unknown,) = self.q(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+            " WHERE copyKind IS NULL OR copyKind NOT IN (SELECT id FROM _copykind)"
+        ).fetchall()[0]
+        if unknown:
+            self.b.warn(self.ex.name, f"{unknown} copies with an unknown copyKind were left out"
+                        f" (expected one of {sorted(m.COPY_KINDS)})", "table CUPTI_ACTIVITY_KIND_MEMCPY",
+                        dropped=unknown)
+
+    def _warn_invalid(self) -> None:
+        for table, sql in m.INVALID_SQL.items():
+            (n,) = self.q(sql.format(nvtx_types=m.nvtx_types())).fetchall()[0]
+            if n:
+                label = "CUPTI_ACTIVITY_KIND_RUNTIME/DRIVER" if table == "_calls" else table
+                what = "a start" if table in ("_calls", "NVTX_EVENTS") else (
+                    "a timestamp or value" if table == "GPU_METRICS" else "a start, device or stream")
+                self.b.warn(self.ex.name, f"{n} rows without {what}, or with an end before their start,"
+                            " were left out", f"table {label}", dropped=n)
+        (unterminated,) = self.q(
+            f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({', '.join(map(str, m.NVTX_RANGES))})"
+            ' AND "end" IS NULL AND start IS NOT NULL').fetchall()[0]
+        if unterminated:
+            self.b.warn(self.ex.name, f"{unterminated} NVTX ranges never ended; kept as instants marked unterminated",
+                        "table NVTX_EVENTS")
+        known = ", ".join(str(t) for t in sorted({*m.NVTX_METADATA, m.NVTX_MARK, *m.NVTX_RANGES}))
+        (other,) = self.q(f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType NOT IN ({known})").fetchall()[0]
+        if other:
+            self.b.warn(self.ex.name, f"{other} NVTX records of unknown eventType were left out",
+                        "table NVTX_EVENTS", dropped=other)
+
+    # -- tracks ------------------------------------------------------------------------------
+    def _thread_tracks(self) -> None:
+        rows = self.q(m.THREADS_SQL.format(nvtx_types=m.nvtx_types(), thread_name=m.NVTX_THREAD_NAME)).fetchall()
+        gtids, lanes, track_ids = [], [], []
+        for gtid, lane, pid, tid, thread_name, process_name in rows:
+            if gtid == -1:
+                group, name, proc, thr, sort = "unknown process", "unknown thread", None, None, 1 << 40
+            else:
+                pname = Path(process_name).name if process_name else "process"
+                group = f"{pname} (pid {pid})"
+                name = f"{thread_name} ({tid})" if thread_name else f"thread {tid}"
+                proc, thr, sort = str(pid), str(tid), 0 if tid == pid else tid
+            track = self.b.track(lane, name, group_name=self.prefix + group, process=proc, thread=thr,
+                                 sort_key=sort * 2 + (lane == "driver"),
+                                 key=(NAME, self.prefix, "thread", gtid, lane))
+            gtids.append(gtid)
+            lanes.append(lane)
+            track_ids.append(track)
+        self._map_table("_thread_map", {"gtid": pa.array(gtids, pa.int64()), "lane": lanes,
+                                        "track_id": pa.array(track_ids, pa.int64())})
+
+    def _queue_tracks(self) -> None:
+        gpus = dict(self.q(m.GPUS_SQL).fetchall())
+        rows = self.q(m.DEVICE_QUEUES_SQL).fetchall()
+        pids_per_device: dict[int, set[int]] = {}
+        for dev, gpid, _stream, lane, _d in rows:
+            if lane == "eu":
+                pids_per_device.setdefault(dev, set()).add(gpid)
+        cols: dict[str, list] = {k: [] for k in ("deviceId", "gpid", "streamId", "lane", "direction", "track_id")}
+        for dev, gpid, stream, lane, direction in rows:
+            group = self.prefix + (f"GPU {dev} ({gpus[dev]})" if gpus.get(dev) else f"GPU {dev}")
+            if lane == "pcie":
+                name = direction.upper()
+                sort = ("h2d", "d2h", "p2p").index(direction)
+                key = (NAME, self.prefix, "pcie", dev, direction)
+            else:
+                several = len(pids_per_device.get(dev, ())) > 1
+                name = f"stream {stream}" + (f" (pid {(gpid >> 24) & 0xFFFFFF})" if several else "")
+                sort = 16 + stream * 2
+                key = (NAME, self.prefix, "eu", dev, gpid if several else 0, stream)
+            track = self.b.track(lane, name, group_name=group, device=str(dev), sort_key=sort, key=key)
+            for k, v in zip(cols, (dev, gpid, stream, lane, direction, track)):
+                cols[k].append(v)
+        self._map_table("_queue_map", {
+            "deviceId": pa.array(cols["deviceId"], pa.int64()), "gpid": pa.array(cols["gpid"], pa.int64()),
+            "streamId": pa.array(cols["streamId"], pa.int64()), "lane": pa.array(cols["lane"], pa.string()),
+            "direction": pa.array(cols["direction"], pa.string()),
+            "track_id": pa.array(cols["track_id"], pa.int64()),
+        })
+
+    def _map_table(self, name: str, columns: dict) -> None:
+        self.stage.register("_map_src", pa.table(columns))
+        self.q(f"CREATE TABLE {name} AS SELECT * FROM _map_src")
+        self.stage.unregister("_map_src")
+
+    # -- events ------------------------------------------------------------------------------
+    def _add_slices(self, sql: str) -> None:
+        reader = self.stage.sql(sql).to_arrow_reader(BATCH_ROWS)
+        links = []
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            tbl = pa.Table.from_batches([batch])
+            first = self.b.add_slices(tbl.select(SLICE_COLUMNS))
+            role = tbl["role"]
+            if role.null_count < tbl.num_rows:
+                links.append(pa.table({
+                    "slice_id": pa.array(np.arange(first, first + tbl.num_rows, dtype=np.int64)),
+                    "corr": tbl["corr_id"], "gpid": tbl["gpid"], "role": role,
+                }))
+        for link in links:
+            self.stage.register("_link_src", link)
+            self.q("INSERT INTO _links SELECT * FROM _link_src WHERE role IS NOT NULL AND corr IS NOT NULL"
+                   " AND corr <> 0")
+            self.stage.unregister("_link_src")
+
+    def _flows(self) -> None:
+        reader = self.stage.sql(m.FLOWS_SQL).to_arrow_reader(BATCH_ROWS)
+        for batch in reader:
+            if batch.num_rows:
+                self.b.add_flows(batch.column(0), batch.column(1), batch.column(2), batch.column(3))
+        (unlinked,) = self.q(m.UNLINKED_SQL).fetchall()[0]
+        if unlinked:
+            self.b.set_meta("nsys_unlinked_device_ops", str(unlinked))
+
+    def _counters(self) -> None:
+        rows = self.q(m.METRICS_SQL).fetchall()
+        if not rows:
+            return
+        gpus = dict(self.q(m.GPUS_SQL).fetchall())
+        type_ids, metric_ids, track_ids = [], [], []
+        for type_id, metric_id, metric_name, type_name in rows:
+            name, unit = _metric_name_unit(metric_name or f"metric {metric_id}")
+            dev = _gpu_of(type_name)
+            if dev is None and len(gpus) == 1:  # one GPU in the report: its metrics are that GPU's
+                dev = next(iter(gpus))
+            if dev is not None:
+                group = f"GPU {dev} ({gpus[dev]})" if gpus.get(dev) else f"GPU {dev}"
+            else:
+                group = f"GPU metrics {type_name or type_id}"
+            track = self.b.track("counter", name, group_name=self.prefix + group,
+                                 device=str(dev) if dev is not None else (type_name or str(type_id)),
+                                 unit=unit, sort_key=1000 + len(track_ids),
+                                 key=(NAME, self.prefix, "metric", type_id, metric_id))
+            type_ids.append(type_id)
+            metric_ids.append(metric_id)
+            track_ids.append(track)
+        self._map_table("_metric_map", {"typeId": pa.array(type_ids, pa.int64()),
+                                        "metricId": pa.array(metric_ids, pa.int64()),
+                                        "track_id": pa.array(track_ids, pa.int64())})
+        reader = self.stage.sql(m.COUNTERS_SQL.format(off=self.off)).to_arrow_reader(BATCH_ROWS)
+        for batch in reader:
+            if batch.num_rows:
+                self.b.add_counters(batch.column(0), batch.column(1), batch.column(2))
+
+
+_UNIT = re.compile(r"^(.*?)\s*\[([^\]]+)\]\s*$")
+_GPU = re.compile(r"\bGPU\s*(\d+)\b", re.IGNORECASE)
+
+
+def _metric_name_unit(metric_name: str) -> tuple[str, str | None]:
+    """'PCIe Read Throughput [Throughput %]' -> ('PCIe Read Throughput', '%'); units sit in Nsight's brackets."""
+    hit = _UNIT.match(metric_name)
+    if not hit:
+        return metric_name, None
+    name, unit = hit.group(1), hit.group(2)
+    return name, "%" if unit.endswith("%") else unit
+
+
+def _gpu_of(type_name: str | None) -> int | None:
+    hit = _GPU.search(type_name or "")
+    return int(hit.group(1)) if hit else None
+
+
+IMPORTER = Importer(name=NAME, suffixes=SUFFIXES, sniff=sniff, session=per_source(ingest))

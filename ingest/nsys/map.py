@@ -1,0 +1,263 @@
+"""The SQL that maps a staged Nsight export onto acceltrace's slices, counters and links.
+
+Runs in the staging DuckDB (ingest/nsys/importer.py copied the export's tables there). Every slice
+query yields the builder's slice columns plus `gpid` (Nsight's serialized process id, which
+scopes correlation ids) and `role` (how the slice takes part in correlation links).
+`{off}` is added to every Nsight timestamp to put it on the UTC epoch clock.
+"""
+
+from __future__ import annotations
+
+# Nsight's own enum of memory kinds (ENUM_CUDA_MEM_KIND; not CUPTI's numbering, which starts
+# at 0 = unknown): used when the export does not carry the enum table (2.x exports).
+MEM_KINDS_DEFAULT = {
+    0: ("PAGEABLE", "Pageable"), 1: ("PINNED", "Pinned"), 2: ("DEVICE", "Device"), 3: ("ARRAY", "Array"),
+    4: ("MANAGED", "Managed"), 5: ("DEVICE_STATIC", "Device Static"), 6: ("MANAGED_STATIC", "Managed Static"),
+    7: ("UNKNOWN", "Unknown"),
+}
+
+# CUPTI copy kinds (ENUM_CUDA_MEMCPY_OPER): id -> (short name, direction, lane)
+COPY_KINDS = {
+    0: ("Unknown", None, "eu"), 1: ("HtoD", "h2d", "pcie"), 2: ("DtoH", "d2h", "pcie"),
+    3: ("HtoA", "h2d", "pcie"), 4: ("AtoH", "d2h", "pcie"), 5: ("AtoA", "d2d", "eu"),
+    6: ("AtoD", "d2d", "eu"), 7: ("DtoA", "d2d", "eu"), 8: ("DtoD", "d2d", "eu"),
+    9: ("HtoH", None, "eu"), 10: ("PtoP", "p2p", "pcie"), 11: ("HtoD", "h2d", "pcie"),
+    12: ("DtoH", "d2h", "pcie"), 13: ("DtoD", "d2d", "eu"),
+}
+
+# NVTX_EVENTS.eventType values we draw (ENUM_NSYS_EVENT_TYPE); the rest name threads, domains, categories.
+NVTX_MARK = 34
+NVTX_THREAD_NAME = 39
+NVTX_RANGES = {59: "push/pop", 60: "start/end", 70: "push/pop", 71: "start/end"}
+NVTX_DOMAIN_CREATE = 75
+NVTX_METADATA = {33, 39, 75, 76}
+
+
+def calls_table_sql(driver_class: int, backtrace_class: int, has_driver_table: bool) -> str:
+    """API calls of RUNTIME (and DRIVER): one row per call, with its lane.
+
+    Nsight writes CUDA runtime and driver calls into the RUNTIME table (eventClass tells them
+    apart) and adds, for calls with a captured stack, a second "backtrace" row with the same
+    thread and correlation id. That row is not a call: its stack id joins the call it belongs to;
+    only a backtrace row whose call is missing stands in for it.
+    """
+    union = (
+        " UNION ALL BY NAME SELECT 'driver' AS lane, * FROM CUPTI_ACTIVITY_KIND_DRIVER" if has_driver_table else ""
+    )
+    return f"""
+    CREATE TABLE _calls AS
+    WITH allc AS (
+        SELECT CASE WHEN eventClass = {driver_class} THEN 'driver' ELSE 'cpu' END AS lane, *
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME{union}
+    ),
+    bt AS (SELECT * FROM allc WHERE eventClass = {backtrace_class}),
+    calls AS (SELECT * FROM allc WHERE eventClass IS DISTINCT FROM {backtrace_class}),
+    bt_chain AS (
+        SELECT globalTid, correlationId, any_value(callchainId) AS bt_chain FROM bt GROUP BY ALL
+    )
+    SELECT c.*, b.bt_chain FROM calls c LEFT JOIN bt_chain b USING (globalTid, correlationId)
+    UNION ALL BY NAME
+    SELECT b.*, NULL AS bt_chain FROM bt b ANTI JOIN calls c USING (globalTid, correlationId)
+    """
+
+
+THREADS_SQL = """
+SELECT h.gtid, h.lane, (h.gtid >> 24) & 16777215 AS pid, h.gtid & 16777215 AS tid,
+       coalesce(tn.name, nv.name) AS thread_name, p.name AS process_name
+FROM (
+    SELECT DISTINCT coalesce(globalTid, -1) AS gtid, lane FROM _calls
+    UNION SELECT DISTINCT coalesce(globalTid, -1), 'cpu' FROM NVTX_EVENTS WHERE eventType IN ({nvtx_types})
+) h
+LEFT JOIN (SELECT t.globalTid, any_value(s.value) AS name FROM ThreadNames t
+           JOIN StringIds s ON s.id = t.nameId GROUP BY ALL) tn ON tn.globalTid = h.gtid
+LEFT JOIN (SELECT globalTid, any_value(text) AS name FROM NVTX_EVENTS
+           WHERE eventType = {thread_name} AND text IS NOT NULL GROUP BY ALL) nv ON nv.globalTid = h.gtid
+LEFT JOIN (SELECT globalPid, any_value(name) AS name FROM PROCESSES GROUP BY ALL) p
+       ON p.globalPid = h.gtid & -16777216  -- the pid part: clear the low 24 (thread) bits; a shift fails on negatives
+ORDER BY pid, tid, lane
+"""
+
+DEVICE_QUEUES_SQL = """
+SELECT DISTINCT deviceId, coalesce(globalPid, 0) AS gpid, streamId, lane, direction FROM (
+    SELECT deviceId, globalPid, streamId, 'eu' AS lane, NULL AS direction FROM CUPTI_ACTIVITY_KIND_KERNEL
+    UNION ALL SELECT deviceId, globalPid, streamId, 'eu', NULL FROM CUPTI_ACTIVITY_KIND_MEMSET
+    UNION ALL SELECT m.deviceId, m.globalPid, m.streamId, k.lane, CASE WHEN k.lane = 'pcie' THEN k.direction END
+              FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN _copykind k ON k.id = m.copyKind
+)
+WHERE deviceId IS NOT NULL AND streamId IS NOT NULL
+ORDER BY deviceId, lane, streamId
+"""
+
+GPUS_SQL = "SELECT id, any_value(name) FROM TARGET_INFO_GPU GROUP BY id"
+
+METRICS_SQL = """
+SELECT g.typeId, g.metricId, m.metricName, m.typeName
+FROM (SELECT DISTINCT typeId, metricId FROM GPU_METRICS) g
+LEFT JOIN (SELECT typeId, metricId, any_value(metricName) AS metricName, any_value(typeName) AS typeName
+           FROM TARGET_INFO_GPU_METRICS GROUP BY ALL) m USING (typeId, metricId)
+ORDER BY g.typeId, g.metricId
+"""
+
+COUNTERS_SQL = """
+SELECT t.track_id, g.timestamp + {off} AS ts, g.value
+FROM GPU_METRICS g JOIN _metric_map t USING (typeId, metricId)
+WHERE g.timestamp IS NOT NULL AND g.value IS NOT NULL
+"""
+
+# Rows each table cannot turn into a slice (no start, or an end before its start); counted and warned.
+_DEV_BAD = 'start IS NULL OR "end" IS NULL OR "end" < start OR deviceId IS NULL OR streamId IS NULL'
+INVALID_SQL = {
+    "_calls": 'SELECT count(*) FROM _calls WHERE start IS NULL OR "end" IS NULL OR "end" < start',
+    "CUPTI_ACTIVITY_KIND_KERNEL": f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {_DEV_BAD}",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE {_DEV_BAD}",
+    "CUPTI_ACTIVITY_KIND_MEMSET": f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE {_DEV_BAD}",
+    "NVTX_EVENTS": "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({nvtx_types})"
+                   f' AND (start IS NULL OR ("end" < start AND eventType <> {NVTX_MARK}))',
+    "GPU_METRICS": "SELECT count(*) FROM GPU_METRICS WHERE timestamp IS NULL OR value IS NULL",
+}
+
+_VALID = 'x.start IS NOT NULL AND x."end" IS NOT NULL AND x."end" >= x.start'
+_VALID_DEV = _VALID + " AND x.deviceId IS NOT NULL AND x.streamId IS NOT NULL"
+_DEV_ARGS = "'device', x.deviceId, 'context', x.contextId, 'stream', x.streamId"
+
+
+def _args(pairs: str) -> str:
+    # json_merge_patch onto {} drops the null members, so args only list what the export recorded
+    return f"json_merge_patch('{{}}', json_object({pairs}))"
+
+
+def calls_sql(off: int) -> str:
+    return f"""
+    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           coalesce(s.value, 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)')) AS name,
+           CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
+           x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
+           {_args("'return value', x.returnValue, 'callchain id', coalesce(x.callchainId, x.bt_chain)")} AS args,
+           coalesce(x.globalTid, -1) & -16777216 AS gpid,
+           CASE x.lane WHEN 'driver' THEN 'drv' ELSE 'api' END AS role
+    FROM _calls x
+    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = x.lane
+    LEFT JOIN StringIds s ON s.id = x.nameId
+    WHERE {_VALID}
+    """
+
+
+def kernels_sql(off: int) -> str:
+    grid = "CASE WHEN x.gridX IS NULL THEN NULL ELSE [x.gridX, x.gridY, x.gridZ] END"
+    block = "CASE WHEN x.blockX IS NULL THEN NULL ELSE [x.blockX, x.blockY, x.blockZ] END"
+    pairs = (
+        f"'short name', sn.value, 'mangled name', mn.value, {_DEV_ARGS}, 'grid', {grid}, 'block', {block},"
+        " 'registers per thread', x.registersPerThread, 'static shared memory', x.staticSharedMemory,"
+        " 'dynamic shared memory', x.dynamicSharedMemory, 'local memory total', x.localMemoryTotal,"
+        " 'graph node id', x.graphNodeId"
+    )
+    return f"""
+    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           coalesce(dn.value, sn.value, 'kernel') AS name, 'kernel' AS category,
+           x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
+           {_args(pairs)} AS args, x.globalPid AS gpid, 'exec' AS role
+    FROM CUPTI_ACTIVITY_KIND_KERNEL x
+    JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                     AND t.streamId = x.streamId AND t.lane = 'eu'
+    LEFT JOIN StringIds dn ON dn.id = x.demangledName
+    LEFT JOIN StringIds sn ON sn.id = x.shortName
+    LEFT JOIN StringIds mn ON mn.id = x.mangledName
+    WHERE {_VALID_DEV}
+    """
+
+
+def memcpy_sql(off: int) -> str:
+    pairs = (
+        f"{_DEV_ARGS}, 'copy kind', k.short, 'src kind', src.label, 'dst kind', dst.label,"
+        " 'src device', x.srcDeviceId, 'dst device', x.dstDeviceId, 'graph node id', x.graphNodeId,"
+        " 'memory bandwidth (GB/s)', CASE WHEN x.\"end\" > x.start"
+        " THEN round(x.bytes / (x.\"end\" - x.start), 3) END"
+    )
+    return f"""
+    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           'Memcpy ' || k.short || ' (' || coalesce(src.label, 'Unknown') || ' -> '
+               || coalesce(dst.label, 'Unknown') || ')' AS name,
+           'gpu_memcpy' AS category, x.correlationId AS corr_id, x.bytes, k.direction,
+           CASE k.direction WHEN 'h2d' THEN src.host_mem WHEN 'd2h' THEN dst.host_mem END AS host_mem,
+           {_args(pairs)} AS args, x.globalPid AS gpid,
+           'dma' AS role
+    FROM CUPTI_ACTIVITY_KIND_MEMCPY x
+    JOIN _copykind k ON k.id = x.copyKind
+    JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                     AND t.streamId = x.streamId AND t.lane = k.lane
+                     AND t.direction IS NOT DISTINCT FROM (CASE WHEN k.lane = 'pcie' THEN k.direction END)
+    LEFT JOIN _memkind src ON src.id = x.srcKind
+    LEFT JOIN _memkind dst ON dst.id = x.dstKind
+    WHERE {_VALID_DEV}
+    """
+
+
+def memset_sql(off: int) -> str:
+    pairs = f"{_DEV_ARGS}, 'value', x.value, 'memory kind', mk.label, 'graph node id', x.graphNodeId"
+    return f"""
+    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           'Memset (' || coalesce(mk.label, 'Device') || ')' AS name, 'gpu_memset' AS category,
+           x.correlationId AS corr_id, x.bytes, NULL AS direction, NULL AS host_mem,
+           {_args(pairs)} AS args, x.globalPid AS gpid, 'exec' AS role
+    FROM CUPTI_ACTIVITY_KIND_MEMSET x
+    JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                     AND t.streamId = x.streamId AND t.lane = 'eu'
+    LEFT JOIN _memkind mk ON mk.id = x.memKind
+    WHERE {_VALID_DEV}
+    """
+
+
+def nvtx_sql(off: int) -> str:
+    ranges = ", ".join(str(t) for t in NVTX_RANGES)
+    kind = "CASE x.eventType " + " ".join(f"WHEN {t} THEN '{k}'" for t, k in NVTX_RANGES.items()) + " ELSE 'mark' END"
+    pairs = (
+        f"'nvtx', {kind}, 'domain', d.name, 'nvtx category', x.category,"
+        " 'color', CASE WHEN x.color IS NULL THEN NULL ELSE printf('#%06x', x.color & 16777215) END,"
+        " 'range id', x.rangeId,"
+        " 'end thread', CASE WHEN x.endGlobalTid <> x.globalTid THEN x.endGlobalTid & 16777215 END,"
+        f" 'unterminated', CASE WHEN x.eventType IN ({ranges}) AND x.\"end\" IS NULL THEN true END"
+    )
+    return f"""
+    SELECT t.track_id, x.start + {off} AS ts,
+           CASE WHEN x.eventType IN ({ranges}) AND x."end" IS NOT NULL THEN x."end" - x.start ELSE 0 END AS dur,
+           coalesce(x.text, s.value, '(unnamed NVTX range)') AS name, 'user_annotation' AS category,
+           NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
+           {_args(pairs)} AS args, NULL::BIGINT AS gpid, NULL AS role
+    FROM NVTX_EVENTS x
+    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'cpu'
+    LEFT JOIN StringIds s ON s.id = x.textId
+    LEFT JOIN (SELECT domainId, any_value(coalesce(n.text, s2.value)) AS name FROM NVTX_EVENTS n
+               LEFT JOIN StringIds s2 ON s2.id = n.textId
+               WHERE n.eventType = {NVTX_DOMAIN_CREATE} GROUP BY domainId) d ON d.domainId = x.domainId
+    WHERE x.eventType IN ({NVTX_MARK}, {ranges}) AND x.start IS NOT NULL
+      AND (x."end" IS NULL OR x."end" >= x.start OR x.eventType = {NVTX_MARK})
+    """
+
+
+def nvtx_types() -> str:
+    return ", ".join(str(t) for t in [NVTX_MARK, *NVTX_RANGES])
+
+
+# Correlation links between the staged slices (_links: slice_id, corr, gpid, role).
+# A device op links to the driver call with its correlation id (exec for kernels and memsets,
+# dma for copies) or, with none, straight to the runtime call (launch); a runtime call with a
+# driver call of the same id gets a submit edge. Device ops without a process id match any.
+FLOWS_SQL = """
+WITH api AS (SELECT * FROM _links WHERE role = 'api'),
+     drv AS (SELECT * FROM _links WHERE role = 'drv'),
+     dev AS (SELECT * FROM _links WHERE role IN ('exec', 'dma'))
+SELECT a.slice_id AS src, d.slice_id AS dst, 'submit' AS kind, 'correlationId' AS raw_kind
+FROM api a JOIN drv d ON d.corr = a.corr AND d.gpid = a.gpid
+UNION ALL
+SELECT d.slice_id, g.slice_id, g.role, 'correlationId'
+FROM drv d JOIN dev g ON g.corr = d.corr AND (g.gpid IS NULL OR g.gpid = d.gpid)
+UNION ALL
+SELECT a.slice_id, g.slice_id, 'launch', 'correlationId'
+FROM api a JOIN dev g ON g.corr = a.corr AND (g.gpid IS NULL OR g.gpid = a.gpid)
+WHERE NOT EXISTS (SELECT 1 FROM drv d WHERE d.corr = g.corr AND (g.gpid IS NULL OR g.gpid = d.gpid))
+"""
+
+UNLINKED_SQL = """
+SELECT count(*) FROM _links g WHERE g.role IN ('exec', 'dma') AND g.corr IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM _links a WHERE a.role IN ('api', 'drv') AND a.corr = g.corr AND (g.gpid IS NULL OR g.gpid = a.gpid))
+"""

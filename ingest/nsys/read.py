@@ -1,0 +1,243 @@
+"""Reading an Nsight Systems SQLite export: what it holds, and copying its tables into a DuckDB staging file.
+
+Nsight's export schema changes between versions (2.x from Nsight 2022, 3.x from 2023 on):
+tables are created lazily, columns come and go, and the metadata table was renamed. So we
+inventory tables and columns first, check each event table we use has the columns we need
+(refusing the file with the table and column named otherwise), and copy only the columns
+present, filling absent optional ones with NULL. Rows cross from Python's sqlite3 (DuckDB's
+SQLite extension cannot be installed offline) in bounded batches, as Arrow columns.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from acceltrace.store.errors import IngestError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BATCH_ROWS = 65_536
+
+I, T, F = "BIGINT", "VARCHAR", "DOUBLE"
+
+# table -> (required columns, optional columns); every column with its staging type.
+# Tables are optional as a whole (Nsight creates them lazily) but at least one event table must exist.
+EVENT_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "CUPTI_ACTIVITY_KIND_RUNTIME": (
+        {"start": I, "end": I, "globalTid": I, "correlationId": I, "nameId": I},
+        {"eventClass": I, "returnValue": I, "callchainId": I},
+    ),
+    "CUPTI_ACTIVITY_KIND_DRIVER": (
+        {"start": I, "end": I, "globalTid": I, "correlationId": I, "nameId": I},
+        {"eventClass": I, "returnValue": I, "callchainId": I},
+    ),
+    "CUPTI_ACTIVITY_KIND_KERNEL": (
+        {"start": I, "end": I, "deviceId": I, "streamId": I, "correlationId": I},
+        {"demangledName": I, "shortName": I, "mangledName": I, "contextId": I, "globalPid": I,
+         "gridX": I, "gridY": I, "gridZ": I, "blockX": I, "blockY": I, "blockZ": I,
+         "registersPerThread": I, "staticSharedMemory": I, "dynamicSharedMemory": I,
+         "localMemoryTotal": I, "launchType": I, "graphNodeId": I},
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": (
+        {"start": I, "end": I, "deviceId": I, "streamId": I, "correlationId": I, "bytes": I, "copyKind": I},
+        {"srcKind": I, "dstKind": I, "contextId": I, "globalPid": I, "srcDeviceId": I, "dstDeviceId": I,
+         "graphNodeId": I},
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMSET": (
+        {"start": I, "end": I, "deviceId": I, "streamId": I, "correlationId": I, "bytes": I},
+        {"value": I, "memKind": I, "contextId": I, "globalPid": I, "graphNodeId": I},
+    ),
+    "NVTX_EVENTS": (
+        {"start": I, "eventType": I},
+        {"end": I, "text": T, "textId": I, "globalTid": I, "endGlobalTid": I, "domainId": I,
+         "rangeId": I, "category": I, "color": I},
+    ),
+    "GPU_METRICS": (
+        {"timestamp": I, "typeId": I, "metricId": I, "value": F},
+        {},
+    ),
+}
+
+# Tables that name things; used when present.
+NAME_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "StringIds": ({"id": I, "value": T}, {}),
+    "ThreadNames": ({"nameId": I, "globalTid": I}, {}),
+    "PROCESSES": ({"globalPid": I, "pid": I, "name": T}, {}),
+    "TARGET_INFO_GPU": ({"id": I}, {"name": T, "busLocation": T}),
+    "TARGET_INFO_GPU_METRICS": ({"typeId": I, "metricId": I, "metricName": T}, {"typeName": T, "sourceId": I}),
+    "ENUM_NSYS_EVENT_CLASS": ({"id": I, "name": T}, {}),
+    "ENUM_CUDA_MEM_KIND": ({"id": I, "name": T}, {"label": T}),
+}
+
+# An event table needs these other tables when it has rows (names come from them).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("StringIds",),
+    "CUPTI_ACTIVITY_KIND_DRIVER": ("StringIds",),
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("StringIds",),
+    "GPU_METRICS": ("TARGET_INFO_GPU_METRICS",),
+}
+
+
+@dataclass
+class Export:
+    """An open Nsight export: its tables, their columns and row counts, its metadata."""
+
+    name: str
+    con: sqlite3.Connection
+    columns: dict[str, set[str]] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def has(self, table: str) -> bool:
+        return self.rows.get(table, 0) > 0
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def open_export(path: Path, name: str) -> Export:
+    """Open read-only and inventory; IngestError for anything that is not a readable Nsight export."""
+    with open(path, "rb") as f:
+        if f.read(16) != SQLITE_MAGIC:
+            raise IngestError(name, "not an SQLite database (expected the header 'SQLite format 3')", "byte 0")
+    # immutable=1: no locks, no journal lookups; the file must not change while we read (it is ours or the user's input)
+    con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True)
+    ex = Export(name=name, con=con)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for t in tables:
+            ex.columns[t] = {r[1] for r in con.execute(f'PRAGMA table_info("{_q(t)}")')}
+        for t in list(EVENT_TABLES) + list(NAME_TABLES):
+            if t in ex.columns:
+                (ex.rows[t],) = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()
+        for meta_table in ("EXPORT_META_DATA", "META_DATA_EXPORT"):  # 2.x name, 3.x name
+            if {"name", "value"} <= ex.columns.get(meta_table, set()):
+                ex.meta.update({str(k): str(v) for k, v in con.execute(f"SELECT name, value FROM {meta_table}")})
+    except sqlite3.DatabaseError as e:
+        con.close()
+        raise IngestError(name, f"damaged or unreadable SQLite database ({e}); expected an Nsight Systems export") from None
+    present = [t for t in EVENT_TABLES if t in ex.columns]
+    if not present:
+        con.close()
+        if "StringIds" in ex.columns or any(t.startswith("TARGET_INFO_") for t in ex.columns):
+            raise IngestError(name, "is an Nsight Systems export without CUDA, NVTX or GPU metric tables"
+                              f" (expected at least one of: {', '.join(EVENT_TABLES)}); nothing to show")
+        raise IngestError(name, "is an SQLite database but not an Nsight Systems export: it has none of the"
+                          f" tables {', '.join(EVENT_TABLES)}")
+    for t in present:
+        _check_columns(ex, t, EVENT_TABLES[t][0])
+        if ex.rows.get(t, 0) > 0:
+            for needed in NEEDS.get(t, ()):
+                if needed not in ex.columns:
+                    con.close()
+                    raise IngestError(name, f"table {t} has rows but table {needed} (its names) is missing")
+                _check_columns(ex, needed, NAME_TABLES[needed][0])
+    if ex.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        if not {"demangledName", "shortName"} & ex.columns["CUPTI_ACTIVITY_KIND_KERNEL"]:
+            con.close()
+            raise IngestError(name, "table CUPTI_ACTIVITY_KIND_KERNEL lacks both demangledName and shortName"
+                              " (expected at least one for kernel names)")
+    if ex.has("NVTX_EVENTS") and not {"text", "textId"} & ex.columns["NVTX_EVENTS"]:
+        con.close()
+        raise IngestError(name, "table NVTX_EVENTS lacks both text and textId (expected one for range names)")
+    return ex
+
+
+def _check_columns(ex: Export, table: str, required: dict[str, str]) -> None:
+    missing = [c for c in required if c not in ex.columns[table]]
+    if missing:
+        ex.con.close()
+        raise IngestError(
+            ex.name,
+            f"table {table} lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+            f" (export schema {ex.meta.get('EXPORT_SCHEMA_VERSION', 'unknown')}); cannot read it",
+        )
+
+
+def session_start_utc_ns(ex: Export) -> int | None:
+    """UTC epoch ns of Nsight timestamp 0 (TARGET_INFO_SESSION_START_TIME), if recorded."""
+    if "utcEpochNs" not in ex.columns.get("TARGET_INFO_SESSION_START_TIME", set()):
+        return None
+    row = ex.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+    return int(row[0]) if row and isinstance(row[0], int) else None
+
+
+def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: tuple[dict, dict],
+               as_name: str | None = None, batch_rows: int | None = None) -> int:
+    """Copy one table's known columns into the staging database (absent optional columns as NULL)."""
+    required, optional = spec
+    cols = {**required, **optional}
+    have = ex.columns.get(table, set())
+    target = as_name or table
+    stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{_dq(c)} {t}" for c, t in cols.items())})')
+    if table not in ex.columns:
+        return 0
+    names = list(cols)
+    n = 0
+    try:
+        fast = all(t == I for t in cols.values()) and _all_integers(ex, table, [c for c in names if c in have])
+        if fast:
+            # every value is an integer or NULL (checked in SQLite): one int64 matrix per batch, NULL as a sentinel
+            select = ", ".join(f"coalesce({_dq(c)}, {_NULL_INT})" if c in have else str(_NULL_INT) for c in names)
+        else:
+            select = ", ".join(_dq(c) if c in have else f"NULL AS {_dq(c)}" for c in names)
+        cur = ex.con.execute(f'SELECT {select} FROM "{_q(table)}"')
+        while rows := cur.fetchmany(batch_rows or BATCH_ROWS):
+            if fast:
+                matrix = np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
+                arrays = [pa.array(matrix[:, i], mask=matrix[:, i] == _NULL_INT) for i in range(len(names))]
+            else:
+                columns = list(zip(*rows))
+                arrays = [_column(ex.name, table, c, columns[i], _ARROW[cols[c]], n) for i, c in enumerate(names)]
+            stage.register("_copy_batch", pa.table(dict(zip(names, arrays))))
+            try:
+                stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
+            finally:
+                stage.unregister("_copy_batch")
+            n += len(rows)
+    except sqlite3.DatabaseError as e:
+        raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e})",
+                          f"after row {n}") from None
+    return n
+
+
+_NULL_INT = -(1 << 63)  # INT64_MIN: no Nsight id, count or timestamp takes it
+_ARROW = {I: pa.int64(), T: pa.string(), F: pa.float64()}
+
+
+def _all_integers(ex: Export, table: str, columns: list[str]) -> bool:
+    """Whether every value of these columns is an integer (other than INT64_MIN) or NULL: one scan, in SQLite."""
+    if not columns:
+        return True
+    checks = " OR ".join(f"(typeof({_dq(c)}) NOT IN ('integer', 'null') OR {_dq(c)} = {_NULL_INT})" for c in columns)
+    (bad,) = ex.con.execute(f'SELECT EXISTS (SELECT 1 FROM "{_q(table)}" WHERE {checks})').fetchone()
+    return not bad
+
+
+def _column(file: str, table: str, col: str, values: tuple, typ: pa.DataType, first_row: int) -> pa.Array:
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        # Only on the error path: find the first value of the wrong kind, to name it.
+        want = {pa.int64(): (int,), pa.float64(): (int, float), pa.string(): (str,)}[typ]
+        for i, v in enumerate(values):
+            if v is not None and (not isinstance(v, want) or isinstance(v, bool)
+                                  or (typ == pa.int64() and not -(1 << 63) <= v < (1 << 63))):
+                kind = "an integer" if typ == pa.int64() else "a number" if typ == pa.float64() else "text"
+                raise IngestError(file, f"table {table} column {col}: expected {kind}, found {v!r}",
+                                  f"row {first_row + i + 1}") from None
+        raise
+
+
+def _q(name: str) -> str:
+    return name.replace('"', '""')
+
+
+def _dq(name: str) -> str:
+    return f'"{_q(name)}"'
