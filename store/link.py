@@ -5,8 +5,8 @@ FLIT bytes Gen6) x TLP efficiency at the Max Payload Size: MPS / (MPS + per-TLP 
 about 24 bytes (framing, sequence number, header, LCRC; REFERENCE.md: MPS 256 reaches ~92 %)
 up to Gen5, and only the 16-byte header in Gen6 FLIT mode, where framing and CRC live in the
 FLIT. The server's link facts, the counter ingester's utilisation tracks, the analysis SQL
-(analysis/_common.sql, with these constants as parameters) and the UI's fallback
-(web/static/pcie.js) all use this formula, so "100 %" means the same everywhere.
+(analysis/_common.sql, with these constants as parameters) and the UI (which draws the peak the
+server sends as link_peak_bytes_per_s, never its own copy) all use this formula, so "100 %" means the same everywhere.
 """
 
 from __future__ import annotations

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from acceltrace.store.link import link_peak_bytes_per_s
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-output" / "ui"
 A100 = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
 NSYS = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
-NAMES_PX = 230  # web/static/layout.js NAMES_PX: the names column left of the tracks area
+NAMES_PX = 230  # web/static/timeline/layout.js NAMES_PX: the names column left of the tracks area
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM} (make test-setup installs it)")
 
@@ -432,7 +434,7 @@ def test_tile_decoder_reads_what_the_server_put_in_a_tile(page, server, trace_id
     index = 3
     open_trace(page, trace_id)
     got = page.evaluate("""async ([id, level, index, group]) => {
-        const { decodeTile } = await import('/static/decode.js');
+        const { decodeTile } = await import('/static/tiles/decode.js');
         const r = await fetch(`/api/traces/${id}/tiles/${level}/${index}?group=${group}`);
         const t = decodeTile(await r.arrayBuffer(), level, index);
         const out = {};
@@ -463,18 +465,23 @@ def test_tile_decoder_reads_what_the_server_put_in_a_tile(page, server, trace_id
 def test_axis_ticks_and_link_peak_helpers(page, trace_id):
     open_trace(page, trace_id)
     r = page.evaluate("""async () => {
-        const axis = await import('/static/axis.js'), pcie = await import('/static/pcie.js');
+        const axis = await import('/static/timeline/axis.js'), pcie = await import('/static/tracks/pcie.js');
         return {
           deep: axis.ticks(5e9, 5.003e9, 900).ticks.map(t => t.label),
           whole: axis.ticks(0, 2.0e9, 900).ticks.map(t => t.label),
           tiny: axis.ticks(1000, 1300, 900).ticks.map(t => t.label),
-          gen4: pcie.linkPeak({"": {link_gen: "4", link_width: "16", max_payload_bytes: "256"}}, "dev0"),
+          gen4: pcie.linkPeak({"": {link_gen: "4", link_width: "16", max_payload_bytes: "256",
+                                    link_peak_bytes_per_s: %r}}, "dev0"),
+          noPeak: pcie.linkPeak({"": {link_gen: "4", link_width: "16", max_payload_bytes: "256"}}, "dev0"),
           byDevice: pcie.linkPeak({"0": {link_peak_bytes_per_s: 1e9}, "1": {link_peak_bytes_per_s: 2e9}}, "dev1"),
           none: pcie.linkPeak({}, "dev0"),
-        }; }""")
+        }; }""" % link_peak_bytes_per_s(4, 16, 256))
     assert r["deep"][:2] == ["5.0000 s", "5.0005 s"], r["deep"]
     assert r["whole"][:3] == ["0.0 s", "0.5 s", "1.0 s"], r["whole"]
     assert r["tiny"][0] == "1.00 us" and r["tiny"][1] == "1.05 us", r["tiny"]
+    # the peak is the server's (store/link.py), never recomputed in the browser
     assert abs(r["gen4"]["gbps"] - 1.969 * 16 * 256 / 280) < 0.01 and r["gen4"]["label"] == "Gen4 x16, MPS 256"
+    assert r["gen4"]["gbps"] == link_peak_bytes_per_s(4, 16, 256) / 1e9
+    assert r["noPeak"] is None
     assert r["byDevice"]["gbps"] == 2.0
     assert r["none"] is None

@@ -1,12 +1,12 @@
 // The timeline: owns the canvas, view, layout and tile store. update() decides which tiles are wanted
-// (async, never awaited); render() draws only what is loaded (draw.js). Frames run in requestAnimationFrame
+// (async, never awaited); render() draws only what is loaded (frame.js). Frames run in requestAnimationFrame
 // and only when something changed. data-state on the element is "loading" while a frame is due or a
 // visible tile is pending, "idle" when everything visible is drawn.
 
 import { View } from "./view.js";
 import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, sliceAreaHeight } from "./layout.js";
-import { TileStore, tileRange } from "./tiles.js";
-import { renderFrame } from "./draw.js";
+import { TileStore, tileRange } from "../tiles/cache.js";
+import { renderFrame } from "./frame.js";
 
 export { NAMES_PX, AXIS_PX };
 

@@ -1,8 +1,8 @@
-// fetchTile(): a decoded tile, fetched and decoded in a worker (tile_worker.js) so arriving tiles do not
+// fetchTile(): a decoded tile, fetched and decoded in a worker (worker.js) so arriving tiles do not
 // cost frames; on the main thread where module workers are unavailable.
 
 import { decodeTile } from "./decode.js";
-import { errorFrom } from "./api.js";
+import { errorFrom } from "../lib/api.js";
 
 let worker = null; // null: not tried yet; false: unavailable
 let seq = 0;
@@ -17,7 +17,7 @@ function abortError() {
 function getWorker() {
   if (worker !== null) return worker;
   try {
-    worker = new Worker(new URL("./tile_worker.js", import.meta.url), { type: "module" });
+    worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
     worker.onmessage = (e) => {
       const { id, tile, error, aborted } = e.data;
       const p = pending.get(id);

@@ -1,7 +1,7 @@
 // The hover tooltip: name, start, duration; merged blocks say how many slices they stand for; transfers get
 // bytes and achieved GB/s from the slice details route (fetched lazily, cached, only for the hovered slice).
 
-import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount } from "./util.js";
+import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount } from "../lib/util.js";
 
 const detailCache = new Map(); // slice id -> Promise of detail
 let hoverId = null;

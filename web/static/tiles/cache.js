@@ -3,7 +3,7 @@
 // A tile covers TILE_BUCKETS buckets of 2^level ns starting at index * TILE_BUCKETS * 2^level (relative ns).
 // Decoded tiles have the shape produced by decode.js: {tracks: Map(track_id -> TrackTile), names: [...]}.
 
-import { fetchTile } from "./tile_fetch.js";
+import { fetchTile } from "./fetch.js";
 
 export const TILE_BUCKETS = 1024;
 const MAX_TILES = 400;

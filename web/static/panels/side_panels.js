@@ -1,7 +1,7 @@
 // The side panels: details of the selection, area aggregate, summary, findings. DOM only, built with el()
 // (textContent), so names from traces are never parsed as markup.
 
-import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES } from "./util.js";
+import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES } from "../lib/util.js";
 
 function kv(rows) {
   return el("table", { class: "kv" }, rows.filter(Boolean).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))));

@@ -1,17 +1,17 @@
 // The trace page (/t/{id}): wires the timeline, side panels, search, URL state, sharing and upload, and
 // exposes the documented test hooks on window.acceltrace (docs/ui.md).
 
-import { Api } from "./api.js";
-import { Timeline } from "./timeline.js";
-import { attachInput } from "./input.js";
-import { Search } from "./search.js";
-import { renderDetails, renderArea, renderSummary, renderFindings } from "./panels.js";
-import { readFragment, writeFragment, copyText } from "./urlstate.js";
-import { installDropTarget } from "./upload.js";
-import { tracksInSpan } from "./hit.js";
-import { showTooltip, hideTooltip, sliceTooltip } from "./tooltip.js";
-import { el } from "./util.js";
-import { Cursor } from "./cursor.js";
+import { Api } from "../lib/api.js";
+import { Timeline } from "../timeline/timeline.js";
+import { attachInput } from "../timeline/input.js";
+import { Search } from "../panels/search.js";
+import { renderDetails, renderArea, renderSummary, renderFindings } from "../panels/side_panels.js";
+import { readFragment, writeFragment, copyText } from "../lib/url_state.js";
+import { installDropTarget } from "../panels/upload.js";
+import { tracksInSpan } from "../timeline/hit.js";
+import { showTooltip, hideTooltip, sliceTooltip } from "../panels/tooltip.js";
+import { el } from "../lib/util.js";
+import { Cursor } from "../timeline/cursor.js";
 
 const $ = (id) => document.getElementById(id);
 

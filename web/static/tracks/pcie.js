@@ -1,29 +1,18 @@
 // PCIe tracks: achieved bandwidth per pixel column (bytes of the transfers drawn, spread over their
-// durations) against the link's effective peak, derived from the trace's link generation, width and
-// max payload size (REFERENCE: per-lane rate after encoding x TLP efficiency at that payload size).
+// durations) against the link's effective peak per direction. The peak is the server's
+// link_peak_bytes_per_s from the metadata's `links` (docs/api.md; computed once, by ingest/pcie.py);
+// the UI never derives it. Without it the band has no peak line and says the link peak is unknown.
 
-import { LANE_ACCENT, fmtGbps } from "./util.js";
+import { LANE_ACCENT, fmtGbps } from "../lib/util.js";
 
 export const PCIE_GRAPH_PX = 36;
 const LABEL_PX = 12; // the top strip of the band holds its label; the graph is below it
 
-// GB/s per lane per direction after line encoding (Gen1/2 8b/10b, Gen3-5 128b/130b, Gen6 FLIT, 236/256).
-const LANE_GBPS = { 1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.375 };
-
 /**
- * Share of the link left for payload at a max payload size: about 24 bytes of TLP overhead each up
- * to Gen5, the 16-byte header alone in Gen6 FLIT mode (the same formula as ingest/pcie.py, which the
- * server normally sends as link_peak_bytes_per_s; this is the fallback).
- */
-function tlpEfficiency(gen, mps) {
-  const payload = mps || 256;
-  return payload / (payload + (gen >= 6 ? 16 : 24));
-}
-
-/**
- * {gbps, label} of the link's effective peak per direction for a track's device, or null when unknown.
- * `links` maps a device suffix ("" for one device) to {link_gen, link_width, max_payload_bytes,
- * link_peak_bytes_per_s} (docs/api.md); a track's device may be "dev0" where the suffix is "0".
+ * {gbps, label} of the link's effective peak per direction for a track's device, or null when the server
+ * sent no peak for it. `links` maps a device suffix ("" for one device) to {link_gen, link_width,
+ * max_payload_bytes, link_peak_bytes_per_s} (docs/api.md); a track's device may be "dev0" where the
+ * suffix is "0". The label names the link (generation, width, payload size) when those are known.
  */
 export function linkPeak(links, device) {
   if (!links || typeof links !== "object") return null;
@@ -38,12 +27,9 @@ export function linkPeak(links, device) {
     if (!l && keys.length === 1) l = links[keys[0]];
   }
   if (!l) return null;
+  const gbps = Number(l.link_peak_bytes_per_s) / 1e9;
+  if (!(gbps > 0)) return null;
   const gen = Number(l.link_gen), width = Number(l.link_width), mps = Number(l.max_payload_bytes) || 0;
-  let gbps = Number(l.link_peak_bytes_per_s) / 1e9;
-  if (!(gbps > 0)) {
-    if (!LANE_GBPS[gen] || !width) return null;
-    gbps = LANE_GBPS[gen] * width * tlpEfficiency(gen, mps);
-  }
   const label = gen && width ? `Gen${gen} x${width}${mps ? `, MPS ${mps}` : ""}` : "link";
   return { gbps, label };
 }
@@ -125,7 +111,7 @@ export function drawBandwidth(ctx, pieces, view, x0, y, h, peak, theme) {
     ctx.setLineDash([]);
   }
   ctx.fillStyle = theme.mutedText;
-  const peakText = peak ? ` · link peak ${fmtGbps(peak.gbps)} (${peak.label})` : "";
+  const peakText = peak ? ` · link peak ${fmtGbps(peak.gbps)} (${peak.label})` : " · link peak unknown";
   ctx.fillText(`max ${fmtGbps(maxG)}${peakText}`, x0 + 4, y + 1);
   return cols;
 }

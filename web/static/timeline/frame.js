@@ -3,10 +3,11 @@
 // arrows, the selection outline, notices.
 
 import { drawAxis, drawGrid } from "./axis.js";
-import { drawSliceTrack, drawCounterTrack, drawCounterLabels } from "./render.js";
-import { LANE_ACCENT } from "./util.js";
+import { drawSliceTrack } from "../tracks/slices.js";
+import { drawCounterTrack, drawCounterLabels } from "../tracks/counters.js";
+import { LANE_ACCENT } from "../lib/util.js";
 import { NAMES_PX, AXIS_PX, ROW_PX, MAX_DEPTH_ROWS, sliceAreaHeight } from "./layout.js";
-import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "./pcie.js";
+import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "../tracks/pcie.js";
 
 export const THEME = {
   bg: "#ffffff", axisBg: "#f4f5f7", namesBg: "#f7f8fa", headerBg: "#eceef2", groupBg: "#f2f3f6",

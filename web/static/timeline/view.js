@@ -1,6 +1,6 @@
 // The visible time window, in ns relative to the trace start, and the px <-> ns mapping of the tracks area.
 
-import { clamp } from "./util.js";
+import { clamp } from "../lib/util.js";
 
 const MIN_SPAN_NS = 10; // never zoom in beyond 10 ns across the whole width
 

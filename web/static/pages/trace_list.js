@@ -1,8 +1,8 @@
 // The trace list (/): the catalog from /api/traces, each row linking to its trace page; uploads by drop.
 
-import { listTraces } from "./api.js";
-import { installDropTarget, pickAndUpload } from "./upload.js";
-import { el, fmtBytes, fmtCount } from "./util.js";
+import { listTraces } from "../lib/api.js";
+import { installDropTarget, pickAndUpload } from "../panels/upload.js";
+import { el, fmtBytes, fmtCount } from "../lib/util.js";
 
 function main() {
   installDropTarget();

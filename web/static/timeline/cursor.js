@@ -2,7 +2,7 @@
 // mouse in the axis band. Moving the mouse repaints only this thin layer, never the timeline.
 
 import { NAMES_PX, AXIS_PX } from "./layout.js";
-import { fmtTime } from "./util.js";
+import { fmtTime } from "../lib/util.js";
 
 export class Cursor {
   constructor(tl) {

@@ -1,8 +1,8 @@
 // Track layout: lanes (CPU, Driver, PCIe, Execution units, Counters) > groups (process, device) > tracks,
 // collapsible, with pinned tracks lifted into a band under the axis that does not scroll.
 
-import { LANES, LANE_TITLES } from "./util.js";
-import { PCIE_GRAPH_PX } from "./pcie.js";
+import { LANES, LANE_TITLES } from "../lib/util.js";
+import { PCIE_GRAPH_PX } from "../tracks/pcie.js";
 
 export const NAMES_PX = 230;      // left column of track names
 export const AXIS_PX = 26;        // time axis band
@@ -10,7 +10,7 @@ export const ROW_PX = 18;          // one depth level of a slice track
 export const HEADER_PX = 22;       // lane and group header rows
 export const COUNTER_PX = 46;      // a counter graph
 export const TRACK_PAD_PX = 3;     // space above and below a track's slices
-export const MAX_DEPTH_ROWS = 48;  // deeper nesting is not drawn; the track says so (draw.js)
+export const MAX_DEPTH_ROWS = 48;  // deeper nesting is not drawn; the track says so (timeline/frame.js)
 
 export function trackHeight(t) {
   if (t.lane === "counter") return COUNTER_PX;

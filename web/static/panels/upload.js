@@ -1,7 +1,7 @@
 // Drag-and-drop upload on any page: a drop overlay, one progress bar through upload (XHR progress) and
 // ingest (the server's progress event stream), a clear error for an unreadable file, then the trace opens.
 
-import { el } from "./util.js";
+import { el } from "../lib/util.js";
 
 let box = null;
 

@@ -2,7 +2,7 @@
 // decode, a whole frame's budget), then hands the decoded tile back, its buffer transferred, not copied.
 
 import { decodeTile } from "./decode.js";
-import { errorFrom } from "./api.js";
+import { errorFrom } from "../lib/api.js";
 
 const controllers = new Map();
 
