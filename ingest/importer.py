@@ -32,6 +32,9 @@ class Importer:
     sniff: Callable[[bytes], bool]  # does this head of the content look like the format?
     session: Callable[[TraceBuilder], ImportSession]
     claims_dir: Callable[[Path], bool] = lambda path: False  # a directory that is one source (a run)
+    # when no importer's sniff of the head claims a source: read as much of it as the format's
+    # structure needs to decide; (claimed, what was found when not claimed)
+    probe: Callable[[Source], tuple[bool, str | None]] | None = None
 
 
 class PerSource:

@@ -37,8 +37,17 @@ def detect(source: Source, importers: tuple[Importer, ...] = IMPORTERS) -> Impor
     for imp in importers:
         if imp.sniff(source.head):
             return imp
+    found = []
+    for imp in importers:
+        if imp.probe is not None:
+            claimed, what = imp.probe(source)
+            if claimed:
+                return imp
+            if what:
+                found.append(what)
     kinds = ", ".join(sorted({imp.name for imp in importers}))
-    raise IngestError(source.name, f"unrecognised content; expected one of: {kinds}", "byte 0")
+    what = f"unrecognised content ({'; '.join(found)})" if found else "unrecognised content"
+    raise IngestError(source.name, f"{what}; expected one of: {kinds}", "byte 0")
 
 
 def claimed_dir(path: Path) -> bool:

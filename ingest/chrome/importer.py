@@ -14,6 +14,7 @@ import re
 from acceltrace.ingest.chrome import kineto as kin
 from acceltrace.ingest.chrome import link as chrome_link
 from acceltrace.ingest.chrome.columns import decode_events
+from acceltrace.ingest.chrome.detect import TRACE_KEYS, describe, top_level_keys
 from acceltrace.ingest.chrome.events import process_chunk
 from acceltrace.ingest.chrome.reader import ChromeReader
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
@@ -35,6 +36,17 @@ _KIND_ORDER = {"global": 0, "process": 1, "thread": 2, "async": 3, "pcie": 4, "c
 def sniff(head: bytes) -> bool:
     """A JSON object (with trace keys) or an array of event objects, after optional BOM/blank lines."""
     return bool(_HEAD.match(head[:4096]))
+
+
+def probe(source) -> tuple[bool, str | None]:
+    """A JSON object whose traceEvents key lies past the head: walk its top-level keys."""
+    if source.head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] != b"{":
+        return False, None
+    with source.open() as stream:
+        kind, keys, complete = top_level_keys(stream)
+    if kind == "object" and keys and keys[-1] in TRACE_KEYS:
+        return True, None
+    return False, describe(kind, keys, complete)
 
 
 class ChromeSession:
@@ -254,4 +266,4 @@ def _trace_meta(state) -> None:
         b.set_meta("chrome_ranks", ranks)
 
 
-IMPORTER = Importer(name=NAME, suffixes=SUFFIXES, sniff=sniff, session=ChromeSession)
+IMPORTER = Importer(name=NAME, suffixes=SUFFIXES, sniff=sniff, session=ChromeSession, probe=probe)
