@@ -158,8 +158,11 @@ def _resolve(store, trace_id: str) -> dict:
         rows = [r for r in store.list() if r["id"].startswith(trace_id)] if len(trace_id) >= 4 else []
         if len(rows) == 1:
             row = rows[0]
-    if row is None or row["status"] != "ready":
+    if row is None:
         raise SystemExit(f"acceltrace: no ready trace with id {trace_id!r} in {store.root}")
+    if row["status"] != "ready":
+        why = f": {row['error']}" if row.get("error") else ""
+        raise SystemExit(f"acceltrace: trace {row['id']} is {row['status']}{why}")
     return row
 
 
@@ -217,7 +220,13 @@ def cmd_rm(args) -> int:
     store = _store(args)
     rc = 0
     for i in args.ids:
-        if not store.remove(i):
+        try:
+            removed = store.remove(i)
+        except ValueError as e:  # not an id at all (a glob, a path): nothing was touched
+            print(f"acceltrace: {e}", file=sys.stderr)
+            rc = 1
+            continue
+        if not removed:
             print(f"acceltrace: no trace with id {i!r}", file=sys.stderr)
             rc = 1
     return rc

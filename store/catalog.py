@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS traces (
 """
 
 
+ORPHAN_AGE_S = 60
+
+
 def store_dir(explicit: str | os.PathLike | None = None) -> Path:
     """--store beats ACCELTRACE_STORE beats ./.acceltrace."""
     return Path(explicit or os.environ.get("ACCELTRACE_STORE") or DEFAULT_STORE)
@@ -55,6 +58,14 @@ def new_trace_id() -> str:
         tid = secrets.token_urlsafe(17)
         if tid[0].isalnum():
             return tid
+
+
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def is_trace_id(text: str) -> bool:
+    """Only the id alphabet (URL-safe base64), 1-64 characters: safe in a file name and a glob."""
+    return isinstance(text, str) and 0 < len(text) <= 64 and not (set(text) - _ID_CHARS)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -94,15 +105,19 @@ class Store:
         finally:
             db.close()
 
-    @staticmethod
-    def _row(row: sqlite3.Row | None) -> dict | None:
+    def _row(self, row: sqlite3.Row | None) -> dict | None:
         if row is None:
             return None
         d = dict(row)
         d["counts"] = json.loads(d["counts"]) if d.get("counts") else {}
+        if d["status"] == "ready" and not self.trace_path(d["id"]).exists():
+            # a file removed behind the store's back: say so instead of failing on open
+            d["status"] = "damaged"
+            d["error"] = f"the trace file {d['id']}.duckdb is missing from {self.traces_dir}"
         return d
 
     def list(self, status: str | None = None) -> list[dict]:
+        """The catalog; ingests whose process died since the store was opened are dropped first."""
         q = "SELECT * FROM traces"
         args: tuple = ()
         if status:
@@ -110,6 +125,8 @@ class Store:
             args = (status,)
         q += " ORDER BY created DESC, id"
         with self._db() as db:
+            if db.execute("SELECT 1 FROM traces WHERE status = 'ingesting' LIMIT 1").fetchone():
+                self._sweep_dead_ingests(db)
             return [self._row(r) for r in db.execute(q, args).fetchall()]
 
     def get(self, trace_id: str) -> dict | None:
@@ -168,21 +185,42 @@ class Store:
             db.execute("UPDATE traces SET name = ? WHERE id = ?", (name, trace_id))
 
     def remove(self, trace_id: str) -> bool:
-        """Drop the catalog row first (so readers stop seeing it), then the files."""
+        """Drop the catalog row (readers stop seeing it), then the trace's files; False if no such row.
+
+        The id is checked against the id alphabet before any file is touched. A kill after the
+        row is gone leaves files without a row, which sweep() removes; a kill can never leave a
+        row whose files are half deleted.
+        """
+        if not is_trace_id(trace_id):
+            raise ValueError(f"{trace_id!r} is not a trace id (expected up to 64 characters of A-Z a-z 0-9 - _)")
         with self._db() as db:
             n = db.execute("DELETE FROM traces WHERE id = ?", (trace_id,)).rowcount
-        for p in self.traces_dir.glob(f"{trace_id}.*"):
-            p.unlink(missing_ok=True)
+        if n:
+            self._remove_files(trace_id)
         return n > 0
+
+    def _remove_files(self, trace_id: str) -> None:
+        for p in self.traces_dir.iterdir():
+            if p.name.split(".", 1)[0] == trace_id:
+                p.unlink(missing_ok=True)
 
     def sweep(self) -> None:
         """Remove what dead ingests left behind: their catalog rows and their temp files."""
-        host = os.uname().nodename
         with self._db() as db:
-            rows = db.execute("SELECT id, pid, host FROM traces WHERE status = 'ingesting'").fetchall()
-            for r in rows:
-                if r["host"] == host and (r["pid"] is None or not _pid_alive(r["pid"])):
-                    db.execute("DELETE FROM traces WHERE id = ? AND status = 'ingesting'", (r["id"],))
+            self._sweep_dead_ingests(db)
+            known = {r[0] for r in db.execute("SELECT id FROM traces").fetchall()}
+        # files whose row is gone (a removal killed half way); a file younger than a minute may be
+        # a publish racing this sweep, and each candidate is checked against the catalog again
+        old = time.time() - ORPHAN_AGE_S
+        for p in self.traces_dir.iterdir():
+            tid = p.name.split(".", 1)[0]
+            if tid in known or p.suffix != ".duckdb":
+                continue
+            try:
+                if p.stat().st_mtime < old and self.get(tid) is None:
+                    p.unlink(missing_ok=True)
+            except OSError:
+                pass
         for p in self.tmp_dir.iterdir():
             parts = p.name.split(".")
             pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
@@ -196,6 +234,16 @@ class Store:
                         p.unlink(missing_ok=True)
                 except OSError:
                     pass
+
+    @staticmethod
+    def _sweep_dead_ingests(db) -> int:
+        """Rows of ingests on this host whose process is gone (killed): they will never finish."""
+        host = os.uname().nodename
+        n = 0
+        for r in db.execute("SELECT id, pid, host FROM traces WHERE status = 'ingesting'").fetchall():
+            if r["host"] == host and (r["pid"] is None or not _pid_alive(r["pid"])):
+                n += db.execute("DELETE FROM traces WHERE id = ? AND status = 'ingesting'", (r["id"],)).rowcount
+        return n
 
     # -- files ---------------------------------------------------------------------------
     def trace_path(self, trace_id: str) -> Path:
