@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="ingest the given files if new, then serve the UI and API")
     s.add_argument("paths", nargs="*", type=Path, metavar="FILE")
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default: localhost only)")
+    s.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a Host name the server answers besides localhost and the bound address"
+                        " (repeatable; '*' for any; also $ACCELTRACE_ALLOWED_HOSTS)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-upload-bytes", type=int, default=4 << 30, help="upload size limit (default 4 GiB)")
     s.set_defaults(func=_serve)

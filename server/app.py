@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
 from acceltrace.server.routers import analysis, export, live, pages, slices, tiles, traces
+from acceltrace.server.security import SecurityMiddleware, allowed_hosts
 
 log = logging.getLogger("acceltrace.server")
 
@@ -66,8 +67,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
-               web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0) -> FastAPI:
-    """The app for one store; nothing is opened until the lifespan starts."""
+               web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0,
+               bind_host: str | None = None, extra_hosts: list[str] | None = None) -> FastAPI:
+    """The app for one store; nothing is opened until the lifespan starts.
+
+    bind_host and extra_hosts decide which Host names it answers (server/security.py).
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -89,4 +94,5 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
+    app.add_middleware(SecurityMiddleware, hosts=allowed_hosts(bind_host, extra_hosts))
     return app

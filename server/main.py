@@ -42,7 +42,8 @@ def serve_command(args) -> int:
                 what = "already in the store" if r.skipped else f"ingested ({r.counts.get('slices', 0)} slices)"
                 print(f"{r.id}  {r.name}  {what}", file=sys.stderr)
     host, port = args.host, args.port
-    app = create_app(store.root, max_upload_bytes=args.max_upload_bytes)
+    app = create_app(store.root, max_upload_bytes=args.max_upload_bytes, bind_host=args.host,
+                     extra_hosts=getattr(args, "allowed_host", None))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host

@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# fastapi's TestClient sends Host: testserver; the Host check (server/security.py) must let it in
+os.environ.setdefault("ACCELTRACE_ALLOWED_HOSTS", "testserver")
 START_ABS_NS = 1_700_000_000_000_000_000
 
 
