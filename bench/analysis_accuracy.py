@@ -35,7 +35,7 @@ from acceltrace.store.catalog import Store  # noqa: E402
 SCENARIOS = ("clean", "pageable-memory", "small-transfers", "pcie-saturation", "strided-access",
              "copy-compute-serialization", "launch-gaps", "sync-stalls", "redundant-transfers", "mixed")
 REPORTED = ("warning", "error")
-A100 = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
 
 
 def simulate(scenario: str, seed: int, out: Path) -> dict:

@@ -1,7 +1,7 @@
 """Benchmark: exporting traces to Chrome JSON and Parquet, each against an anchor measured in the same run.
 
-Traces: the A100 Nsight export (sample_traces/nsys), the A100 PyTorch/Kineto trace
-(sample_traces/kineto/a100-rank0-memcpy.json.gz, 109k events) and, with --synthetic N, a
+Traces: the A100 Nsight export (sample_traces/nsys/nsys-2022.2), the A100 PyTorch/Kineto trace
+(sample_traces/chrome/kineto/a100-rank0-memcpy.json.gz, 109k events) and, with --synthetic N, a
 synthetic trace of N slices (bench/gen_synthetic.py).
 
 Anchors, same run, same trace:
@@ -37,8 +37,8 @@ from acceltrace.export.parquet import tables_of, write_parquet  # noqa: E402
 from acceltrace.ingest.pipeline import ingest_paths  # noqa: E402
 from acceltrace.store.catalog import Store  # noqa: E402
 
-NSYS = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
-KINETO = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+NSYS = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
+KINETO = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
 
 
 def best(fn, repeat: int) -> float:

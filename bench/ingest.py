@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # this script is bench/ingest.py: keep its folder from shadowing the `ingest` package
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-A100 = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
 
 _CHILD = r"""
 import json, os, resource, sys, time

@@ -1,6 +1,6 @@
 """Benchmark: ingesting Nsight Systems SQLite exports (events/s), against reading the same rows raw.
 
-Rows: the real A100 export (sample_traces/nsys, small: fixed costs dominate) and a synthesized
+Rows: the real A100 export (sample_traces/nsys/nsys-2022.2, small: fixed costs dominate) and a synthesized
 3.x export (tests/nsys_synth.py) of --iterations iterations (11 event rows each + GPU metric
 samples). The anchor, measured in the same run, is the floor for any Python reader: plain
 sqlite3 `SELECT *` + fetchall of the same event tables, nothing else. The ratio says how much
@@ -29,7 +29,7 @@ import nsys_synth as nsys_synth  # noqa: E402
 from acceltrace.ingest.pipeline import ingest_paths  # noqa: E402
 from acceltrace.store.catalog import Store  # noqa: E402
 
-A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+A100 = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
 # published/measured anchor from docs (REFERENCE.md): HTA loads a 216k-event V100 trace in ~6.5 s here
 HTA_EVENTS_PER_S = 216_000 / 6.5
 

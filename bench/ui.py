@@ -130,7 +130,7 @@ def measure(browser, base: str, trace_id: str, seconds: float) -> dict:
 
 def screenshot(out: Path) -> int:
     """docs/screenshot.png: the A100 Kineto sample, its largest host-to-device copy selected with its chain."""
-    sample = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+    sample = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
     from playwright.sync_api import sync_playwright
 
     store = Path(tempfile.mkdtemp(prefix="ui-shot-"))

@@ -41,7 +41,7 @@ def test_injected_problem_is_found_and_sized(store, work, scenario, kind):
     assert abs(est - true) <= 0.25 * true, r
 
 
-A100 = Path(__file__).parent.parent / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
+A100 = Path(__file__).parent.parent / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
 
 
 @pytest.mark.skipif(not A100.exists(), reason="A100 Kineto sample not present")

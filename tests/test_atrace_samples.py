@@ -28,7 +28,7 @@ def test_daemon_capture_summary_matches_snapshot(tmp_path):
     (res,) = ingest_paths(store, [f])
     assert res.error is None, res.error
     con = store.connect(res.id)
-    _check("daemon-python-c.summary.txt", canonical_summary(con))
+    _check("acceltrace-0.1/daemon-python-c.summary.txt", canonical_summary(con))
     # the Python producer's correlation chain: cpu -> driver (submit) -> pcie (dma) / eu (exec)
     kinds = dict(con.execute("SELECT kind, count(*) FROM flows GROUP BY kind").fetchall())
     assert kinds == {"submit": 20, "dma": 10, "exec": 10}

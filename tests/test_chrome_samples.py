@@ -1,4 +1,4 @@
-"""Every real Kineto / Chrome trace in sample_traces/kineto ingests to its checked-in summary.
+"""Every real Kineto / Chrome trace in sample_traces/chrome/kineto ingests to its checked-in summary.
 
 Regenerate the snapshots after an intended change with
     ACCELTRACE_UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest -q tests/test_chrome_samples.py
@@ -18,9 +18,9 @@ from acceltrace.store.catalog import Store
 from canonical import canonical_summary
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = sorted((ROOT / "sample_traces" / "kineto").glob("*.json*")) + sorted(
-    (ROOT / "sample_traces" / "kineto").glob("*.tar.gz"))
-SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome"
+SAMPLES = sorted((ROOT / "sample_traces" / "chrome" / "kineto").glob("*.json*")) + sorted(
+    (ROOT / "sample_traces" / "chrome" / "kineto").glob("*.tar.gz"))
+SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome" / "kineto"
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ROOT / "sample_traces" / "kineto" / "v100-with-gpu-metrics-counters.json"
-MI250 = ROOT / "sample_traces" / "kineto" / "mi250-rocm-minitoy.json.gz"
+SMALL = ROOT / "sample_traces" / "chrome" / "kineto" / "v100-with-gpu-metrics-counters.json"
+MI250 = ROOT / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
 
 
 def cli(tmp_path, *args, check=True):

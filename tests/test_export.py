@@ -23,7 +23,7 @@ from acceltrace.ingest.pipeline import ingest_paths
 from acceltrace.store.catalog import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+A100 = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,7 +15,7 @@ from _helpers import ingest_ok, ingest_only
 from acceltrace.server.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
-A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+A100 = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
 
 
 @pytest.fixture(scope="module")

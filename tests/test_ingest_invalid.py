@@ -1,6 +1,6 @@
-"""Bad inputs (sample_traces/invalid): each refused with a clear message or ingested with warnings.
+"""Bad inputs (sample_traces/chrome/invalid): each refused with a clear message or ingested with warnings.
 
-The expected outcome of each file is snapshotted in tests/snapshots/invalid/<file>.txt
+The expected outcome of each file is snapshotted in tests/snapshots/chrome/invalid/<file>.txt
 (regenerate with ACCELTRACE_UPDATE_SNAPSHOTS=1). No outcome is a traceback, and no
 failed ingest leaves a trace, a catalog row or a temp file behind.
 """
@@ -23,8 +23,8 @@ from acceltrace.ingest import builder as builder_mod, pipeline, sources
 from acceltrace.store.catalog import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-INVALID = sorted((ROOT / "sample_traces" / "invalid").iterdir())
-SNAPSHOTS = ROOT / "tests" / "snapshots" / "invalid"
+INVALID = sorted((ROOT / "sample_traces" / "chrome" / "invalid").iterdir())
+SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome" / "invalid"
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_bad_input_outcome_matches_snapshot(tmp_path, quick, path):
 
 def test_html_in_names_is_kept_verbatim(tmp_path, quick):
     store = Store(tmp_path / "store")
-    res = pipeline.ingest_paths(store, [ROOT / "sample_traces" / "invalid" / "html-in-names.json"])[0]
+    res = pipeline.ingest_paths(store, [ROOT / "sample_traces" / "chrome" / "invalid" / "html-in-names.json"])[0]
     con = store.connect(res.id)
     assert con.execute("SELECT name, category FROM slices").fetchall() == [
         ("<script>alert(1)</script>", "<b>cat</b>")]
@@ -118,4 +118,4 @@ def test_a_directory_of_samples_leaves_out_its_invalid_folder():
     found = pipeline.expand_inputs([ROOT / "sample_traces"])
     assert not any("invalid" in p.parts for p in found)
     assert any(p.name == "a100-rank0-memcpy.json.gz" for p in found)
-    assert len(pipeline.expand_inputs([ROOT / "sample_traces" / "invalid"])) == len(INVALID)
+    assert len(pipeline.expand_inputs([ROOT / "sample_traces" / "chrome" / "invalid"])) == len(INVALID)

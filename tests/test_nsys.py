@@ -17,8 +17,8 @@ from acceltrace.store.catalog import Store
 from canonical import canonical_summary
 
 ROOT = Path(__file__).resolve().parent.parent
-A100 = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
-SNAPSHOT = Path(__file__).parent / "snapshots" / "nsys" / f"{A100.name}.summary.txt"
+A100 = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
+SNAPSHOT = Path(__file__).parent / "snapshots" / "nsys" / "nsys-2022.2" / f"{A100.name}.summary.txt"
 UPDATE = os.environ.get("ACCELTRACE_UPDATE_SNAPSHOTS") == "1"
 
 

@@ -211,7 +211,7 @@ def test_tiles_of_a_real_nsys_trace_match_brute_force(tmp_path):
     from acceltrace.ingest.pipeline import ingest_paths
     from acceltrace.server.app import create_app
 
-    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
     store = Store(tmp_path / "store")
     (res,) = ingest_paths(store, [sample])
     assert res.error is None, res.error

@@ -23,8 +23,8 @@ from acceltrace.store.link import link_peak_bytes_per_s
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-output" / "ui"
-A100 = ROOT / "sample_traces" / "kineto" / "a100-rank0-memcpy.json.gz"
-NSYS = ROOT / "sample_traces" / "nsys" / "a100-saxpy-nsys2022.sqlite"
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+NSYS = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
 NAMES_PX = 230  # web/static/timeline/layout.js NAMES_PX: the names column left of the tracks area
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM} (make test-setup installs it)")
