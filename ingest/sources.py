@@ -55,12 +55,25 @@ class TruncatedStream(IngestError):
     """
 
 
-class BombGuard(io.RawIOBase):
-    """Refuses to yield more decompressed bytes than the limit allows."""
+class Budget:
+    """Decompressed bytes one user-given file may produce, over all its members and every read.
 
-    def __init__(self, inner: BinaryIO, limit: int, label: str):
+    Counted as they are produced (never from sizes an archive declares), so a zip whose
+    directory lies about its sizes, or a gzip inside a tar inside a gzip, gets no further.
+    """
+
+    def __init__(self, on_disk: int):
+        self.limit = bomb_limit(on_disk)
+        self.total = 0
+
+
+class BombGuard(io.RawIOBase):
+    """Refuses to yield more decompressed bytes than the budget allows."""
+
+    def __init__(self, inner: BinaryIO, budget: Budget, label: str):
         self.inner = inner
-        self.limit = limit
+        self.budget = budget
+        self.limit = budget.limit
         self.label = label
         self.total = 0
         # a reader that can use a prefix sets lenient_eof: a cut-short stream then ends
@@ -90,7 +103,8 @@ class BombGuard(io.RawIOBase):
             ) from None
         n = len(data)
         self.total += n
-        if self.total > self.limit:
+        self.budget.total += n
+        if self.budget.total > self.limit:
             raise IngestError(
                 self.label,
                 f"decompresses to more than {self.limit} bytes (limit: {BOMB_RATIO}x the compressed size,"
@@ -176,8 +190,8 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None) -> li
         return ProgressReader(open(path, "rb", buffering=0), on_read)
 
     if magic[:2] == b"\x1f\x8b":
-        def gz():
-            return io.BufferedReader(BombGuard(gzip.GzipFile(fileobj=raw()), bomb_limit(size), label), 1 << 20)
+        def gz():  # each open is one pass over the stream, bounded by itself
+            return io.BufferedReader(BombGuard(gzip.GzipFile(fileobj=raw()), Budget(size), label), 1 << 20)
 
         head = _read_head(gz, label)
         if _is_tar(head):
@@ -212,7 +226,7 @@ def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryI
     except tarfile.TarError as e:
         raise IngestError(label, f"not a readable tar archive ({e})") from None
     out = []
-    total = len(names) or 1
+    budget = Budget(size)  # one for all members: what they produce together counts
     for member in names:
         def member_opener(member=member):
             f = opener()
@@ -222,7 +236,7 @@ def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryI
                     ex = tf.extractfile(m)
                     inner = gzip.GzipFile(fileobj=ex) if _peek_gzip(member) else ex
                     return io.BufferedReader(
-                        BombGuard(inner, bomb_limit(max(size // total, m.size)), f"{label}!{member}"), 1 << 20
+                        BombGuard(inner, budget, f"{label}!{member}"), 1 << 20
                     )
             raise IngestError(label, f"member '{member}' vanished while reading")
 
@@ -249,6 +263,7 @@ def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
     for i in infos:
         _safe_member(label, i.filename)
     out = []
+    budget = Budget(size)  # the archive's bytes on disk, not the sizes its directory claims
     for info in infos:
         def member_opener(info=info):
             z = zipfile.ZipFile(path)
@@ -256,7 +271,7 @@ def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
             if info.filename.lower().endswith(".gz"):
                 inner = gzip.GzipFile(fileobj=inner)
             return io.BufferedReader(
-                BombGuard(inner, bomb_limit(max(info.compress_size, 1)), f"{label}!{info.filename}"), 1 << 20
+                BombGuard(inner, budget, f"{label}!{info.filename}"), 1 << 20
             )
 
         src = Source(
