@@ -104,8 +104,8 @@ class TraceBuilder:
         key: object = None,
     ) -> int:
         """The id of the track with this key (default: lane, group, name), creating it once."""
-        if lane not in schema.LANES:
-            raise ValueError(f"unknown lane {lane!r}; expected one of {schema.LANES}")
+        if lane not in schema.TRACK_LANES:
+            raise ValueError(f"unknown lane {lane!r}; expected one of {schema.TRACK_LANES}")
         k = key if key is not None else (lane, group_name, name, device)
         tid = self._tracks.get(k)
         if tid is None:

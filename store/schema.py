@@ -5,9 +5,19 @@ decides their shape. Times are int64 nanoseconds on one host clock (absolute); t
 API converts them to ns relative to trace_meta start_ns.
 """
 
-INGEST_VERSION = "1"
+INGEST_VERSION = "2"  # 2: annotation lane, label vs full name, memory counters, nsys OS runtime/sched/samples
 
+# The lanes of the native event record (formats/record.py LANES matches these).
 LANES = ("cpu", "driver", "pcie", "eu", "counter")
+# Ranges that mark time but are not work (gpu_user_annotation, CUDA-graph capture markers, NVTX
+# ranges, profiler spans such as "PyTorch Profiler (0)"): a lane of their own, so no pass or
+# summary that reads cpu/eu/pcie work ever counts them. The track's device (device-side
+# markers) or process/thread (host-side) says whose rows they are (docs/schema.md).
+ANNOTATION_LANE = "annotation"
+# Every lane a track may have.
+TRACK_LANES = LANES + (ANNOTATION_LANE,)
+# Device busy is the union of these intervals per device (docs/analysis.md "Busy").
+DEVICE_WORK_LANES = ("eu", "pcie")
 DIRECTIONS = ("h2d", "d2h", "d2d", "p2p")
 HOST_MEM = ("pageable", "pinned")
 FLOW_KINDS = ("submit", "launch", "dma", "exec", "dependency", "other")

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from acceltrace.store import schema
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.importer import Importer, per_source
 
@@ -158,7 +159,7 @@ class _Reader:
         for n, pid, tid, args in rows:
             info = json.loads(args)
             lane = info.get("lane")
-            if lane not in ("cpu", "driver", "pcie", "eu", "counter") or "name" not in info:
+            if lane not in schema.TRACK_LANES or "name" not in info:
                 raise IngestError(self.src.name, "acceltrace_track metadata without a valid lane and name",
                                   f"line {n}")
             track = self.b.track(lane, info["name"], group_name=self.prefix + info.get("group", ""),
