@@ -115,3 +115,90 @@ def decode(buf: bytes | memoryview) -> np.ndarray:
 def counter_values(recs: np.ndarray) -> np.ndarray:
     """The float64 values of COUNTER records (reinterpreting `dur`)."""
     return np.ascontiguousarray(recs["dur"]).view("<f8")
+
+
+# -- tracks and the JSON form of records (ingest and the live view name tracks the same way) ----
+DEFAULT_TRACK_NAMES = {0: "thread {}", 1: "queue {}", 2: "engine {}", 3: "unit {}"}  # by lane; {} = tid
+EVENT_KINDS = (COMPLETE, BEGIN, END, INSTANT, COUNTER)  # records that are events (the others name things)
+_KIND_NAMES = {code: name for name, code in KINDS.items()}
+
+
+def track_key(lane: int, device: int, pid: int, tid: int) -> tuple[int, int, int, int]:
+    """What tells tracks apart: cpu and driver tracks belong to a process, the others do not."""
+    return lane, pid if lane <= 1 else 0, device, tid
+
+
+class TrackNaming:
+    """Names of the track a record lands on (docs/formats.md, "Tracks").
+
+    A track is named by its TRACK_NAME record, else "thread N" / "queue N" / "engine N" / "unit N"
+    (N = tid, by lane); a counter track (lane "counter") by its counter's name. Its group is the
+    device (its name in the metadata's `devices`, else "devN"), else for cpu and driver tracks the
+    process (its PROCESS_NAME record, else "pid N"), else "host".
+    """
+
+    def __init__(self, devices: list | None = None):
+        self.devices: dict[int, str] = {}
+        self.processes: dict[int, str] = {}
+        self.tracks: dict[tuple, str] = {}
+        self.add_devices(devices or [])
+
+    def add_devices(self, devices: list) -> None:
+        """Device names from metadata: [{"id" or "index": N, "name"?: text}, ...]."""
+        for d in devices:
+            dev = d.get("id", d.get("index")) if isinstance(d, dict) else None
+            if isinstance(dev, int):
+                self.devices[dev] = str(d.get("name") or f"dev{dev}")
+
+    def note(self, kind: int, lane: int, device: int, pid: int, tid: int, text: str) -> None:
+        """Remember a TRACK_NAME or PROCESS_NAME record's text."""
+        if kind == PROCESS_NAME:
+            self.processes[pid] = text
+        elif kind == TRACK_NAME:
+            self.tracks[track_key(lane, device, pid, tid)] = text
+
+    def device(self, device: int) -> str | None:
+        return None if device == NO_DEVICE else self.devices.get(device, f"dev{device}")
+
+    def group(self, lane: int, device: int, pid: int) -> str:
+        dev = self.device(device)
+        if dev is not None:
+            return dev
+        return self.processes.get(pid, f"pid {pid}") if lane <= 1 else "host"
+
+    def name(self, lane: int, device: int, pid: int, tid: int, counter: str = "") -> tuple[str, bool]:
+        """(the track's name, whether the trace gave it: a TRACK_NAME record or a counter's name)."""
+        if lane == LANE_CODES["counter"]:
+            return counter, True
+        given = self.tracks.get(track_key(lane, device, pid, tid))
+        return (given, True) if given else (DEFAULT_TRACK_NAMES[lane].format(tid), False)
+
+    def title(self, lane: int, device: int, pid: int, tid: int, counter: str = "") -> str:
+        """One text for the track: its given name, else "<group> <default name>" (the live view's `track`)."""
+        name, given = self.name(lane, device, pid, tid, counter)
+        return name if given else f"{self.group(lane, device, pid)} {name}"
+
+
+def json_events(recs: np.ndarray, ts: np.ndarray, end: np.ndarray, names: list[str], tracks: list[str]) -> list[dict]:
+    """Event records (kinds EVENT_KINDS, known lanes) as JSON-ready dicts, the live view's wire form
+    (docs/tracing.md): {ts, dur, kind, name, lane, track, corr?, bytes?, value?}.
+
+    `ts` and `end` are each record's start and end in the caller's ns (clock-mapped, relative);
+    `names` and `tracks` are its name text and its track's title (TrackNaming.title).
+    """
+    values = counter_values(recs)
+    kind, lane, flags = recs["kind"].tolist(), recs["lane"].tolist(), recs["flags"].tolist()
+    corr, nbytes = recs["corr"].tolist(), recs["bytes"].tolist()
+    ts, end = np.asarray(ts, np.int64).tolist(), np.asarray(end, np.int64).tolist()
+    out = []
+    for i in range(len(recs)):
+        e = {"ts": ts[i], "dur": max(0, end[i] - ts[i]), "kind": _KIND_NAMES[kind[i]], "name": names[i],
+             "lane": LANES[lane[i]], "track": tracks[i]}
+        if flags[i] & FLAG_HAS_CORR:
+            e["corr"] = corr[i]
+        if flags[i] & FLAG_HAS_BYTES:
+            e["bytes"] = nbytes[i]
+        if kind[i] == COUNTER:
+            e["value"] = float(values[i])
+        out.append(e)
+    return out

@@ -169,3 +169,73 @@ def test_gzipped_atrace_ingests_like_the_plain_file(tmp_path):
     a, b = ingest_paths(store, [tmp_path / "a.atrace", tmp_path / "b.atrace.gz"])
     assert a.error is None and b.error is None, (a.error, b.error)
     assert a.counts["slices"] == b.counts["slices"] == 50
+
+
+def _follow(path, data: bytes, piece: int = 64):
+    """Grow `path` to `data` a piece at a time, polling a follower after each; its records and the follower."""
+    from acceltrace.formats.atrace.follower import AtraceTail
+
+    path.write_bytes(b"")
+    tail, got = AtraceTail(path), []
+    with open(path, "ab") as f:
+        for off in range(0, len(data), piece):
+            f.write(data[off: off + piece])
+            f.flush()
+            got.append(tail.poll()[0])
+    return np.concatenate(got), tail
+
+
+def test_follower_reports_the_lost_counts_of_loss_chunks_as_the_reader_does(tmp_path):
+    buf = io.BytesIO()
+    w = AtraceWriter(buf, chunk_events=4)
+    w.add_records(R.encode(R.INSTANT, w.intern("a"), ts=1))
+    w.add_loss({0: 5, 2: 1})
+    w.add_records(R.encode(R.INSTANT, w.intern("b"), ts=2))
+    w.add_loss({0: 7, 2: 1})  # cumulative: the last loss chunk counts
+    w.flush()  # no trailer yet: a file still being written (or whose writer was killed)
+    data = buf.getvalue()
+    recs, tail = _follow(tmp_path / "loss.atrace", data)
+    r = AtraceReader.from_bytes(data)
+    assert len(recs) == 2 and tail.trailer is None
+    assert tail.losses == r.losses == {0: 7, 2: 1}
+    assert tail.lost_events() == r.lost_events() == (8, {0: 7, 2: 1})
+    assert tail.problems == r.problems == []
+
+
+def test_follower_refuses_an_over_long_chunk_length_exactly_as_the_reader(tmp_path):
+    from acceltrace.formats.atrace.layout import MAX_CHUNK_BYTES
+
+    data = bytearray(_write(n_events=300, chunk_events=50))
+    ev = AtraceReader.from_bytes(bytes(data)).event_chunks()
+    struct.pack_into("<I", data, ev[2].offset + 8, MAX_CHUNK_BYTES + 8)  # a length over the limit (a multiple of 8)
+    data = bytes(data) + b"\0" * 4096  # bytes after it: the follower must not wait for the "chunk" to land
+    r = AtraceReader.from_bytes(data)
+    recs, tail = _follow(tmp_path / "long.atrace", data, piece=1000)
+    assert len(recs) == len(r.read_all()[0]) == 100
+    assert [(p.offset, p.message) for p in tail.problems] == [(p.offset, p.message) for p in r.problems]
+    assert tail.problems[0].offset == ev[2].offset and "corrupt chunk header" in tail.problems[0].message
+    assert tail.stopped_at == r.truncated_at == ev[2].offset
+    assert len(tail.poll()[0]) == 0  # stopped: nothing after the damage is read
+
+
+def test_follower_skips_a_corrupt_events_chunk_with_the_readers_problem(tmp_path):
+    data = bytearray(_write(n_events=300, chunk_events=50))
+    ev = AtraceReader.from_bytes(bytes(data)).event_chunks()
+    data[ev[1].offset + CHUNK_HEADER.size + 10] ^= 0xFF
+    r = AtraceReader.from_bytes(bytes(data))
+    recs, tail = _follow(tmp_path / "crc.atrace", bytes(data), piece=333)
+    assert recs.tobytes() == r.read_all()[0].tobytes() and len(recs) == 250
+    assert [(p.offset, p.message, p.dropped_events) for p in tail.problems] == \
+        [(p.offset, p.message, p.dropped_events) for p in r.problems]
+
+
+def test_follower_reads_a_chunk_bigger_than_one_polls_read(tmp_path, monkeypatch):
+    from acceltrace.formats.atrace import follower
+
+    monkeypatch.setattr(follower, "MAX_READ_BYTES", 1000)  # chunks of 100 records are 6,400 bytes
+    data = _write(n_events=300, chunk_events=100)
+    p = tmp_path / "big.atrace"
+    p.write_bytes(data)
+    tail = follower.AtraceTail(p)
+    got = [tail.poll()[0] for _ in range(20)]
+    assert sum(len(x) for x in got) == 300 and tail.trailer is not None

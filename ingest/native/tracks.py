@@ -6,25 +6,17 @@ import numpy as np
 
 from acceltrace.formats import record as R
 
-_DEFAULT_NAME = {0: "thread {}", 1: "queue {}", 2: "engine {}", 3: "unit {}"}
-
 
 class Tracks:
     """Maps record key columns to builder track ids, vectorised over a batch (few tracks, many events)."""
 
     def __init__(self, builder, group: str | None, devices: list[dict], gstrings: list[str]):
         self.b, self.group, self.gstrings = builder, group, gstrings
-        self.dev_names: dict[int, str] = {}
-        for d in devices:
-            dev = d.get("id", d.get("index"))
-            if isinstance(dev, int):
-                self.dev_names[dev] = str(d.get("name") or f"dev{dev}")
+        self.naming = R.TrackNaming(devices)  # names shared with the live view
         # equal strings from different streams name the same counter: one canonical id per text,
         # worked out only for the few strings that name counters (args JSON can be millions of strings)
         self._canon_by_text: dict[str, int] = {}
         self._canon: dict[int, int] = {}
-        self.proc_names: dict[int, str] = {}
-        self.track_names: dict[tuple, str] = {}
         self.keys: dict[tuple, int] = {}
         self.units: dict[tuple, str] = {}
 
@@ -81,13 +73,9 @@ class Tracks:
     def _fields(self, key: tuple) -> dict:
         a, kt = key
         lane, device, pid = a >> 56, (a >> 48) & 0xFF, a & 0xFFFFFFFF
-        dev = None if device == R.NO_DEVICE else self.dev_names.get(device, f"dev{device}")
-        proc = self.proc_names.get(pid, f"pid {pid}")
-        if lane == 4:
-            name = self.gstrings[kt]
-        else:
-            name = self.track_names.get((lane, pid if lane <= 1 else 0, device, kt)) or _DEFAULT_NAME[lane].format(kt)
-        group = dev if dev is not None else (proc if lane <= 1 else "host")
+        dev = self.naming.device(device)
+        name, _ = self.naming.name(lane, device, pid, kt, self.gstrings[kt] if lane == 4 else "")
+        group = self.naming.group(lane, device, pid)
         if self.group:
             group = f"{self.group} {group}"
         unit = self.units.get(key)
@@ -101,13 +89,8 @@ class Tracks:
     def names(self, recs: np.ndarray, gid: np.ndarray) -> None:
         """Remember TRACK_NAME and PROCESS_NAME records (applied to tracks at the end)."""
         for rec, g in zip(recs, gid):
-            text = self.gstrings[int(g)]
-            if rec["kind"] == R.PROCESS_NAME:
-                self.proc_names[int(rec["pid"])] = text
-            else:
-                lane, device = int(rec["lane"]), int(rec["device"])
-                host_side = lane == 0 or lane == 1
-                self.track_names[(lane, int(rec["pid"]) if host_side else 0, device, int(rec["tid"]))] = text
+            self.naming.note(int(rec["kind"]), int(rec["lane"]), int(rec["device"]), int(rec["pid"]), int(rec["tid"]),
+                             self.gstrings[int(g)])
 
     def apply_names(self) -> None:
         for key, tid in self.keys.items():
@@ -119,4 +102,4 @@ class Tracks:
         """Names a device goes by (its metadata name and its index as text)."""
         if not isinstance(device, int):
             return [str(device)]
-        return sorted({self.dev_names.get(device, f"dev{device}"), str(device)})
+        return sorted({self.naming.devices.get(device, f"dev{device}"), str(device)})
