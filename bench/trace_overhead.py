@@ -33,7 +33,7 @@ from acceltrace.collect import client  # noqa: E402
 from acceltrace.formats import record as R  # noqa: E402
 from acceltrace.formats import ring as RG  # noqa: E402
 from acceltrace.formats.atrace.reader import AtraceReader
-from acceltrace.collect.traced.cli import ctl  # noqa: E402
+from acceltrace.collect.traced.protocol import ctl  # noqa: E402
 
 PY = sys.executable
 VIZ_PY = Path(os.environ.get("VIZTRACER_PYTHON", "/tmp/vtvenv/bin/python"))

@@ -11,7 +11,6 @@ the first event seen, device events held until their clock domain has sync pairs
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -45,18 +44,8 @@ def source_index(app) -> list[dict]:
 
 
 def daemon_status(socket_path: str | Path, timeout_s: float = DAEMON_TIMEOUT_S) -> dict:
-    """A running daemon's `ctl status` reply (the socket protocol's framing; docs/tracing.md)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
-    try:
-        s.connect(str(socket_path))
-        P.send_msg(s, {"op": "ctl", "cmd": "status"})
-        reply, _ = P.recv_msg(s)
-    finally:
-        s.close()
-    if reply is None:
-        raise ConnectionError("the daemon closed the connection without a reply")
-    return reply
+    """A running daemon's `ctl status` reply (the socket protocol; docs/tracing.md)."""
+    return P.ctl(socket_path, "status", timeout_s=timeout_s)
 
 
 def resolve(src: dict) -> Path:

@@ -31,7 +31,7 @@ def test_live_run_reaches_the_daemon_in_real_time(tmp_path, monkeypatch):
         assert elapsed >= truth["run_ns"] / 1e9  # paced: not faster than the simulated run
         assert (tmp_path / "run" / "run.actr").stat().st_size > 0
     finally:
-        from acceltrace.collect.traced.cli import ctl
+        from acceltrace.collect.traced.protocol import ctl
 
         ctl(sock, "stop")  # stops recording and closes the file; the service itself keeps running
         daemon.terminate()

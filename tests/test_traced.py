@@ -15,7 +15,7 @@ import pytest
 
 from acceltrace.collect import client
 from acceltrace.formats.atrace.reader import AtraceReader
-from acceltrace.collect.traced.cli import ctl
+from acceltrace.collect.traced.protocol import ctl
 
 PY = sys.executable
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 
-from acceltrace.collect.traced import protocol as P
+from acceltrace.collect.traced.protocol import ctl
 
 
 def traced_command(args) -> int:
@@ -21,21 +20,6 @@ def traced_command(args) -> int:
     from acceltrace.collect.traced.daemon import Daemon
 
     return Daemon(args.socket, args.out, buffer_mb=args.buffer_mb, mode=args.mode).run()
-
-
-def ctl(socket_path, cmd: str, timeout_s: float = 5.0) -> dict:
-    """Send one control command to a running daemon and return its reply."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
-    try:
-        s.connect(str(socket_path))
-        P.send_msg(s, {"op": "ctl", "cmd": cmd})
-        reply, _ = P.recv_msg(s)
-    finally:
-        s.close()
-    if reply is None:
-        raise ConnectionError("the daemon closed the connection without a reply")
-    return reply
 
 
 def _ctl(args) -> int:

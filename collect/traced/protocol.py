@@ -100,3 +100,18 @@ class FrameBuffer:
             del self.buf[: LEN.size + n]
             out.append(decode_body(body))
         return out
+
+
+def ctl(socket_path, cmd: str, timeout_s: float = 5.0) -> dict:
+    """Send one control command to a running daemon and return its reply."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout_s)
+    try:
+        s.connect(str(socket_path))
+        send_msg(s, {"op": "ctl", "cmd": cmd})
+        reply, _ = recv_msg(s)
+    finally:
+        s.close()
+    if reply is None:
+        raise ConnectionError("the daemon closed the connection without a reply")
+    return reply
