@@ -127,6 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--realtime", action="store_true", help="ask for SCHED_FIFO so ticks are not delayed by load")
     s.set_defaults(func=_collect)
 
+    s = sub.add_parser("diff", help="compare two traces (ids or files): headline, per-name deltas, findings")
+    s.add_argument("a", metavar="A", help="the trace before: an id (or unique prefix) or a file to ingest")
+    s.add_argument("b", metavar="B", help="the trace after")
+    s.add_argument("--steps", help="aligned step positions to compare, e.g. 0,2-4 (default: all)")
+    s.add_argument("--json", action="store_true", help="one JSON object (docs/diff.md)")
+    s.add_argument("--noise-pct", type=float, default=5.0, help="relative change below this is unchanged (5)")
+    s.add_argument("--noise-ns", type=int, default=10_000, help="|delta| below this many ns is unchanged (10000)")
+    s.add_argument("--strip-templates", action="store_true", help="match names with <...> template arguments removed")
+    s.add_argument("--top", type=int, default=20, help="rows the table prints (20)")
+    s.set_defaults(func=cmd_diff)
+
     s = sub.add_parser("export", help="write a trace for other tools (Chrome JSON, Parquet)")
     s.add_argument("id", metavar="ID")
     s.add_argument("--format", choices=("chrome", "parquet"), required=True)
@@ -233,6 +244,27 @@ def cmd_rm(args) -> int:
             print(f"acceltrace: no trace with id {i!r}", file=sys.stderr)
             rc = 1
     return rc
+
+
+def _trace_or_file(store, text: str) -> str:
+    """A trace id (or unique prefix), or a file / run directory ingested first (with analysis)."""
+    if Path(text).exists():
+        from acceltrace.analysis.runner import after_publish
+        from acceltrace.ingest.pipeline import ingest_paths
+
+        results = ingest_paths(store, [Path(text)], after_publish=after_publish)
+        if len(results) != 1 or results[0].error:
+            why = results[0].error if results else "no trace files found"
+            raise SystemExit(f"acceltrace: error: {text}: {why}")
+        return results[0].id
+    return _resolve(store, text)["id"]
+
+
+def cmd_diff(args) -> int:
+    from acceltrace.diff.command import diff_command
+
+    store = _store(args)
+    return diff_command(args, store, _trace_or_file(store, args.a), _trace_or_file(store, args.b))
 
 
 def cmd_query(args) -> int:
