@@ -5,6 +5,8 @@ import threading
 
 import pytest
 
+from _client_paths import client_path  # noqa: F401  (both client paths)
+
 from acceltrace.collect import client
 from acceltrace.formats import record as R
 from acceltrace.formats.atrace.reader import AtraceReader

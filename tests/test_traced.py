@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from _client_paths import client_path  # noqa: F401  (both client paths)
+
 from acceltrace.collect import client
 from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.collect.traced.protocol import ctl

@@ -14,7 +14,7 @@ import numpy as np
 
 from acceltrace.formats import ring as RG
 from acceltrace.formats.atrace.writer import AtraceWriter, StringTable, default_header
-from acceltrace.collect.client.tracer import PACK_INTO, ClientError
+from acceltrace.collect.client.tracer import PACK_INTO, ClientError, compiled
 from acceltrace.collect.traced import protocol as P
 
 BUFFER_RECORDS = 4096
@@ -44,10 +44,44 @@ class BufWriter:
             self.sink.writer_.add_records(recs)
 
 
+def _compiled_writers():
+    """BufWriter and RingWriter on the compiled cores (emit/publish in C, the rest shared), or None."""
+    fast = compiled()
+    if fast is None:
+        return None
+    global _COMPILED
+    if _COMPILED is None:
+        class CBufWriter(fast.BufCore):
+            """BufWriter with a compiled emit (same fields, same drain protocol)."""
+
+            __slots__ = ()
+            write_many = BufWriter.write_many
+
+        class CRingWriter(fast.RingCore):
+            """RingWriter with a compiled emit/publish (the GIL orders the flusher and the owner thread)."""
+
+            __slots__ = ("idx", "lock", "__weakref__")
+
+            def __init__(self, mem, capacity: int, mode: int):
+                super().__init__(mem, capacity, mode)
+                self.idx = RG.index_view(mem)
+                self.lock = threading.Lock()
+
+            write_many = RingWriter.write_many
+
+        _COMPILED = (fast, CBufWriter, CRingWriter)
+    return _COMPILED
+
+
+_COMPILED = None
+
+
 class FileSink:
     """Writes records straight into an .atrace file (no daemon): the explicit fallback."""
 
     def __init__(self, path: Path, header: dict | None = None):
+        c = _compiled_writers()
+        self.compiled, self._buf_cls = (c[0], c[1]) if c else (None, BufWriter)
         hdr = default_header()
         if header:
             hdr.update(header)
@@ -57,7 +91,7 @@ class FileSink:
         self.buffers: list[BufWriter] = []
 
     def writer(self) -> BufWriter:
-        w = BufWriter(self)
+        w = self._buf_cls(self)
         with self.lock:
             self.buffers.append(w)
         return w
@@ -191,6 +225,8 @@ class DaemonSink:
     REPLY_TIMEOUT_S = 10.0
 
     def __init__(self, sock_path: Path, ring_records: int | None = None, name: str | None = None):
+        c = _compiled_writers()
+        self.compiled, self._ring_cls = (c[0], c[2]) if c else (None, RingWriter)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(self.REPLY_TIMEOUT_S)
         try:
@@ -259,7 +295,7 @@ class DaemonSink:
         info = RG.read_info(mem)
         if info["magic"] != RG.RING_MAGIC or info["capacity"] != cap:
             raise ClientError("the tracing daemon sent a ring with a bad header")
-        w = RingWriter(mem, cap, info["mode"])
+        w = self._ring_cls(mem, cap, info["mode"])
         with self.lock:
             self.rings.append(w)
         return w

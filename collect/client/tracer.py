@@ -21,6 +21,20 @@ assert PREFIX.size == 24
 
 _now = time.monotonic_ns
 
+PURE_PYTHON_ENV = "ACCELTRACE_PURE_PYTHON"
+
+
+def compiled():
+    """The compiled hot path (collect/client/_fastspan.c), or None: not built on this machine, or
+    ACCELTRACE_PURE_PYTHON=1. Both paths write the same records; the choice is made per Tracer."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from acceltrace.collect.client import _fastspan
+    except ImportError:
+        return None
+    return _fastspan
+
 
 class ClientError(RuntimeError):
     """The client cannot do what was asked (no daemon, daemon refused, closed tracer)."""
@@ -117,6 +131,11 @@ class Tracer:
         self.closed = False
         # a forked child must not write into its parent's rings (one producer per ring)
         self._reopen = reopen
+        # compiled: `t.span` is a SpanFactory (its common call shapes never enter Python) that
+        # forwards every other shape to _span_py; pure Python: the class's span (= _span_py)
+        self.compiled = getattr(sink, "compiled", None) is not None
+        if self.compiled:
+            self.span = sink.compiled.SpanFactory(self._tl, self._c_entry, self._span_py, self._decorate)
         os.register_at_fork(after_in_child=functools.partial(_after_fork_in_child, weakref.ref(self)))
 
     # -- internals ---------------------------------------------------------------------------
@@ -171,8 +190,22 @@ class Tracer:
         prefix = self._prefix(kind, name, lane, clock, direction, mem, flow_kind, flags, device, cat, pid, tid)
         w.emit(prefix, int(ts), int(dur), corr or 0, bytes or 0, flow, self._args_id(args))
 
+    def _c_entry(self, name: str, lane: str) -> tuple:
+        """For the SpanFactory's cache miss: this thread's writer and the record prefix of (name, lane)."""
+        w = self._writer()
+        key = (name, lane, False, False, False, False, None, None, None, None, None, None)
+        prefix = self._tl.prefixes.get(key)
+        if prefix is None:
+            prefix = self._tl.prefixes[key] = self._prefix(R.COMPLETE, name, lane, 0, None, None, None, 0, None,
+                                                           None, None, None)
+        return w, prefix
+
+    def _decorate(self, prefix: bytes, corr: int, fn):
+        """A compiled span used as a decorator: the Python Span's wrapper (the writing thread's tid)."""
+        return Span(self, None, prefix, corr, 0, 0, 0)(fn)
+
     # -- spans measured now --------------------------------------------------------------------
-    def span(self, name: str, lane: str = "cpu", corr: int | None = None, **args) -> Span:
+    def _span_py(self, name: str, lane: str = "cpu", corr: int | None = None, **args) -> Span:
         """A context manager / decorator timing a block as one COMPLETE record on the host clock.
 
         Typed args (bytes, direction, mem, cat, device, flow_out, flow_in, flow_kind, queue, tid)
@@ -210,6 +243,8 @@ class Tracer:
         flow = typed.get("flow_out") or typed.get("flow_in") or 0
         _check_ids(corr, typed.get("bytes"), flow)
         return Span(self, emit, prefix, corr or 0, typed.get("bytes") or 0, flow, self._args_id(args))
+
+    span = _span_py
 
     @staticmethod
     def _flags(typed: dict, corr) -> tuple[int, int]:
@@ -324,6 +359,8 @@ def _after_fork_in_child(ref) -> None:
     if t is None or t.closed:
         return
     t._tl = threading.local()
+    if t.compiled:
+        t.span.reset(t._tl)
     if t._own_pid:
         t.pid = os.getpid()
     t._sink = _ForkedSink(t._reopen)
