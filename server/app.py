@@ -14,12 +14,13 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
-from acceltrace.server.routers import analysis, export, live, pages, slices, tiles, traces
+from acceltrace.server.routers import analysis, diff, export, live, pages, slices, tiles, traces
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
 
 log = logging.getLogger("acceltrace.server")
 
-ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, live.router, pages.router]
+ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, live.router, diff.router,
+           pages.router]
 
 _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "too_large",
