@@ -242,6 +242,15 @@ class RegisterBank:
             return clock.ticks_at(float(int(t_ns) - self.origin_ns))
         return int(clock.ticks(self._rel(t_ns))[0])
 
+    def device_host_ns(self, device: str, ticks) -> np.ndarray:
+        """Host (model) ns at which `device`'s clock shows `ticks` (int64 array): the inverse of
+        device_ticks, for hardware that acts on its own clock (the PM sampler, sim/pm.py)."""
+        clock = self._clocks.get(device)
+        ticks = np.asarray(ticks, dtype=np.int64)
+        if clock is None:
+            return ticks.copy()
+        return np.ceil(np.asarray(clock.host_ns(ticks), dtype=np.float64)).astype(np.int64) + self.origin_ns
+
     def true_rate(self, name: str, t0_ns: float, t1_ns: float) -> float:
         """Ground truth: mean increase per second (cumulative) or mean level (gauge) over [t0, t1]."""
         spec = self._by_name[name]

@@ -6,6 +6,9 @@ and a payload, all little-endian:
   HEAD  (first, once)  UTF-8 JSON: devices, counters (name, unit, bits, kind, group, ...), groups
   SMPL  (any number)   u32 group, u32 K values, u32 N samples, u32 0; then N records of
                        i64 host_ns, i64 dev_ticks, u64 enabled_ns, u64 running_ns, K x u64 raw
+  BUFS  (any number)   buffered samples (format 1.1): one drain of a device-side PM sampler's ring:
+                       u32 group, u32 K, u32 N, u32 0, i64 seq0, i64 dropped, i64 sync_host_ns,
+                       i64 sync_dev_ticks, i64 period_ticks; then N records of i64 dev_ticks, K x u64 raw
   NOTE  (any number)   UTF-8 JSON: something the collector wants the reader to know
   TAIL  (last, once)   UTF-8 JSON: totals (samples, ticks, missed deadlines) and how collection ended
 
@@ -22,10 +25,13 @@ import struct
 import numpy as np
 
 MAGIC = b"\x89ACTR\r\n\x1a"  # 8 bytes; the high byte and CR LF catch text-mode mangling
-VERSION = (1, 0)
+VERSION = (1, 1)  # 1.1 added BUFS (a 1.0 reader skips it as an unknown tag; 1.0 files read as before)
 FILE_HEADER = struct.Struct("<8sHHI")  # magic, major, minor, flags
 CHUNK_HEADER = struct.Struct("<4sII")  # tag, payload length, crc32(payload)
 SMPL_HEADER = struct.Struct("<IIII")  # group id, values per record, records, reserved
+# group, K, N, reserved, seq of the first sample, samples the device dropped since the previous
+# BUFS of the group, one (host ns, device ticks) clock pair read at the drain, sample period in ticks
+BUFS_HEADER = struct.Struct("<IIIIqqqqq")
 RECORD_FIXED_BYTES = 32
 MAX_CHUNK_BYTES = 256 << 20  # a larger length field is corruption, not data
 KINDS = ("cumulative", "gauge")
@@ -52,6 +58,11 @@ def record_dtype(n_values: int) -> np.dtype:
             ("raw", "<u8", (n_values,)),
         ]
     )
+
+
+def buffered_dtype(n_values: int) -> np.dtype:
+    """The numpy dtype of one BUFS record: the device's timestamp and n_values raw values."""
+    return np.dtype([("dev_ticks", "<i8"), ("raw", "<u8", (n_values,))])
 
 
 def validate_header(header: dict) -> None:
@@ -112,6 +123,10 @@ def validate_header(header: dict) -> None:
         if g["id"] in ids:
             raise ValueError(f"header.groups[{i}]: duplicate group id {g['id']}")
         ids.add(g["id"])
+        b = g.get("buffered")
+        if b is not None and not (isinstance(b, dict) and isinstance(b.get("clock_hz"), (int, float))
+                                  and b["clock_hz"] > 0 and _is_int(b.get("period_ticks")) and b["period_ticks"] > 0):
+            raise ValueError(f"header.groups[{i}].buffered needs clock_hz > 0 and an integer period_ticks > 0")
         for n in g["counters"]:
             if not isinstance(n, str) or n not in names:
                 raise ValueError(f"header.groups[{i}] names unknown counter {n!r}")

@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from acceltrace.formats.actr.layout import ActrFormatError, CHUNK_HEADER, FILE_HEADER, MAGIC, MAX_CHUNK_BYTES, SMPL_HEADER, VERSION, record_dtype, validate_header
+from acceltrace.formats.actr.layout import ActrFormatError, BUFS_HEADER, CHUNK_HEADER, FILE_HEADER, MAGIC, MAX_CHUNK_BYTES, SMPL_HEADER, VERSION, buffered_dtype, record_dtype, validate_header
 
 
 @dataclass
@@ -24,6 +24,9 @@ class ActrData:
     tail: dict | None = None
     warnings: list[tuple[int, str, int]] = field(default_factory=list)  # (offset, message, samples dropped)
     truncated: bool = False
+    # format 1.1: buffered (device-sampled) groups -> list of drains, each a dict with seq0, dropped,
+    # sync_host_ns, sync_dev_ticks, period_ticks and records (buffered_dtype), in file order
+    buffered: dict[int, list[dict]] = field(default_factory=dict)
 
     def group(self, gid: int) -> dict:
         for g in self.header["groups"]:
@@ -104,6 +107,10 @@ def read_actr(f: BinaryIO) -> ActrData:
             dropped = _claimed_records(payload, dtypes)
             held = f" (its {dropped} samples lost)" if dropped else ""
             data.warnings.append((offset, f"{tag.decode()} chunk fails its checksum; skipped{held}", dropped))
+        elif tag == b"BUFS":
+            err = _take_bufs(payload, header, data)
+            if err:
+                data.warnings.append((offset, err, 0))
         elif tag == b"SMPL":
             err = _take_smpl(payload, dtypes, parts)
             if err:
@@ -161,6 +168,25 @@ def _take_smpl(payload: bytes, dtypes: dict, parts: dict) -> str | None:
     if len(payload) != SMPL_HEADER.size + n * dt.itemsize:
         return f"SMPL chunk length does not match its {n} samples; skipped"
     parts[gid].append(np.frombuffer(payload, dtype=dt, count=n, offset=SMPL_HEADER.size).copy())
+    return None
+
+
+def _take_bufs(payload: bytes, header: dict, data: ActrData) -> str | None:
+    if len(payload) < BUFS_HEADER.size:
+        return "BUFS chunk shorter than its own header; skipped"
+    gid, k, n, _, seq0, dropped, sync_host, sync_ticks, period = BUFS_HEADER.unpack_from(payload)
+    g = next((g for g in header["groups"] if g["id"] == gid), None)
+    if g is None or g.get("buffered") is None:
+        return f"BUFS chunk for group {gid}, which the header does not declare as buffered; skipped"
+    if k != len(g["counters"]):
+        return f"BUFS chunk for group {gid} carries {k} values per sample; the header says {len(g['counters'])}"
+    dt = buffered_dtype(k)
+    if len(payload) != BUFS_HEADER.size + n * dt.itemsize or dropped < 0 or period <= 0 or seq0 < 0:
+        return f"BUFS chunk for group {gid} does not match its {n} samples (or has a negative count); skipped"
+    recs = np.frombuffer(payload, dtype=dt, count=n, offset=BUFS_HEADER.size).copy()
+    data.buffered.setdefault(gid, []).append({"seq0": seq0, "dropped": dropped, "sync_host_ns": sync_host,
+                                              "sync_dev_ticks": sync_ticks, "period_ticks": period,
+                                              "records": recs})
     return None
 
 

@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from acceltrace.formats.actr.layout import CHUNK_HEADER, FILE_HEADER, MAGIC, SMPL_HEADER, VERSION, record_dtype, validate_header
+from acceltrace.formats.actr.layout import BUFS_HEADER, CHUNK_HEADER, FILE_HEADER, MAGIC, SMPL_HEADER, VERSION, buffered_dtype, record_dtype, validate_header
 
 
 class ActrWriter:
@@ -42,6 +42,8 @@ class ActrWriter:
             self._fill[g["id"]] = 0
             self._k[g["id"]] = k
         self.samples_written = 0
+        self.buffered_written = 0
+        self.buffered_dropped = 0
         self.closed = False
 
     def _chunk(self, tag: bytes, payload) -> None:
@@ -95,6 +97,24 @@ class ActrWriter:
         self._chunk(b"SMPL", payload)
         self.samples_written += n
 
+    def append_buffered(self, group: int, *, seq0: int, dropped: int, sync_host_ns: int, sync_dev_ticks: int,
+                        period_ticks: int, dev_ticks, raw) -> None:
+        """One drain of a device-side PM sampler as one BUFS chunk (written even when empty, so
+        its clock pair and dropped count are kept). raw: (N, K) register values."""
+        k = self._k[group]
+        ticks = np.asarray(dev_ticks, dtype=np.int64)
+        n = len(ticks)
+        if dropped < 0 or period_ticks <= 0:
+            raise ValueError("a BUFS chunk needs dropped >= 0 and period_ticks > 0")
+        arr = np.zeros(n, dtype=buffered_dtype(k))
+        arr["dev_ticks"] = ticks
+        if n:
+            arr["raw"] = np.asarray(raw, dtype=np.uint64).reshape(n, k)
+        payload = BUFS_HEADER.pack(group, k, n, 0, seq0, dropped, sync_host_ns, sync_dev_ticks, period_ticks)
+        self._chunk(b"BUFS", payload + arr.tobytes())
+        self.buffered_written += n
+        self.buffered_dropped += int(dropped)
+
     def note(self, obj: dict) -> None:
         """A NOTE chunk (e.g. a source that could not open some counters), written at once."""
         self.flush()
@@ -114,6 +134,9 @@ class ActrWriter:
         self.flush()
         t = dict(tail or {})
         t.setdefault("samples", self.samples_written)
+        if self.buffered_written or self.buffered_dropped:
+            t.setdefault("buffered_samples", self.buffered_written)
+            t.setdefault("buffered_dropped", self.buffered_dropped)
         self._chunk(b"TAIL", json.dumps(t, sort_keys=True).encode())
         self._f.flush()
         try:

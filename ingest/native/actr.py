@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from acceltrace.formats.actr.layout import MAGIC, ActrFormatError
+from acceltrace.formats.actr.layout import MAGIC, NO_DEV_TICKS, ActrFormatError, record_dtype
 from acceltrace.formats.actr.reader import ActrData, read_actr
 from acceltrace.store.errors import IngestError
 from acceltrace.store.link import GT_PER_LANE, link_peak_bytes_per_s
@@ -140,6 +140,8 @@ def _write(data: ActrData, builder, label: str, group: str | None, clock_map) ->
     specs = {c["name"]: c for c in hdr["counters"]}
     gdev = {g["id"]: g.get("device") or specs[g["counters"][0]].get("device", "host") for g in hdr["groups"]}
 
+    _buffered_to_samples(data, builder, label, gdev, clock_map)
+
     # sample times per group: device ticks mapped to host ns where the device has a clock
     maps: dict[str, ClockMap | None] = {}
     residual = 0
@@ -230,11 +232,61 @@ def _write(data: ActrData, builder, label: str, group: str | None, clock_map) ->
             "values": n_values, "truncated": data.truncated}
 
 
+def _buffered_to_samples(data: ActrData, builder, label: str, gdev: dict, clock_map) -> None:
+    """Buffered (device-sampled, BUFS) groups become ordinary sample arrays: device ticks mapped to
+    host ns with the drains' clock pairs (or the caller's clock map), and running time that does
+    not advance across a gap of dropped samples, so no rate is claimed for a span the device lost."""
+    for gid, drains in data.buffered.items():
+        g = data.group(gid)
+        hz = float(g["buffered"]["clock_hz"])
+        k = len(g["counters"])
+        recs = np.concatenate([d["records"] for d in drains])
+        seq = np.concatenate([d["seq0"] + np.arange(len(d["records"]), dtype=np.int64) for d in drains])
+        dropped = sum(d["dropped"] for d in drains)
+        expected_gaps, prev_end = 0, None
+        for d in drains:
+            if prev_end is not None:
+                expected_gaps += max(0, d["seq0"] - prev_end)
+            prev_end = d["seq0"] + len(d["records"])
+        if dropped:
+            builder.warn(label, f"the device's PM ring overflowed: {dropped} samples of group {gid} were dropped "
+                                "by the device (counted exactly); no rate is drawn across those gaps",
+                         dropped=dropped)
+        if expected_gaps != dropped:
+            builder.warn(label, f"group {gid}: the sample sequence skips {expected_gaps} samples but the "
+                                f"device reported {dropped} dropped")
+        dev = gdev[gid]
+        given = clock_map.get(dev) if isinstance(clock_map, dict) else clock_map
+        ticks = recs["dev_ticks"].astype(np.int64)
+        if given is not None:
+            host = _as_map(given)(ticks)
+        else:
+            st = np.asarray([d["sync_dev_ticks"] for d in drains], dtype=np.int64)
+            sh = np.asarray([d["sync_host_ns"] for d in drains], dtype=np.int64)
+            st, first = np.unique(st, return_index=True)
+            sh = sh[first]
+            if len(st) >= 2:
+                host = _interp_extrap(ticks, st, sh)
+            else:  # one pair: the nominal clock rate through it
+                host = sh[0] + np.round((ticks - st[0]) * (1e9 / hz)).astype(np.int64)
+        step = np.diff(ticks).astype(np.float64) * (1e9 / hz)
+        step[np.diff(seq) != 1] = 0.0  # an interval spanning dropped samples did not count
+        running = np.concatenate([[0], np.cumsum(step)]).astype(np.uint64) if len(ticks) else np.zeros(0, np.uint64)
+        out = np.zeros(len(recs), dtype=record_dtype(k))
+        out["host_ns"], out["dev_ticks"] = host, NO_DEV_TICKS
+        out["enabled_ns"], out["running_ns"] = running, running
+        out["raw"] = recs["raw"]
+        data.samples[gid] = np.concatenate([data.samples[gid], out]) if len(data.samples.get(gid, ())) else out
+
+
 def _meta(builder, data: ActrData, devices: dict, residual: int) -> None:
     tail = data.tail or {}
     builder.set_meta("counters_rate_hz", str(data.header.get("rate_hz", "")))
     builder.set_meta("counters_source", str(data.header.get("source", "")))
     builder.set_meta("counters_missed_deadlines", str(tail.get("missed_deadlines", "unknown")))
+    if data.buffered:
+        builder.set_meta("counters_buffered_dropped", str(sum(d["dropped"] for ds in data.buffered.values()
+                                                              for d in ds)))
     if any((d.get("clock_hz") for d in devices.values())):
         builder.set_meta("counters_clock_residual_ns", str(residual))
     if any(k == "link_gen" or k.startswith("link_gen:") for k in builder.meta):
