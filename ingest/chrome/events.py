@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
 from acceltrace.ingest.chrome.columns import arg_fields, codes, ints, norm_id, raw_events, raw_text, strings, take, to_ns, values
-from acceltrace.ingest.chrome.meta import handle_counters, handle_metadata
+from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
 _DIR_CODES = {None: 0, "h2d": 1, "d2h": 2, "d2d": 3, "p2p": 4}
@@ -192,6 +192,16 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
     if not sub:
         return
     names = strings(sub, "name").fill_null("")
+    if b'"[memory]"' in work.chunk.raw:  # memory events are levels over time: counters, not instants
+        mem = pc.equal(names, MEMORY_EVENT).to_numpy(zero_copy_only=False) & ~is_x
+        if mem.any():
+            k = np.flatnonzero(mem)
+            handle_memory(state, src, take(sub, k), ts_ns[k], values(take(sub, k), "pid"))
+            k = np.flatnonzero(~mem)
+            sub, idx, seq, ts_ns, dur_ns, is_x = take(sub, k), idx[k], seq[k], ts_ns[k], dur_ns[k], is_x[k]
+            names = names.take(pa.array(k))
+            if not sub:
+                return
     cats = strings(sub, "cat")
     args = values(sub, "args")
     af = arg_fields(args)

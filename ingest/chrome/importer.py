@@ -9,6 +9,7 @@ correlation and External id links, track names) is resolved in finish()
 
 from __future__ import annotations
 
+import json
 import re
 
 from acceltrace.ingest.chrome import kineto as kin
@@ -29,8 +30,12 @@ SUFFIXES = (".pt.trace.json", ".trace.json", ".json", ".pftrace.json", ".ctf.jso
 _HEAD = re.compile(rb'^(\xef\xbb\xbf)?\s*(\{.*"(traceEvents|displayTimeUnit|schemaVersion|deviceProperties'
                    rb'|otherData|systemTraceEvents|stackFrames|samples|traceName|distributedInfo)"\s*:'
                    rb'|\[\s*(\{|\]|$))', re.S)
-_LANE_ORDER = {"cpu": 0, "driver": 1, "pcie": 2, "eu": 3, "counter": 4}
-_KIND_ORDER = {"global": 0, "process": 1, "thread": 2, "async": 3, "pcie": 4, "counter": 5}
+_LANE_ORDER = {"cpu": 0, "driver": 1, "pcie": 2, "eu": 3, "counter": 4, "annotation": 5}
+# Top-level keys that name the profiler, its runtime and driver (trace_meta "versions")
+_VERSION_KEYS = ("schemaVersion", "cupti_version", "cuda_runtime_version", "cuda_driver_version",
+                 "roctracer_version", "hip_runtime_version", "hip_driver_version", "trace_id", "traceName",
+                 "host_name", "with_stack", "profile_memory", "record_shapes", "with_flops", "with_modules")
+_KIND_ORDER = {"global": 0, "process": 1, "thread": 2, "async": 3, "pcie": 4, "counter": 5, "memory": 6}
 
 
 def sniff(head: bytes) -> bool:
@@ -187,12 +192,17 @@ def _name_tracks(state) -> None:
     ranks = _rank_names(state) if multi else {}
     order = []
     for track_id, info in state.tracks.items():
-        device_lane = info.lane in ("eu", "pcie")
+        device_lane = (info.lane in ("eu", "pcie") or (info.lane == "annotation" and info.sub == "device")
+                       or (info.kind == "memory" and info.tid == "device"))
         proc, is_device = _process_label(state, info.src, info.pid, device_lane)
         if info.kind == "thread":
             label = _thread_label(state, info.src, info.pid, info.tid)
             if info.lane == "driver":
                 label += " (driver)"
+            elif info.lane == "annotation":
+                if device_lane and not label.lower().startswith("stream") and info.tid.isdigit():
+                    label = f"stream {info.tid}"
+                label += " annotations"
             elif info.lane == "eu" and not label.lower().startswith("stream") and info.tid.isdigit():
                 label = f"stream {info.tid}" if is_device else label
         elif info.kind == "pcie":
@@ -210,7 +220,7 @@ def _name_tracks(state) -> None:
         else:
             group, name = proc, label
         device = info.pid if (is_device or device_lane) and info.pid else None
-        thread = info.tid or None
+        thread = info.tid if info.tid and info.kind != "memory" else None
         psort = state.proc.get((info.src, info.pid), {}).get("sort")
         tsort = state.thread_meta.get((info.src, info.pid, info.tid), {}).get("sort")
         key = (info.src, _KIND_ORDER.get(info.kind) == 0, psort if psort is not None else _num(info.pid),
@@ -256,6 +266,24 @@ def _trace_meta(state) -> None:
                 devices.append(str(d["name"]))
     if devices:
         b.set_meta("chrome_device_names", sorted(set(devices)))
+    props = [d for m in metas for d in (m.get("deviceProperties") or []) if isinstance(d, dict)]
+    if props:
+        b.set_meta("device_properties", json.dumps(props))
+    versions = {}
+    for m in metas:
+        for key in _VERSION_KEYS:
+            if key in m and isinstance(m[key], (str, int, float)) and not isinstance(m[key], bool):
+                versions.setdefault(key, str(m[key]))
+    profiler = "PyTorch profiler (Kineto)" if any("schemaVersion" in m or "deviceProperties" in m for m in metas) \
+        else "Chrome trace event format"
+    if versions.get("schemaVersion"):
+        profiler += f", trace schema {versions['schemaVersion']}"
+    b.set_meta("profiler", profiler)
+    if versions:
+        b.set_meta("versions", json.dumps(versions, sort_keys=True))
+    n_mem = sum(s.memory_events for s in state.sources)
+    if n_mem:
+        b.set_meta("chrome_memory_events", str(n_mem))
     for key in ("schemaVersion", "displayTimeUnit", "baseTimeNanoseconds"):
         vals = sorted({str(m[key]) for m in metas if key in m})
         if vals:

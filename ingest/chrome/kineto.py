@@ -4,7 +4,10 @@ The mapping follows DESIGN.md (lanes are about what a track shows):
   cpu     cpu_op, python_function, user_annotation, cuda_runtime (+ old-schema Operator, Runtime)
   driver  cuda_driver, mtia_runtime, privateuse1_* (accelerator runtimes that submit work)
   pcie    gpu_memcpy HtoD / DtoH / PtoP, MTIA dma_request (one track per device and direction)
-  eu      kernel, gpu_memset, DtoD copies, gpu_user_annotation, other MTIA device events (per stream)
+  eu      kernel, gpu_memset, DtoD copies, other MTIA device events (per stream)
+  annotation  gpu_user_annotation (device ranges such as CUDA-graph capture markers: rows of that
+          device, per stream) and the profiler's own span ("PyTorch Profiler (0)", category Trace):
+          ranges that mark time, never counted as work
 Categories we do not know fall back on the thread: a thread id like "stream 7" is a
 device stream (eu), anything else a CPU thread.
 """
@@ -13,16 +16,17 @@ from __future__ import annotations
 
 import re
 
-LANE_CODES = ("cpu", "driver", "pcie", "eu")
-CPU, DRIVER, PCIE, EU = range(4)
+# codes 4 and 5 are both the annotation lane: host-side (a process's span) and device-side
+LANE_CODES = ("cpu", "driver", "pcie", "eu", "annotation", "annotation")
+CPU, DRIVER, PCIE, EU, ANNOTATION, DEVICE_ANNOTATION = range(6)
 
 _BY_CATEGORY = {
     "cpu_op": CPU, "operator": CPU, "python_function": CPU, "user_annotation": CPU,
-    "cuda_runtime": CPU, "runtime": CPU, "cpu_instant_event": CPU, "overhead": CPU, "trace": CPU,
+    "cuda_runtime": CPU, "runtime": CPU, "cpu_instant_event": CPU, "overhead": CPU, "trace": ANNOTATION,
     "external_correlation": CPU, "cuda_sync": EU, "cuda_event": CPU, "python_op": CPU,
     "cuda_driver": DRIVER, "mtia_runtime": DRIVER, "privateuse1_runtime": DRIVER, "privateuse1_driver": DRIVER,
     "driver": DRIVER,
-    "kernel": EU, "gpu_memset": EU, "memset": EU, "gpu_user_annotation": EU, "mtia_ccp_events": EU,
+    "kernel": EU, "gpu_memset": EU, "memset": EU, "gpu_user_annotation": DEVICE_ANNOTATION, "mtia_ccp_events": EU,
     "hardware_counters": EU,
     # copies: the direction decides (see copy_kind)
     "gpu_memcpy": PCIE, "memcpy": PCIE,

@@ -39,11 +39,11 @@ MAX_EXAMPLES = 3
 @dataclass
 class TrackInfo:
     src: int
-    kind: str  # thread | pcie | global | process | async | counter
+    kind: str  # thread | pcie | global | process | async | counter | memory (tid 'device' or '' for host)
     lane: str
     pid: str = ""
     tid: str = ""
-    sub: str = ""  # direction (pcie), category (async), series (counter)
+    sub: str = ""  # direction (pcie), category (async), series (counter), device|host (annotation)
 
 
 @dataclass
@@ -57,6 +57,8 @@ class SourceState:
     max_ts_ns: int | None = None
     meta: dict = field(default_factory=dict)
     counter_tracks: set = field(default_factory=set)
+    memory_events: int = 0
+    memory_running: dict = field(default_factory=dict)  # (device, pid) -> bytes, old-schema [memory] sums
     problems: dict = field(default_factory=dict)  # message -> [count, first position, examples, dropped]
 
     def _problem(self, message: str, count: int, position: int | None, example=None, dropped: bool = True,
@@ -212,15 +214,19 @@ class ChromeState:
             v = self._threads[k] = len(self._threads)
         return v
 
-    def _track(self, src: SourceState, info: TrackInfo, key: tuple, name: str) -> int:
-        tid = self.builder.track(lane=info.lane, name=name, group_name=src.group or "", key=key)
+    def _track(self, src: SourceState, info: TrackInfo, key: tuple, name: str, unit: str | None = None) -> int:
+        tid = self.builder.track(lane=info.lane, name=name, group_name=src.group or "", key=key, unit=unit)
         if tid not in self.tracks:
             self.tracks[tid] = info
         return tid
 
     def slice_track(self, src: SourceState, pid: str, tid: str, thread_key: int, lane_code: int, direction: str) -> int:
         lane = kin.LANE_CODES[lane_code]
-        if lane == "pcie":
+        if lane == "annotation":
+            side = "device" if lane_code == kin.DEVICE_ANNOTATION else "host"
+            info = TrackInfo(src.idx, "thread", lane, pid, tid, side)
+            key = ("chrome", src.idx, pid, tid, lane)
+        elif lane == "pcie":
             info = TrackInfo(src.idx, "pcie", lane, pid, "", direction)
             key = ("chrome", src.idx, pid, "pcie", direction)
         else:
@@ -243,6 +249,12 @@ class ChromeState:
     def counter_track(self, src: SourceState, pid: str, series: str) -> int:
         return self._track(src, TrackInfo(src.idx, "counter", "counter", pid, "", series),
                            ("chrome", src.idx, pid, "counter", series), f"{pid}/{series}")
+
+    def memory_track(self, src: SourceState, device: int, pid: str, series: str) -> int:
+        """A device's (or, device -1, a host process's) memory level in bytes."""
+        owner = str(device) if device >= 0 else pid
+        return self._track(src, TrackInfo(src.idx, "memory", "counter", owner, "device" if device >= 0 else "", series),
+                           ("chrome", src.idx, "memory", device, owner, series), f"{owner}/{series}", unit="B")
 
     def stage(self, table: str, columns: dict) -> None:
         """Append rows to a staging table (created on first use), through the writer."""

@@ -13,6 +13,7 @@ and no Python runs per event.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class _Ingest:
         self.ex, self.stage, self.b, self.source = ex, stage, builder, source
         self.prefix = f"{source.group}: " if getattr(source, "group", None) else ""
         self.off = 0
+        self.unreadable: set[str] = set()
 
     def q(self, sql: str):
         return self.stage.execute(sql)
@@ -69,6 +71,13 @@ class _Ingest:
         ex = self.ex
         for t, spec in {**r.EVENT_TABLES, **r.NAME_TABLES}.items():
             r.copy_table(ex, self.stage, t, spec)
+        for t, spec in r.CPU_TABLES.items():
+            missing = [c for c in spec[0] if c not in ex.columns.get(t, ())] if ex.has(t) else []
+            if missing:  # drawn when readable; a table of another layout is named, never guessed at
+                self.b.warn(ex.name, f"table {t} lacks column(s) {', '.join(missing)}: its"
+                            f" {r.GIVES[t]} were not read", f"table {t}", dropped=ex.rows.get(t, 0))
+                self.unreadable.add(t)
+            r.copy_table(ex, self.stage, "" if missing else t, spec, as_name=t)  # unreadable: created empty
         start_utc = r.session_start_utc_ns(ex)
         self.off = start_utc or 0
         self._meta(start_utc)
@@ -81,8 +90,41 @@ class _Ingest:
         for sql in (m.calls_sql(self.off), m.nvtx_sql(self.off), m.kernels_sql(self.off),
                     m.memcpy_sql(self.off), m.memset_sql(self.off)):
             self._add_slices(sql)
+        self._cpu_tables()
         self._flows()
         self._counters()
+        self._not_present()
+
+    def _cpu_tables(self) -> None:
+        """OS runtime calls, scheduling and CPU samples (docs/nsys.md), when the export has them."""
+        if "OSRT_API" not in self.unreadable:
+            self._add_slices(m.osrt_sql(self.off))
+        if "SCHED_EVENTS" not in self.unreadable and self.ex.has("SCHED_EVENTS"):
+            (end,) = self.q('SELECT greatest((SELECT max(start) FROM SCHED_EVENTS), (SELECT max("end") FROM _calls),'
+                            ' (SELECT max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL))').fetchall()[0]
+            self._add_slices(m.sched_sql(self.off, int(end or 0)))
+            double_in, lone_out = self.q(m.SCHED_UNPAIRED_SQL).fetchall()[0]
+            if double_in or lone_out:
+                self.b.warn(self.ex.name, f"{double_in} sched-in events followed by another sched-in and {lone_out}"
+                            " sched-out events without a sched-in before them were not drawn", "table SCHED_EVENTS",
+                            dropped=int(double_in) + int(lone_out))
+        if not {"COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS"} & self.unreadable:
+            self._add_slices(m.samples_sql(self.off))
+
+    def _not_present(self) -> None:
+        """trace_meta not_present: each table we would read that the export lacks or holds empty."""
+        out = []
+        for t, gives in r.GIVES.items():
+            if t in self.unreadable:
+                state = "unreadable"
+            elif t not in self.ex.columns:
+                state = "absent"
+            elif not self.ex.has(t):
+                state = "empty"
+            else:
+                continue
+            out.append({"source": t, "gives": gives, "state": state})
+        self.b.set_meta("not_present", json.dumps(out))
 
     # -- metadata ----------------------------------------------------------------------------
     def _meta(self, start_utc: int | None) -> None:
@@ -93,6 +135,16 @@ class _Ingest:
         product = meta.get("EXPORT_PRODUCT_VERSION") or meta.get("NSIGHT_SYSTEMS_VERSION")
         if product:
             self.b.set_meta("nsys_version", product)
+        self.b.set_meta("profiler", f"Nsight Systems {product}" if product else "Nsight Systems")
+        versions = {k: v for k, v in (("nsys_version", product), ("export_schema_version", version)) if v}
+        if {"name", "value"} <= self.ex.columns.get("TARGET_INFO_SYSTEM_ENV", set()):  # only named facts: the
+            # table also holds the whole process environment, which the trace info must not show
+            for row in _rows(self.ex, "TARGET_INFO_SYSTEM_ENV", where=f"name IN ({', '.join(map(repr, _ENV_FACTS))})"):
+                versions.setdefault(str(row.get("name")), str(row.get("value")))
+        self.b.set_meta("versions", json.dumps(versions, sort_keys=True))
+        gpus = _rows(self.ex, "TARGET_INFO_GPU")
+        if gpus:
+            self.b.set_meta("device_properties", json.dumps(gpus))
         if start_utc is not None:
             self.b.set_meta("clock", "utc_epoch")
             self.b.set_meta("nsys_session_start_utc_ns", str(start_utc))
@@ -169,9 +221,13 @@ class _Ingest:
                 group = f"{pname} (pid {pid})"
                 name = f"{thread_name} ({tid})" if thread_name else f"thread {tid}"
                 proc, thr, sort = str(pid), str(tid), 0 if tid == pid else tid
+            role = lane
+            lane = {"osrt": "cpu", "sched": "cpu", "samples": "cpu"}.get(role, role)
+            name += _ROLE_SUFFIX[role]
             track = self.b.track(lane, name, group_name=self.prefix + group, process=proc, thread=thr,
-                                 sort_key=sort * 2 + (lane == "driver"),
-                                 key=(NAME, self.prefix, "thread", gtid, lane))
+                                 sort_key=sort * 8 + m.THREAD_ROLES.index(role),
+                                 key=(NAME, self.prefix, "thread", gtid, role))
+            lane = role
             gtids.append(gtid)
             lanes.append(lane)
             track_ids.append(track)
@@ -273,8 +329,27 @@ class _Ingest:
                 self.b.add_counters(batch.column(0), batch.column(1), batch.column(2))
 
 
+_ENV_FACTS = ("NvDriverVersion", "CudaDriverVersion", "CudaRuntimeVersion", "OsDescription", "CpuDescription",
+              "CpuCores", "HardwarePlatform")
+_ROLE_SUFFIX = {"cpu": "", "driver": "", "annotation": " NVTX", "osrt": " OS runtime", "sched": " scheduling",
+                "samples": " samples"}
 _UNIT = re.compile(r"^(.*?)\s*\[([^\]]+)\]\s*$")
 _GPU = re.compile(r"\bGPU\s*(\d+)\b", re.IGNORECASE)
+
+
+def _rows(ex: r.Export, table: str, limit: int = 256, where: str = "TRUE") -> list[dict]:
+    """A small table's rows as dicts (device and system facts for the trace info), [] when absent."""
+    if table not in ex.columns:
+        return []
+    saved = ex.con.text_factory
+    ex.con.text_factory = lambda b: b.decode("utf-8", "replace")  # real exports hold stray bytes here
+    try:
+        cur = ex.con.execute(f'SELECT * FROM "{table}" WHERE {where} LIMIT {int(limit)}')
+        names = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    finally:
+        ex.con.text_factory = saved
+    return [{k: v for k, v in zip(names, row) if v is not None and v != ""} for row in rows]
 
 
 def _metric_name_unit(metric_name: str) -> tuple[str, str | None]:

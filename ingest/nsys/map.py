@@ -61,12 +61,19 @@ def calls_table_sql(driver_class: int, backtrace_class: int, has_driver_table: b
     """
 
 
+# One track per thread and role: `lane` here is the role (cpu = CUDA runtime calls, driver, annotation =
+# NVTX ranges, osrt = OS runtime calls, sched = scheduling, samples = CPU samples); the importer
+# gives osrt, sched and samples tracks the cpu lane.
+THREAD_ROLES = ("cpu", "driver", "annotation", "osrt", "sched", "samples")
 THREADS_SQL = """
 SELECT h.gtid, h.lane, (h.gtid >> 24) & 16777215 AS pid, h.gtid & 16777215 AS tid,
        coalesce(tn.name, nv.name) AS thread_name, p.name AS process_name
 FROM (
     SELECT DISTINCT coalesce(globalTid, -1) AS gtid, lane FROM _calls
-    UNION SELECT DISTINCT coalesce(globalTid, -1), 'cpu' FROM NVTX_EVENTS WHERE eventType IN ({nvtx_types})
+    UNION SELECT DISTINCT coalesce(globalTid, -1), 'annotation' FROM NVTX_EVENTS WHERE eventType IN ({nvtx_types})
+    UNION SELECT DISTINCT coalesce(globalTid, -1), 'osrt' FROM OSRT_API
+    UNION SELECT DISTINCT coalesce(globalTid, -1), 'sched' FROM SCHED_EVENTS
+    UNION SELECT DISTINCT coalesce(globalTid, -1), 'samples' FROM COMPOSITE_EVENTS
 ) h
 LEFT JOIN (SELECT t.globalTid, any_value(s.value) AS name FROM ThreadNames t
            JOIN StringIds s ON s.id = t.nameId GROUP BY ALL) tn ON tn.globalTid = h.gtid
@@ -126,13 +133,28 @@ def _args(pairs: str) -> str:
     return f"json_merge_patch('{{}}', json_object({pairs}))"
 
 
+# Nsight names API calls with their ABI version ("cudaLaunchKernel_v7000"): the label drops it,
+# args "full name" keeps the name as recorded (docs/nsys.md).
+_API_SUFFIX = r"'_v[0-9]+$'"
+
+
+def api_label(col: str) -> str:
+    return f"coalesce(regexp_replace({col}, {_API_SUFFIX}, ''), 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)'))"
+
+
+def api_full(col: str) -> str:
+    """The recorded name where the label differs from it, else NULL (left out of args)."""
+    return f"CASE WHEN regexp_matches({col}, {_API_SUFFIX}) THEN {col} END"
+
+
 def calls_sql(off: int) -> str:
     return f"""
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           coalesce(s.value, 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)')) AS name,
+           {api_label('s.value')} AS name,
            CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args("'return value', x.returnValue, 'callchain id', coalesce(x.callchainId, x.bt_chain)")} AS args,
+           {_args(f"'full name', {api_full('s.value')}, 'return value', x.returnValue,"
+                  " 'callchain id', coalesce(x.callchainId, x.bt_chain)")} AS args,
            coalesce(x.globalTid, -1) & -16777216 AS gpid,
            CASE x.lane WHEN 'driver' THEN 'drv' ELSE 'api' END AS role
     FROM _calls x
@@ -146,14 +168,15 @@ def kernels_sql(off: int) -> str:
     grid = "CASE WHEN x.gridX IS NULL THEN NULL ELSE [x.gridX, x.gridY, x.gridZ] END"
     block = "CASE WHEN x.blockX IS NULL THEN NULL ELSE [x.blockX, x.blockY, x.blockZ] END"
     pairs = (
-        f"'short name', sn.value, 'mangled name', mn.value, {_DEV_ARGS}, 'grid', {grid}, 'block', {block},"
+        f"'full name', coalesce(dn.value, mn.value), 'short name', sn.value, 'demangled name', dn.value,"
+        f" 'mangled name', mn.value, {_DEV_ARGS}, 'grid', {grid}, 'block', {block},"
         " 'registers per thread', x.registersPerThread, 'static shared memory', x.staticSharedMemory,"
         " 'dynamic shared memory', x.dynamicSharedMemory, 'local memory total', x.localMemoryTotal,"
         " 'graph node id', x.graphNodeId"
     )
     return f"""
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           coalesce(dn.value, sn.value, 'kernel') AS name, 'kernel' AS category,
+           coalesce(sn.value, dn.value, mn.value, 'kernel') AS name, 'kernel' AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args(pairs)} AS args, x.globalPid AS gpid, 'exec' AS role
     FROM CUPTI_ACTIVITY_KIND_KERNEL x
@@ -224,7 +247,7 @@ def nvtx_sql(off: int) -> str:
            NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args(pairs)} AS args, NULL::BIGINT AS gpid, NULL AS role
     FROM NVTX_EVENTS x
-    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'cpu'
+    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'annotation'
     LEFT JOIN StringIds s ON s.id = x.textId
     LEFT JOIN (SELECT domainId, any_value(coalesce(n.text, s2.value)) AS name FROM NVTX_EVENTS n
                LEFT JOIN StringIds s2 ON s2.id = n.textId
@@ -261,3 +284,74 @@ UNLINKED_SQL = """
 SELECT count(*) FROM _links g WHERE g.role IN ('exec', 'dma') AND g.corr IS NOT NULL AND NOT EXISTS (
     SELECT 1 FROM _links a WHERE a.role IN ('api', 'drv') AND a.corr = g.corr AND (g.gpid IS NULL OR g.gpid = a.gpid))
 """
+
+
+def osrt_sql(off: int) -> str:
+    """OS runtime library calls (pthread, poll, ioctl, ...) on the thread's "OS runtime" track."""
+    return f"""
+    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           coalesce(s.value, 'OS runtime call ' || x.nameId::VARCHAR) AS name, 'osrt' AS category,
+           NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
+           {_args("'return value', x.returnValue, 'nesting level', x.nestingLevel, 'callchain id', x.callchainId")}
+               AS args, NULL::BIGINT AS gpid, NULL AS role
+    FROM OSRT_API x
+    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'osrt'
+    LEFT JOIN StringIds s ON s.id = x.nameId
+    WHERE {_VALID}
+    """
+
+
+def sched_sql(off: int, end_ns: int) -> str:
+    """Thread scheduling: each sched-in to the thread's next sched-out is a slice "on CPU n".
+
+    A sched-in with no later sched-out runs to the end of the report (args "open": true); a
+    sched-out with no sched-in before it starts at the report's first event is not drawn
+    (counted by sched_unpaired_sql).
+    """
+    return f"""
+    WITH e AS (
+        SELECT coalesce(globalTid, -1) AS gtid, start, cpu, isSchedIn <> 0 AS sin,
+               lead(start) OVER w AS next_start, lead(isSchedIn <> 0) OVER w AS next_in
+        FROM SCHED_EVENTS WHERE start IS NOT NULL
+        WINDOW w AS (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn))
+    SELECT t.track_id, e.start + {off} AS ts,
+           CASE WHEN e.next_start IS NULL THEN greatest(0, {end_ns} - e.start) ELSE e.next_start - e.start END AS dur,
+           'on CPU ' || e.cpu AS name, 'sched' AS category,
+           NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
+           {_args("'cpu', e.cpu, 'open', CASE WHEN e.next_start IS NULL THEN true END")} AS args,
+           NULL::BIGINT AS gpid, NULL AS role
+    FROM e JOIN _thread_map t ON t.gtid = e.gtid AND t.lane = 'sched'
+    WHERE e.sin AND (e.next_in IS NULL OR NOT e.next_in)
+    """
+
+
+SCHED_UNPAIRED_SQL = """
+WITH e AS (SELECT isSchedIn <> 0 AS sin, lead(isSchedIn <> 0) OVER (
+               PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn) AS next_in,
+           lag(isSchedIn <> 0) OVER (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn) AS prev_in
+           FROM SCHED_EVENTS WHERE start IS NOT NULL)
+SELECT count(*) FILTER (WHERE sin AND next_in), count(*) FILTER (WHERE NOT sin AND NOT coalesce(prev_in, false))
+FROM e
+"""
+
+
+def samples_sql(off: int) -> str:
+    """CPU samples: an instant per sample on the thread's "samples" track, named by its leaf frame,
+    with the whole call stack (leaf first, "symbol (module)") in args "stack"."""
+    return f"""
+    WITH st AS (
+        SELECT c.id, list(coalesce(sy.value, '?') || ' (' || coalesce(mo.value, '?') || ')' ORDER BY c.stackDepth)
+                   AS stack,
+               arg_min(coalesce(sy.value, '?'), c.stackDepth) AS leaf
+        FROM SAMPLING_CALLCHAINS c
+        LEFT JOIN StringIds sy ON sy.id = c.symbol LEFT JOIN StringIds mo ON mo.id = c.module
+        GROUP BY c.id)
+    SELECT t.track_id, x.start + {off} AS ts, 0::BIGINT AS dur, coalesce(st.leaf, 'sample') AS name,
+           'cpu_sample' AS category, NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction,
+           NULL AS host_mem, {_args("'cpu', x.cpu, 'thread state', x.threadState, 'stack', st.stack")} AS args,
+           NULL::BIGINT AS gpid, NULL AS role
+    FROM COMPOSITE_EVENTS x
+    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'samples'
+    LEFT JOIN st ON st.id = x.id
+    WHERE x.start IS NOT NULL
+    """

@@ -64,6 +64,26 @@ EVENT_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
 }
 
+# CPU-side tables drawn on the cpu lane when the export has them (never required): OS runtime
+# calls, thread scheduling, and CPU samples with their call stacks.
+CPU_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "OSRT_API": ({"start": I, "end": I, "globalTid": I, "nameId": I},
+                 {"returnValue": I, "nestingLevel": I, "callchainId": I}),
+    "SCHED_EVENTS": ({"start": I, "cpu": I, "isSchedIn": I, "globalTid": I}, {}),
+    "COMPOSITE_EVENTS": ({"id": I, "start": I, "globalTid": I}, {"cpu": I, "threadState": I}),
+    "SAMPLING_CALLCHAINS": ({"id": I, "symbol": I, "module": I, "stackDepth": I}, {}),
+}
+
+# What each table we read gives, for trace_meta not_present (the trace info says what a file lacks).
+GIVES = {
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "CUDA runtime API calls", "CUPTI_ACTIVITY_KIND_DRIVER": "CUDA driver API calls",
+    "CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_MEMCPY": "memory copies",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "memsets", "NVTX_EVENTS": "NVTX ranges and marks",
+    "GPU_METRICS": "GPU metrics (counters)", "OSRT_API": "OS runtime library calls",
+    "SCHED_EVENTS": "thread scheduling", "COMPOSITE_EVENTS": "CPU samples",
+    "SAMPLING_CALLCHAINS": "CPU sample call stacks",
+}
+
 # Tables that name things; used when present.
 NAME_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "StringIds": ({"id": I, "value": T}, {}),
@@ -113,7 +133,7 @@ def open_export(path: Path, name: str) -> Export:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for t in tables:
             ex.columns[t] = {r[1] for r in con.execute(f'PRAGMA table_info("{_q(t)}")')}
-        for t in list(EVENT_TABLES) + list(NAME_TABLES):
+        for t in list(EVENT_TABLES) + list(NAME_TABLES) + list(CPU_TABLES):
             if t in ex.columns:
                 (ex.rows[t],) = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()
         for meta_table in ("EXPORT_META_DATA", "META_DATA_EXPORT"):  # 2.x name, 3.x name
