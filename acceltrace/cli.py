@@ -47,6 +47,12 @@ def _collect(args: argparse.Namespace) -> int:
     return collect_command(args, realtime_sim=realtime_sim_source) or 0
 
 
+def _fleet(args: argparse.Namespace) -> int:
+    from acceltrace.fleet.cli import fleet_command
+
+    return fleet_command(args) or 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from acceltrace.export.command import export_command
 
@@ -106,7 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--events", type=int, default=None, help="scale the run to roughly N events")
     s.add_argument("--live", action="store_true", help="pace in real time through a running tracing daemon")
+    s.add_argument("--ranks", type=int, default=None, help="sim fleet: number of ranks (run directories)")
     s.set_defaults(func=_sim)
+
+    s = sub.add_parser("fleet", help="fleet analysis on Dask: many traces (ranks, hosts, runs), one question;"
+                                     " `fleet query FLEET SQL` queries a fleet's tables")
+    s.add_argument("paths", nargs="+", metavar="PATH", help="traces, run directories, directories of them or globs")
+    s.add_argument("--name", help="fleet name (a build with the name of an existing fleet updates it)")
+    s.add_argument("--tag-pattern", metavar="P",
+                   help="regex with named groups (job, rank, host, run) matched against each trace's path")
+    s.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:port)")
+    s.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per core)")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--format", choices=("csv", "json"), default="csv", help="fleet query: output format")
+    s.set_defaults(func=_fleet)
 
     s = sub.add_parser("traced", help="the tracing daemon (or, with ctl, control a running one)")
     s.add_argument("--socket", required=True, type=Path)

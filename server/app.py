@@ -14,12 +14,12 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
-from acceltrace.server.routers import analysis, diff, export, live, pages, slices, tiles, traces
+from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
 
 log = logging.getLogger("acceltrace.server")
 
-ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, live.router, diff.router,
+ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, live.router, diff.router, fleet.router,
            pages.router]
 
 _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",

@@ -32,7 +32,7 @@ def app_pid(seed: int) -> int:
     return 1000 + random.Random(f"pid:{seed}").randrange(1, 60000)
 
 
-def header_for(machine, seed: int) -> dict:
+def header_for(machine, seed: int, extra_header: dict | None = None) -> dict:
     cfg = machine.cfg
     devices, domains = [], [{"id": 0, "name": "host", "kind": "host", "unit": "ns"}]
     for dev in machine.devices:
@@ -53,6 +53,7 @@ def header_for(machine, seed: int) -> dict:
         "devices": devices,
         "producer": "acceltrace device model",
     }
+    extra.update(extra_header or {})
     if cfg.uplink is not None:
         extra["switch"] = {"uplink_gen": cfg.uplink.gen, "uplink_width": cfg.uplink.width,
                            "max_payload_bytes": cfg.uplink.mps}
@@ -146,11 +147,13 @@ def sync_pairs(machine, seed: int, end_rel_ns: float) -> list[tuple[int, np.ndar
     return out
 
 
-def write_atrace(result, path: Path, seed: int, process_name: str = "python3") -> int:
-    """Write run.atrace; returns the number of event records."""
+def write_atrace(result, path: Path, seed: int, process_name: str = "python3",
+                 extra_header: dict | None = None) -> int:
+    """Write run.atrace; returns the number of event records. extra_header: more header facts
+    (a fleet rank's `distributed` block and host)."""
     m = result.machine
     pid = app_pid(seed)
-    writer = AtraceWriter(path, header=header_for(m, seed))
+    writer = AtraceWriter(path, header=header_for(m, seed, extra_header))
     try:
         writer.add_records(naming_records(m, writer, pid, process_name))
         step = 1 << 18

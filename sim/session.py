@@ -46,13 +46,13 @@ def run_scenario(name: str, out_dir: Path, seed: int = 0, events: int | None = N
     return write_run(result, truth, out_dir, seed)
 
 
-def write_run(result, truth: dict, out_dir: Path, seed: int) -> dict:
+def write_run(result, truth: dict, out_dir: Path, seed: int, header_extra: dict | None = None) -> dict:
     """The three files, each written under a temporary name and renamed into place."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atrace_tmp = out_dir / ".run.atrace.tmp"
     actr_tmp = out_dir / ".run.actr.tmp"
-    n_events = output.write_atrace(result, atrace_tmp, seed)
+    n_events = output.write_atrace(result, atrace_tmp, seed, extra_header=header_extra)
     counters = output.write_actr(result, actr_tmp, seed, n_events)
     gt_tmp = out_dir / ".ground_truth.json.tmp"
     gt_tmp.write_text(json.dumps(truth, separators=(",", ":")) + "\n")

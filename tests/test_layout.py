@@ -21,13 +21,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("acceltrace", "ingest", "server", "collect", "analysis", "sim", "store", "formats", "tiles", "export", "diff")
+PARTS = ("acceltrace", "ingest", "server", "collect", "analysis", "sim", "store", "formats", "tiles", "export", "diff",
+         "fleet")
 
 # package -> the packages it may import (docs/architecture.md, "The dependency rule").
 # "cli" is acceltrace/ itself: the command line, which may call into every part.
 ALLOWED = {
     "cli": set(PARTS[1:]),
-    "server": {"analysis", "tiles", "export", "ingest", "diff", "store", "formats", "collect"},
+    "server": {"analysis", "tiles", "export", "ingest", "diff", "store", "formats", "collect", "fleet"},
+    "fleet": {"ingest", "analysis", "store", "formats"},
     "diff": {"store"},
     "analysis": {"store"},
     "tiles": {"store"},

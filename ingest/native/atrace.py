@@ -339,12 +339,31 @@ class _Ingest:
             first = False
         if isinstance(self.meta.get("switch"), dict):
             b.set_meta("switch", json.dumps(self.meta["switch"], sort_keys=True))
+        self._meta_distributed()
         # domain 255 is the daemon's wall clock (NTP may step it): not an event clock, no residual
         res = [m.residual_ns() for dom, m in self.maps.items() if dom != 255]
         res = [x for x in res if x is not None]
         if res:
             b.set_meta("clock_sync_residual_ns", str(max(res)))
         b.set_meta("clock_sync_pairs", str(int(len(r.sync))))
+
+    def _meta_distributed(self) -> None:
+        """A launcher's facts about the process: its rank, world size and job (header `distributed`),
+        and the host name, as trace_meta rank / world_size / job / hostname (fleets tag traces by them)."""
+        b = self.b
+        dist = self.meta.get("distributed")
+        if isinstance(dist, dict):
+            for key in ("rank", "world_size"):
+                v = dist.get(key)
+                if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                    b.set_meta(key, str(v))
+                elif v is not None:
+                    b.warn(self.label, f"header/distributed.{key} is {v!r}, expected a non-negative integer; ignored")
+            if isinstance(dist.get("job"), str) and dist["job"]:
+                b.set_meta("job", dist["job"][:200])
+        host = self.meta.get("host")
+        if isinstance(host, dict) and isinstance(host.get("hostname"), str) and host["hostname"]:
+            b.set_meta("hostname", host["hostname"][:200])
 
     def _clock_pairs_by_device(self) -> dict:
         """{device name: (ticks, host_ns)} for the counters ingest (same mapping for both files)."""

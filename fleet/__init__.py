@@ -1,0 +1,1 @@
+"""Fleet analysis on Dask: one task per trace (ingest, passes, a small result), DuckDB reduces."""
