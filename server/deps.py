@@ -10,13 +10,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 from fastapi import Request
 
 from acceltrace.store.catalog import Store
+from acceltrace.store.queries import trace_start_ns
 from acceltrace.tiles.query import LodInfo
 
 OPEN_TRACES_MAX = 16
@@ -42,7 +45,8 @@ def not_found(trace_id: str) -> ApiError:
 
 @dataclass
 class TraceHandle:
-    """One published trace opened read-only; cursors from it serve one request each."""
+    """One published trace opened read-only; cursors from it serve one request each
+    (`with h.cursor() as cur:`)."""
 
     trace_id: str
     con: duckdb.DuckDBPyConnection
@@ -50,10 +54,15 @@ class TraceHandle:
     start_ns: int
     cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups)
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
+    @contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of its own (not shared between threads), closed when the block ends."""
         cur = self.con.cursor()
-        cur.execute("USE trace")  # a cursor is a new connection: it starts in the in-memory catalog
-        return cur
+        try:
+            cur.execute("USE trace")  # a cursor is a new connection: it starts in the in-memory catalog
+            yield cur
+        finally:
+            cur.close()
 
     def close(self) -> None:
         try:
@@ -134,8 +143,7 @@ class AppState:
             start_ns = info.start_ns
         except duckdb.CatalogException:  # a trace written before LOD tables existed
             info = None
-            (v,) = con.execute("SELECT value FROM trace_meta WHERE key = 'start_ns'").fetchone()
-            start_ns = int(v)
+            start_ns = trace_start_ns(con)
         h = TraceHandle(trace_id, con, info, start_ns)
         with self._lock:
             old = self._open.get(trace_id)
@@ -148,6 +156,19 @@ class AppState:
                 # goes when its last cursor does
                 self._open.popitem(last=False)
         return h
+
+    @contextmanager
+    def connection(self, trace_id: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection of its own to a published trace with its side files attached (Store.connect),
+        closed when the block ends; 404 when the file is gone."""
+        try:
+            con = self.store.connect(trace_id)
+        except FileNotFoundError:
+            raise not_found(trace_id) from None
+        try:
+            yield con
+        finally:
+            con.close()
 
     def forget(self, trace_id: str) -> None:
         """Drop a removed trace's handle and tiles (in-flight requests keep their cursors)."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from acceltrace.tiles.build import lane_rank_sql
+from acceltrace.store import queries
 from acceltrace.store.link import link_peak_bytes_per_s
 from acceltrace.server.deps import TraceHandle
+from acceltrace.tiles import layout
 
 CATALOG_FIELDS = ("id", "name", "format", "status", "created", "source_bytes", "db_bytes", "counts",
                   "progress", "error")
@@ -47,47 +48,30 @@ def trace_metadata(h: TraceHandle, row: dict) -> dict:
 
 
 def _build(h: TraceHandle) -> dict:
-    cur = h.cursor()
-    try:
-        meta = dict(cur.execute("SELECT key, value FROM trace_meta").fetchall())
-        has_lod = h.info is not None
-        if has_lod:
-            track_rows = cur.execute(
-                "SELECT t.track_id, t.lane, t.group_name, t.name, t.device, t.process, t.thread, t.unit, t.sort_key,"
-                " l.max_depth, l.grp FROM tracks t JOIN lod_tracks l USING (track_id) ORDER BY l.ui_order"
-            ).fetchall()
-            group_rows = cur.execute(
-                "SELECT grp, lane, group_name, part, parts FROM lod_groups ORDER BY grp").fetchall()
-            lod_kv = dict(cur.execute("SELECT key, value FROM lod_info").fetchall())
-        else:
-            track_rows = cur.execute(
-                "SELECT t.track_id, t.lane, t.group_name, t.name, t.device, t.process, t.thread, t.unit, t.sort_key,"
-                f" coalesce(d.m, 0), 0 FROM tracks t LEFT JOIN (SELECT track_id, max(depth) m FROM slices GROUP BY 1) d"
-                f" USING (track_id) ORDER BY {lane_rank_sql('t.lane')}, t.group_name, t.sort_key, t.track_id"
-            ).fetchall()
-            group_rows = [(0, "", "all tracks", 0, 1)]
-            lod_kv = {}
-    finally:
-        cur.close()
-    cols = ("track_id", "lane", "group_name", "name", "device", "process", "thread", "unit", "sort_key", "max_depth")
+    lod = h.info is not None
+    with h.cursor() as cur:
+        meta = queries.trace_meta(cur)
+        track_rows = layout.tracks_in_ui_order(cur, lod)
+        group_rows = layout.tile_groups(cur, lod)
+        build_ms = layout.build_ms(cur) if lod else None
     tracks = []
     members: dict[int, list[int]] = {}
-    for r in track_rows:
-        t = dict(zip(cols, r[:10]))
-        t["group"] = f"g{r[10]}"
-        members.setdefault(r[10], []).append(t["track_id"])
+    for t in track_rows:
+        grp = t.pop("grp")
+        t["group"] = f"g{grp}"
+        members.setdefault(grp, []).append(t["track_id"])
         tracks.append(t)
     groups = []
-    for grp, lane, group_name, part, parts in group_rows:
-        label = f"{lane} · {group_name}" if group_name else lane
-        if parts > 1:
-            label += f" ({part + 1}/{parts})"
-        groups.append({"id": f"g{grp}", "name": label, "lane": lane, "group_name": group_name,
-                       "track_ids": members.get(grp, [])})
+    for g in group_rows:
+        label = f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"]
+        if g["parts"] > 1:
+            label += f" ({g['part'] + 1}/{g['parts']})"
+        groups.append({"id": f"g{g['grp']}", "name": label, "lane": g["lane"], "group_name": g["group_name"],
+                       "track_ids": members.get(g["grp"], [])})
     start_ns, end_ns = int(meta["start_ns"]), int(meta["end_ns"])
     info = h.info
     levels = ({"min": 0, "max": info.max_level, "buckets_per_tile": 1024, "pyramid_from": info.base_level,
-               "lod_build_ms": int(lod_kv["build_ms"]) if "build_ms" in lod_kv else None}
+               "lod_build_ms": build_ms}
               if info else None)
     links = link_peaks(meta)
     public_meta = {k: v for k, v in meta.items() if k != "warnings"}

@@ -54,6 +54,12 @@ def copies_sql(where: str = "TRUE") -> str:
     )
 
 
+def copies(con: duckdb.DuckDBPyConnection, where: str = "TRUE", params: list | None = None) -> list[dict]:
+    """copies_sql's rows as dicts: direction, host_mem, count, bytes, busy_ns, gbps."""
+    return [{"direction": r[0], "host_mem": r[1], "count": r[2], "bytes": r[3], "busy_ns": r[4], "gbps": r[5]}
+            for r in con.execute(copies_sql(where), params or []).fetchall()]
+
+
 def compute(con: duckdb.DuckDBPyConnection, start_ns: int) -> dict:
     (end_ns,) = con.execute("SELECT value::BIGINT FROM trace_meta WHERE key = 'end_ns'").fetchone()
     duration = max(1, end_ns - start_ns)
@@ -89,8 +95,4 @@ def compute(con: duckdb.DuckDBPyConnection, start_ns: int) -> dict:
             frac[b] = min(1.0, busy_ns / (bucket_ns * max(1, ntracks.get(lane, 1))))
     for lane, frac in series.items():
         lanes.setdefault(lane, {"top": [], "busy": None})["busy"] = {"bucket_ns": bucket_ns, "fraction": frac}
-    copies = [
-        {"direction": r[0], "host_mem": r[1], "count": r[2], "bytes": r[3], "busy_ns": r[4], "gbps": r[5]}
-        for r in con.execute(copies_sql()).fetchall()
-    ]
-    return {"duration_ns": duration, "lanes": lanes, "copies": copies}
+    return {"duration_ns": duration, "lanes": lanes, "copies": copies(con)}

@@ -248,3 +248,127 @@ def test_docs_api_md_mentions_every_api_route(api):
         if route.path.startswith("/api/"):
             tail = route.path.split("{trace_id}")[-1].split("/{")[0] or "/api/traces"
             assert tail in doc, f"docs/api.md does not mention {route.path}"
+
+
+# -- the named queries behind the routes (store/queries.py, tiles/layout.py) ---------------------------
+@pytest.fixture
+def chain_con(trace_store):
+    con = Store(trace_store.root, sweep=False).connect(trace_store.ids["chain"])
+    yield con
+    con.close()
+
+
+def _chain_by_bfs(flows: list[tuple], start: int, max_hops: int) -> dict[int, int]:
+    """Slice id -> fewest hops from start over the chain flow kinds, both ways (plain Python)."""
+    from acceltrace.store.schema import CHAIN_FLOW_KINDS
+
+    edges: dict[int, set[int]] = {}
+    for src, dst, kind in flows:
+        if kind in CHAIN_FLOW_KINDS and src is not None and dst is not None:
+            edges.setdefault(src, set()).add(dst)
+            edges.setdefault(dst, set()).add(src)
+    hops, frontier = {start: 0}, [start]
+    for n in range(1, max_hops + 1):
+        frontier = [b for a in frontier for b in edges.get(a, ()) if b not in hops]
+        hops.update((b, n) for b in frontier)
+    return hops
+
+
+def test_correlation_chain_matches_a_breadth_first_walk_from_every_slice(chain_con, trace_store):
+    from acceltrace.store.queries import correlation_chain
+
+    flows = chain_con.execute("SELECT src_slice, dst_slice, kind FROM flows").fetchall()
+    rows = {r[0]: r for r in chain_con.execute(
+        "SELECT s.slice_id, s.track_id, t.lane, s.ts, s.dur, s.depth, s.name FROM slices s JOIN tracks t USING (track_id)"
+    ).fetchall()}
+    for sid in rows:
+        for max_hops in (1, 32):
+            want = _chain_by_bfs(flows, sid, max_hops)
+            got = correlation_chain(chain_con, sid, max_hops=max_hops)
+            assert {s["slice_id"]: s["hops"] for s in got.slices} == want and not got.truncated, sid
+            assert [s["ts"] for s in got.slices] == sorted(rows[i][3] for i in want)
+            assert all(tuple(s.values())[:7] == rows[s["slice_id"]] for s in got.slices)
+            assert sorted((f["src_slice"], f["dst_slice"]) for f in got.flows) == sorted(
+                (a, b) for a, b, k in flows if k != "dependency" and a in want and b in want and len(want) > 1)
+    ids = trace_store.chain
+    assert set(_chain_by_bfs(flows, ids["dma"], 32)) == {ids["dma"], ids["submit_copy"], ids["memcpy_api"]}
+    cut = correlation_chain(chain_con, ids["dma"], max_slices=2)
+    assert cut.truncated and [s["hops"] for s in cut.slices] == [1, 0]  # the two nearest, by ts
+    assert correlation_chain(chain_con, 999_999).slices == []
+
+
+def test_slice_queries_read_one_slice_its_track_and_its_flows(chain_con, trace_store):
+    from acceltrace.store import queries
+
+    ids = trace_store.chain
+    s = queries.slice_row(chain_con, ids["memcpy_api"])
+    assert s["name"] == "cudaMemcpyAsync" and s["args"] == {"stream": 7} and s["dur"] == 3000
+    assert queries.slice_row(chain_con, 999_999) is None
+    assert queries.track_row(chain_con, s["track_id"])["lane"] == "cpu"
+    assert [(f["kind"], f["dst_slice"]) for f in queries.flows_touching(chain_con, ids["kernel"])] == [
+        ("exec", ids["kernel"]), ("dependency", ids["other_api"])]
+
+
+@pytest.mark.parametrize("text", ["tiny", "TINY", "kernel", "cuda*", "*Async", "?ini*", "%", "_", "a"])
+def test_search_slices_matches_a_python_filter_with_and_without_the_name_dictionary(chain_con, text):
+    from fnmatch import fnmatchcase
+
+    from acceltrace.store.queries import search_slices
+    from acceltrace.tiles.layout import NAMES_TABLE
+
+    every = chain_con.execute("SELECT slice_id, track_id, ts, dur, depth, name FROM slices").fetchall()
+    glob = "*" in text or "?" in text
+    hits = sorted((r for r in every if (fnmatchcase(r[5].lower(), text.lower()) if glob
+                                        else text.lower() in r[5].lower())), key=lambda r: (r[2], r[0]))
+    t = sorted(r[2] for r in every)[len(every) // 2]
+    for names in (NAMES_TABLE, None):
+        page = search_slices(chain_con, text, offset=1, limit=5, names=names)
+        assert page.total == len(hits) and [tuple(r.values()) for r in page.rows] == hits[1:6]
+        late = search_slices(chain_con, text, before_ns=t, limit=3, names=names)
+        assert [r["slice_id"] for r in late.rows] == [r[0] for r in reversed([h for h in hits if h[2] < t])][:3]
+
+
+def test_track_layout_without_lod_tables_has_the_same_tracks_and_depths(chain_con):
+    from acceltrace.tiles import layout
+
+    with_lod = layout.tracks_in_ui_order(chain_con)
+    without = layout.tracks_in_ui_order(chain_con, lod=False)
+    strip = lambda ts: [{k: v for k, v in t.items() if k != "grp"} for t in ts]  # noqa: E731
+    assert strip(with_lod) == strip(without) and {t["grp"] for t in without} == {0}
+    assert layout.tile_groups(chain_con, lod=False) == [layout.ALL_TRACKS_GROUP]
+    groups = layout.tile_groups(chain_con)
+    assert {t["grp"] for t in with_lod} <= {g["grp"] for g in groups} == set(layout.group_counts(chain_con))
+    names = layout.name_dictionary(chain_con, 1000)
+    assert sorted(names) == sorted({r[0] for r in chain_con.execute("SELECT name FROM slices").fetchall()})
+    assert layout.name_dictionary(chain_con, len(names) - 1) is None
+
+
+# -- routers do HTTP only ---------------------------------------------------------------------------------
+_SQL = re.compile(r"\b(SELECT|FROM|WHERE|JOIN|GROUP BY|ORDER BY|INSERT INTO|UNION|WITH RECURSIVE)\s")
+_PRODUCT = ("acceltrace", "ingest", "server", "collect", "analysis", "sim", "store", "formats", "tiles", "export")
+
+
+def test_routers_and_the_metadata_document_hold_no_sql():
+    import ast
+    from pathlib import Path
+
+    server = Path(__file__).resolve().parent.parent / "server"
+    found = []
+    for path in [*sorted((server / "routers").glob("*.py")), server / "metadata.py", server / "deps.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL.search(node.value):
+                found.append(f"{path.relative_to(server.parent)}:{node.lineno}: {node.value[:60]!r}")
+    assert not found, "SQL belongs in a named query of store/ or tiles/:\n" + "\n".join(found)
+
+
+def test_lod_table_names_appear_only_under_tiles(chain_con):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    tables = [t for (t,) in chain_con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = 'trace' AND table_name LIKE 'lod%'").fetchall()]
+    assert {"lod_slices", "lod_merged", "lod_groups", "lod_tracks", "lod_names"} <= set(tables)
+    word = re.compile(r"\b(" + "|".join(map(re.escape, tables)) + r")\b")
+    found = [f"{p.relative_to(root)}: {m.group(0)}" for part in _PRODUCT if part != "tiles"
+             for p in sorted((root / part).rglob("*.py")) for m in [word.search(p.read_text())] if m]
+    assert not found, "level-of-detail tables are tiles/' business:\n" + "\n".join(found)

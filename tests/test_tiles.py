@@ -203,6 +203,22 @@ def test_tile_past_the_end_of_the_trace_is_empty(api, trace_store):
     assert all(s["rows"] == 0 for s in header["sections"].values())
 
 
+def test_tile_is_the_same_with_or_without_the_name_dictionary_in_memory(synth):
+    from acceltrace.tiles.layout import group_counts, name_dictionary
+    from acceltrace.tiles.query import LodInfo, build_tile
+
+    _, meta, con = synth
+    info, names = LodInfo.load(con), name_dictionary(con, 1 << 20)
+    assert names is not None and name_dictionary(con, len(names) - 1) is None
+    assert set(group_counts(con)) == {int(g["id"][1:]) for g in meta["groups"]}
+    for level in (0, info.base_level, info.max_level):
+        for grp in (None, 0):
+            kept = build_tile(con, info, level, 0, grp, None if grp is None else f"g{grp}", names=names)
+            assert build_tile(con, info, level, 0, grp, None if grp is None else f"g{grp}") == kept
+            header, _ = decode_tile(kept)
+            assert header["strings"] == sorted(set(header["strings"]), key=names.index)
+
+
 def test_tiles_of_a_real_nsys_trace_match_brute_force(tmp_path):
     from pathlib import Path
 

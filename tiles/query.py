@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
 import duckdb
 import numpy as np
@@ -150,6 +151,21 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
             continue
         res = con.execute(sql).fetchnumpy()
         arrays[section] = [np.asarray(v) for v in res.values()]
+
+    def strings_of(ids: np.ndarray) -> list[str]:
+        if names is not None:
+            return [names[i] for i in ids.tolist()]
+        return [r[0] for r in con.execute(
+            "SELECT name FROM lod_names WHERE name_id IN (SELECT unnest(?::INTEGER[])) ORDER BY name_id",
+            [ids.tolist()]).fetchall()]
+
+    return encode_tile(arrays, level, index, group_name, strings_of)
+
+
+def encode_tile(arrays: dict[str, list[np.ndarray]], level: int, index: int, group_name: str | None,
+                strings_of: Callable[[np.ndarray], list[str]]) -> bytes:
+    """The typed-array binary of docs/api.md from each section's columns (COLUMNS order, rows in
+    track order); `strings_of(ids)` gives the names of the name ids used (ascending), in that order."""
     # the tile's string table: the names used, in name_id order; ids remapped to indices into it
     used = [arrays[s][[c for c, _ in COLUMNS[s]].index(col)].astype(np.int64) for s, col in _NAME_COLS]
     used_ids = np.concatenate(used) if used else np.zeros(0, np.int64)
@@ -161,12 +177,7 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
         present[used_ids] = True
         ids = np.flatnonzero(present)
         remap = np.cumsum(present) - 1  # name_id -> index in strings
-        if names is not None:
-            strings = [names[i] for i in ids.tolist()]
-        else:
-            strings = [r[0] for r in con.execute(
-                "SELECT name FROM lod_names WHERE name_id IN (SELECT unnest(?::INTEGER[])) ORDER BY name_id",
-                [ids.tolist()]).fetchall()]
+        strings = strings_of(ids)
     header_sections = {}
     tracks: dict[str, dict[str, list[int]]] = {}
     chunks: list[bytes] = []

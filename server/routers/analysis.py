@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import time
 
-import duckdb
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
 from acceltrace.store.sandbox import DEFAULT_TIMEOUT_S, QueryError, run_readonly
-from acceltrace.store import summary
-from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.store import queries, summary
+from acceltrace.server.deps import ApiError, AppState, get_state, not_found
 
 router = APIRouter(prefix="/api/traces", tags=["analysis"])
 
 QUERY_MAX_ROWS = 10_000
-FINDING_COLS = ("pass", "severity", "ts", "dur", "track_id", "slice_id", "metric", "value", "threshold",
-                "impact_ns", "message")
 
 
 class QueryIn(BaseModel):
@@ -51,7 +48,7 @@ def query(trace_id: str, body: QueryIn, state: AppState = Depends(get_state)) ->
     except QueryError as e:
         raise ApiError(400, e.code, str(e)) from None
     except FileNotFoundError:
-        raise ApiError(404, "not_found", f"no trace with id {trace_id!r} in this store") from None
+        raise not_found(trace_id) from None
     return {"columns": cols, "rows": [[_json_value(v) for v in r] for r in rows], "truncated": truncated,
             "row_count": len(rows), "elapsed_ms": round((time.perf_counter() - t0) * 1000, 3)}
 
@@ -63,22 +60,11 @@ def findings(trace_id: str, state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     if not state.store.side_path(trace_id, "findings").exists():
         return {"findings": []}
-    try:
-        con = state.store.connect(trace_id)
-    except FileNotFoundError:
-        raise ApiError(404, "not_found", f"no trace with id {trace_id!r} in this store") from None
-    try:
-        cols = [c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'findings'").fetchall()]
-        sel = ", ".join(f'"{c}"' if c in cols else f'NULL AS "{c}"' for c in FINDING_COLS)
-        rows = con.execute(f"SELECT {sel} FROM findings ORDER BY impact_ns DESC NULLS LAST, ts").fetchall()
-    except duckdb.CatalogException:
-        return {"findings": []}
-    finally:
-        con.close()
+    with state.connection(trace_id) as con:
+        rows = queries.findings(con)
     out = []
     for r in rows:
-        d = dict(zip(FINDING_COLS, (_json_value(v) for v in r)))
+        d = {k: _json_value(v) for k, v in r.items()}
         if d["ts"] is not None:
             d["ts"] = int(d["ts"]) - h.start_ns
         out.append(d)
@@ -93,11 +79,8 @@ async def trace_summary(trace_id: str, state: AppState = Depends(get_state)) -> 
     h = await run_in_threadpool(state.trace, trace_id)
 
     def build():
-        cur = h.cursor()
-        try:
+        with h.cursor() as cur:
             return summary.load_or_build(state.store, trace_id, cur, h.start_ns)
-        finally:
-            cur.close()
 
     cached = h.cache.get("summary")
     if cached is not None:
@@ -111,31 +94,10 @@ def _aggregate(state: AppState, trace_id: str, area: AreaIn) -> dict:
     if area.end_ns <= area.start_ns:
         raise ApiError(400, "bad_request", f"end_ns ({area.end_ns}) must be greater than start_ns ({area.start_ns})")
     h = state.trace(trace_id)
-    t0, t1 = area.start_ns + h.start_ns, area.end_ns + h.start_ns
     tracks = area.tracks if area.tracks is not None else area.track_ids
-    track_filter = "TRUE" if tracks is None else "track_id IN (SELECT unnest(?::INTEGER[]))"
-    tparams = [] if tracks is None else [tracks]
-    where = f"{track_filter} AND ts < {t1} AND ts + dur > {t0} AND (dur > 0 OR ts >= {t0})"
-    cur = h.cursor()
-    try:
-        names = [{"name": r[0], "count": r[1], "total_ns": r[2], "mean_ns": r[3], "max_ns": r[4],
-                  "bytes": r[5], "gbps": r[6]}
-                 for r in cur.execute(
-                     "SELECT name, count(*), sum(dur)::BIGINT, avg(dur), max(dur), sum(bytes)::BIGINT,"
-                     f" CASE WHEN sum(dur) > 0 THEN sum(bytes) / sum(dur) END FROM slices WHERE {where}"
-                     " GROUP BY name ORDER BY sum(dur) DESC, name LIMIT 500", tparams).fetchall()]
-        transfers = [{"direction": r[0], "host_mem": r[1], "count": r[2], "bytes": r[3], "busy_ns": r[4],
-                      "gbps": r[5]} for r in cur.execute(summary.copies_sql(where), tparams).fetchall()]
-        counters = [{"track_id": r[0], "name": r[1], "unit": r[2], "count": r[3], "min": r[4], "mean": r[5],
-                     "max": r[6]} for r in cur.execute(
-            "SELECT c.track_id, t.name, t.unit, count(*), min(c.value), avg(c.value), max(c.value)"
-            " FROM counters c JOIN tracks t USING (track_id)"
-            f" WHERE {track_filter.replace('track_id', 'c.track_id')} AND c.ts >= {t0} AND c.ts < {t1}"
-            " GROUP BY ALL ORDER BY c.track_id", tparams).fetchall()]
-    finally:
-        cur.close()
-    return {"start_ns": area.start_ns, "end_ns": area.end_ns, "names": names, "transfers": transfers,
-            "counters": counters}
+    with h.cursor() as cur:
+        agg = queries.area_aggregate(cur, area.start_ns + h.start_ns, area.end_ns + h.start_ns, tracks)
+    return {"start_ns": area.start_ns, "end_ns": area.end_ns, **agg}
 
 
 @router.get("/{trace_id}/aggregate", summary="Area aggregation",

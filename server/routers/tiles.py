@@ -6,8 +6,9 @@ import hashlib
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from acceltrace.tiles.build import LOD_VERSION
 from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.tiles import layout
+from acceltrace.tiles.build import LOD_VERSION
 from acceltrace.tiles.query import MAX_LEVEL, TILE_FORMAT_VERSION, build_tile
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
@@ -20,12 +21,8 @@ def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, froze
     """The group number behind ?group=gN and the sections it cannot have rows in."""
     counts = h.cache.get("group_counts")
     if counts is None:
-        cur = h.cursor()
-        try:
-            counts = {g: (s, i, c) for g, s, i, c in cur.execute(
-                "SELECT grp, slices, instants, counters FROM lod_group_counts").fetchall()}
-        finally:
-            cur.close()
+        with h.cursor() as cur:
+            counts = layout.group_counts(cur)
         h.cache["group_counts"] = counts
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
@@ -42,9 +39,7 @@ NAMES_IN_MEMORY_MAX = 200_000
 def _names(h, cur) -> list[str] | None:
     """The trace's name dictionary, kept per open trace when it is small (it nearly always is)."""
     if "names" not in h.cache:
-        (n,) = cur.execute("SELECT count(*) FROM lod_names").fetchone()
-        h.cache["names"] = ([r[0] for r in cur.execute("SELECT name FROM lod_names ORDER BY name_id").fetchall()]
-                            if n <= NAMES_IN_MEMORY_MAX else None)
+        h.cache["names"] = layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX)
     return h.cache["names"]
 
 
@@ -98,10 +93,7 @@ def get_tile(
     key = (trace_id, level, index, group)
     body = state.tiles.get(key)
     if body is None:
-        cur = h.cursor()
-        try:
+        with h.cursor() as cur:
             body = build_tile(cur, h.info, level, index, grp, group, empty, _names(h, cur))
-        finally:
-            cur.close()
         state.tiles.put(key, body)
     return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)
