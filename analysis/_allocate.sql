@@ -119,6 +119,7 @@ SELECT pass,
                '; not on the critical path: what followed waited for the host anyway (local estimate '
                || _fmt_ns(local_ns) || ')'
            WHEN impact_ns < local_ns THEN
-               '; ' || _fmt_ns(impact_ns) || ' of its ' || _fmt_ns(local_ns) || ' local excess is on the critical path'
+               '; ' || _fmt_ns(impact_ns) || ' of that ' || _fmt_ns(local_ns) || ' is on the critical path (the rest'
+               || ' overlaps device work or time a finding of higher precedence already counts)'
            ELSE '; costs ' || _fmt_ns(impact_ns) || ' on the critical path' END AS message
 FROM w;

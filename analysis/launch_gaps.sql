@@ -42,8 +42,11 @@ SELECT g.idle_start AS ts,
        'idle_ns' AS metric,
        CAST(g.ts - g.idle_start AS DOUBLE) AS value,
        CAST(${launch_gap_min_ns} AS DOUBLE) AS threshold,
-       printf('device %s idle for %s before %s on %s: it was submitted %s after the device ran out of work',
-              g.dev, _fmt_ns(g.ts - g.idle_start), g.name, t.track_name, _fmt_ns(g.ready_ns - g.idle_start))
+       printf('device %s idle for %s before %s on %s: the call that submitted it returned %s after the device'
+              || ' ran out of work, and the work started %s after that (launch latency); queued before the device'
+              || ' ran dry it would have started at once, so all %s idle is the saving',
+              g.dev, _fmt_ns(g.ts - g.idle_start), g.name, t.track_name, _fmt_ns(g.ready_ns - g.idle_start),
+              _fmt_ns(g.ts - g.ready_ns), _fmt_ns(g.ts - g.idle_start))
          AS message,
        g.ts - g.idle_start AS local_ns,
        g.dev,

@@ -9,21 +9,23 @@
 -- well below link speed, blocks the calling thread and cannot overlap with compute.
 -- What to do: allocate the buffer in pinned (page-locked) memory, or copy through a
 -- persistent pinned staging buffer you manage, and use the asynchronous copy.
--- Impact: the larger of (a) the copy's own time (first DMA chunk's start to the last one's
--- end; before that the call may just wait for earlier work in its queue) minus the time
--- the same bytes take from pinned memory (L + bytes / B, B the reference bandwidth) and
--- (b) how long the device's execution units waited, during the call, for
--- work that the blocked thread could only submit after the call returned (a pinned copy
--- is asynchronous: the thread would have gone on submitting); on the critical path only
--- where the execution units sat idle during the call or the copy.
+-- Impact (a saving, never more): the copy's DMA time (first chunk's start to the last one's
+-- end; before that the call may just wait for earlier work in its queue) minus the time the
+-- same bytes take from pinned memory, L + bytes / B (B: the link peak from the trace's link
+-- configuration, else the best large pinned copy of the trace; L: the fixed cost per
+-- transfer, _common.sql _xfer_model); 0 without a reference bandwidth. How long the device
+-- waited while the call blocked its thread is said in the message, not counted: a pinned
+-- copy that the thread then waits on blocks it too, and late work after the call is
+-- launch_gaps' to report. On the critical path only where the execution units sat idle
+-- during the DMA.
 --
 -- Output columns (one row per pageable copy):
 --   ts, dur       the copy from its host call's start to the later of the call's return and
 --                 its last chunk's end
 --   track_id      the transfer's PCIe track; slice_id its first DMA slice
 --   metric        'achieved_GBps'; value = bytes / DMA span; threshold = the pinned reference GB/s
---   local_ns      max(DMA span minus the pinned-memory estimate, blocked wait)
---   claim         'idle' over the call and the copy
+--   local_ns      DMA span minus the pinned-memory estimate (>= 0)
+--   claim         'idle' over the DMA span
 
 CREATE OR REPLACE TEMP VIEW _pageable_memory_check AS
 SELECT CASE
@@ -49,37 +51,47 @@ SELECT p.*,
        least(p.dma_start, coalesce(o.call_ts, p.dma_start)) AS copy_start,
        greatest(p.dma_end, coalesce(o.call_end_ns, p.dma_end)) AS copy_end,
        o.call_ts, o.call_end_ns, o.call_track_id,
-       m.peak_Bps, m.latency_ns,
+       m.peak_Bps, m.latency_ns, m.bw_source,
        CASE WHEN m.peak_Bps IS NULL THEN NULL ELSE m.latency_ns + p.bytes * 1e9 / m.peak_Bps END AS pinned_ns
 FROM _pageable_copies p
 LEFT JOIN _origin o ON o.slice_id = p.first_slice
 LEFT JOIN _xfer_model m ON m.dev = p.dev AND m.direction = p.direction;
 
 -- how long the device's units waited for work its thread could only submit after this
--- blocking call returned: late gaps of the same device and thread overlapping the call
--- (a range join on times shifted per (device, thread))
-CREATE OR REPLACE TEMP TABLE _pageable_keys AS
-SELECT dev, thread_track_id,
-       row_number() OVER (ORDER BY dev, thread_track_id) * CAST(1125899906842624 AS BIGINT)
-         - (SELECT run_start_ns FROM _run) AS off
-FROM (SELECT DISTINCT dev, call_track_id AS thread_track_id FROM _pageable_calls WHERE call_track_id IS NOT NULL);
+-- blocking call returned: the late gaps of the same device and thread inside the call. The
+-- late gaps of one device are disjoint, so the gap time inside [call_ts, call_end) is
+-- G(call_end) - G(call_ts), with G(t) the gap time before t: a running sum per (device,
+-- thread) and an ASOF join on the last gap starting at or before t (n log n; a range join
+-- would pair every long call with every gap inside it).
+CREATE OR REPLACE TEMP TABLE _pageable_gap_sums AS
+SELECT dev, thread_track_id, idle_start AS s, idle_end AS e,
+       coalesce(sum(idle_end - idle_start) OVER (PARTITION BY dev, thread_track_id ORDER BY idle_start
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_ns
+FROM _late_gaps WHERE thread_track_id IS NOT NULL;
 
 CREATE OR REPLACE TEMP TABLE _pageable_blocked AS
 WITH c AS (
-    SELECT p.copy_key, p.dev, p.direction, p.call_ts + k.off AS s, p.call_end_ns + k.off AS e
-    FROM _pageable_calls p JOIN _pageable_keys k ON k.dev = p.dev AND k.thread_track_id = p.call_track_id
+    SELECT copy_key, dev, direction, call_track_id, call_ts, call_end_ns
+    FROM _pageable_calls WHERE call_track_id IS NOT NULL
 ),
-g AS (
-    SELECT g.idle_start + k.off AS s, g.idle_end + k.off AS e
-    FROM _late_gaps g JOIN _pageable_keys k ON k.dev = g.dev AND k.thread_track_id = g.thread_track_id
+at_start AS (
+    SELECT c.*, coalesce(g.before_ns + least(c.call_ts - g.s, g.e - g.s), 0) AS g_start
+    FROM c ASOF LEFT JOIN _pageable_gap_sums g
+      ON g.dev = c.dev AND g.thread_track_id = c.call_track_id AND g.s <= c.call_ts
+),
+at_end AS (
+    SELECT a.*, coalesce(g.before_ns + least(a.call_end_ns - g.s, g.e - g.s), 0) AS g_end
+    FROM at_start a ASOF LEFT JOIN _pageable_gap_sums g
+      ON g.dev = a.dev AND g.thread_track_id = a.call_track_id AND g.s <= a.call_end_ns
 )
-SELECT c.dev, c.direction, c.copy_key, sum(least(c.e, g.e) - greatest(c.s, g.s)) AS blocked_ns
-FROM c JOIN g ON g.s < c.e AND g.e > c.s
-GROUP BY c.dev, c.direction, c.copy_key;
+SELECT dev, direction, copy_key, sum(g_end - g_start) AS blocked_ns
+FROM at_end
+GROUP BY dev, direction, copy_key
+HAVING sum(g_end - g_start) > 0;
 
 CREATE OR REPLACE TEMP VIEW _pageable_memory_rows AS
 SELECT p.*, coalesce(b.blocked_ns, 0) AS blocked_ns,
-       greatest(coalesce(p.dma_end - p.dma_start - p.pinned_ns, 0), coalesce(b.blocked_ns, 0)) AS excess_ns
+       greatest(coalesce(p.dma_end - p.dma_start - p.pinned_ns, 0), 0) AS excess_ns
 FROM _pageable_calls p
 LEFT JOIN _pageable_blocked b ON b.dev = p.dev AND b.direction = p.direction AND b.copy_key = p.copy_key;
 
@@ -93,17 +105,20 @@ SELECT copy_start AS ts,
        printf('pageable %s copy of %s (%d DMA chunk%s) took %s at %.2f GB/s', upper(direction),
               _fmt_bytes(bytes), n_chunks, CASE WHEN n_chunks = 1 THEN '' ELSE 's' END,
               _fmt_ns(copy_end - copy_start), bytes / greatest(dma_end - dma_start, 1))
-         || CASE WHEN pinned_ns IS NULL THEN '; no pinned reference bandwidth in this trace'
-                 ELSE printf('; from pinned memory about %s at %.2f GB/s', _fmt_ns(pinned_ns), peak_Bps / 1e9) END
+         || CASE WHEN pinned_ns IS NULL THEN '; no pinned reference bandwidth in this trace, so no saving is claimed'
+                 ELSE printf('; its %s of DMA would take about %s from pinned memory (reference: %s, %.2f GB/s):'
+                             || ' saving up to %s', _fmt_ns(dma_end - dma_start), _fmt_ns(pinned_ns),
+                             CASE bw_source WHEN 'link' THEN 'link peak' ELSE 'best pinned copy' END,
+                             peak_Bps / 1e9, _fmt_ns(excess_ns)) END
          || CASE WHEN blocked_ns > 0
-                 THEN printf('; the call blocked its thread while the device waited %s for its next work',
-                             _fmt_ns(blocked_ns))
+                 THEN printf('; the call also blocked its thread while the device waited %s for its next work'
+                             || ' (not counted here: see launch_gaps)', _fmt_ns(blocked_ns))
                  ELSE '' END
          AS message,
        CAST(excess_ns AS BIGINT) AS local_ns,
        dev,
-       CASE WHEN pinned_ns IS NULL AND blocked_ns = 0 THEN 'none' ELSE 'idle' END AS claim_mode,
-       copy_start AS claim_start,
-       copy_end AS claim_end,
+       CASE WHEN pinned_ns IS NULL THEN 'none' ELSE 'idle' END AS claim_mode,
+       dma_start AS claim_start,
+       dma_end AS claim_end,
        0.0 AS min_share
 FROM _pageable_memory_rows;
