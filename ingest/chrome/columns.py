@@ -5,10 +5,20 @@ out with C-level map(attrgetter) and converted to numpy/Arrow in bulk. Times arr
 as ints or floats: ints and floats below 2**42 us are exact on this path (a double
 there keeps the three decimals; see to_ns); anything else re-decodes the chunk with
 times kept as raw text and parses the digits exactly (chrome_numbers).
+
+With the compiled scanner (ingest/chrome/_scan.c, built at install) a chunk is read in
+one C pass straight into column buffers: decode_events then returns an EventColumns
+(chrome_scanned), which the functions below read column-wise (strings as Arrow arrays over the scanner's
+buffers, times as exact int64 ns computed from the digits), and which still behaves as
+the list of Ev structs for the rare code that wants events one by one (those are decoded
+by msgspec from the event's own bytes). The scanner returns None for anything it is not
+sure of; that chunk then takes the msgspec path above, so both paths give the same
+columns. ACCELTRACE_CHROME_SCANNER=python (or USE_COMPILED = False) forces msgspec.
 """
 
 from __future__ import annotations
 
+import os
 from operator import attrgetter, itemgetter
 
 import msgspec
@@ -17,36 +27,15 @@ import pyarrow as pa
 from msgspec import Raw, Struct, field
 
 from acceltrace.ingest.chrome import numbers as chrome_numbers
+from acceltrace.ingest.chrome.scanned import (_FIELDS, _STR_FIELDS, ArgsColumn, EventColumns,  # noqa: F401
+                                              TimeColumn, _scan, scan_columns)
+from acceltrace.ingest.chrome.structs import _FAST, _RAW, Ev, RawEv  # noqa: F401 - Ev, RawEv: the public names
 
-_NO_ARGS = Raw(b"{}")
-_NO_RAW = Raw(b"")
+USE_COMPILED = True  # tests flip it to run both paths on the same inputs
+
 # Below 2**42 us (51 days) a double keeps a value's three decimals exactly.
 _FLOAT_EXACT_US = float(1 << 42)
 _INT_MAX_US = 9_223_372_036_854_775
-
-
-class Ev(Struct, gc=False):
-    ph: str | None = None
-    name: str | None = None
-    cat: str | None = None
-    pid: int | float | str | None = None
-    tid: int | float | str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    id: int | float | str | None = None
-    bp: str | None = None
-    s: str | None = None
-    args: Raw = _NO_ARGS
-    bind_id: int | float | str | None = None
-    flow_in: bool | None = None
-    flow_out: bool | None = None
-
-
-class RawEv(Ev, gc=False):
-    """The same event with times kept as their JSON text (strings, exotic numbers)."""
-
-    ts: Raw = _NO_RAW
-    dur: Raw = _NO_RAW
 
 
 class ArgFields(Struct, gc=False):
@@ -60,13 +49,21 @@ class ArgFields(Struct, gc=False):
     direction: object = None
 
 
-_FAST = msgspec.json.Decoder(list[Ev])
-_RAW = msgspec.json.Decoder(list[RawEv])
 _ARGS = msgspec.json.Decoder(list[ArgFields])
 
 
-def decode_events(raw: bytes) -> list:
-    """A chunk '[{...}, ...]' as Ev structs; times given as strings fall back to RawEv."""
+def compiled() -> bool:
+    """Whether chunks go through the compiled scanner now."""
+    return (_scan is not None and USE_COMPILED
+            and os.environ.get("ACCELTRACE_CHROME_SCANNER", "").lower() != "python")
+
+
+def decode_events(raw: bytes):
+    """A chunk '[{...}, ...]' as columns (compiled) or Ev structs; string times fall back to RawEv."""
+    if compiled():
+        cols = scan_columns(raw)
+        if cols is not None:
+            return cols
     try:
         return _FAST.decode(raw)
     except msgspec.ValidationError:
@@ -79,6 +76,8 @@ def raw_events(raw: bytes) -> list:
 
 def take(seq: list, idx: np.ndarray) -> list:
     """seq[i] for i in idx, in C."""
+    if isinstance(seq, EventColumns):
+        return seq if len(idx) == len(seq) else seq.take(idx)
     if len(idx) == len(seq):
         return seq
     if len(idx) == 0:
@@ -89,10 +88,14 @@ def take(seq: list, idx: np.ndarray) -> list:
 
 
 def values(evs: list, name: str) -> list:
+    if isinstance(evs, EventColumns):
+        return evs.values(name)
     return list(map(attrgetter(name), evs))
 
 
 def strings(evs: list, name: str) -> pa.Array:
+    if isinstance(evs, EventColumns) and name in _STR_FIELDS:
+        return evs.strings(name)
     return pa.array(values(evs, name), type=pa.string())
 
 
@@ -102,6 +105,8 @@ def to_ns(vals: list, exact_fallback) -> chrome_numbers.Parsed:
     exact_fallback() returns the same values as raw JSON tokens; it is called only
     when the fast path cannot prove exactness (or the values are not plain numbers).
     """
+    if isinstance(vals, TimeColumn):
+        return vals.cols.times(vals.name)
     n = len(vals)
     kinds = set(map(type, vals))
     if kinds <= {int}:
@@ -150,7 +155,11 @@ def arg_fields(args: list) -> list[ArgFields] | None:
     """The linking args of each event; None when no event in the batch has any of them."""
     if not args:
         return None
-    body = b",".join(args)
+    if isinstance(args, ArgsColumn):
+        buf, starts, lens = args.cols.args()
+        body = _scan.gather(buf, np.ascontiguousarray(starts), np.ascontiguousarray(lens), b",")
+    else:
+        body = b",".join(args)
     if not any(k in body for k in (b'"correlation"', b'xternal id"', b'"bytes"', b'"size"', b'"direction"')):
         return None
     return _ARGS.decode(b"[" + body + b"]")
@@ -158,6 +167,8 @@ def arg_fields(args: list) -> list[ArgFields] | None:
 
 def raw_text(raws: list) -> pa.Array:
     """Raw JSON values as strings; '{}' (no args) becomes null."""
+    if isinstance(raws, ArgsColumn):
+        return _args_text(raws)
     n = len(raws)
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     offs = np.zeros(n + 1, dtype=np.int64)
@@ -172,6 +183,20 @@ def raw_text(raws: list) -> pa.Array:
     except pa.ArrowInvalid:  # invalid UTF-8 inside args: keep what can be read
         return pa.array([None if not v else bytes(r).decode("utf-8", "replace")
                          for r, v in zip(raws, valid)], type=pa.large_string())
+
+
+def _args_text(col: ArgsColumn) -> pa.Array:
+    buf, starts, lens = col.cols.args()
+    n = len(lens)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    valid = lens > 2
+    data = _scan.gather(buf, np.ascontiguousarray(starts), np.ascontiguousarray(lens), b"")
+    nulls = int(n - np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    # the scanner checked every string's UTF-8 and JSON outside strings is ASCII: valid text
+    return pa.Array.from_buffers(pa.large_string(), n, [bitmap, pa.py_buffer(offs), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 def id_strings(vals: list) -> pa.Array:

@@ -1,0 +1,646 @@
+/* The compiled fast path of the Chrome reader: one pass over a chunk "[{...}, ...]" of
+ * whole events straight into column buffers (docs/ingest.md, "Speed").
+ *
+ * It is a strict JSON scanner that decides only what it can decide exactly the way the
+ * msgspec path (ingest/chrome/columns.py) would: any input it is not sure of (bad bytes,
+ * an escaped key, a repeated field, a field of an unexpected type, a time that is not a
+ * plain decimal with at most three fractional digits, deep nesting) makes scan() return
+ * None, and the caller decodes that chunk with msgspec, which gives the same result or
+ * the same error as before. So this file never changes what a trace means, only how fast
+ * it is read. It never reads outside the buffer it is given, never recurses past
+ * MAX_DEPTH, and keeps no state between calls.
+ *
+ * scan(raw: bytes) -> None | (n, events, tags, ivals, spans, soffs, sdata)
+ *   events  int64[2n]   start and end (exclusive) byte of each event object in raw
+ *   tags    uint8[F*n]  per field (field-major): 0 absent, 1 string, 2 integer, 3 other
+ *                       number, 4 true, 5 false, 6 null, 7 object, 8 array
+ *   ivals   int64[6*n]  pid, tid, ts, dur, id, bind_id: integers as int64, for ts and
+ *                       dur the exact nanoseconds
+ *   spans   int64[2n]   start and length of each event's args value in raw
+ *   soffs   int32[F*(n+1)] Arrow string offsets of each field's unescaped strings
+ *   sdata   F bytes objects, each field's unescaped string bytes
+ * gather(raw, starts, lens, sep) -> bytes: the slices joined by sep (one copy, no GIL).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NF 14
+#define MAX_DEPTH 256
+enum { F_PH, F_NAME, F_CAT, F_PID, F_TID, F_TS, F_DUR, F_ID, F_BP, F_S, F_ARGS, F_BIND, F_FIN, F_FOUT };
+enum { K_STR, K_ID, K_TIME, K_RAW, K_BOOL };
+static const char *FIELD_NAMES[NF] = {"ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s",
+                                      "args", "bind_id", "flow_in", "flow_out"};
+static const int FIELD_KIND[NF] = {K_STR, K_STR, K_STR, K_ID, K_ID, K_TIME, K_TIME, K_ID, K_STR, K_STR,
+                                   K_RAW, K_ID, K_BOOL, K_BOOL};
+enum { T_ABSENT, T_STR, T_INT, T_NUM, T_TRUE, T_FALSE, T_NULL, T_OBJ, T_ARR };
+
+typedef struct { char *p; size_t len, cap; } Buf;
+
+/* bytes a string scan must stop at: the quote, the backslash, control bytes, non-ASCII */
+static uint8_t SPECIAL[256];
+
+static void init_tables(void) {
+    for (int c = 0; c < 256; c++) SPECIAL[c] = (c < 0x20 || c == '"' || c == '\\' || c >= 0x80);
+}
+
+static int buf_reserve(Buf *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) {
+        if (cap > ((size_t)1 << 40)) return -1;
+        cap *= 2;
+    }
+    char *q = realloc(b->p, cap);
+    if (!q) return -1;
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
+
+/* which fields keep an int64 (ids and times) and where */
+static const int IVSLOT[NF] = {-1, -1, -1, 0, 1, 2, 3, 4, -1, -1, -1, 5, -1, -1};
+#define NIV 6
+
+typedef struct {
+    const unsigned char *s;
+    size_t n, i;
+    size_t nev, cap;          /* events so far, rows allocated per column */
+    int64_t *ev;              /* [cap][2] start, end */
+    uint8_t *tags;            /* [NF][cap] */
+    int64_t *ival;            /* [NIV][cap] */
+    int64_t *argspan;         /* [cap][2] start, length of args */
+    int32_t *soff;            /* [NF][cap + 1] string end offsets */
+    Buf sdata[NF];
+} Scan;
+
+static void scan_free(Scan *sc) {
+    free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
+    for (int f = 0; f < NF; f++) free(sc->sdata[f].p);
+}
+
+/* column-major arrays grow by copying each column into the larger block */
+static int grow_rows(Scan *sc) {
+    if (sc->nev + 1 < sc->cap) return 0;
+    size_t old = sc->cap, cap = old ? old * 2 : 4096, n = sc->nev;
+    int64_t *ev = malloc(cap * 2 * sizeof(int64_t));
+    uint8_t *tags = malloc(cap * NF);
+    int64_t *ival = malloc(cap * NIV * sizeof(int64_t));
+    int64_t *argspan = malloc(cap * 2 * sizeof(int64_t));
+    int32_t *soff = malloc((cap + 1) * NF * sizeof(int32_t));
+    if (!ev || !tags || !ival || !argspan || !soff) {
+        free(ev); free(tags); free(ival); free(argspan); free(soff);
+        return -1;
+    }
+    if (old) {
+        memcpy(ev, sc->ev, n * 2 * sizeof(int64_t));
+        memcpy(argspan, sc->argspan, n * 2 * sizeof(int64_t));
+        for (int f = 0; f < NF; f++) {
+            memcpy(tags + f * cap, sc->tags + f * old, n);
+            memcpy(soff + f * (cap + 1), sc->soff + f * (old + 1), (n + 1) * sizeof(int32_t));
+        }
+        for (int k = 0; k < NIV; k++) memcpy(ival + k * cap, sc->ival + k * old, n * sizeof(int64_t));
+    } else {
+        for (int f = 0; f < NF; f++) soff[f * (cap + 1)] = 0;
+    }
+    free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
+    sc->ev = ev; sc->tags = tags; sc->ival = ival; sc->argspan = argspan; sc->soff = soff;
+    sc->cap = cap;
+    return 0;
+}
+
+static inline void skip_ws(Scan *sc) {
+    while (sc->i < sc->n) {
+        unsigned char c = sc->s[sc->i];
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') sc->i++;
+        else break;
+    }
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* One UTF-8 sequence starting at s[i] (a byte >= 0x80): its length, or 0 if invalid. */
+static int utf8_len(const unsigned char *s, size_t i, size_t n) {
+    unsigned char c = s[i];
+    int len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else return 0;
+    if (i + (size_t)len > n) return 0;
+    for (int k = 1; k < len; k++) {
+        unsigned char d = s[i + k];
+        if ((d & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;
+    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+    return len;
+}
+
+static int read_hex4(Scan *sc, uint32_t *out) {
+    if (sc->i + 4 > sc->n) return -1;
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(sc->s[sc->i + k]);
+        if (h < 0) return -1;
+        v = (v << 4) | (uint32_t)h;
+    }
+    sc->i += 4;
+    *out = v;
+    return 0;
+}
+
+static int put_utf8(Buf *b, uint32_t cp) {
+    if (buf_reserve(b, 4)) return -1;
+    char *o = b->p + b->len;
+    if (cp < 0x80) { o[0] = (char)cp; b->len += 1; }
+    else if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); b->len += 2; }
+    else if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F)); b->len += 3;
+    } else {
+        o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); b->len += 4;
+    }
+    return 0;
+}
+
+/* A string at s[i] == '"'. With out, its unescaped bytes are appended there. *escaped
+ * tells whether it held a backslash. Returns 0, or -1 for anything msgspec might treat
+ * otherwise (control characters, bad UTF-8, bad escapes, lone surrogates). */
+static int scan_string(Scan *sc, Buf *out, int *escaped) {
+    const unsigned char *s = sc->s;
+    size_t n = sc->n;
+    size_t i = sc->i + 1;
+    size_t run = i;  /* start of the bytes not yet copied to out */
+    if (escaped) *escaped = 0;
+    for (;;) {
+        if (i >= n) return -1;
+        unsigned char c = s[i];
+        if (c == '"') {
+            if (out && i > run) {
+                if (buf_reserve(out, i - run)) return -1;
+                memcpy(out->p + out->len, s + run, i - run);
+                out->len += i - run;
+            }
+            sc->i = i + 1;
+            return 0;
+        }
+        if (!SPECIAL[c]) {
+            i++;
+            while (i + 4 <= n && !SPECIAL[s[i]] && !SPECIAL[s[i + 1]] && !SPECIAL[s[i + 2]] && !SPECIAL[s[i + 3]]) i += 4;
+            continue;
+        }
+        if (c < 0x20) return -1;
+        if (c >= 0x80) {
+            int l = utf8_len(s, i, n);
+            if (!l) return -1;
+            i += (size_t)l;
+            continue;
+        }
+        /* a backslash */
+        if (escaped) *escaped = 1;
+        if (out && i > run) {
+            if (buf_reserve(out, i - run)) return -1;
+            memcpy(out->p + out->len, s + run, i - run);
+            out->len += i - run;
+        }
+        if (i + 1 >= n) return -1;
+        unsigned char e = s[i + 1];
+        uint32_t cp;
+        switch (e) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = '\b'; break;
+            case 'f': cp = '\f'; break;
+            case 'n': cp = '\n'; break;
+            case 'r': cp = '\r'; break;
+            case 't': cp = '\t'; break;
+            case 'u': {
+                sc->i = i + 2;
+                if (read_hex4(sc, &cp)) return -1;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return -1;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    uint32_t lo;
+                    if (sc->i + 2 > n || s[sc->i] != '\\' || s[sc->i + 1] != 'u') return -1;
+                    sc->i += 2;
+                    if (read_hex4(sc, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                i = sc->i;
+                run = i;
+                if (out && put_utf8(out, cp)) return -1;
+                continue;
+            }
+            default: return -1;
+        }
+        if (out && put_utf8(out, cp)) return -1;
+        i += 2;
+        run = i;
+    }
+}
+
+/* A JSON number at s[i]. Sets *is_int; for integers *iv (fails if outside int64).
+ * With ns, the value in microseconds as exact nanoseconds (fails unless it is a plain
+ * decimal with at most 3 fractional digits and at most 15 integer digits). */
+static int scan_number(Scan *sc, int *is_int, int64_t *iv, int want_ns, int64_t *ns) {
+    const unsigned char *s = sc->s;
+    size_t n = sc->n, i = sc->i;
+    int neg = 0;
+    if (i < n && s[i] == '-') { neg = 1; i++; }
+    if (i >= n) return -1;
+    size_t int_start = i;
+    if (s[i] == '0') i++;
+    else if (s[i] >= '1' && s[i] <= '9') { while (i < n && s[i] >= '0' && s[i] <= '9') i++; }
+    else return -1;
+    size_t int_end = i;
+    size_t frac_start = 0, frac_end = 0;
+    int has_frac = 0, has_exp = 0;
+    if (i < n && s[i] == '.') {
+        i++;
+        frac_start = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == frac_start) return -1;
+        frac_end = i;
+        has_frac = 1;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        size_t e0 = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == e0) return -1;
+        has_exp = 1;
+    }
+    /* a number must end at a delimiter (msgspec would reject "1x" anyway; be sure) */
+    if (i < n) {
+        unsigned char c = s[i];
+        if (!(c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t')) return -1;
+    }
+    sc->i = i;
+    *is_int = !has_frac && !has_exp;
+    size_t nd = int_end - int_start;
+    if (*is_int) {
+        if (nd > 19) return -1;
+        uint64_t v = 0;
+        for (size_t k = int_start; k < int_end; k++) v = v * 10 + (uint64_t)(s[k] - '0');
+        if (nd == 19 && (s[int_start] > '9' || v > (uint64_t)INT64_MAX)) return -1;
+        if (!neg && v > (uint64_t)INT64_MAX) return -1;
+        if (neg && v > (uint64_t)INT64_MAX) return -1;  /* keep -2**63 out: simpler */
+        *iv = neg ? -(int64_t)v : (int64_t)v;
+    }
+    if (want_ns) {
+        if (has_exp || nd > 15) return -1;
+        size_t fd = has_frac ? frac_end - frac_start : 0;
+        if (fd > 3) return -1;
+        int64_t v = 0;
+        for (size_t k = int_start; k < int_end; k++) v = v * 10 + (s[k] - '0');
+        int64_t frac = 0;
+        for (size_t k = 0; k < 3; k++) frac = frac * 10 + (k < fd ? s[frac_start + k] - '0' : 0);
+        v = v * 1000 + frac;
+        *ns = neg ? -v : v;
+    }
+    return 0;
+}
+
+static int skip_value(Scan *sc, int depth);
+
+static int skip_literal(Scan *sc, const char *lit, size_t len) {
+    if (sc->i + len > sc->n || memcmp(sc->s + sc->i, lit, len) != 0) return -1;
+    sc->i += len;
+    return 0;
+}
+
+static int skip_container(Scan *sc, int depth) {
+    unsigned char open = sc->s[sc->i];
+    unsigned char close = open == '{' ? '}' : ']';
+    if (depth >= MAX_DEPTH) return -1;
+    sc->i++;
+    skip_ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == close) { sc->i++; return 0; }
+    for (;;) {
+        if (open == '{') {
+            if (sc->i >= sc->n || sc->s[sc->i] != '"') return -1;
+            if (scan_string(sc, NULL, NULL)) return -1;
+            skip_ws(sc);
+            if (sc->i >= sc->n || sc->s[sc->i] != ':') return -1;
+            sc->i++;
+            skip_ws(sc);
+        }
+        if (skip_value(sc, depth + 1)) return -1;
+        skip_ws(sc);
+        if (sc->i >= sc->n) return -1;
+        if (sc->s[sc->i] == ',') { sc->i++; skip_ws(sc); continue; }
+        if (sc->s[sc->i] == close) { sc->i++; return 0; }
+        return -1;
+    }
+}
+
+static int skip_value(Scan *sc, int depth) {
+    if (sc->i >= sc->n) return -1;
+    unsigned char c = sc->s[sc->i];
+    int is_int;
+    int64_t iv, ns;
+    switch (c) {
+        case '"': return scan_string(sc, NULL, NULL);
+        case '{': case '[': return skip_container(sc, depth);
+        case 't': return skip_literal(sc, "true", 4);
+        case 'f': return skip_literal(sc, "false", 5);
+        case 'n': return skip_literal(sc, "null", 4);
+        default:
+            if (c == '-' || (c >= '0' && c <= '9')) {
+                /* skipped numbers need only be valid JSON: check the grammar, ignore range */
+                size_t save = sc->i;
+                if (scan_number(sc, &is_int, &iv, 0, &ns) == 0) return 0;
+                sc->i = save;
+                const unsigned char *s = sc->s;
+                size_t i = sc->i, n = sc->n;
+                if (s[i] == '-') i++;
+                if (i >= n) return -1;
+                if (s[i] == '0') i++;
+                else if (s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+                else return -1;
+                if (i < n && s[i] == '.') {
+                    size_t f0 = ++i;
+                    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+                    if (i == f0) return -1;
+                }
+                if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+                    i++;
+                    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+                    size_t e0 = i;
+                    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+                    if (i == e0) return -1;
+                }
+                if (i < n) {
+                    unsigned char d = s[i];
+                    if (!(d == ',' || d == '}' || d == ']' || d == ' ' || d == '\n' || d == '\r' || d == '\t')) return -1;
+                }
+                /* big integers: msgspec turns those in fields we do not read into nothing; fine */
+                sc->i = i;
+                return 0;
+            }
+            return -1;
+    }
+}
+
+static int field_of(const unsigned char *k, size_t len) {
+    switch (len) {
+        case 1: if (k[0] == 's') return F_S; break;
+        case 2:
+            if (k[0] == 'p' && k[1] == 'h') return F_PH;
+            if (k[0] == 'i' && k[1] == 'd') return F_ID;
+            if (k[0] == 't' && k[1] == 's') return F_TS;
+            if (k[0] == 'b' && k[1] == 'p') return F_BP;
+            break;
+        case 3:
+            if (!memcmp(k, "cat", 3)) return F_CAT;
+            if (!memcmp(k, "pid", 3)) return F_PID;
+            if (!memcmp(k, "tid", 3)) return F_TID;
+            if (!memcmp(k, "dur", 3)) return F_DUR;
+            break;
+        case 4:
+            if (!memcmp(k, "name", 4)) return F_NAME;
+            if (!memcmp(k, "args", 4)) return F_ARGS;
+            break;
+        case 7:
+            if (!memcmp(k, "bind_id", 7)) return F_BIND;
+            if (!memcmp(k, "flow_in", 7)) return F_FIN;
+            break;
+        case 8:
+            if (!memcmp(k, "flow_out", 8)) return F_FOUT;
+            break;
+    }
+    return -1;
+}
+
+static int scan_event(Scan *sc) {
+    if (grow_rows(sc)) return -1;
+    size_t row = sc->nev;
+    uint8_t tags[NF];
+    int64_t ival[NF];
+    int64_t span[2 * NF];
+    memset(tags, 0, sizeof tags);
+    memset(ival, 0, sizeof ival);
+    memset(span, 0, sizeof span);
+    sc->ev[2 * row] = (int64_t)sc->i;
+    sc->i++;  /* '{' */
+    skip_ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == '}') {
+        sc->i++;
+    } else {
+        for (;;) {
+            if (sc->i >= sc->n || sc->s[sc->i] != '"') return -1;
+            size_t k0 = sc->i + 1;
+            int esc;
+            if (scan_string(sc, NULL, &esc)) return -1;
+            size_t k1 = sc->i - 1;
+            skip_ws(sc);
+            if (sc->i >= sc->n || sc->s[sc->i] != ':') return -1;
+            sc->i++;
+            skip_ws(sc);
+            if (sc->i >= sc->n) return -1;
+            int f = esc ? -2 : field_of(sc->s + k0, k1 - k0);
+            if (f == -2) return -1;  /* an escaped key might name a field: let msgspec decide */
+            if (f < 0) {
+                if (skip_value(sc, 1)) return -1;
+            } else {
+                if (tags[f] != T_ABSENT) return -1;  /* a repeated field */
+                size_t v0 = sc->i;
+                unsigned char c = sc->s[v0];
+                int kind = FIELD_KIND[f];
+                int t;
+                if (c == '"') {
+                    if (kind == K_TIME || kind == K_BOOL) return -1;
+                    if (kind == K_RAW) {
+                        if (scan_string(sc, NULL, NULL)) return -1;
+                    } else if (scan_string(sc, &sc->sdata[f], NULL)) return -1;
+                    t = T_STR;
+                } else if (c == 'n') {
+                    if (skip_literal(sc, "null", 4)) return -1;
+                    t = T_NULL;
+                } else if (c == 't' || c == 'f') {
+                    if (kind != K_BOOL && kind != K_RAW) return -1;
+                    if (c == 't' ? skip_literal(sc, "true", 4) : skip_literal(sc, "false", 5)) return -1;
+                    t = c == 't' ? T_TRUE : T_FALSE;
+                } else if (c == '{' || c == '[') {
+                    if (kind != K_RAW) return -1;
+                    if (skip_container(sc, 1)) return -1;
+                    t = c == '{' ? T_OBJ : T_ARR;
+                } else if (c == '-' || (c >= '0' && c <= '9')) {
+                    int is_int;
+                    int64_t iv = 0, ns = 0;
+                    if (kind == K_RAW) {
+                        if (skip_value(sc, 1)) return -1;
+                        t = T_NUM;
+                    } else {
+                        if (kind != K_ID && kind != K_TIME) return -1;
+                        if (scan_number(sc, &is_int, &iv, kind == K_TIME, &ns)) return -1;
+                        if (kind == K_ID && !is_int) return -1;  /* float ids: the Python path */
+                        t = is_int ? T_INT : T_NUM;
+                        ival[f] = kind == K_TIME ? ns : iv;
+                    }
+                } else {
+                    return -1;
+                }
+                tags[f] = (uint8_t)t;
+                span[2 * f] = (int64_t)v0;
+                span[2 * f + 1] = (int64_t)(sc->i - v0);
+            }
+            skip_ws(sc);
+            if (sc->i >= sc->n) return -1;
+            if (sc->s[sc->i] == ',') { sc->i++; skip_ws(sc); continue; }
+            if (sc->s[sc->i] == '}') { sc->i++; break; }
+            return -1;
+        }
+    }
+    sc->ev[2 * row + 1] = (int64_t)sc->i;
+    size_t cap = sc->cap;
+    for (int f = 0; f < NF; f++) {
+        if (sc->sdata[f].len > (size_t)INT32_MAX) return -1;
+        sc->tags[f * cap + row] = tags[f];
+        sc->soff[f * (cap + 1) + row + 1] = (int32_t)sc->sdata[f].len;
+        if (IVSLOT[f] >= 0) sc->ival[IVSLOT[f] * cap + row] = ival[f];
+    }
+    sc->argspan[2 * row] = span[2 * F_ARGS];
+    sc->argspan[2 * row + 1] = span[2 * F_ARGS + 1];
+    sc->nev++;
+    return 0;
+}
+
+static int scan_all(Scan *sc) {
+    skip_ws(sc);
+    if (sc->i >= sc->n || sc->s[sc->i] != '[') return -1;
+    sc->i++;
+    skip_ws(sc);
+    if (grow_rows(sc)) return -1;
+    if (sc->i < sc->n && sc->s[sc->i] == ']') {
+        sc->i++;
+    } else {
+        for (;;) {
+            if (sc->i >= sc->n || sc->s[sc->i] != '{') return -1;
+            if (scan_event(sc)) return -1;
+            skip_ws(sc);
+            if (sc->i >= sc->n) return -1;
+            if (sc->s[sc->i] == ',') { sc->i++; skip_ws(sc); continue; }
+            if (sc->s[sc->i] == ']') { sc->i++; break; }
+            return -1;
+        }
+    }
+    skip_ws(sc);
+    return sc->i == sc->n ? 0 : -1;
+}
+
+static PyObject *py_scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Scan sc;
+    memset(&sc, 0, sizeof sc);
+    sc.s = view.buf;
+    sc.n = (size_t)view.len;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan_all(&sc);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        scan_free(&sc);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    size_t n = sc.nev, cap = sc.cap;
+    PyObject *out = NULL, *ev = NULL, *tags = NULL, *ival = NULL, *span = NULL, *soffs = NULL, *sdata = NULL;
+    ev = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 2 * sizeof(int64_t)));
+    tags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NF));
+    ival = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NIV * sizeof(int64_t)));
+    span = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 2 * sizeof(int64_t)));
+    soffs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(NF * (n + 1) * sizeof(int32_t)));
+    sdata = PyTuple_New(NF);
+    if (!ev || !tags || !ival || !span || !soffs || !sdata) goto fail;
+    memcpy(PyBytes_AS_STRING(ev), sc.ev, n * 2 * sizeof(int64_t));
+    memcpy(PyBytes_AS_STRING(span), sc.argspan, n * 2 * sizeof(int64_t));
+    for (int f = 0; f < NF; f++) {
+        memcpy(PyBytes_AS_STRING(tags) + f * n, sc.tags + f * cap, n);
+        memcpy(PyBytes_AS_STRING(soffs) + f * (n + 1) * sizeof(int32_t), sc.soff + f * (cap + 1),
+               (n + 1) * sizeof(int32_t));
+        PyObject *d = PyBytes_FromStringAndSize(sc.sdata[f].p ? sc.sdata[f].p : "", (Py_ssize_t)sc.sdata[f].len);
+        if (!d) goto fail;
+        PyTuple_SET_ITEM(sdata, f, d);
+    }
+    for (int k = 0; k < NIV; k++)
+        memcpy(PyBytes_AS_STRING(ival) + k * n * sizeof(int64_t), sc.ival + k * cap, n * sizeof(int64_t));
+    out = Py_BuildValue("(nNNNNNN)", (Py_ssize_t)n, ev, tags, ival, span, soffs, sdata);
+    scan_free(&sc);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(ev); Py_XDECREF(tags); Py_XDECREF(ival); Py_XDECREF(span); Py_XDECREF(soffs); Py_XDECREF(sdata);
+    scan_free(&sc);
+    PyBuffer_Release(&view);
+    return PyErr_NoMemory();
+}
+
+static PyObject *py_gather(PyObject *self, PyObject *args) {
+    Py_buffer raw, starts, lens, sep;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &raw, &starts, &lens, &sep)) return NULL;
+    PyObject *out = NULL;
+    size_t k = (size_t)starts.len / sizeof(int64_t);
+    if ((size_t)lens.len / sizeof(int64_t) != k) {
+        PyErr_SetString(PyExc_ValueError, "starts and lens differ in length");
+        goto done;
+    }
+    const int64_t *st = starts.buf, *ln = lens.buf;
+    size_t total = 0;
+    for (size_t j = 0; j < k; j++) {
+        if (st[j] < 0 || ln[j] < 0 || (size_t)st[j] + (size_t)ln[j] > (size_t)raw.len) {
+            PyErr_SetString(PyExc_ValueError, "slice outside the buffer");
+            goto done;
+        }
+        total += (size_t)ln[j];
+    }
+    if (k) total += (k - 1) * (size_t)sep.len;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!out) goto done;
+    {
+        char *o = PyBytes_AS_STRING(out);
+        const char *r = raw.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (size_t j = 0; j < k; j++) {
+            if (j && sep.len) { memcpy(o, sep.buf, (size_t)sep.len); o += sep.len; }
+            memcpy(o, r + st[j], (size_t)ln[j]);
+            o += ln[j];
+        }
+        Py_END_ALLOW_THREADS
+    }
+done:
+    PyBuffer_Release(&raw); PyBuffer_Release(&starts); PyBuffer_Release(&lens); PyBuffer_Release(&sep);
+    return out;
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", py_scan, METH_VARARGS, "Columns of a chunk of whole Chrome events, or None (see the file's header)."},
+    {"gather", py_gather, METH_VARARGS, "gather(raw, starts, lens, sep) -> the slices joined by sep."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    init_tables();
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    PyObject *names = PyTuple_New(NF);
+    if (!names) return NULL;
+    for (int f = 0; f < NF; f++) PyTuple_SET_ITEM(names, f, PyUnicode_FromString(FIELD_NAMES[f]));
+    PyModule_AddObject(m, "FIELDS", names);
+    return m;
+}

@@ -1,0 +1,226 @@
+"""A chunk read by the compiled scanner (_scan.c): its events as columns.
+
+EventColumns is what decode_events returns on the compiled path. columns.py reads it
+column-wise (strings as Arrow arrays over the scanner's buffers, times as exact int64
+ns, args as one gathered buffer); it also behaves as the list of Ev structs for the
+rare code that wants events one by one: those are decoded by msgspec from the event's
+own bytes, so they are exactly what the msgspec path would give.
+"""
+
+from __future__ import annotations
+
+import operator
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+from msgspec import Raw
+
+from acceltrace.ingest.chrome import numbers as chrome_numbers
+from acceltrace.ingest.chrome.structs import _FAST
+
+try:  # built by `pip install` (setup.py); optional: without it every chunk takes msgspec
+    from acceltrace.ingest.chrome import _scan
+except ImportError:  # pragma: no cover - depends on the install
+    _scan = None
+
+_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s", "args", "bind_id", "flow_in",
+           "flow_out")
+_F = {name: k for k, name in enumerate(_FIELDS)}
+_IV = {"pid": 0, "tid": 1, "ts": 2, "dur": 3, "id": 4, "bind_id": 5}  # rows of _Scanned.ival
+_STR_FIELDS = {"ph", "name", "cat", "bp", "s"}
+_ID_FIELDS = {"pid", "tid", "id", "bind_id"}
+_TIME_FIELDS = {"ts", "dur"}
+T_ABSENT, T_STR, T_INT, T_NUM, T_TRUE, T_FALSE, T_NULL = range(7)
+
+
+class _Scanned:
+    """One chunk's column buffers from _scan.scan (see the layout in _scan.c)."""
+
+    __slots__ = ("raw", "n", "ev", "tags", "ival", "span", "soffs", "sdata", "_strings", "_args")
+
+    def __init__(self, raw: bytes, out: tuple):
+        n, ev, tags, ival, span, soffs, sdata = out
+        self.raw, self.n = raw, n
+        self.ev = np.frombuffer(ev, dtype=np.int64).reshape(n, 2)
+        self.tags = np.frombuffer(tags, dtype=np.uint8).reshape(len(_FIELDS), n)
+        self.ival = np.frombuffer(ival, dtype=np.int64).reshape(len(_IV), n)
+        self.span = np.frombuffer(span, dtype=np.int64).reshape(n, 2)
+        self.soffs = soffs
+        self.sdata = sdata
+        self._strings: dict = {}
+        self._args = None
+
+    def strings(self, f: int) -> pa.Array:
+        """Field f's strings over the whole chunk (null where the value is not a string)."""
+        arr = self._strings.get(f)
+        if arr is None:
+            n = self.n
+            valid = self.tags[f] == T_STR
+            nulls = int(n - np.count_nonzero(valid))
+            offs = pa.py_buffer(self.soffs)
+            off_bytes = 4 * (n + 1)
+            bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+            arr = pa.Array.from_buffers(pa.string(), n, [bitmap, offs.slice(f * off_bytes, off_bytes),
+                                                         pa.py_buffer(self.sdata[f])], null_count=nulls)
+            self._strings[f] = arr
+        return arr
+
+    def args(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """(buffer, starts, lengths) of each event's args text; absent args read as '{}' (msgspec's default)."""
+        if self._args is None:
+            starts, lens = self.span[:, 0].copy(), self.span[:, 1].copy()
+            absent = self.tags[_F["args"]] == T_ABSENT
+            buf = self.raw
+            if absent.any():
+                buf = self.raw + b"{}"
+                starts[absent], lens[absent] = len(self.raw), 2
+            self._args = (buf, starts, lens)
+        return self._args
+
+
+def scan_columns(raw: bytes) -> "EventColumns | None":
+    out = _scan.scan(raw)
+    if out is None:
+        return None
+    return EventColumns(_Scanned(raw, out), None)
+
+
+class EventColumns:
+    """A chunk's events (or a selection of them) as columns; also a sequence of Ev structs."""
+
+    __slots__ = ("_s", "_idx", "_structs")
+
+    def __init__(self, scanned: _Scanned, idx: np.ndarray | None):
+        self._s, self._idx, self._structs = scanned, idx, None
+
+    def __len__(self) -> int:
+        return self._s.n if self._idx is None else len(self._idx)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def rows(self) -> np.ndarray:
+        return np.arange(self._s.n) if self._idx is None else self._idx
+
+    def take(self, idx: np.ndarray) -> "EventColumns":
+        idx = np.asarray(idx, dtype=np.int64)
+        return EventColumns(self._s, idx if self._idx is None else self._idx[idx])
+
+    def _sel(self, a: np.ndarray) -> np.ndarray:
+        return a if self._idx is None else a[self._idx]
+
+    def tags(self, name: str) -> np.ndarray:
+        return self._sel(self._s.tags[_F[name]])
+
+    # -- columns
+    def strings(self, name: str) -> pa.Array:
+        arr = self._s.strings(_F[name])
+        return arr if self._idx is None else arr.take(pa.array(self._idx))
+
+    def times(self, name: str) -> chrome_numbers.Parsed:
+        tags = self.tags(name)
+        ok = (tags == T_INT) | (tags == T_NUM)
+        vals = np.where(ok, self._sel(self._s.ival[_IV[name]]), 0)
+        return chrome_numbers.Parsed(vals, ok, ~ok)
+
+    def args(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        buf, starts, lens = self._s.args()
+        return buf, self._sel(starts), self._sel(lens)
+
+    def values(self, name: str):
+        """What list(map(attrgetter(name), events)) gives for Ev structs (times: a TimeColumn)."""
+        if name in _TIME_FIELDS:
+            return TimeColumn(self, name)
+        if name == "args":
+            return ArgsColumn(self)
+        tags = self.tags(name)
+        if name in _STR_FIELDS:
+            return self.strings(name).to_pylist()
+        if name in _ID_FIELDS:
+            ints_ = self._sel(self._s.ival[_IV[name]])
+            if len(tags) and (tags == T_INT).all():
+                return ints_.tolist()
+            out = np.full(len(tags), None, dtype=object)
+            is_int = tags == T_INT
+            if is_int.any():
+                out[is_int] = ints_[is_int].tolist()
+            is_str = tags == T_STR
+            if is_str.any():
+                out[is_str] = self.strings(name).filter(pa.array(is_str)).to_pylist()
+            return out.tolist()
+        if name in ("flow_in", "flow_out"):
+            lut = np.array([None, None, None, None, True, False, None, None, None], dtype=object)
+            return lut[tags].tolist()
+        return [getattr(ev, name) for ev in self]
+
+    # -- the sequence of Ev structs (rare paths: metadata, counters, problem reports)
+    def structs(self) -> list:
+        if self._structs is None:
+            ev = self._sel(self._s.ev)
+            body = _scan.gather(self._s.raw, np.ascontiguousarray(ev[:, 0]),
+                                np.ascontiguousarray(ev[:, 1] - ev[:, 0]), b",")
+            self._structs = _FAST.decode(b"[" + body + b"]")
+        return self._structs
+
+    def __iter__(self):
+        return iter(self.structs())
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        i = operator.index(i)
+        if self._structs is not None:
+            return self._structs[i]
+        start, end = self._sel(self._s.ev)[i]
+        return _FAST.decode(b"[" + self._s.raw[int(start):int(end)] + b"]")[0]
+
+
+class TimeColumn:
+    """A time field of EventColumns: to_ns reads its exact ns; as a sequence, what msgspec gives."""
+
+    __slots__ = ("cols", "name")
+
+    def __init__(self, cols: EventColumns, name: str):
+        self.cols, self.name = cols, name
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+    def __getitem__(self, i):
+        return _time_value(self.cols, self.name, operator.index(i))
+
+    def __iter__(self):
+        return (_time_value(self.cols, self.name, i) for i in range(len(self.cols)))
+
+
+def _time_value(cols: EventColumns, name: str, i: int):
+    tag = int(cols.tags(name)[i])
+    ns = int(cols._sel(cols._s.ival[_IV[name]])[i])
+    if tag == T_INT:
+        return ns // 1000
+    if tag == T_NUM:
+        return float(Decimal(ns) / 1000)
+    return None
+
+
+class ArgsColumn:
+    """The args of EventColumns: raw_text and arg_fields join them in C; as a sequence, msgspec Raw values."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, cols: EventColumns):
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+    def __getitem__(self, i):
+        buf, starts, lens = self.cols.args()
+        i = operator.index(i)
+        return Raw(buf[int(starts[i]):int(starts[i] + lens[i])])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+

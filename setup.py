@@ -1,0 +1,15 @@
+"""Compiled parts, built by `pip install` (pyproject.toml holds everything else).
+
+Each extension is optional: without a compiler the install still succeeds and the
+Python paths run instead (slower, same results).
+"""
+
+from setuptools import Extension, setup
+
+EXTENSIONS = [
+    # the Chrome reader's scanner (ingest/chrome/_scan.c; docs/ingest.md "Speed")
+    Extension("acceltrace.ingest.chrome._scan", ["ingest/chrome/_scan.c"],
+              extra_compile_args=["-O2", "-std=c99"], optional=True),
+]
+
+setup(ext_modules=EXTENSIONS)

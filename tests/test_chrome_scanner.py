@@ -1,0 +1,316 @@
+"""The compiled Chrome scanner (ingest/chrome/_scan.c) against the msgspec path it speeds up.
+
+Every sample must match its checked-in snapshot through both paths (test_chrome_samples.py
+checks the default, compiled one; this file the msgspec one), every bad input must give
+the same outcome through both, and column by column the scanner must
+give what msgspec's structs give, on hand-written quirks and on random mutations. A
+chunk the scanner is unsure of comes back None (msgspec then decides): never a crash,
+never a different value.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from _helpers import check_snapshot
+
+from acceltrace.ingest import builder as builder_mod, pipeline, sources
+from acceltrace.ingest.chrome import columns
+from acceltrace.store.catalog import Store
+from canonical import canonical_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+KINETO = sorted((ROOT / "sample_traces" / "chrome" / "kineto").glob("*.json*")) + sorted(
+    (ROOT / "sample_traces" / "chrome" / "kineto").glob("*.tar.gz"))  # the list test_chrome_samples.py checks
+INVALID = sorted((ROOT / "sample_traces" / "chrome" / "invalid").iterdir())
+SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome" / "kineto"
+FIELDS = columns._FIELDS
+
+needs_scanner = pytest.mark.skipif(columns._scan is None, reason="the compiled scanner is not built (no compiler)")
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    monkeypatch.setattr(builder_mod, "build_lod", lambda con: None)
+    monkeypatch.setattr(sources, "BOMB_FLOOR_BYTES", 1 << 20)
+
+
+def _summary(tmp_path, path, compiled: bool, block: int | None = None) -> str:
+    old = columns.USE_COMPILED
+    columns.USE_COMPILED = compiled
+    try:
+        store = Store(tmp_path / f"store-{compiled}")
+        res = pipeline.ingest_paths(store, [path])[0]
+        if res.error:
+            return f"refused: {res.error}"
+        return canonical_summary(store.connect(res.id)) + "\n".join(res.warnings)
+    finally:
+        columns.USE_COMPILED = old
+
+
+def test_the_scanner_is_built_by_the_install():
+    # `pip install -e .` builds it (setup.py); the fallback exists for machines without a compiler
+    if os.environ.get("ACCELTRACE_EXPECT_NO_SCANNER") == "1":
+        pytest.skip("told this machine has no compiler")
+    assert columns._scan is not None and columns.compiled()
+
+
+@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+def test_msgspec_path_matches_the_snapshots(tmp_path, quick, path):
+    # test_chrome_samples.py checks the default (compiled) path against the same files
+    check_snapshot(SNAPSHOTS / f"{path.name}.summary.txt", _plain_summary(tmp_path, path))
+
+
+def _plain_summary(tmp_path, path) -> str:
+    old = columns.USE_COMPILED
+    columns.USE_COMPILED = False
+    try:
+        store = Store(tmp_path / "store-plain")
+        res = pipeline.ingest_paths(store, [path])[0]
+        assert res.error is None, res.error
+        return canonical_summary(store.connect(res.id))
+    finally:
+        columns.USE_COMPILED = old
+
+
+@needs_scanner
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_both_paths_give_the_same_outcome_on_bad_input(tmp_path, quick, path):
+    assert _summary(tmp_path, path, True) == _summary(tmp_path, path, False)
+
+
+@needs_scanner
+def test_small_blocks_give_the_same_trace(tmp_path, quick, monkeypatch):
+    # many chunk cuts (and re-tries of the cut) through one real file
+    from acceltrace.ingest.chrome import reader
+
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 64 << 10)
+    path = ROOT / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
+    assert _summary(tmp_path, path, True) == _summary(tmp_path, path, False)
+
+
+# -- column by column ----------------------------------------------------------------
+QUIRKS = [
+    # plain Kineto shapes
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1365627000007.663, "dur": 69.873,'
+    ' "args": {"correlation": 1, "External id": 2, "bytes": 4096}}',
+    '{"ph": "X", "name": "n", "pid": 1, "tid": 2, "ts": 17, "dur": 0}',
+    '{"ph":"i","s":"g","name":"mark","pid":"","tid":"","ts":-5.5}',
+    # pid / tid mixing ints and strings; ids as strings
+    '{"ph": "s", "id": "0x1a", "pid": "25738", "tid": 25738, "ts": 1.5, "cat": "ac2g", "name": "ac2g", "bp": "e"}',
+    '{"ph": "f", "id": 7, "pid": -3, "tid": "stream 7", "ts": 0.001}',
+    # escapes and non-ASCII in names; escaped quotes inside args
+    r'{"ph": "X", "name": "tab\there \"q\" \\ \/ \u00e9 \ud83d\ude00 \u0000", "cat": "c\u0061t", "ts": 1, "dur": 2,'
+    r' "args": {"s": "a\"b", "n": [1, 2.5e3, {"x": null}]}}',
+    '{"ph": "X", "name": "caf\u00e9 \u6f22\u5b57", "ts": 2, "dur": 1}',
+    # missing, null and odd fields; unknown keys with every kind of value
+    '{"ph": "X", "ts": null, "dur": null}',
+    '{"name": "no phase", "ts": 3}',
+    '{}',
+    '{"ph": "C", "name": "mem", "pid": 1, "ts": 4, "args": {"bytes": 1e3, "big": 123456789012345678901234567890}}',
+    '{"ph": "X", "ts": 5, "dur": 1, "extra": [true, false, null, -0, 0.5, "s", {"a": {}}], "zz": -1.25E-3}',
+    '{"ph": "X", "ts": 6, "dur": 1, "args": "not an object"}',
+    '{"ph": "X", "ts": 6, "dur": 1, "args": {  }}',
+    '{"ph": "b", "cat": "async", "id": 9, "name": "a", "pid": 1, "ts": 7, "args": null}',
+    '{"ph": "X", "ts": 8, "dur": 1, "bind_id": 12, "flow_in": true, "flow_out": false}',
+    '{"ph": "X", "ts": 8, "dur": 1, "bind_id": "x", "flow_in": null}',
+    # times the scanner leaves to msgspec (more than three decimals, exponents, strings, huge)
+    '{"ph": "X", "ts": 1.23456, "dur": 1}',
+    '{"ph": "X", "ts": 1e3, "dur": 1}',
+    '{"ph": "X", "ts": "12.5", "dur": 1}',
+    '{"ph": "X", "ts": 99999999999999999999, "dur": 1}',
+    '{"ph": "X", "ts": 1, "dur": 1, "pid": 1.5}',
+    '{"ph": "X", "ts": 1, "dur": 1, "pid": 18446744073709551615}',
+    # keys the scanner cannot match without unescaping, repeated keys
+    r'{"ph": "X", "t\u0073": 1, "dur": 1}',
+    '{"ph": "X", "ts": 1, "ts": 2, "dur": 1}',
+]
+
+
+def _struct_values(evs: list, name: str) -> list:
+    return [getattr(e, name) for e in evs]
+
+
+def _outcome(fn, arg):
+    """fn(arg), or the type and text of what it raised (both paths must raise alike)."""
+    try:
+        return fn(arg)
+    except Exception as e:  # noqa: BLE001 - compared, not hidden
+        return (type(e).__name__, str(e))
+
+
+def _compare(raw: bytes) -> bool:
+    """Columns from the scanner == msgspec's structs; False when the scanner declined."""
+    cols = columns.scan_columns(raw)
+    if cols is None:
+        return False
+    try:
+        evs = columns._FAST.decode(raw)
+    except msgspec.ValidationError:
+        evs = columns._RAW.decode(raw)
+    assert len(cols) == len(evs)
+    for name in FIELDS:
+        mine = columns.values(cols, name)
+        if name in ("ts", "dur"):
+            p, q = columns.to_ns(mine, lambda: None), columns.to_ns(_struct_values(evs, name),
+                                                                  lambda n=name: _struct_values(columns._RAW.decode(raw), n))
+            assert p.ok.tolist() == q.ok.tolist() and p.missing.tolist() == q.missing.tolist(), name
+            assert p.values[p.ok].tolist() == q.values[q.ok].tolist(), name
+            assert list(mine) == _struct_values(evs, name), name
+        elif name == "args":
+            assert [bytes(r) for r in mine] == [bytes(e.args) for e in evs]
+            assert columns.raw_text(mine).equals(columns.raw_text(_struct_values(evs, name)))
+            af_mine, af_ref = _outcome(columns.arg_fields, mine), _outcome(columns.arg_fields,
+                                                                          _struct_values(evs, name))
+            assert af_mine == af_ref
+        else:
+            ref = _struct_values(evs, name)
+            assert mine == ref, name
+            assert [type(v) for v in mine] == [type(v) for v in ref], name
+            if name in columns._STR_FIELDS:
+                assert columns.strings(cols, name).to_pylist() == ref
+    # the sequence view: structs decoded from each event's own bytes
+    assert list(cols) == evs
+    if len(evs):
+        assert cols[len(evs) - 1] == evs[-1]
+        k = np.array([len(evs) - 1, 0])
+        sub = columns.take(cols, k)
+        assert list(sub) == [evs[-1], evs[0]] and columns.values(sub, "name") == [evs[-1].name, evs[0].name]
+    return True
+
+
+@needs_scanner
+@pytest.mark.parametrize("event", QUIRKS)
+def test_scanner_columns_equal_msgspec(event):
+    raw = ("[" + event + "]").encode()
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        pytest.fail("a quirk must be valid JSON")
+    accepted = _compare(raw)
+    declines = ('"ts": 1.23456', '"ts": 1e3', '"ts": "12.5"', '"ts": 99999999999999999999', '"pid": 1.5',
+                '"pid": 18446744073709551615', r"t\u0073", '"ts": 1, "ts": 2')
+    assert accepted == (not any(d in event for d in declines)), "declined what it should read, or the reverse"
+
+
+@needs_scanner
+def test_all_quirks_in_one_chunk():
+    readable = [q for q in QUIRKS if _compare(f"[{q}]".encode())]
+    assert _compare(("[" + ",\n ".join(readable) + "]").encode())
+    assert _compare(b"[]") and _compare(b" [ \n ] ")
+
+
+def _mutations(seed: int, count: int):
+    rng = random.Random(seed)
+    readable = [q for q in QUIRKS if columns.scan_columns(f"[{q}]".encode()) is not None]
+    base = ("[" + ",".join(readable) + "]").encode()
+    alphabet = b'{}[]",:\\ \t\n0123456789.-eEtruefalsn\x00\x1f\x7f\x80\xc3\xa9\xed\xa0\x80\xf0\x9f\x98'
+    for _ in range(count):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 6)):
+            op = rng.random()
+            i = rng.randrange(len(b) + 1)
+            if op < 0.4 and len(b) > 1:
+                del b[min(i, len(b) - 1)]
+            elif op < 0.8:
+                b.insert(i, rng.choice(alphabet))
+            else:
+                b = b[:i]  # cut off anywhere
+        yield bytes(b)
+
+
+@needs_scanner
+def test_mutated_chunks_never_disagree():
+    # bounded here (2000 inputs, ~2 s); bench/fuzz_scan.py runs the long version under ASan
+    accepted = 0
+    for raw in _mutations(14, 2000):
+        try:
+            ok = _compare(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pytest.fail(f"the scanner accepted what msgspec refuses: {raw[:200]!r}")
+        accepted += ok
+    assert 50 < accepted < 2000  # some mutations stay valid, most do not
+
+
+# -- the C code under AddressSanitizer -------------------------------------------------
+_ASAN_DRIVER = textwrap.dedent(r"""
+    import random, sys
+    sys.path.insert(0, sys.argv[1])
+    import _scan
+    rng = random.Random(int(sys.argv[2]))
+    seeds = [open(p, "rb").read() for p in sys.argv[4:]]
+    alphabet = b'{}[]",:\\ \t\n0123456789.-eEtruefalsn\x00\x80\xc3\xa9\xed\xa0\xf0\x9f'
+    for k in range(int(sys.argv[3])):
+        b = bytearray(rng.choice(seeds))
+        if b[:1] != b"[":
+            i = b.find(b"[")
+            b = b[i:] if i >= 0 else b
+        for _ in range(rng.randint(0, 8)):
+            i = rng.randrange(len(b) + 1)
+            r = rng.random()
+            if r < 0.4 and b:
+                del b[min(i, len(b) - 1)]
+            elif r < 0.8:
+                b.insert(i, rng.choice(alphabet))
+            else:
+                b = b[:i]
+        out = _scan.scan(bytes(b))
+        if out is not None:
+            n = out[0]
+            starts = bytes(8 * n)
+            _scan.gather(bytes(b), starts, starts, b",")
+    print("ok")
+""")
+
+
+def asan_build(tmp: Path) -> Path | None:
+    """_scan.c built with -fsanitize=address into tmp (None when this machine cannot)."""
+    inc = sysconfig.get_paths()["include"]
+    out = tmp / ("_scan" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+           f"-I{inc}", str(ROOT / "ingest" / "chrome" / "_scan.c"), "-o", str(out)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out if Path(lib).is_absolute() else None
+
+
+def run_under_asan(tmp: Path, so: Path, seed: int, count: int, inputs: list[Path], timeout: int):
+    lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    ubsan = subprocess.run(["gcc", "-print-file-name=libubsan.so"], capture_output=True, text=True).stdout.strip()
+    env = dict(os.environ, LD_PRELOAD=f"{lib} {ubsan}", ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+    driver = tmp / "driver.py"
+    driver.write_text(_ASAN_DRIVER)
+    return subprocess.run([sys.executable, str(driver), str(so.parent), str(seed), str(count)] + [str(p) for p in inputs],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _seed_files(tmp: Path) -> list[Path]:
+    out = []
+    for p in INVALID:
+        if p.suffix == ".json":
+            out.append(p)
+    q = tmp / "quirks.json"
+    q.write_text("[" + ",".join(QUIRKS) + "]")
+    return out + [q]
+
+
+def test_scanner_under_address_sanitizer(tmp_path):
+    so = asan_build(tmp_path)
+    if so is None:
+        pytest.skip("no gcc with AddressSanitizer here")
+    r = run_under_asan(tmp_path, so, 14, 3000, _seed_files(tmp_path), timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
