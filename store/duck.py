@@ -1,0 +1,59 @@
+"""Every DuckDB connection the product opens gets explicit bounds (docs/operations.md).
+
+DuckDB's defaults are 80 % of the machine's memory and, for an in-memory database, a `.tmp`
+folder in the current working directory with no size cap: an analysis of a large trace could
+take most of the RAM and spill tens of GB into whatever directory the user ran the command
+from, and leave it behind after a kill. Here each connection gets a memory limit, a spill
+directory of its own inside the store's tmp/ (named `duck.<pid>.<n>`, so the store's sweep
+removes it once that process is gone; this process removes its own at exit) and a cap on it.
+
+Limits: ACCELTRACE_DUCKDB_MEMORY (default 2GB), ACCELTRACE_DUCKDB_TEMP_MAX (default 16GB),
+ACCELTRACE_DUCKDB_THREADS (default: DuckDB's, one per core).
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import duckdb
+
+DEFAULT_MEMORY = "2GB"
+DEFAULT_TEMP_MAX = "16GB"
+
+_seq = itertools.count()
+_mine: list[Path] = []
+_lock = threading.Lock()
+
+
+def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
+    """The config of one new connection: a fresh spill directory under tmp_dir and the limits."""
+    spill = Path(tmp_dir) / f"duck.{os.getpid()}.{next(_seq)}"
+    with _lock:
+        if not _mine:
+            atexit.register(_cleanup)
+        _mine.append(spill)
+    cfg = {
+        "memory_limit": memory_limit or os.environ.get("ACCELTRACE_DUCKDB_MEMORY", DEFAULT_MEMORY),
+        "temp_directory": str(spill),
+        "max_temp_directory_size": os.environ.get("ACCELTRACE_DUCKDB_TEMP_MAX", DEFAULT_TEMP_MAX),
+    }
+    if os.environ.get("ACCELTRACE_DUCKDB_THREADS"):
+        cfg["threads"] = int(os.environ["ACCELTRACE_DUCKDB_THREADS"])
+    return cfg
+
+
+def memory_connection(tmp_dir: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB (attach files to it) bounded in memory and spill space."""
+    return duckdb.connect(":memory:", config=settings(tmp_dir, memory_limit))
+
+
+def _cleanup() -> None:
+    with _lock:
+        dirs, _mine[:] = list(_mine), []
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,60 @@
+"""Every DuckDB connection of the product spills inside the store, bounded, never into the cwd."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+
+from acceltrace.store import duck
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_connection_has_a_memory_limit_and_a_spill_directory_in_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELTRACE_DUCKDB_MEMORY", "300MB")
+    monkeypatch.setenv("ACCELTRACE_DUCKDB_TEMP_MAX", "1GB")
+    con = duck.memory_connection(tmp_path)
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit.replace(" ", "").upper() in ("286.1MIB", "300.0MB", "300MB", "286MIB"), limit
+    tdir = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert tdir.parent == tmp_path and tdir.name.startswith("duck.")
+    con.close()
+
+
+def test_a_big_sort_spills_into_the_store_not_the_working_directory(tmp_path):
+    # run in a child whose cwd is an empty folder: nothing may appear there, and the spill
+    # directory inside the store is gone when the child exits
+    cwd, store_tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    store_tmp.mkdir()
+    code = (
+        "import sys; from acceltrace.store import duck\n"
+        "con = duck.memory_connection(sys.argv[1], memory_limit='64MB')\n"
+        "con.execute('SET threads = 1')\n"
+        "n = con.execute(\"SELECT count(*) FROM (SELECT md5(i::VARCHAR) AS h FROM range(3000000) t(i) ORDER BY h)\").fetchone()[0]\n"
+        "assert n == 3000000\n"
+        "import os; assert os.listdir('.') == [], os.listdir('.')  # no .tmp in the working directory\n"
+        "print(sorted(os.listdir(sys.argv[1])))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(store_tmp)], cwd=cwd, capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "duck." in r.stdout  # the spill directory was inside the store while the query ran
+    assert list(cwd.iterdir()) == []
+    assert list(store_tmp.iterdir()) == []
+
+
+def test_the_store_connection_uses_the_bounds(tmp_path):
+    from acceltrace.store.catalog import Store
+
+    store = Store(tmp_path / "s")
+    tid, tmp = store.begin("t", 1, None)
+    duckdb.connect(str(tmp)).close()
+    store.publish(tid, tmp, "test", {})
+    con = store.connect(tid)
+    tdir = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert tdir.parent == store.tmp_dir
+    con.close()
