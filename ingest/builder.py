@@ -224,8 +224,11 @@ class TraceBuilder:
         return self._next_slice
 
     # -- finish ----------------------------------------------------------------------------
-    def finish(self, fmt: str, source_name: str) -> dict:
-        """Complete the file (depths, order, meta, derived tables). Returns the counts."""
+    def finish(self, fmt: str, source_name: str, start_ns: int | None = None) -> dict:
+        """Complete the file (depths, order, meta, derived tables). Returns the counts.
+
+        `start_ns`: the time origin when the caller knows it (a live capture's segments share the
+        capture's start, so their tiles line up); by default the earliest event."""
         con = self.con
         if self._next_slice == 0 and self.n_counters == 0:
             why = "contains no events (no slices and no counter samples); nothing to show"
@@ -255,7 +258,7 @@ class TraceBuilder:
         ).fetchone()
         meta = dict(self.meta)
         meta.setdefault("format", fmt)
-        meta["start_ns"] = str(int(start))
+        meta["start_ns"] = str(int(start if start_ns is None else start_ns))
         meta["end_ns"] = str(int(end))
         meta["ingest_version"] = schema.INGEST_VERSION
         meta.setdefault("lost_events", "0")

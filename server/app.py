@@ -13,6 +13,8 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from acceltrace.analysis.runner import after_publish
+from acceltrace.server import live as live_capture
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
 from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
@@ -82,9 +84,12 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.state.acceltrace = state
         tdir = state.web_dir / "templates"
         app.state.templates = Jinja2Templates(directory=str(tdir)) if tdir.is_dir() else None
+        app.state.live_manager = live_capture.LiveManager(app, state.store, after_publish)  # live traces
+        app.state.live_manager.start()
         try:
             yield
         finally:
+            app.state.live_manager.stop()
             state.close_all()
 
     app = FastAPI(title="acceltrace", version="0.1.0", lifespan=lifespan,

@@ -1,32 +1,69 @@
-"""Live traces: which sources this server follows, and turning a growing .atrace into live messages.
+"""Live traces: the sources this server follows, and each running capture as a trace in the catalog.
 
-Sources: app.state.live_sources (set by whoever creates the app), $ACCELTRACE_LIVE_FILE (an
-.atrace being written) and $ACCELTRACE_SOCKET (a running `acceltrace traced`, asked for its
-output file over the daemon's socket protocol). `LiveStream` follows one file and makes the
-websocket's messages (docs/tracing.md, "Live view"): events with host times in ns relative to
-the first event seen, device events held until their clock domain has sync pairs. The router
-(server/routers/live.py) only moves those messages.
+Sources: app.state.live_sources (set by whoever creates the app), $ACCELTRACE_LIVE_FILE (an .atrace
+being written) and $ACCELTRACE_SOCKET (a running `acceltrace traced`, asked for its output file
+over the daemon's socket protocol). `LiveManager` looks at them every DISCOVER_S; a file that is
+growing becomes a `LiveCapture`: a catalog row with status 'live' and a sequence of segments
+(docs/tracing.md, "Live traces").
+
+A capture follows the file with the .atrace follower and keeps the records since its last sealed
+segment as the open head. Every BUILD_S (or once the previous build is done, when builds take
+longer) the head is written out as a window file (formats/atrace/window.py) and ingested with the
+native importer and the builder into a small DuckDB file with its LOD tables, all with the
+capture's start as the time origin; once the head holds SEAL_EVENTS events or SEAL_S seconds, that
+file is sealed: it never changes again and its tile parts are cached (tiles/live.py). Each build
+announces the time range it changed to the page's websocket. When the file gets its trailer (the
+daemon stopped), the whole file is ingested under the same id, analysed, and the row becomes an
+ordinary ready trace; the segments go.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import threading
+import time
+from collections import deque
 from pathlib import Path
+from typing import Callable
 
+import duckdb
 import numpy as np
 
 from acceltrace.collect.traced import protocol as P
 from acceltrace.formats import record as R
-from acceltrace.formats.atrace.clock import domain_maps
 from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.layout import AtraceError
+from acceltrace.formats.atrace.window import write_window
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.ingest.native.atrace import ingest_atrace
+from acceltrace.ingest.pipeline import ingest_one
+from acceltrace.store import live as SL
+from acceltrace.store import queries
+from acceltrace.store.catalog import Store
+from acceltrace.store.errors import IngestError
+from acceltrace.server.metadata import link_peaks
+from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile
+from acceltrace.tiles.query import MAX_LEVEL, LodInfo
 
-PUSH_INTERVAL_S = 0.1
-MAX_EVENTS_PER_PUSH = 20000
-MAX_HELD_EVENTS = 100_000  # device events waiting for their first clock-sync pairs
+log = logging.getLogger("acceltrace.live")
+
 DAEMON_TIMEOUT_S = 2.0
+DISCOVER_S = 0.5          # how often the sources are looked at
+POLL_S = 0.02             # how often a capture reads its file
+BUILD_S = 0.1             # the head is rebuilt at most this often (and never while a build runs)
+SEAL_EVENTS = 200_000     # a head this big is sealed
+SEAL_S = 2.0              # ... or this old
+RATE_WINDOW_S = 2.0
+RETIRE_S = 10.0           # a replaced head build stays open this long for requests still reading it
+CATALOG_EVERY_S = 1.0
+NAME_KINDS = (R.TRACK_NAME, R.PROCESS_NAME)
+
+AfterPublish = Callable[[Store, str], None]
 
 
+# -- sources ----------------------------------------------------------------------------------------
 def live_sources(app) -> list[dict]:
     """The live sources this server may follow (never a path a client names)."""
     out = list(getattr(app.state, "live_sources", None) or [])
@@ -35,12 +72,6 @@ def live_sources(app) -> list[dict]:
     if os.environ.get("ACCELTRACE_SOCKET"):
         out.append({"kind": "daemon", "socket": os.environ["ACCELTRACE_SOCKET"]})
     return out
-
-
-def source_index(app) -> list[dict]:
-    """The sources as GET /api/live lists them."""
-    return [{"source": i, "kind": s["kind"], "name": Path(s.get("path") or s.get("socket")).name,
-             "websocket": f"/api/live/ws?source={i}"} for i, s in enumerate(live_sources(app))]
 
 
 def daemon_status(socket_path: str | Path, timeout_s: float = DAEMON_TIMEOUT_S) -> dict:
@@ -61,98 +92,402 @@ def resolve(src: dict) -> Path:
     return Path(reply["out"])
 
 
-class LiveStream:
-    """One followed file: each `poll` gives the websocket messages that are news since the last."""
+# -- one capture ------------------------------------------------------------------------------------
+class LiveCapture:
+    """One growing .atrace shown as a live trace; `run` (a thread) follows, builds, seals, finalises."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.tail = AtraceTail(path)
-        self.start_ns: int | None = None
-        self.maps: dict = {}
-        self.n_sync = self.n_meta = 0
-        self.held: list[tuple[np.ndarray, np.ndarray]] = []
-        self.naming = R.TrackNaming()
-        self.skipped = 0
-        self.sent_hello = self.was_finished = False
+    def __init__(self, store: Store, path: Path, name: str, after_publish: AfterPublish | None = None,
+                 seal_events: int | None = None, seal_s: float | None = None):
+        self.store, self.path, self.name = store, Path(path), name
+        self.after_publish = after_publish
+        self.seal_events = seal_events or SEAL_EVENTS
+        self.seal_s = seal_s or SEAL_S
+        self.tail = AtraceTail(self.path)
+        self.trace_id: str | None = None  # the catalog row is made with the first segment
+        self.dir: Path | None = None
+        self.layout = LiveLayout()
+        self.names: list[str] = []
+        self.name_ids: dict[str, int] = {}
+        self.sealed: list[Segment] = []
+        self.head: Segment | None = None
+        self.parts = PartCache()
+        self._head_recs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._name_recs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._head_n = 0
+        self._head_built_n = 0
+        self._head_since = 0.0
+        self._builds = 0
+        self.start_abs_ns: int | None = None
+        self.events = 0
+        self._rate: deque[tuple[float, int]] = deque()
+        self.status = "following"  # following -> live -> finalising -> final | failed | abandoned
+        self.error: str | None = None
+        self.final_status: str | None = None
+        self.seq = 0  # bumped (under cond) with each change the page should hear about
+        self.changes: deque[dict] = deque(maxlen=256)
+        self.cond = threading.Condition()
+        self.lock = threading.RLock()  # segments and layout, read by requests, changed by builds
+        self.stop_event = threading.Event()
+        self.build_ms: deque[float] = deque(maxlen=50)
+        self._retired: deque[tuple[float, Segment]] = deque()  # replaced head builds, closed a little later
+        self._first_seen: float | None = None
+        self.finalise_s: float | None = None
+        self.thread = threading.Thread(target=self._run, name=f"live {self.path.name}", daemon=True)
 
-    def poll(self) -> list[dict]:
-        """hello (once, before the first events), then events messages; raises AtraceError for a
-        file that cannot be followed (not .atrace, a newer version, a corrupt chunk header)."""
-        if self.tail.stopped_at is not None:  # after the events before the damage went out
-            raise AtraceError(self.tail.problems[-1].message, self.tail.stopped_at)
-        events = self.events()
-        out = []
-        if events and not self.sent_hello:
-            out.append({"type": "hello", "file": self.path.name, "start_ns": str(self.start_ns)})
-            self.sent_hello = True
-        finished = self.tail.trailer is not None
-        if events or self.skipped or finished != self.was_finished:
-            out.append({"type": "events", "events": events, "skipped": self.skipped, "finished": finished})
-            self.skipped, self.was_finished = 0, finished
-        return out
+    # -- the thread -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
 
-    def events(self) -> list[dict]:
-        """New events, JSON-ready (formats.record.json_events), times in ns from the first event."""
-        recs, streams = self.tail.poll()
-        self._metadata()
-        if self.held:
-            recs = np.concatenate([h[0] for h in self.held] + [recs])
-            streams = np.concatenate([h[1] for h in self.held] + [streams])
-            self.held = []
-        if not len(recs):
-            return []
-        names = np.isin(recs["kind"], (R.TRACK_NAME, R.PROCESS_NAME))
-        for rec, st in zip(recs[names], streams[names]):
-            self.naming.note(int(rec["kind"]), int(rec["lane"]), int(rec["device"]), int(rec["pid"]), int(rec["tid"]),
-                             self.tail.string(int(st), int(rec["name"])))
-        ev = np.isin(recs["kind"], R.EVENT_KINDS) & (recs["lane"] < len(R.LANES))
-        recs, streams = recs[ev], streams[ev]
-        ts, end, ready = self._host_times(recs)
-        if (~ready).any():
-            keep = ~ready
-            if sum(len(h[0]) for h in self.held) + int(keep.sum()) <= MAX_HELD_EVENTS:
-                self.held.append((recs[keep].copy(), streams[keep].copy()))
-            else:
-                self.skipped += int(keep.sum())
-        recs, streams, ts, end = recs[ready], streams[ready], ts[ready], end[ready]
-        if not len(recs):
-            return []
-        if self.start_ns is None:
-            self.start_ns = int(ts.min())
-        if len(recs) > MAX_EVENTS_PER_PUSH:  # the newest win: the view follows the present
-            self.skipped += len(recs) - MAX_EVENTS_PER_PUSH
-            recs, streams, ts, end = (x[-MAX_EVENTS_PER_PUSH:] for x in (recs, streams, ts, end))
-        texts = [self.tail.string(s, n) for s, n in zip(streams.tolist(), recs["name"].tolist())]
-        cols = zip(recs["lane"].tolist(), recs["device"].tolist(), recs["pid"].tolist(), recs["tid"].tolist(), texts)
-        tracks = [self.naming.title(*c) for c in cols]
-        return R.json_events(recs, ts - self.start_ns, end - self.start_ns, texts, tracks)
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=30)
+        self._close_segments()
 
-    def _metadata(self) -> None:
-        """Clock maps when new sync pairs arrived; device names when new metadata did."""
-        n_meta = len(self.tail.metadata) + bool(self.tail.header)
-        meta = self.tail.merged_metadata() if n_meta != self.n_meta else None
-        if meta is not None:
-            self.n_meta = n_meta
-            self.naming.add_devices([d for d in meta.get("devices", []) if isinstance(d, dict)])
-        sync = self.tail.sync_pairs()
-        if len(sync) != self.n_sync or meta is not None:
-            self.n_sync = len(sync)
-            domains = (meta if meta is not None else self.tail.merged_metadata()).get("clock_domains", [])
-            self.maps, _ = domain_maps(sync, domains if isinstance(domains, list) else [])
+    def _run(self) -> None:
+        last_catalog = 0.0
+        try:
+            while not self.stop_event.is_set():
+                recs, streams = self.tail.poll()
+                if self.tail.stopped_at is not None:
+                    raise AtraceError(self.tail.problems[-1].message, self.tail.stopped_at)
+                got = len(recs) > 0
+                if got:
+                    self._take(recs, streams)
+                now = time.monotonic()
+                caught_up = not got or self.tail.offset >= _size(self.path)
+                if self.trace_id is None and self.tail.trailer is not None and caught_up:
+                    self.status = "abandoned"  # complete when found: an ordinary file to ingest, not a capture
+                    return
+                if self._head_n > self._head_built_n and now >= self._next_build:
+                    self._build_head()
+                    if self._head_n >= self.seal_events or now - self._head_since >= self.seal_s:
+                        self._seal()
+                if self.trace_id is not None and now - last_catalog >= CATALOG_EVERY_S:
+                    self.store.set_live_counts(self.trace_id, self.counts(), self.tail.offset)
+                    last_catalog = now
+                if self.tail.trailer is not None and caught_up and self._head_n == self._head_built_n:
+                    if self.trace_id is not None:
+                        self._finalise()
+                    return
+                if not got:
+                    self.stop_event.wait(POLL_S)
+        except (AtraceError, OSError, IngestError, duckdb.Error) as e:
+            self._fail(f"{self.path.name}: {e}")
+        except Exception as e:  # a bug must not leave a row 'live' forever
+            log.exception("live capture of %s failed", self.path)
+            self._fail(f"{self.path.name}: internal error: {type(e).__name__}: {e}")
 
-    def _host_times(self, recs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Start and end in host ns, and which records could be mapped (their domain has sync pairs)."""
-        ts = recs["ts"].astype(np.int64)
-        dur = np.where(recs["kind"] == R.COMPLETE, recs["dur"], 0)  # a counter's `dur` is its value
-        end = ts + dur
-        ready = np.ones(len(recs), bool)
-        for dom in np.unique(recs["clock"]):
-            if dom == R.HOST_CLOCK:
-                continue
-            m = recs["clock"] == dom
-            fn = self.maps.get(int(dom))
-            if fn is None:
-                ready[m] = False
-            else:
-                ts[m], end[m] = fn(recs["ts"][m]), fn(recs["ts"][m] + dur[m])
-        return ts, end, ready
+    _next_build = 0.0
+
+    def _take(self, recs: np.ndarray, streams: np.ndarray) -> None:
+        names = np.isin(recs["kind"], NAME_KINDS)
+        if names.any():
+            self._name_recs.append((recs[names].copy(), streams[names].copy()))
+        ev = np.isin(recs["kind"], R.EVENT_KINDS)
+        n = int(ev.sum())
+        if not self._head_n:
+            self._head_since = time.monotonic()
+        self._head_recs.append((recs, streams))
+        self._head_n += len(recs)
+        self.events += n
+        now = time.monotonic()
+        if self._first_seen is None:
+            self._first_seen = now
+        self._rate.append((now, n))
+        while self._rate and now - self._rate[0][0] > RATE_WINDOW_S:
+            self._rate.popleft()
+
+    def rate_per_s(self) -> float:
+        """Events per second over the last RATE_WINDOW_S (or since the capture began, if later)."""
+        if not self._rate or self._first_seen is None:
+            return 0.0
+        span = max(0.5, min(RATE_WINDOW_S, time.monotonic() - self._first_seen))
+        return sum(n for _, n in self._rate) / span
+
+    def counts(self) -> dict:
+        with self.lock:
+            segs = self.sealed + ([self.head] if self.head else [])
+            return {"events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
+                    "lost_events": self.tail.lost_events()[0], "segments": len(segs),
+                    "slices": sum(s.n_slices for s in segs), "tracks": len(self.layout.tracks)}
+
+    # -- builds -----------------------------------------------------------------------------------
+    def _build_head(self) -> None:
+        t0 = time.perf_counter()
+        recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in self._head_recs])
+        streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in self._head_recs])
+        built_n = self._head_n
+        if self.trace_id is None:  # the first data: the capture enters the catalog
+            self.trace_id = self.store.begin_live(self.name)
+            self.dir = self.store.live_dir(self.trace_id)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.status = "live"
+        self._builds += 1
+        seg_path = self.dir / f"seg-{len(self.sealed):06d}.{self._builds}.duckdb"
+        seg = self._ingest_window(recs, streams, seg_path)
+        self._head_built_n = built_n
+        ms = (time.perf_counter() - t0) * 1000
+        self.build_ms.append(ms)
+        self._next_build = time.monotonic() + max(BUILD_S, ms / 1000)
+        if seg is None:
+            return
+        with self.lock:
+            old = self.head
+            self.head = seg
+        if old is not None:
+            self._retired.append((time.monotonic(), old))
+        while self._retired and time.monotonic() - self._retired[0][0] > RETIRE_S:
+            _drop_file(self._retired.popleft()[1])
+        self._announce("data", seg.lo_ns, seg.hi_ns)
+
+    def _ingest_window(self, recs: np.ndarray, streams: np.ndarray, seg_path: Path) -> Segment | None:
+        win = seg_path.with_suffix(".atrace")
+        tmp = seg_path.with_suffix(".tmp")
+        write_window(self.tail, recs, streams, win)
+        b = TraceBuilder(tmp, memory_limit="512MB", threads=1)
+        try:
+            ingest_atrace(win, b, label=self.path.name)
+            if b.n_slices == 0 and b.n_counters == 0:  # nothing drawable yet (names, unmapped device events)
+                b.abort()
+                _unlink(tmp)
+                return None
+            b.finish("atrace", self.path.name, start_ns=self.start_abs_ns)
+        except BaseException:
+            b.abort()
+            _unlink(tmp)
+            raise
+        finally:
+            win.unlink(missing_ok=True)
+        os.replace(tmp, seg_path)
+        return self._open_segment(seg_path)
+
+    def _open_segment(self, path: Path) -> Segment:
+        con = duckdb.connect(str(path), read_only=True)
+        con.execute("SET threads = 1")
+        info = LodInfo.load(con)
+        if self.start_abs_ns is None:
+            self.start_abs_ns = info.start_ns
+        tracks, names, n_slices, lo, hi = SL.segment_facts(con)
+        with self.lock:
+            gids = self.layout.add(tracks)
+            tmap = np.zeros(max([t["track_id"] for t in tracks], default=-1) + 1, np.int64)
+            tmap[[t["track_id"] for t in tracks]] = gids
+            nmap = np.zeros(len(names), np.int64)
+            for i, text in enumerate(names):
+                g = self.name_ids.get(text)
+                if g is None:
+                    g = self.name_ids[text] = len(self.names)
+                    self.names.append(text)
+                nmap[i] = g
+            base = sum(s.n_slices for s in self.sealed)
+        return Segment(key=path.name, con=con, info=info, track_map=tmap, name_map=nmap, slice_base=base,
+                       n_slices=n_slices, lo_ns=lo - info.start_ns, hi_ns=hi - info.start_ns, sealed=False)
+
+    def _seal(self) -> None:
+        with self.lock:
+            if self.head is not None:
+                self.head.sealed = True
+                self.sealed.append(self.head)
+                self.head = None
+        self._head_recs, self._head_n, self._head_built_n = [], 0, 0
+
+    def _announce(self, kind: str, t0_ns: int | None = None, t1_ns: int | None = None) -> None:
+        with self.cond:
+            self.seq += 1
+            self.changes.append({"seq": self.seq, "type": kind, "t0_ns": t0_ns, "t1_ns": t1_ns})
+            self.cond.notify_all()
+
+    def wait_change(self, seen: int, timeout_s: float) -> int:
+        """Block until seq passes `seen` (or the timeout); returns the current seq."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.seq > seen or self.status in ("final", "failed"), timeout_s)
+            return self.seq
+
+    # -- finalisation ------------------------------------------------------------------------------
+    def _finalise(self) -> None:
+        self.status = "finalising"
+        self._announce("finalising")
+        t0 = time.perf_counter()
+        tmp = self.store.live_to_ingesting(self.trace_id)
+        res = ingest_one(self.store, [self.path], self.name, keep_failed=True, trace_id=self.trace_id, tmp_path=tmp,
+                         after_publish=self.after_publish)
+        self.finalise_s = time.perf_counter() - t0
+        self._close_segments()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.final_status = "failed" if res.error else "ready"
+        self.error = res.error
+        self.status = "final"
+        self._announce("final")
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self.status = "failed"
+        if self.trace_id is not None:
+            self.store.fail(self.trace_id, None, message)
+        self._close_segments()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self._announce("final")
+
+    def _close_segments(self) -> None:
+        with self.lock:
+            segs, self.sealed, self.head = self.sealed + ([self.head] if self.head else []), [], None
+            segs += [r for _, r in self._retired]
+            self._retired.clear()
+        for s in segs:
+            try:
+                s.con.close()
+            except duckdb.Error:
+                pass
+
+    # -- what requests read -----------------------------------------------------------------------
+    def segments(self) -> list[Segment]:
+        with self.lock:
+            return self.sealed + ([self.head] if self.head else [])
+
+    def head_ns(self) -> int:
+        segs = self.segments()
+        return max((s.hi_ns for s in segs), default=0)
+
+    def tile(self, level: int, index: int, grp: int) -> bytes:
+        with self.lock:
+            segs = self.sealed + ([self.head] if self.head else [])
+            tracks = self.layout.group_tracks(grp)
+            g = self.layout.groups[grp]
+            names = list(self.names)
+        label = f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"]
+        return compose_tile(segs, self.parts, level, index, tracks, label, names)
+
+    def tile_etag_key(self, level: int, index: int, grp: int) -> str:
+        """What a tile's content depends on: the segments overlapping it and the layout."""
+        t0 = index << (level + 10)
+        t1 = (index + 1) << (level + 10)
+        keys = [s.key for s in self.segments() if s.overlaps(t0, t1)]
+        return f"{self.trace_id}/{level}/{index}/{grp}/{self.layout.version}/{','.join(keys)}"
+
+    def metadata(self) -> dict:
+        """The trace metadata document (server/metadata.py's shape) of the capture so far."""
+        segs = self.segments()
+        head = self.head_ns()
+        with self.lock:
+            tracks = [{**{k: v for k, v in t.items() if k != "grp"}, "group": f"g{t['grp']}"}
+                      for t in self.layout.ui_order()]
+            groups = [{"id": f"g{g['grp']}", "lane": g["lane"], "group_name": g["group_name"],
+                       "name": f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"],
+                       "track_ids": list(g["track_ids"])} for g in self.layout.groups]
+            version = self.layout.version
+        meta = SL.merged_meta([s.con for s in segs[-1:]])
+        duration = max(1, head)
+        max_level = max(0, min(MAX_LEVEL, (duration // 1024).bit_length()))
+        lost = self.tail.lost_events()[0]
+        return {
+            "id": self.trace_id, "name": self.name, "format": "atrace", "status": "live",
+            "start_abs_ns": str(self.start_abs_ns or 0), "duration_ns": duration,
+            "warning_count": 0, "warnings": [], "dropped_events": 0, "lost_events": lost,
+            "links": link_peaks(meta), "meta": meta,
+            "levels": {"min": 0, "max": max_level, "buckets_per_tile": 1024, "pyramid_from": 0},
+            "min_level": 0, "max_level": max_level, "groups": groups, "tracks": tracks,
+            "counts": self.counts(),
+            "live": {"head_ns": head, "events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
+                     "lost_events": lost, "segments": len(segs), "layout_version": version, "seq": self.seq,
+                     "file": self.path.name},
+        }
+
+    def push_message(self, seq: int, since: int) -> dict:
+        """The websocket message for changes after `since` up to `seq`: the time range they touched."""
+        changed = [c for c in list(self.changes) if since < c["seq"] <= seq]
+        data = [c for c in changed if c["type"] == "data"]
+        status = self.status
+        msg = {"type": "final" if status in ("final", "failed") else "data", "seq": seq,
+               "status": self.final_status or ("failed" if status == "failed" else "live"),
+               "finalising": status == "finalising", "error": self.error,
+               "head_ns": self.head_ns() if status not in ("final", "failed") else None,
+               "t0_ns": min((c["t0_ns"] for c in data), default=None),
+               "t1_ns": max((c["t1_ns"] for c in data), default=None),
+               "layout_version": self.layout.version, **{k: v for k, v in self.counts().items()}}
+        return msg
+
+    def slice_detail(self, slice_id: int) -> dict | None:
+        return SL.slice_detail(self.segments(), slice_id, self.start_abs_ns or 0)
+
+    def search(self, q: str, offset: int, limit: int) -> dict:
+        return SL.search(self.segments(), q, offset, limit, self.start_abs_ns or 0)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _unlink(p: Path) -> None:
+    for q in (p, Path(str(p) + ".wal")):
+        q.unlink(missing_ok=True)
+
+
+def _drop_file(seg: Segment) -> None:
+    """A head build replaced by a newer one: close it and remove its file (requests hold cursors of
+    their own; a cursor still reading keeps the DuckDB instance until it is done)."""
+    path = None
+    try:
+        path = Path(seg.con.execute("PRAGMA database_list").fetchone()[2])
+    except duckdb.Error:
+        pass
+    try:
+        seg.con.close()
+    except duckdb.Error:
+        pass
+    if path is not None:
+        _unlink(path)
+
+
+# -- all captures of this server --------------------------------------------------------------------
+class LiveManager:
+    """Finds growing files among the sources and runs one LiveCapture per file."""
+
+    def __init__(self, app, store: Store, after_publish: AfterPublish | None = None):
+        self.app, self.store, self.after_publish = app, store, after_publish
+        self.captures: dict[str, LiveCapture] = {}  # trace id -> capture (kept after it is final)
+        self._following: dict[tuple, LiveCapture] = {}  # (path, inode) -> capture
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="live sources", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=5)
+        for c in list(self._following.values()):
+            c.stop()
+
+    def capture(self, trace_id: str) -> LiveCapture | None:
+        c = self.captures.get(trace_id)
+        if c is None:
+            for f in list(self._following.values()):
+                if f.trace_id == trace_id:
+                    self.captures[trace_id] = c = f
+        return c
+
+    def live(self) -> list[LiveCapture]:
+        return [c for c in self._following.values() if c.trace_id and c.status in ("live", "finalising")]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for src in live_sources(self.app):
+                try:
+                    path = resolve(src)
+                    st = path.stat()
+                except (OSError, ValueError, KeyError):
+                    continue  # no daemon (yet), no file (yet): looked at again next time
+                key = (str(path), st.st_ino)
+                if key in self._following or st.st_size == 0:
+                    continue
+                cap = LiveCapture(self.store, path, path.name, self.after_publish)
+                self._following[key] = cap
+                cap.start()
+            for c in list(self._following.values()):
+                if c.trace_id:
+                    self.captures[c.trace_id] = c
+            self._stop.wait(DISCOVER_S)

@@ -13,15 +13,18 @@ next time the store is opened, so a SIGKILLed ingest leaves nothing half-visible
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
+import shutil
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+
 
 DEFAULT_STORE = ".acceltrace"
 
@@ -30,7 +33,7 @@ CREATE TABLE IF NOT EXISTS traces (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
     format TEXT,
-    status TEXT NOT NULL,          -- ingesting | ready | failed
+    status TEXT NOT NULL,          -- live | ingesting | ready | failed
     created TEXT NOT NULL,         -- ISO 8601 UTC
     source_bytes INTEGER,          -- size of what the user gave us (compressed, as given)
     db_bytes INTEGER,              -- size of the published DuckDB file
@@ -125,7 +128,7 @@ class Store:
             args = (status,)
         q += " ORDER BY created DESC, id"
         with self._db() as db:
-            if db.execute("SELECT 1 FROM traces WHERE status = 'ingesting' LIMIT 1").fetchone():
+            if db.execute("SELECT 1 FROM traces WHERE status IN ('ingesting', 'live') LIMIT 1").fetchone():
                 self._sweep_dead_ingests(db)
             return [self._row(r) for r in db.execute(q, args).fetchall()]
 
@@ -152,6 +155,43 @@ class Store:
                 (trace_id, name, now, source_bytes, content_hash, os.getpid(), os.uname().nodename),
             )
         return trace_id, self.tmp_dir / f"{trace_id}.{os.getpid()}.duckdb"
+
+    def begin_live(self, name: str) -> str:
+        """Register a live capture (status 'live', owned by this process); returns its id. It becomes
+        an ingest of the same id when the capture stops (`live_to_ingesting`)."""
+        trace_id = new_trace_id()
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO traces (id, name, status, created, counts, progress, pid, host)"
+                " VALUES (?, ?, 'live', ?, '{}', 0, ?, ?)",
+                (trace_id, name, now, os.getpid(), os.uname().nodename),
+            )
+        return trace_id
+
+    def set_live_counts(self, trace_id: str, counts: dict, source_bytes: int) -> None:
+        with self._db() as db:
+            db.execute("UPDATE traces SET counts = ?, source_bytes = ? WHERE id = ? AND status = 'live'",
+                       (json.dumps(counts), int(source_bytes), trace_id))
+
+    def live_to_ingesting(self, trace_id: str) -> Path:
+        """The capture stopped: the row becomes an ingest in progress; returns its temp path."""
+        with self._db() as db:
+            db.execute("UPDATE traces SET status = 'ingesting', progress = 0, pid = ? WHERE id = ?",
+                       (os.getpid(), trace_id))
+        return self.tmp_dir / f"{trace_id}.{os.getpid()}.duckdb"
+
+    def live_dir(self, trace_id: str) -> Path:
+        """Where a live capture keeps its segments (removed once it is published): in memory-backed
+        /dev/shm where there is one (segments are rebuilt many times a second and never outlive the
+        capture), else beside the catalog."""
+        if not is_trace_id(trace_id):
+            raise ValueError(f"{trace_id!r} is not a trace id")
+        shm = Path("/dev/shm")
+        if shm.is_dir() and os.access(shm, os.W_OK):
+            tag = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+            return shm / f"acceltrace-{os.getuid()}" / tag / trace_id
+        return self.root / "live" / trace_id
 
     def set_progress(self, trace_id: str, fraction: float) -> None:
         with self._db() as db:
@@ -227,22 +267,22 @@ class Store:
             if pid is None or not _pid_alive(pid):
                 try:
                     if p.is_dir():
-                        import shutil
-
                         shutil.rmtree(p, ignore_errors=True)
                     else:
                         p.unlink(missing_ok=True)
                 except OSError:
                     pass
 
-    @staticmethod
-    def _sweep_dead_ingests(db) -> int:
-        """Rows of ingests on this host whose process is gone (killed): they will never finish."""
+    def _sweep_dead_ingests(self, db) -> int:
+        """Rows of ingests (and live captures) on this host whose process is gone (killed): they will
+        never finish. A dead capture's segments go with its row."""
         host = os.uname().nodename
         n = 0
-        for r in db.execute("SELECT id, pid, host FROM traces WHERE status = 'ingesting'").fetchall():
+        for r in db.execute("SELECT id, pid, host, status FROM traces WHERE status IN ('ingesting', 'live')").fetchall():
             if r["host"] == host and (r["pid"] is None or not _pid_alive(r["pid"])):
-                n += db.execute("DELETE FROM traces WHERE id = ? AND status = 'ingesting'", (r["id"],)).rowcount
+                n += db.execute("DELETE FROM traces WHERE id = ? AND status = ?", (r["id"], r["status"])).rowcount
+                if r["status"] == "live" and is_trace_id(r["id"]):
+                    shutil.rmtree(self.live_dir(r["id"]), ignore_errors=True)
         return n
 
     # -- files ---------------------------------------------------------------------------

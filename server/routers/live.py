@@ -1,30 +1,107 @@
-"""Live traces over HTTP: the list of sources, the websocket that streams one, and the /live page.
+"""Live traces over HTTP: the captures' metadata, tiles, slices and search, and the push websocket.
 
-What the sources are and how a growing file becomes messages is server/live.py; this router
-checks the websocket's origin, moves those messages every PUSH_INTERVAL_S and notices the
-client going away (docs/tracing.md, "Live view").
+A running capture is a catalog row with status 'live' (server/live.py); its trace page /t/{id} reads
+these routes, the twins of /api/traces/{id}/... for a trace that is still growing. The websocket
+/api/live/ws?trace=ID pushes, for each change, the time range it touched, so the page refetches only
+the tiles over that range (docs/api.md, "Live traces"). /live redirects to the newest live trace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Depends, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Path, Query, Request, Response, WebSocket, WebSocketDisconnect
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse
 
-from acceltrace.formats.atrace.layout import AtraceError
 from acceltrace.server import live
-from acceltrace.server.deps import AppState, get_state
+from acceltrace.server.deps import ApiError
+from acceltrace.tiles.query import MAX_LEVEL
 
 router = APIRouter(tags=["live"])
 
+TILE_MEDIA_TYPE = "application/octet-stream"
+PUSH_WAIT_S = 1.0
 
-@router.get("/api/live", summary="Live sources",
-            description="The live sources this server follows (a growing .atrace or a running tracing daemon) "
-                        "and the websocket that streams them: /api/live/ws?source=N.")
+
+def _manager(app) -> live.LiveManager | None:
+    return getattr(app.state, "live_manager", None)
+
+
+def _capture(request_or_ws, trace_id: str) -> live.LiveCapture:
+    mgr = _manager(request_or_ws.app)
+    cap = mgr.capture(trace_id) if mgr is not None else None
+    if cap is None:
+        raise ApiError(404, "not_found", f"no live trace with id {trace_id!r} on this server")
+    return cap
+
+
+def _live_capture(request: Request, trace_id: str) -> live.LiveCapture:
+    cap = _capture(request, trace_id)
+    if cap.status in ("final", "failed"):
+        raise ApiError(409, "not_live", f"trace {trace_id!r} is no longer live (it is {cap.final_status or cap.status});"
+                                        f" read it at /api/traces/{trace_id}")
+    return cap
+
+
+@router.get("/api/live", summary="Live sources and traces",
+            description="The live sources this server follows (a growing .atrace or a running tracing daemon) and "
+                        "the live traces made of them: id, name, status, events, rate, lost events.")
 def live_index(request: Request):
-    return {"sources": live.source_index(request.app)}
+    mgr = _manager(request.app)
+    caps = mgr.live() if mgr is not None else []
+    sources = [{"source": i, "kind": s["kind"]} for i, s in enumerate(live.live_sources(request.app))]
+    return {"sources": sources,
+            "traces": [{"id": c.trace_id, "name": c.name, "status": c.status, **c.counts(), "url": f"/t/{c.trace_id}"}
+                       for c in caps]}
+
+
+@router.get("/api/live/{trace_id}", summary="Live trace metadata",
+            description="The metadata document of GET /api/traces/{id} for a capture still running (status "
+                        "'live'), with a `live` block: head_ns (newest event time, relative), events, rate_per_s, "
+                        "lost_events, segments, layout_version.")
+def live_metadata(trace_id: str, request: Request) -> dict:
+    return _live_capture(request, trace_id).metadata()
+
+
+@router.get("/api/live/{trace_id}/tiles/{level}/{index}", summary="One tile of a live trace (binary)",
+            description="As /api/traces/{id}/tiles/{level}/{index}, composed from the sealed segments (cached) and "
+                        "the open head. The ETag names the segments it was made from: a tile away from the head "
+                        "revalidates to 304 until new data reaches its time range.",
+            response_class=Response)
+def live_tile(request: Request, trace_id: str,
+              level: int = Path(..., ge=0, le=MAX_LEVEL), index: int = Path(..., ge=0, le=(1 << 40)),
+              group: str = Query(..., description="a tile group id from the metadata (e.g. g0)")) -> Response:
+    cap = _live_capture(request, trace_id)
+    ngroups = len(cap.layout.groups)
+    if not (group.startswith("g") and group[1:].isdigit() and int(group[1:]) < ngroups):
+        raise ApiError(404, "not_found", f"no tile group {group!r} in live trace {trace_id!r}")
+    grp = int(group[1:])
+    etag = '"' + hashlib.sha256(cap.tile_etag_key(level, index, grp).encode()).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    inm = request.headers.get("if-none-match")
+    if inm and etag in [t.strip() for t in inm.split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(cap.tile(level, index, grp), media_type=TILE_MEDIA_TYPE, headers=headers)
+
+
+@router.get("/api/live/{trace_id}/slices/{slice_id}", summary="Slice details of a live trace",
+            description="As /api/traces/{id}/slices/{sid}; the correlation chain also follows correlation ids "
+                        "into other segments.")
+def live_slice(trace_id: str, slice_id: int, request: Request) -> dict:
+    d = _live_capture(request, trace_id).slice_detail(slice_id)
+    if d is None:
+        raise ApiError(404, "not_found", f"no slice {slice_id} in live trace {trace_id!r}")
+    return d
+
+
+@router.get("/api/live/{trace_id}/search", summary="Search a live trace's slices by name",
+            description="As /api/traces/{id}/search (offset and limit), over every segment so far.")
+def live_search(trace_id: str, request: Request, q: str = Query(..., min_length=1, max_length=500),
+                offset: int = Query(0, ge=0, le=100_000), limit: int = Query(100, ge=1, le=1000)) -> dict:
+    return _live_capture(request, trace_id).search(q, offset, limit)
 
 
 def _same_origin(ws: WebSocket) -> bool:
@@ -35,33 +112,22 @@ def _same_origin(ws: WebSocket) -> bool:
     return urlsplit(origin).netloc.lower() == (ws.headers.get("host") or "").lower()
 
 
-async def _close(ws: WebSocket, message: str) -> None:
-    await ws.send_json({"type": "error", "message": message})
-    await ws.close()
-
-
 @router.websocket("/api/live/ws")
-async def live_ws(ws: WebSocket, source: int = 0):
+async def live_ws(ws: WebSocket, trace: str = ""):
     if not _same_origin(ws):
         # browsers let any page open a websocket to localhost; only our own pages may read the events
         await ws.close(code=1008)
         return
     await ws.accept()
-    srcs = live.live_sources(ws.app)
-    if not 0 <= source < len(srcs):
-        await _close(ws, f"no live source {source}; this server has {len(srcs)}"
-                         " (set ACCELTRACE_SOCKET or ACCELTRACE_LIVE_FILE)")
-        return
     try:
-        path = await asyncio.to_thread(live.resolve, srcs[source])
-    except (OSError, ValueError, KeyError) as e:  # no daemon, a timeout, or a reply we cannot read
-        await _close(ws, f"cannot reach the live source: {e}")
+        cap = _capture(ws, trace)
+    except ApiError as e:
+        await ws.send_json({"type": "error", "message": e.message})
+        await ws.close()
         return
-    stream = live.LiveStream(path)
     gone = asyncio.Event()
 
     async def watch_close():
-        # the client never sends anything we need; receiving is how a disconnect is noticed
         try:
             while (await ws.receive())["type"] != "websocket.disconnect":
                 pass
@@ -70,19 +136,16 @@ async def live_ws(ws: WebSocket, source: int = 0):
         gone.set()
 
     watcher = asyncio.create_task(watch_close())
+    seen = 0
     try:
         while not gone.is_set():
-            try:
-                messages = await asyncio.to_thread(stream.poll)
-            except AtraceError as e:
-                await ws.send_json({"type": "error", "message": str(e)})
-                break
-            for msg in messages:
+            seq = await run_in_threadpool(cap.wait_change, seen, PUSH_WAIT_S)
+            if seq > seen or cap.status in ("final", "failed"):
+                msg = cap.push_message(seq, seen)
                 await ws.send_json(msg)
-            try:
-                await asyncio.wait_for(gone.wait(), live.PUSH_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
+                seen = seq
+                if msg["type"] == "final":
+                    break
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
@@ -94,13 +157,9 @@ async def live_ws(ws: WebSocket, source: int = 0):
             pass
 
 
-@router.get("/live", response_class=HTMLResponse, summary="Live trace page",
-            description="Renders web/templates/live.html, which follows the newest events of a live source over "
-                        "/api/live/ws; JSON twin: GET /api/live.")
-def live_page(request: Request, state: AppState = Depends(get_state)):
-    templates = request.app.state.templates
-    if templates is None or not (state.web_dir / "templates" / "live.html").exists():
-        # the web UI is not installed: a page that still links the JSON twin
-        return HTMLResponse("<!doctype html><meta charset=utf-8><title>acceltrace live</title>"
-                            "<h1>acceltrace live</h1><p><a href='/api/live'>live sources (JSON)</a></p>")
-    return templates.TemplateResponse(request, "live.html", {})
+@router.get("/live", summary="The newest live trace",
+            description="Redirects (307) to /t/{id} of the newest live trace, or to the trace list when none runs.")
+def live_page(request: Request):
+    mgr = _manager(request.app)
+    caps = mgr.live() if mgr is not None else []
+    return RedirectResponse(f"/t/{caps[-1].trace_id}" if caps else "/", status_code=307)

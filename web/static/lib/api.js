@@ -29,23 +29,33 @@ export class Api {
   constructor(trace_id) {
     this.id = trace_id;
     this.base = `/api/traces/${encodeURIComponent(trace_id)}`;
+    this.live = false;
   }
 
-  meta() { return getJson(this.base); }
+  /** Read a capture that is still running: metadata, tiles, slices and search from /api/live/{id}. */
+  goLive() {
+    this.live = true;
+    this.dataBase = `/api/live/${encodeURIComponent(this.id)}`;
+  }
+
+  get data() { return this.live ? this.dataBase : this.base; }
+
+  meta() { return getJson(this.data); }
 
   tileUrl(level, index, group) {
     const q = group ? `?group=${encodeURIComponent(group)}` : "";
-    return `${this.base}/tiles/${level}/${index}${q}`;
+    return `${this.data}/tiles/${level}/${index}${q}`;
   }
 
-  slice(slice_id) { return getJson(`${this.base}/slices/${encodeURIComponent(slice_id)}`); }
+  slice(slice_id) { return getJson(`${this.data}/slices/${encodeURIComponent(slice_id)}`); }
 
   search(q, offset = 0, limit = 100) {
     const p = new URLSearchParams({ q, offset: String(offset), limit: String(limit) });
-    return getJson(`${this.base}/search?${p}`);
+    return getJson(`${this.data}/search?${p}`);
   }
 
   aggregate(start_ns, end_ns, track_ids) {
+    if (this.live) return Promise.reject(new Error("area aggregation is available once the capture stops"));
     return getJson(`${this.base}/aggregate`, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
@@ -53,8 +63,12 @@ export class Api {
     });
   }
 
-  findings() { return getJson(`${this.base}/findings`); }
-  summary() { return getJson(`${this.base}/summary`); }
+  // while live there are no findings yet (the passes run when the capture stops; the page then reloads)
+  findings() { return this.live ? Promise.resolve({ findings: [], live: true }) : getJson(`${this.base}/findings`); }
+  summary() {
+    if (this.live) return Promise.reject(new Error("the summary is computed once the capture stops"));
+    return getJson(`${this.base}/summary`);
+  }
 }
 
 export function listTraces() { return getJson("/api/traces"); }

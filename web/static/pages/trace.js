@@ -12,6 +12,7 @@ import { tracksInSpan } from "../timeline/hit.js";
 import { showTooltip, hideTooltip, sliceTooltip } from "../panels/tooltip.js";
 import { el } from "../lib/util.js";
 import { Cursor } from "../timeline/cursor.js";
+import { LiveFollower } from "../timeline/follow.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -23,10 +24,15 @@ async function main() {
   let meta = embedded && embedded.tracks ? embedded : null;
   try {
     if (!meta) meta = await api.meta();
+    if (meta.status === "live") { // a running capture: the same timeline, fed from /api/live/{id}
+      api.goLive();
+      meta = await api.meta();
+    }
   } catch (e) {
+    if (e.code === "not_live") { location.reload(); return; } // it finished meanwhile
     return fatal(`Could not load this trace: ${e.message}`);
   }
-  if (meta.status && meta.status !== "ready") {
+  if (meta.status && meta.status !== "ready" && meta.status !== "live") {
     return fatal(meta.status === "failed" ? `This trace failed to ingest: ${meta.error || "unknown error"}`
       : "This trace is still being ingested; the page reloads when it is ready.", meta.status === "ingesting");
   }
@@ -154,16 +160,27 @@ async function main() {
   $("help").addEventListener("click", () => { $("help").hidden = true; });
   $("reset-view").addEventListener("click", () => tl.view.reset());
 
+  let follower = null;
+  if (api.live) {
+    follower = new LiveFollower(tl, api, meta, {
+      status: $("live-status"), button: $("follow"),
+      onfinal: (m) => { if (m.status === "ready") setTimeout(() => location.reload(), 300); },
+    });
+    if (!fresh && frag.start_ns !== null) follower.follow(false); // a shared view of a live trace stays put
+  }
+
   renderDetails(panes.details, null);
   showTab("details");
-  exposeHooks(tl, select);
+  exposeHooks(tl, select, follower, trace_id);
 }
 
-function exposeHooks(tl, select) {
+function exposeHooks(tl, select, follower, trace_id) {
   const hooks = {
     select: (id) => select(id, { frame: true }),
     timeline: tl,
   };
+  // live traces: {trace_id, head_ns, drawn_head_ns} (docs/ui.md); null values once the trace is final
+  hooks.live = follower ? follower.state : { trace_id, head_ns: null, drawn_head_ns: null };
   Object.defineProperty(hooks, "view", { enumerable: true, get: () => ({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns }) });
   Object.defineProperty(hooks, "selected", { enumerable: true, get: () => (tl.selected ? tl.selected.id : null) });
   Object.defineProperty(hooks, "flows", { enumerable: true, get: () => tl.drawnFlows.map((p) => [...p]) });

@@ -1,4 +1,5 @@
-// The trace list (/): the catalog from /api/traces, each row linking to its trace page; uploads by drop.
+// The trace list (/): the catalog from /api/traces, each row linking to its trace page (a running capture's
+// row says live, with its event count and rate); uploads by drop.
 
 import { listTraces } from "../lib/api.js";
 import { installDropTarget, pickAndUpload } from "../panels/upload.js";
@@ -8,22 +9,15 @@ function main() {
   installDropTarget();
   document.getElementById("open-file").addEventListener("click", pickAndUpload);
   refresh();
-  showLiveSources();
 }
 
-/** Links to the live page for each live source the server follows (a daemon or a growing .atrace). */
-async function showLiveSources() {
-  try {
-    const r = await fetch("/api/live");
-    if (!r.ok) return;
-    const { sources } = await r.json();
-    const actions = document.querySelector(".topbar .actions");
-    for (const s of sources || []) {
-      actions.prepend(el("a", { class: "live-link", href: `/live?source=${Number(s.source)}` }, `live: ${s.name}`));
-    }
-  } catch (e) {
-    // no live route or no server answer: the list works without it
-  }
+/** The status column: failed with its error; a live capture with its events, rate and losses so far. */
+function statusText(t) {
+  if (t.status === "failed") return `failed: ${t.error || ""}`;
+  if (t.status !== "live") return t.status;
+  const c = t.counts || {};
+  const rate = (c.rate_per_s || 0) >= 1000 ? `${((c.rate_per_s || 0) / 1000).toFixed(1)} k/s` : `${Math.round(c.rate_per_s || 0)}/s`;
+  return `● live · ${fmtCount(c.events || 0)} events · ${rate}` + (c.lost_events ? ` · lost ${fmtCount(c.lost_events)}` : "");
 }
 
 async function refresh() {
@@ -31,15 +25,16 @@ async function refresh() {
   try {
     const { traces } = await listTraces();
     body.replaceChildren(...traces.map((t) => el("tr", { dataset: { status: t.status } },
-      el("td", {}, t.status === "ready" ? el("a", { href: `/t/${encodeURIComponent(t.id)}` }, t.name) : t.name),
+      el("td", {}, t.status === "ready" || t.status === "live" ? el("a", { href: `/t/${encodeURIComponent(t.id)}` }, t.name) : t.name),
       el("td", {}, t.format || "-"),
-      el("td", { title: t.error || "" }, t.status === "failed" ? `failed: ${t.error || ""}` : t.status),
+      el("td", { title: t.error || "", class: t.status === "live" ? "live-status" : "" }, statusText(t)),
       el("td", {}, fmtBytes(t.source_bytes)),
       el("td", {}, t.counts && t.counts.slices !== undefined ? fmtCount(t.counts.slices) : "-"),
       el("td", {}, t.created ? new Date(t.created).toLocaleString() : "-"))));
     document.getElementById("traces-empty").hidden = traces.length > 0;
     // traces still ingesting (uploaded elsewhere, or by the CLI) change state: look again shortly
-    if (traces.some((t) => t.status === "ingesting")) setTimeout(refresh, 2000);
+    // live captures count up and then become ready: look again shortly
+    if (traces.some((t) => t.status === "ingesting" || t.status === "live")) setTimeout(refresh, 1000);
   } catch (e) {
     body.replaceChildren(el("tr", {}, el("td", { colspan: 6, class: "error" }, `Could not list traces: ${e.message}`)));
   }

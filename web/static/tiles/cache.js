@@ -36,6 +36,42 @@ export class TileStore {
     this.held_bytes = 0;
     this.min_level = 0;
     this.max_level = 60;
+    // live traces: `seq` counts the server's pushes; a loaded tile whose time range a later push
+    // changed is stale (kept and drawn until its refetch arrives)
+    this.seq = 0;
+    this.staleSince = new Map(); // key -> seq of the push that made it stale
+  }
+
+  /** A push (number `seq`) changed [t0_ns, t1_ns]: tiles over that range are refetched when wanted. */
+  invalidate(t0_ns, t1_ns, seq) {
+    this.seq = seq;
+    if (t0_ns === null || t0_ns === undefined) return;
+    for (const k of [...this.tiles.keys(), ...this.inflight.keys(), ...this.errors.keys()]) {
+      const [, level, index] = k.split("|");
+      const span = tileSpanNs(Number(level));
+      const c0 = Number(index) * span;
+      if (c0 > t1_ns || c0 + span < t0_ns) continue;
+      if (this.errors.has(k)) this.errors.delete(k); // e.g. a group that did not exist yet: ask again
+      else this.staleSince.set(k, seq);
+    }
+  }
+
+  /** Forget every tile (the live layout changed: groups hold other tracks now). */
+  clear() {
+    for (const ctl of this.inflight.values()) ctl.abort();
+    this.tiles.clear(); this.inflight.clear(); this.queue = []; this.errors.clear(); this.staleSince.clear();
+    this.held_bytes = 0;
+  }
+
+  /** The newest push every one of `keys` is up to date with (-1 when one is not loaded). */
+  completeSeq(keys) {
+    let out = this.seq;
+    for (const k of keys) {
+      const t = this.tiles.get(k);
+      if (!t) return -1;
+      if (this.staleSince.has(k)) out = Math.min(out, t.issued_seq ?? 0);
+    }
+    return out;
   }
 
   key(group, level, index) { return `${group ?? ""}|${level}|${index}`; }
@@ -65,7 +101,7 @@ export class TileStore {
     for (const [group, level, index] of specs) {
       const k = this.key(group, level, index);
       this.wanted.add(k);
-      if (this.tiles.has(k) || this.errors.has(k) || this.inflight.has(k)) continue;
+      if (this.inflight.has(k) || this.errors.has(k) || (this.tiles.has(k) && !this.staleSince.has(k))) continue;
       this.queue.push([k, group, level, index]);
     }
     // requests for tiles nobody wants any more (a zoom moved on) would hold fetch slots: drop them
@@ -76,21 +112,27 @@ export class TileStore {
   pump() {
     while (this.inflight.size < MAX_IN_FLIGHT && this.queue.length) {
       const [k, group, level, index] = this.queue.shift();
-      if (this.inflight.has(k) || this.tiles.has(k)) continue;
+      if (this.inflight.has(k) || (this.tiles.has(k) && !this.staleSince.has(k))) continue;
       const ctl = new AbortController();
       this.inflight.set(k, ctl);
+      const issued = this.seq;
       fetchTile(this.api.tileUrl(level, index, group), level, index, ctl.signal)
         .then((t) => {
+          if (this.inflight.get(k) !== ctl) return; // cleared meanwhile (a new live layout)
+          t.issued_seq = issued;
           this.bytes_fetched += t.bytes;
+          const old = this.tiles.get(k);
+          if (old) { this.held_bytes -= old.bytes || 0; this.tiles.delete(k); }
           this.tiles.set(k, t);
           this.held_bytes += t.bytes;
+          if ((this.staleSince.get(k) ?? -1) <= issued) this.staleSince.delete(k);
           this.evict();
         })
         .catch((e) => {
           if (e.name !== "AbortError") this.errors.set(k, String(e.message || e));
         })
         .finally(() => {
-          this.inflight.delete(k);
+          if (this.inflight.get(k) === ctl) this.inflight.delete(k);
           this.pump();
           if (this.ondata) this.ondata();
         });
@@ -142,6 +184,7 @@ export class TileStore {
       if (victim === null) break;
       this.held_bytes -= this.tiles.get(victim).bytes || 0;
       this.tiles.delete(victim);
+      this.staleSince.delete(victim);
     }
   }
 }

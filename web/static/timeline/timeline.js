@@ -34,7 +34,7 @@ export class Timeline {
     this.overlays = new Set(); // analysis passes whose regions are shaded
     this.visibleKeys = [];
     this.framePending = false;
-    this.listeners = { select: [], view: [], area: [] };
+    this.listeners = { select: [], view: [], area: [], frame: [] };
     this.bandwidth = new Map(); // pcie track id -> GB/s per css-px column, as last drawn
     this.frameTimes = [];      // ms per frame for the benchmark (bounded ring)
     this.view.onchange = () => { this.requestDraw(); this.emit("view"); };
@@ -100,6 +100,7 @@ export class Timeline {
     if (this.frameTimes.length > 2000) this.frameTimes.splice(0, 1000);
     const pending = this.tiles.pendingCount(this.visibleKeys);
     if (!this.framePending && pending === 0 && !this.animating) this.root.dataset.state = "idle";
+    this.emit("frame");
   }
 
   level() {
