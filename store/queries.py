@@ -16,6 +16,7 @@ import duckdb
 
 from acceltrace.store.schema import CHAIN_FLOW_KINDS
 from acceltrace.store.summary import copies
+from acceltrace.store.utilization import busy as busy_time
 
 SLICE_COLUMNS = ("slice_id", "track_id", "ts", "dur", "depth", "name", "category", "corr_id", "bytes", "direction",
                  "host_mem", "args")
@@ -160,18 +161,31 @@ def search_slices(cur: duckdb.DuckDBPyConnection, text: str, *, offset: int = 0,
 # -- an area ---------------------------------------------------------------------------------------
 def area_aggregate(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int] | None = None) -> dict:
     """Over slices overlapping [t0, t1) (absolute; instants at or after t0) on `tracks` (None: all):
-    `names` (per name count, total_ns, mean_ns, max_ns, bytes, gbps; biggest total first, at most
-    AREA_NAMES_MAX), `transfers` (store.summary.copies) and `counters` (per counter track with samples
-    in [t0, t1): track_id, name, unit, count, min, mean, max). Whole slices, not clipped."""
+    `names` (per lane and name: count, total_ns and self_ns clipped to [t0, t1) -- self = the part
+    not covered by the slice's children on its track --, mean_ns and max_ns of the whole slices,
+    bytes, gbps; biggest total first, at most AREA_NAMES_MAX), `transfers` (store.summary.copies),
+    `counters` (per counter track with samples in [t0, t1): track_id, name, unit, count, min, mean,
+    max) and `busy` (store.utilization.busy: device and CPU busy within the range)."""
     t0, t1 = int(t0), int(t1)
     track_filter = "TRUE" if tracks is None else "track_id IN (SELECT unnest(?::INTEGER[]))"
     params = [] if tracks is None else [tracks]
     where = f"{track_filter} AND ts < {t1} AND ts + dur > {t0} AND (dur > 0 OR ts >= {t0})"
-    names = [{"name": r[0], "count": r[1], "total_ns": r[2], "mean_ns": r[3], "max_ns": r[4], "bytes": r[5],
-              "gbps": r[6]} for r in cur.execute(
-        "SELECT name, count(*), sum(dur)::BIGINT, avg(dur), max(dur), sum(bytes)::BIGINT,"
-        f" CASE WHEN sum(dur) > 0 THEN sum(bytes) / sum(dur) END FROM slices WHERE {where}"
-        f" GROUP BY name ORDER BY sum(dur) DESC, name LIMIT {AREA_NAMES_MAX}", params).fetchall()]
+    # a child's parent: the latest slice one level up on its track that started at or before it
+    names = [{"lane": r[0], "name": r[1], "count": r[2], "total_ns": r[3], "self_ns": r[4], "mean_ns": r[5],
+              "max_ns": r[6], "bytes": r[7], "gbps": r[8]} for r in cur.execute(
+        f"""WITH w AS (
+            SELECT slice_id, track_id, ts, dur, depth, depth + 1 AS child_depth, name, bytes,
+                   least(ts + dur, {t1}) - greatest(ts, {t0}) AS clip_ns FROM slices WHERE {where}),
+        kids AS (
+            SELECT p.slice_id, sum(c.clip_ns) AS kids_ns FROM w c
+            ASOF JOIN w p ON c.track_id = p.track_id AND c.depth = p.child_depth AND c.ts >= p.ts
+            WHERE c.ts < p.ts + p.dur OR (c.dur = 0 AND c.ts = p.ts + p.dur) GROUP BY p.slice_id)
+        SELECT t.lane, w.name, count(*), sum(w.clip_ns)::BIGINT,
+               sum(greatest(0, w.clip_ns - coalesce(k.kids_ns, 0)))::BIGINT, avg(w.dur), max(w.dur),
+               sum(w.bytes)::BIGINT, CASE WHEN sum(w.dur) > 0 THEN sum(w.bytes) / sum(w.dur) END
+        FROM w JOIN tracks t USING (track_id) LEFT JOIN kids k USING (slice_id)
+        GROUP BY t.lane, w.name ORDER BY sum(w.clip_ns) DESC, t.lane, w.name LIMIT {AREA_NAMES_MAX}""",
+        params).fetchall()]
     transfers = copies(cur, where, params)
     counters = [{"track_id": r[0], "name": r[1], "unit": r[2], "count": r[3], "min": r[4], "mean": r[5],
                  "max": r[6]} for r in cur.execute(
@@ -179,7 +193,8 @@ def area_aggregate(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: lis
         " FROM counters c JOIN tracks t USING (track_id)"
         f" WHERE {track_filter.replace('track_id', 'c.track_id')} AND c.ts >= {t0} AND c.ts < {t1}"
         " GROUP BY ALL ORDER BY c.track_id", params).fetchall()]
-    return {"names": names, "transfers": transfers, "counters": counters}
+    return {"names": names, "transfers": transfers, "counters": counters,
+            "busy": busy_time(cur, t0, t1, tracks)}
 
 
 # -- findings --------------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ import json
 import duckdb
 
 from acceltrace.store.catalog import Store
+from acceltrace.store.utilization import busy as busy_time
 
 TOP_NAMES = 10
 BUSY_BUCKETS = 100
 SIDE = "summary"
-SUMMARY_VERSION = "1"
+SUMMARY_VERSION = "2"  # 2: "busy" (device and CPU busy, store/utilization.py); no annotation lane busy
 
 
 def load_or_build(store: Store, trace_id: str, con: duckdb.DuckDBPyConnection, start_ns: int) -> dict:
@@ -82,7 +83,7 @@ def compute(con: duckdb.DuckDBPyConnection, start_ns: int) -> dict:
     busy = con.execute(
         f"""WITH top AS (
             SELECT t.lane, s.ts - {start_ns} AS ts, s.ts - {start_ns} + s.dur AS te FROM slices s
-            JOIN tracks t USING (track_id) WHERE s.depth = 0 AND s.dur > 0 AND t.lane <> 'counter'),
+            JOIN tracks t USING (track_id) WHERE s.depth = 0 AND s.dur > 0 AND t.lane NOT IN ('counter', 'annotation')),
         cut AS (SELECT lane, ts, te, unnest(range(ts // {bucket_ns}, (te - 1) // {bucket_ns} + 1)) AS b FROM top)
         SELECT lane, b, sum(least(te, (b + 1) * {bucket_ns}) - greatest(ts, b * {bucket_ns}))::DOUBLE AS busy
         FROM cut GROUP BY lane, b ORDER BY lane, b"""
@@ -95,4 +96,7 @@ def compute(con: duckdb.DuckDBPyConnection, start_ns: int) -> dict:
             frac[b] = min(1.0, busy_ns / (bucket_ns * max(1, ntracks.get(lane, 1))))
     for lane, frac in series.items():
         lanes.setdefault(lane, {"top": [], "busy": None})["busy"] = {"bucket_ns": bucket_ns, "fraction": frac}
-    return {"duration_ns": duration, "lanes": lanes, "copies": copies(con)}
+    # the numbers to quote: device busy (union of its kernels, memsets and copies) and CPU busy per
+    # thread (union of its real ops), with their definitions (store/utilization.py)
+    return {"duration_ns": duration, "lanes": lanes, "copies": copies(con),
+            "busy": busy_time(con, start_ns, end_ns, buckets=BUSY_BUCKETS)}
