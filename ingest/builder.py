@@ -242,10 +242,16 @@ class TraceBuilder:
         if neg:
             raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")
         self._write_tracks()
-        _assign_depths(con)
-        cols = ", ".join(f'"{c}"' for c in schema.column_names("slices"))
+        depths = _assign_depths(con)
+        cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth"
+                         for c in schema.column_names("slices"))
         con.execute(schema.create_sql("slices"))
-        con.execute(f"INSERT INTO slices SELECT {cols} FROM _slices_staging ORDER BY track_id, ts, depth")
+        con.register("_depths", depths)
+        try:
+            con.execute(f"INSERT INTO slices SELECT * FROM (SELECT {cols} FROM _slices_staging s"
+                        " LEFT JOIN _depths d USING (slice_id)) ORDER BY track_id, ts, depth")
+        finally:
+            con.unregister("_depths")
         con.execute("DROP TABLE _slices_staging")
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
@@ -323,69 +329,66 @@ def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:
     return pa.table(arrays)
 
 
-def _assign_depths(con: duckdb.DuckDBPyConnection) -> None:
-    """Nesting depth for every slice whose ingester gave none, per track, in SQL.
+def _assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Nesting depth for every slice whose ingester gave none: a table (slice_id, depth).
 
-    A sweep over start/end events: at equal times ends come before starts (adjacent
-    slices share a depth), starts of longer slices before shorter ones (parents
-    first), and an instant's end after every start. A slice's depth is the number
-    of slices open when it starts. That is exact for properly nested slices; tracks
-    where partial overlaps make two slices collide at one depth get a first-free-depth
-    pass (Python, those tracks only), so every slice stays visible.
+    A sweep over start/end events per track, in numpy: at equal times ends come before
+    starts (adjacent slices share a depth), starts of longer slices before shorter ones
+    (parents first), and an instant's end after every start. A slice's depth is the number
+    of slices open when it starts (every track's starts and ends cancel, so one running sum
+    over all tracks in track order needs no reset). That is exact for properly nested
+    slices; tracks where partial overlaps make two slices collide at one depth get a
+    first-free-depth pass (those tracks only), so every slice stays visible.
     """
+    empty = pa.table({"slice_id": pa.array([], pa.int64()), "depth": pa.array([], pa.int32())})
     (todo,) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchone()
     if not todo:
-        return
-    con.execute(
-        """
-        CREATE TEMP TABLE _depth AS
-        WITH ev AS (
-            SELECT slice_id, track_id, ts AS t, 1 AS kind, dur, 1 AS delta
-            FROM _slices_staging WHERE depth IS NULL
-            UNION ALL
-            SELECT slice_id, track_id, ts + dur AS t, CASE WHEN dur = 0 THEN 2 ELSE 0 END AS kind, dur, -1
-            FROM _slices_staging WHERE depth IS NULL
-        ),
-        run AS (
-            SELECT slice_id, kind, delta,
-                   sum(delta) OVER (PARTITION BY track_id ORDER BY t, kind, dur DESC, slice_id
-                                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - delta AS open_before
-            FROM ev
-        )
-        SELECT slice_id, open_before::INTEGER AS depth FROM run WHERE kind = 1
-        """
-    )
-    con.execute(
-        "UPDATE _slices_staging s SET depth = d.depth FROM _depth d WHERE s.slice_id = d.slice_id"
-    )
-    con.execute("DROP TABLE _depth")
-    bad_tracks = [
-        r[0]
-        for r in con.execute(
-            """
-            SELECT DISTINCT track_id FROM (
-                SELECT track_id, ts, lag(ts + dur) OVER (PARTITION BY track_id, depth ORDER BY ts, slice_id) AS prev_end
-                FROM _slices_staging)
-            WHERE prev_end > ts
-            """
-        ).fetchall()
-    ]
-    for track_id in bad_tracks:
-        _first_free_depths(con, track_id)
+        return empty
+    cols = con.execute("SELECT slice_id, track_id, ts, dur, depth FROM _slices_staging").fetchnumpy()
+    sid = np.asarray(cols["slice_id"], dtype=np.int64)
+    track = np.asarray(cols["track_id"], dtype=np.int64)
+    ts = np.asarray(cols["ts"], dtype=np.int64)
+    dur = np.asarray(cols["dur"], dtype=np.int64)
+    given = cols["depth"]
+    known = ~np.ma.getmaskarray(given)
+    depth = np.where(known, np.ma.getdata(given), 0).astype(np.int32)
+    todo_rows = np.flatnonzero(~known)
+    n = len(todo_rows)
+    t_sid, t_track, t_ts, t_dur = sid[todo_rows], track[todo_rows], ts[todo_rows], dur[todo_rows]
+    ev_track = np.concatenate([t_track, t_track])
+    ev_t = np.concatenate([t_ts, t_ts + t_dur])
+    ev_kind = np.concatenate([np.ones(n, np.int8), np.where(t_dur == 0, 2, 0).astype(np.int8)])
+    ev_delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    ev_row = np.concatenate([np.arange(n), np.arange(n)])
+    order = np.lexsort((np.concatenate([t_sid, t_sid]), -np.concatenate([t_dur, t_dur]), ev_kind, ev_t, ev_track))
+    delta = ev_delta[order]
+    open_before = np.cumsum(delta) - delta
+    starts = delta > 0
+    depth[todo_rows[ev_row[order][starts]]] = open_before[starts]
+    # slices of one track and depth that overlap (by ts, then id): those tracks need the greedy pass
+    o = np.lexsort((sid, ts, depth, track))
+    end = ts[o] + dur[o]
+    same = (track[o][1:] == track[o][:-1]) & (depth[o][1:] == depth[o][:-1])
+    bad_tracks = np.unique(track[o][1:][same & (end[:-1] > ts[o][1:])])
+    for track_id in bad_tracks.tolist():
+        rows = np.flatnonzero(track == track_id)
+        rows = rows[np.lexsort((sid[rows], -dur[rows], ts[rows]))]
+        depth[rows] = _first_free(ts[rows], dur[rows])
+    if not len(bad_tracks):
+        return pa.table({"slice_id": t_sid, "depth": depth[todo_rows]})
+    fix = np.union1d(todo_rows, np.flatnonzero(np.isin(track, bad_tracks)))
+    # slices of a bad track with a given depth are re-placed too (as the SQL version did)
+    con.execute("UPDATE _slices_staging SET depth = NULL WHERE list_contains(?, track_id)", [bad_tracks.tolist()])
+    return pa.table({"slice_id": sid[fix], "depth": depth[fix]})
 
 
-def _first_free_depths(con: duckdb.DuckDBPyConnection, track_id: int) -> None:
-    """Greedy interval colouring for one track whose slices overlap without nesting."""
-    rows = con.execute(
-        "SELECT slice_id, ts, dur FROM _slices_staging WHERE track_id = ? ORDER BY ts, dur DESC, slice_id",
-        [track_id],
-    ).fetchnumpy()
-    ids, ts, dur = rows["slice_id"], rows["ts"], rows["dur"]
-    depth = np.zeros(len(ids), dtype=np.int32)
+def _first_free(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Greedy interval colouring of one track's slices (given in ts, dur DESC, id order)."""
+    depth = np.zeros(len(ts), dtype=np.int32)
     # open_end[d] = end time of the slice currently occupying depth d
     open_end: list[int] = []
-    for i in range(len(ids)):
-        t, e = int(ts[i]), int(ts[i]) + int(dur[i])
+    for i, (t, d_) in enumerate(zip(ts.tolist(), dur.tolist())):
+        e = t + d_
         # a depth is free when its occupant ended at or before t (instants never block)
         # and no deeper depth is still needed by an enclosing slice
         chosen = None
@@ -403,11 +406,4 @@ def _first_free_depths(con: duckdb.DuckDBPyConnection, track_id: int) -> None:
         else:
             open_end[chosen] = e
         depth[i] = chosen
-    tbl = pa.table({"slice_id": ids, "depth": depth})
-    con.register("_fixdepth", tbl)
-    try:
-        con.execute(
-            "UPDATE _slices_staging s SET depth = f.depth FROM _fixdepth f WHERE s.slice_id = f.slice_id"
-        )
-    finally:
-        con.unregister("_fixdepth")
+    return depth
