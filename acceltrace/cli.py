@@ -47,6 +47,12 @@ def _collect(args: argparse.Namespace) -> int:
     return collect_command(args, realtime_sim=realtime_sim_source) or 0
 
 
+def _record(args: argparse.Namespace) -> int:
+    from acceltrace.collect.record import record_command
+
+    return record_command(args)
+
+
 def _fleet(args: argparse.Namespace) -> int:
     from acceltrace.fleet.cli import fleet_command
 
@@ -145,6 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--socket", type=Path, help="also stream to a running tracing daemon")
     s.add_argument("--realtime", action="store_true", help="ask for SCHED_FIFO so ticks are not delayed by load")
     s.set_defaults(func=_collect)
+
+    s = sub.add_parser("record", help="run a command with tracing on (PyTorch profiler) and counters beside it",
+                       description="Run CMD with the PyTorch profiler on (through the environment) and the counter "
+                       "sampler in parallel, clocks aligned, into one run directory (docs/tracing.md, 'Recording').")
+    s.add_argument("--counters", metavar="SOURCE", help="host, nvml or none (default: nvml where present, else host)")
+    s.add_argument("--rate", type=float, default=100.0, help="counter samples per second (1 to 10000; default 100)")
+    s.add_argument("--out", type=Path, help="the run directory (new or empty; default acceltrace-record-<time>)")
+    s.add_argument("--no-torch", action="store_true", help="do not start the PyTorch profiler in the command")
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    s.set_defaults(func=_record)
 
     s = sub.add_parser("diff", help="compare two traces (ids or files): headline, per-name deltas, findings")
     s.add_argument("a", metavar="A", help="the trace before: an id (or unique prefix) or a file to ingest")

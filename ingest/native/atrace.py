@@ -29,6 +29,7 @@ from acceltrace.ingest.importer import Importer, per_source
 NAME = "atrace"
 SUFFIXES = (".atrace",)
 RUN_EVENTS, RUN_COUNTERS = "run.atrace", "run.actr"
+RUN_TORCH = "torch.*.trace.json"  # written into a run directory by `acceltrace record` (collect/record.py)
 BATCH_EVENTS = 1 << 20
 
 _DIRECTIONS = pa.array([None, "h2d", "d2h", "d2d", "p2p"], pa.string())
@@ -53,6 +54,11 @@ def ingest(source: Source, builder) -> None:
 
             ingest_actr(actr, builder, clock_map=maps or None)
             builder.set_meta("format", "atrace+actr")
+        torch_traces = sorted(run.glob(RUN_TORCH))
+        if torch_traces:  # `acceltrace record`: the PyTorch profiler's traces, already on the run's clock
+            from acceltrace.ingest.native.recorded import ingest_torch
+
+            ingest_torch(torch_traces, builder, source, with_counters=actr.is_file())
         # ground_truth.json is the simulator's answer key, never part of the trace
         return
     ingest_atrace(source, builder, alone=True)
