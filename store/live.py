@@ -1,5 +1,5 @@
-"""Named queries over a live trace's segments: what a segment holds, one slice with its correlation
-chain across segments, and name search.
+"""Named queries over a live trace's segments: one slice with its correlation chain across segments,
+and name search.
 
 A live capture (server/live.py) is a sequence of small DuckDB files of the store's schema, each
 with its own ids; every segment object passed here carries `con` (read-only), `slice_base`
@@ -16,20 +16,6 @@ from acceltrace.store import queries
 
 CORR_MAX_SLICES = 1000
 _CHAIN_COLS = ("slice_id", "track_id", "lane", "ts", "dur", "depth", "name")
-
-
-def segment_facts(con) -> tuple[list[dict], list[str], int, int, int]:
-    """(track rows with max_depth, names by lod name_id, slice count, earliest start, latest end) of a
-    segment; times absolute."""
-    cols = ("track_id", "lane", "group_name", "name", "device", "process", "thread", "unit", "sort_key")
-    tracks = [dict(zip(cols + ("max_depth",), r)) for r in con.execute(
-        f"SELECT {', '.join('t.' + c for c in cols)}, coalesce(l.max_depth, 0) FROM tracks t"
-        " LEFT JOIN lod_tracks l USING (track_id) ORDER BY t.track_id").fetchall()]
-    names = [r[0] for r in con.execute("SELECT name FROM lod_names ORDER BY name_id").fetchall()]
-    n, lo, hi = con.execute(
-        "SELECT (SELECT count(*) FROM slices), least((SELECT min(ts) FROM slices), (SELECT min(ts) FROM counters)),"
-        " greatest((SELECT max(ts + dur) FROM slices), (SELECT max(ts) FROM counters))").fetchone()
-    return tracks, names, int(n), int(lo), int(hi)
 
 
 def merged_meta(cons: list) -> dict[str, str]:
@@ -142,16 +128,16 @@ def _corr_across(segments: list, home, s: dict, slices: dict, flows: list, start
             slices.setdefault(r["slice_id"], {**r, "hops": 1})
 
 
-def search(segments: list, q: str, offset: int, limit: int, start_ns: int) -> dict:
+def search(segments: list, q: str, offset: int, limit: int, start_ns: int, names: str | None = None) -> dict:
     """Name search over every segment in time order (segments are in time order; a page is cut from
-    the concatenation)."""
+    the concatenation); `names` as for queries.search_slices (each segment's name dictionary)."""
     results, total = [], 0
     want = offset + limit
     for seg in segments:
         cur = seg.con.cursor()
         try:
             page = queries.search_slices(cur, q, offset=0, limit=max(1, want - len(results)) if len(results) < want else 1,
-                                         names="lod_names")
+                                         names=names)
         finally:
             cur.close()
         total += page.total

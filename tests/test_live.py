@@ -41,7 +41,7 @@ def _live_app(tmp_path, monkeypatch, f, seal_events=None):
     monkeypatch.setenv("ACCELTRACE_LIVE_FILE", str(f))
     monkeypatch.delenv("ACCELTRACE_SOCKET", raising=False)
     if seal_events:
-        monkeypatch.setattr("acceltrace.server.live.SEAL_EVENTS", seal_events)
+        monkeypatch.setattr("acceltrace.server.live_capture.SEAL_EVENTS", seal_events)
     monkeypatch.setattr("acceltrace.server.live.DISCOVER_S", 0.05)
     return create_app(store=tmp_path / "store")
 

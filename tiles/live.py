@@ -21,6 +21,7 @@ import duckdb
 import numpy as np
 
 from acceltrace.tiles.build import GROUP_MAX_TRACKS, LANE_ORDER, TILE_BUCKETS_LOG2
+from acceltrace.tiles.layout import name_dictionary, tracks_in_ui_order
 from acceltrace.tiles.query import COLUMNS, MAX_LEVEL, LodInfo, _queries, encode_tile
 
 PART_CACHE_BYTES = 128 << 20
@@ -45,6 +46,17 @@ class Segment:
 
     def overlaps(self, t0: int, t1: int) -> bool:
         return self.lo_ns < t1 and self.hi_ns >= t0
+
+
+def segment_facts(con: duckdb.DuckDBPyConnection) -> tuple[list[dict], list[str], int, int, int]:
+    """(track rows with max_depth, names by name_id, slice count, earliest start, latest end) of a
+    segment; times absolute."""
+    tracks = tracks_in_ui_order(con)
+    names = name_dictionary(con, 1 << 40)
+    n, lo, hi = con.execute(
+        "SELECT (SELECT count(*) FROM slices), least((SELECT min(ts) FROM slices), (SELECT min(ts) FROM counters)),"
+        " greatest((SELECT max(ts + dur) FROM slices), (SELECT max(ts) FROM counters))").fetchone()
+    return tracks, names, int(n), int(lo), int(hi)
 
 
 class PartCache:

@@ -18,6 +18,7 @@ from fastapi.responses import RedirectResponse
 
 from acceltrace.server import live
 from acceltrace.server.deps import ApiError
+from acceltrace.server.live_capture import LiveCapture
 from acceltrace.tiles.query import MAX_LEVEL
 
 router = APIRouter(tags=["live"])
@@ -30,7 +31,7 @@ def _manager(app) -> live.LiveManager | None:
     return getattr(app.state, "live_manager", None)
 
 
-def _capture(request_or_ws, trace_id: str) -> live.LiveCapture:
+def _capture(request_or_ws, trace_id: str) -> LiveCapture:
     mgr = _manager(request_or_ws.app)
     cap = mgr.capture(trace_id) if mgr is not None else None
     if cap is None:
@@ -38,7 +39,7 @@ def _capture(request_or_ws, trace_id: str) -> live.LiveCapture:
     return cap
 
 
-def _live_capture(request: Request, trace_id: str) -> live.LiveCapture:
+def _live_capture(request: Request, trace_id: str) -> LiveCapture:
     cap = _capture(request, trace_id)
     if cap.status in ("final", "failed"):
         raise ApiError(409, "not_live", f"trace {trace_id!r} is no longer live (it is {cap.final_status or cap.status});"
