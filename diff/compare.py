@@ -56,18 +56,16 @@ def _num(v):
 def rows(con: duckdb.DuckDBPyConnection, noise: Noise, focus: int, start_a: int, start_b: int) -> list[dict]:
     """Per (lane, device rank, name): count, total, mean, p50, p95 per side, delta, ratio, status, and
     where the name's slices lie in the focus step (rel ns) so a view can frame them."""
-    con.execute("""CREATE TEMP TABLE _scope AS
-        SELECT b.*, so.step FROM _base b JOIN _step_of so USING (side, slice_id)""")
     stat = f"""
-        SELECT side, lane, coalesce(dev_rank, -1) AS dr, name, min(dev) AS dev, count(*) AS n, sum(dur) AS total,
+        SELECT side, lane, coalesce(dev_rank, -1) AS dr, name_id, min(dev) AS dev, count(*) AS n, sum(dur) AS total,
                avg(dur) AS mean, quantile_cont(dur, 0.5) AS p50, quantile_cont(dur, 0.95) AS p95,
                coalesce(min(ts) FILTER (WHERE step = {int(focus)}), min(ts)) AS f0,
                coalesce(max(ts + dur) FILTER (WHERE step = {int(focus)}), max(ts + dur)) AS f1
-        FROM _scope GROUP BY side, lane, dr, name"""
+        FROM _scope GROUP BY side, lane, dr, name_id"""
     return _records(con, f"""
-        WITH st AS ({stat}), a AS (SELECT * FROM st WHERE side = 'a'), b AS (SELECT * FROM st WHERE side = 'b'),
+        WITH st AS ({stat}), a AS (SELECT * FROM st WHERE side = 0), b AS (SELECT * FROM st WHERE side = 1),
         j AS (
-            SELECT coalesce(a.lane, b.lane) AS lane, coalesce(a.name, b.name) AS name,
+            SELECT coalesce(a.lane, b.lane) AS lane, coalesce(a.name_id, b.name_id) AS name_id,
                    coalesce(a.dr, b.dr) AS dev_rank, a.dev AS device_a, b.dev AS device_b,
                    coalesce(a.n, 0) AS count_a, coalesce(b.n, 0) AS count_b,
                    coalesce(a.total, 0)::BIGINT AS total_a_ns, coalesce(b.total, 0)::BIGINT AS total_b_ns,
@@ -75,49 +73,49 @@ def rows(con: duckdb.DuckDBPyConnection, noise: Noise, focus: int, start_a: int,
                    a.p95 AS p95_a_ns, b.p95 AS p95_b_ns,
                    a.f0 - {int(start_a)} AS frame_a0, a.f1 - {int(start_a)} AS frame_a1,
                    b.f0 - {int(start_b)} AS frame_b0, b.f1 - {int(start_b)} AS frame_b1
-            FROM a FULL OUTER JOIN b ON a.lane = b.lane AND a.dr = b.dr AND a.name = b.name)
-        SELECT *, total_b_ns - total_a_ns AS delta_ns,
+            FROM a FULL OUTER JOIN b ON a.lane = b.lane AND a.dr = b.dr AND a.name_id = b.name_id)
+        SELECT j.lane, n.name, j.* EXCLUDE (lane, name_id), total_b_ns - total_a_ns AS delta_ns,
                CASE WHEN total_a_ns > 0 THEN total_b_ns / total_a_ns END AS ratio,
                {_status_sql(noise).replace('delta_ns', '(total_b_ns - total_a_ns)')} AS status
-        FROM j ORDER BY abs(total_b_ns - total_a_ns) DESC, lane, name, dev_rank""")
+        FROM j JOIN _name_list n USING (name_id) ORDER BY abs(total_b_ns - total_a_ns) DESC, j.lane, n.name, dev_rank""")
 
 
 def attribution(con: duckdb.DuckDBPyConnection) -> list[dict]:
     """Device-time deltas attributed to the CPU op that launched them: the outermost cpu op around the
     launching runtime call (or that call itself when no op encloses it)."""
     con.execute("""CREATE TEMP TABLE _op_of AS
-        WITH RECURSIVE up(side, host_id, cur_id) AS (
-            SELECT DISTINCT side, host_id, host_id FROM _launch
-            UNION ALL
-            SELECT u.side, u.host_id, p.parent_id FROM up u JOIN _parent p ON p.side = u.side AND p.slice_id = u.cur_id),
-        ops AS (
-            SELECT u.side, u.host_id, arg_min(b.slice_id, b.depth) AS op_id FROM up u
-            JOIN _base b ON b.side = u.side AND b.slice_id = u.cur_id
-            WHERE b.lane = 'cpu_op' AND NOT b.is_annotation GROUP BY ALL)
-        SELECT l.side, l.dev_id, coalesce(o.op_id, l.host_id) AS op_id FROM _launch l
-        LEFT JOIN ops o ON o.side = l.side AND o.host_id = l.host_id""")
+        WITH h AS (
+            SELECT l.side, l.dev_id, c.track_id, c.ts, c.ts + c.dur AS te, c.name_id, c.lane
+            FROM _launch l JOIN _host c ON c.side = l.side AND c.slice_id = l.host_id)
+        SELECT h.side, h.dev_id,
+               CASE WHEN o.te >= h.te THEN o.name_id ELSE h.name_id END AS op_name_id,
+               CASE WHEN o.te >= h.te THEN 'cpu_op' ELSE h.lane END AS op_lane
+        FROM h ASOF LEFT JOIN _top_ops o ON o.side = h.side AND o.track_id = h.track_id AND h.ts >= o.ts""")
     per = """
-        SELECT s.side, ob.lane AS op_lane, ob.name AS op, s.lane, coalesce(s.dev_rank, -1) AS dr, s.name,
+        SELECT s.side, o.op_lane, o.op_name_id, s.lane, coalesce(s.dev_rank, -1) AS dr, s.name_id,
                min(s.dev) AS dev, sum(s.dur) AS total
         FROM _scope s JOIN _op_of o ON o.side = s.side AND o.dev_id = s.slice_id
-        JOIN _base ob ON ob.side = o.side AND ob.slice_id = o.op_id GROUP BY ALL"""
+        WHERE s.lane IN ('kernel', 'copy') GROUP BY ALL"""
     recs = _records(con, f"""
         WITH p AS ({per}),
         j AS (
-            SELECT coalesce(a.op_lane, b.op_lane) AS op_lane, coalesce(a.op, b.op) AS op,
-                   coalesce(a.lane, b.lane) AS lane, coalesce(a.name, b.name) AS name,
+            SELECT coalesce(a.op_lane, b.op_lane) AS op_lane, coalesce(a.op_name_id, b.op_name_id) AS op_name_id,
+                   coalesce(a.lane, b.lane) AS lane, coalesce(a.name_id, b.name_id) AS name_id,
                    CASE WHEN a.dev IS NULL OR a.dev = b.dev THEN coalesce(a.dev, b.dev)
                         WHEN b.dev IS NULL THEN a.dev ELSE a.dev || '/' || b.dev END AS device,
-                   coalesce(a.total, 0)::BIGINT AS total_a_ns,
-                   coalesce(b.total, 0)::BIGINT AS total_b_ns
-            FROM (SELECT * FROM p WHERE side = 'a') a FULL OUTER JOIN (SELECT * FROM p WHERE side = 'b') b
-              ON a.op_lane = b.op_lane AND a.op = b.op AND a.lane = b.lane AND a.dr = b.dr AND a.name = b.name),
+                   coalesce(a.total, 0)::BIGINT AS total_a_ns, coalesce(b.total, 0)::BIGINT AS total_b_ns
+            FROM (SELECT * FROM p WHERE side = 0) a FULL OUTER JOIN (SELECT * FROM p WHERE side = 1) b
+              ON a.op_lane = b.op_lane AND a.op_name_id = b.op_name_id AND a.lane = b.lane AND a.dr = b.dr
+             AND a.name_id = b.name_id),
         ranked AS (
             SELECT *, total_b_ns - total_a_ns AS delta_ns,
-                   sum(total_b_ns - total_a_ns) OVER (PARTITION BY op_lane, op) AS device_delta_ns,
-                   row_number() OVER (PARTITION BY op_lane, op ORDER BY abs(total_b_ns - total_a_ns) DESC, name) AS k
+                   sum(total_b_ns - total_a_ns) OVER (PARTITION BY op_lane, op_name_id) AS device_delta_ns,
+                   row_number() OVER (PARTITION BY op_lane, op_name_id
+                                      ORDER BY abs(total_b_ns - total_a_ns) DESC, name_id) AS k
             FROM j)
-        SELECT * FROM ranked ORDER BY abs(device_delta_ns) DESC, op_lane, op, k""")
+        SELECT r.*, opn.name AS op, kn.name AS name FROM ranked r
+        JOIN _name_list opn ON opn.name_id = r.op_name_id JOIN _name_list kn ON kn.name_id = r.name_id
+        ORDER BY abs(device_delta_ns) DESC, op_lane, op, k""")
     ops: dict[tuple[str, str], dict] = {}
     for r in recs:
         key = (r["op_lane"], r["op"])
@@ -143,9 +141,9 @@ def findings(con: duckdb.DuckDBPyConnection, sides: dict[str, pair.Side], noise:
     for x in sides.values():
         if x.findings_db is None:
             continue
-        where = (f" WHERE EXISTS (SELECT 1 FROM _sel w WHERE w.side = '{x.side}' AND f.ts >= w.ts AND f.ts < w.te)"
+        where = (f" WHERE EXISTS (SELECT 1 FROM _sel w WHERE w.side = {x.code} AND f.ts >= w.ts AND f.ts < w.te)"
                  if windowed else "")
-        parts.append(f"SELECT '{x.side}' AS side, f.pass, count(*) AS n, coalesce(sum(f.impact_ns), 0) AS impact"
+        parts.append(f"SELECT {x.code} AS side, f.pass, count(*) AS n, coalesce(sum(f.impact_ns), 0) AS impact"
                      f" FROM {x.findings_db}.findings f{where} GROUP BY f.pass")
     if not parts:
         return []
@@ -155,7 +153,7 @@ def findings(con: duckdb.DuckDBPyConnection, sides: dict[str, pair.Side], noise:
         j AS (
             SELECT coalesce(a.pass, b.pass) AS pass, coalesce(a.n, 0) AS count_a, coalesce(b.n, 0) AS count_b,
                    coalesce(a.impact, 0)::BIGINT AS impact_a_ns, coalesce(b.impact, 0)::BIGINT AS impact_b_ns
-            FROM (SELECT * FROM p WHERE side = 'a') a FULL OUTER JOIN (SELECT * FROM p WHERE side = 'b') b
+            FROM (SELECT * FROM p WHERE side = 0) a FULL OUTER JOIN (SELECT * FROM p WHERE side = 1) b
               ON a.pass = b.pass)
         SELECT *, impact_b_ns - impact_a_ns AS delta_ns,
                CASE WHEN count_b = 0 THEN 'fixed' WHEN count_a = 0 THEN 'new'
@@ -168,36 +166,42 @@ def headline(con: duckdb.DuckDBPyConnection, basis: str) -> dict:
     """Step time (sum of the selected steps) or makespan, A vs B, and the contributors to the
     difference: self time per name on the step's (or the busiest) host thread, which partitions
     that time exactly; what the top contributors leave is `unexplained_ns`, shown, never dropped."""
-    tot = dict(con.execute("SELECT side, sum(te - ts)::BIGINT FROM _sel GROUP BY side").fetchall())
+    tot = {pair.letter(k): v for k, v in con.execute("SELECT side, sum(te - ts)::BIGINT FROM _sel GROUP BY side").fetchall()}
     a_ns, b_ns = int(tot.get("a") or 0), int(tot.get("b") or 0)
     if basis == "trace":
         # every slice of the thread lies inside the window; time in no top-level slice is idle
         on_thread = "b.side = w.side AND b.track_id = w.track_id"
-        idle = f"SELECT w.side, '' AS lane, '{IDLE_NAME}' AS name, (max(w.te - w.ts) - coalesce(sum(b.dur) FILTER (" \
+        idle = f"SELECT w.side, '' AS lane, -1 AS name_id, (max(w.te - w.ts) - coalesce(sum(b.dur) FILTER (" \
                "WHERE b.depth = 0), 0)) AS self FROM _sel w LEFT JOIN _base b ON " + on_thread + " GROUP BY w.side"
     else:
         on_thread = "b.side = w.side AND b.track_id = w.track_id AND b.ts >= w.ts AND b.ts < w.te AND b.slice_id <> w.slice_id"
         idle = None
     self_sql = f"""
         WITH t AS (
-            SELECT b.side, b.slice_id, b.lane, b.name, b.dur FROM _sel w JOIN _base b ON {on_thread}),
-        kids AS (SELECT p.side, p.parent_id, sum(p.clipped_dur) AS kd FROM _parent p GROUP BY ALL),
+            SELECT b.side, b.slice_id, b.lane, b.name_id, b.dur FROM _sel w JOIN _base b ON {on_thread}),
+        kids AS (
+            SELECT p.side, p.parent_id, sum(p.clipped_dur) AS kd FROM _parent p
+            SEMI JOIN (SELECT side, slice_id FROM t UNION ALL SELECT side, slice_id FROM _sel) q
+              ON q.side = p.side AND q.slice_id = p.parent_id
+            GROUP BY ALL),
         steps_self AS (
-            SELECT w.side, '' AS lane, '{STEP_SELF_NAME}' AS name, sum((w.te - w.ts) - coalesce(k.kd, 0)) AS self
+            SELECT w.side, '' AS lane, -2 AS name_id, sum((w.te - w.ts) - coalesce(k.kd, 0)) AS self
             FROM _sel w LEFT JOIN kids k ON k.side = w.side AND k.parent_id = w.slice_id
             WHERE w.slice_id IS NOT NULL GROUP BY w.side)
-        SELECT t.side, t.lane, t.name, sum(t.dur - coalesce(k.kd, 0)) AS self FROM t
+        SELECT t.side, t.lane, t.name_id, sum(t.dur - coalesce(k.kd, 0)) AS self FROM t
         LEFT JOIN kids k ON k.side = t.side AND k.parent_id = t.slice_id GROUP BY ALL
         UNION ALL SELECT * FROM steps_self""" + (f" UNION ALL {idle}" if idle else "")
     recs = _records(con, f"""
         WITH s AS ({self_sql}),
         j AS (
-            SELECT coalesce(a.lane, b.lane) AS lane, coalesce(a.name, b.name) AS name,
+            SELECT coalesce(a.lane, b.lane) AS lane, coalesce(a.name_id, b.name_id) AS name_id,
                    coalesce(a.self, 0)::BIGINT AS a_ns, coalesce(b.self, 0)::BIGINT AS b_ns
-            FROM (SELECT * FROM s WHERE side = 'a') a FULL OUTER JOIN (SELECT * FROM s WHERE side = 'b') b
-              ON a.lane = b.lane AND a.name = b.name)
-        SELECT lane, name, a_ns, b_ns, b_ns - a_ns AS delta_ns, sum(b_ns - a_ns) OVER () AS all_ns FROM j
-        ORDER BY abs(b_ns - a_ns) DESC, lane, name LIMIT {TOP_CONTRIBUTORS}""")
+            FROM (SELECT * FROM s WHERE side = 0) a FULL OUTER JOIN (SELECT * FROM s WHERE side = 1) b
+              ON a.lane = b.lane AND a.name_id = b.name_id)
+        SELECT j.lane, CASE j.name_id WHEN -1 THEN '{IDLE_NAME}' WHEN -2 THEN '{STEP_SELF_NAME}' ELSE n.name END AS name,
+               a_ns, b_ns, b_ns - a_ns AS delta_ns, sum(b_ns - a_ns) OVER () AS all_ns
+        FROM j LEFT JOIN _name_list n USING (name_id)
+        ORDER BY abs(b_ns - a_ns) DESC, j.lane, name LIMIT {TOP_CONTRIBUTORS}""")
     contributors = [{"lane": r["lane"] or None, "name": r["name"], "a_ns": int(r["a_ns"]), "b_ns": int(r["b_ns"]),
                      "delta_ns": int(r["delta_ns"])} for r in recs if r["delta_ns"] != 0]
     delta = b_ns - a_ns
@@ -239,7 +243,7 @@ def compare(store: Store, id_a: str, id_b: str, steps: str | None = None, noise:
             d["frame_a_ns"] = [_num(v) for v in frames["a"]] if frames["a"][0] is not None else None
             d["frame_b_ns"] = [_num(v) for v in frames["b"]] if frames["b"][0] is not None else None
             out_rows.append(d)
-        devices = {s: [d for (d,) in con.execute("SELECT dev FROM _devrank WHERE side = ? ORDER BY dev_rank", [s])
+        devices = {s: [d for (d,) in con.execute("SELECT dev FROM _devrank WHERE side = ? ORDER BY dev_rank", [pair.SIDES.index(s)])
                        .fetchall()] for s in pair.SIDES}
         explicit = steps is not None and steps.strip().lower() not in ("", "all")
         doc = {

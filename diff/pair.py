@@ -1,8 +1,8 @@
 """Two stored traces on one DuckDB connection, and the per-side tables every comparison reads.
 
 Both trace files (and their findings side files, when analysed) are attached read-only, as
-`ta`/`tb` and `fa`/`fb`. The temp tables built here carry a `side` column ('a' or 'b'), so every
-later query is written once for both sides. Times stay absolute ns, as stored.
+`ta`/`tb` and `fa`/`fb`. The temp tables built here carry a `side` column (UTINYINT: 0 for A, 1 for B:
+joins on it cost a fraction of a text key), so every later query is written once for both sides. Times stay absolute ns, as stored.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ class Side:
     db: str                    # the attached trace's alias
     findings_db: str | None    # the attached findings side file's alias, or None when not analysed
     meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def code(self) -> str:
+        """The side as it is stored in the temp tables' `side` column (a SQL literal)."""
+        return f"{SIDES.index(self.side)}::UTINYINT"
 
 
 def _q(path: os.PathLike | str) -> str:
@@ -66,16 +71,20 @@ def open_pair(store: Store, id_a: str, id_b: str) -> tuple[duckdb.DuckDBPyConnec
 
 
 def both(sides: dict[str, Side], template: str) -> str:
-    """`template` (with {s} = side letter, {db} = its trace alias) for each side, joined by UNION ALL."""
-    return "\nUNION ALL\n".join(template.format(s=f"'{x.side}'", db=x.db) for x in sides.values())
+    """`template` (with {s} = the side's code, {db} = its trace alias) for each side, joined by UNION ALL."""
+    return "\nUNION ALL\n".join(template.format(s=x.code, db=x.db) for x in sides.values())
 
 
 def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_templates: bool) -> None:
-    """_names, _tracks, _base (every interval/instant slice with its diff lane and normalised name),
-    _parent (call tree of host tracks) and _launch (device slice -> launching host slice)."""
+    """_name_list (normalised name <-> name_id, shared by both sides), _tracks, _base (every interval and
+    instant slice with its diff lane and name id), _parent (call tree of host tracks), _launch (device
+    slice -> the host call that launched it) and _top_ops (ops enclosed by no other op)."""
     con.execute("CREATE TEMP TABLE _names AS " + both(
         sides, f"SELECT {{s}} AS side, name AS raw, {names.sql_expr('name', strip_templates)} AS name"
                " FROM (SELECT DISTINCT name FROM {db}.slices)"))
+    # integers, not names, travel through the joins; names come back only for the few result rows
+    con.execute("""CREATE TEMP TABLE _name_list AS
+        SELECT name, (row_number() OVER (ORDER BY name))::INTEGER AS name_id FROM (SELECT DISTINCT name FROM _names)""")
     native = {s.side: any(f in (s.meta.get("format") or "") for f in NATIVE_FORMATS) for s in sides.values()}
     # devices are matched by rank (first device of A with first of B): the same job on two GPUs
     con.execute("CREATE TEMP TABLE _tracks AS " + both(
@@ -85,6 +94,9 @@ def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_tem
         SELECT side, dev, dense_rank() OVER (PARTITION BY side ORDER BY TRY_CAST(dev AS BIGINT) NULLS LAST, dev)
                - 1 AS dev_rank
         FROM (SELECT DISTINCT side, dev FROM _tracks WHERE store_lane IN ('eu', 'pcie'))""")
+    con.execute("""CREATE TEMP TABLE _trk AS
+        SELECT t.side, t.track_id, t.store_lane, r.dev_rank, CASE WHEN r.dev_rank IS NOT NULL THEN t.dev END AS dev
+        FROM _tracks t LEFT JOIN _devrank r ON r.side = t.side AND r.dev = t.dev AND t.store_lane IN ('eu', 'pcie')""")
     lane_sql = (
         "CASE WHEN t.store_lane = 'pcie' OR (t.store_lane = 'eu' AND (s.direction IS NOT NULL"
         " OR s.category ILIKE '%memcpy%')) THEN 'copy'"
@@ -97,16 +109,16 @@ def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_tem
     for x in sides.values():
         lane = lane_sql.replace("{native}", "TRUE" if native[x.side] else "FALSE")
         parts.append(
-            f"SELECT '{x.side}' AS side, s.slice_id, s.track_id, s.ts, s.dur, s.depth, n.name, {lane} AS lane,"
-            f" t.store_lane, r.dev_rank, CASE WHEN r.dev_rank IS NOT NULL THEN t.dev END AS dev,"
+            f"SELECT {x.code} AS side, s.slice_id, s.track_id, s.ts, s.dur, s.depth, l.name_id, {lane} AS lane,"
+            f" t.store_lane, t.dev_rank, t.dev,"
             f" coalesce({ANNOTATION_CATEGORY_SQL.replace('category', 's.category')}, FALSE) AS is_annotation"
-            f" FROM {x.db}.slices s JOIN _tracks t ON t.side = '{x.side}' AND t.track_id = s.track_id"
-            f" JOIN _names n ON n.side = '{x.side}' AND n.raw = s.name"
-            f" LEFT JOIN _devrank r ON r.side = '{x.side}' AND r.dev = t.dev AND t.store_lane IN ('eu', 'pcie')")
+            f" FROM {x.db}.slices s JOIN _trk t ON t.side = {x.code} AND t.track_id = s.track_id"
+            f" JOIN _names n ON n.side = {x.code} AND n.raw = s.name JOIN _name_list l ON l.name = n.name")
     con.execute("CREATE TEMP TABLE _base AS " + "\nUNION ALL\n".join(parts))
     # the call tree of host-side tracks: a slice's parent is the latest one a level up that contains it
     con.execute("""CREATE TEMP TABLE _host AS
-        SELECT side, slice_id, track_id, ts, dur, depth, depth - 1 AS pdepth FROM _base
+        SELECT side, slice_id, track_id, ts, dur, depth, depth - 1 AS pdepth, store_lane, name_id, lane,
+               lane = 'cpu_op' AND NOT is_annotation AS is_op FROM _base
         WHERE store_lane IN ('cpu', 'driver')""")
     con.execute("""CREATE TEMP TABLE _parent AS
         SELECT c.side, c.slice_id, p.slice_id AS parent_id,
@@ -121,17 +133,41 @@ def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_tem
     # device work -> the host call behind it: one flow back (Kineto: runtime call -> kernel), or
     # two when a driver record sits between (native: API call -> submit, doorbell inside it -> work)
     con.execute("""CREATE TEMP TABLE _launch AS
-        WITH dev AS (SELECT side, slice_id FROM _base WHERE lane IN ('kernel', 'copy')),
-        hop1 AS (
-            SELECT d.side, d.slice_id AS dev_id, min(f.src_slice) AS src
-            FROM dev d JOIN _flows f ON f.side = d.side AND f.dst_slice = d.slice_id GROUP BY ALL),
+        WITH hop1 AS (
+            SELECT f.side, f.dst_slice AS dev_id, min(f.src_slice) AS src
+            FROM _flows f SEMI JOIN _base d ON d.side = f.side AND d.slice_id = f.dst_slice
+              AND d.lane IN ('kernel', 'copy')
+            GROUP BY ALL),
         src AS (
             SELECT h.side, h.dev_id, h.src, b.store_lane, coalesce(p.parent_id, h.src) AS submit_id
-            FROM hop1 h JOIN _base b ON b.side = h.side AND b.slice_id = h.src
-            LEFT JOIN _parent p ON p.side = h.side AND p.slice_id = h.src AND b.store_lane = 'driver')
-        SELECT side, dev_id, src AS host_id FROM src WHERE store_lane = 'cpu'
-        UNION ALL
-        SELECT s.side, s.dev_id, min(f.src_slice) AS host_id
-        FROM src s JOIN _flows f ON f.side = s.side AND f.dst_slice = s.submit_id
-        JOIN _base b ON b.side = s.side AND b.slice_id = f.src_slice AND b.store_lane = 'cpu'
-        WHERE s.store_lane = 'driver' GROUP BY ALL""")
+            FROM hop1 h JOIN _host b ON b.side = h.side AND b.slice_id = h.src
+            LEFT JOIN _parent p ON p.side = h.side AND p.slice_id = h.src AND b.store_lane = 'driver'),
+        via AS (
+            SELECT s.side, s.dev_id, min(f.src_slice) AS host_id
+            FROM src s JOIN _flows f ON f.side = s.side AND f.dst_slice = s.submit_id
+            WHERE s.store_lane = 'driver' GROUP BY ALL)
+        SELECT l.side, l.dev_id, l.host_id FROM (
+            SELECT side, dev_id, src AS host_id FROM src WHERE store_lane = 'cpu' UNION ALL SELECT * FROM via) l
+        SEMI JOIN _host c ON c.side = l.side AND c.slice_id = l.host_id AND c.store_lane = 'cpu'""")
+    # ops that no other op encloses (nested ones end by the latest end before them on their track):
+    # disjoint per track, so the outermost op around any host slice is one ASOF lookup
+    con.execute("""CREATE TEMP TABLE _top_ops AS
+        SELECT side, slice_id, track_id, ts, te, name_id FROM (
+            SELECT side, slice_id, track_id, ts, ts + dur AS te, name_id,
+                   max(ts + dur) OVER (PARTITION BY side, track_id ORDER BY ts, depth, slice_id
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_te
+            FROM _host WHERE is_op)
+        WHERE prev_te IS NULL OR prev_te < te""")
+
+
+def letter(code: int) -> str:
+    """'a' or 'b' for a `side` value read back from SQL."""
+    return SIDES[int(code)]
+
+
+def name_of(con: duckdb.DuckDBPyConnection, name_ids: list[int]) -> dict[int, str]:
+    """The normalised names of some name ids."""
+    if not name_ids:
+        return {}
+    ids = ", ".join(str(int(i)) for i in set(name_ids))
+    return dict(con.execute(f"SELECT name_id, name FROM _name_list WHERE name_id IN ({ids})").fetchall())

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from acceltrace.diff.pair import Side
+from acceltrace.diff.pair import Side, letter
 
 STEP_NAME = "ProfilerStep#N"  # ProfilerStep#<n> after name normalisation
 
@@ -54,11 +54,16 @@ def parse_spec(spec: str | None, aligned: int) -> list[int]:
 
 
 def _candidates(con: duckdb.DuckDBPyConnection) -> list[tuple]:
-    """(side, name, track_id, n, total_ns) of repeated top-level annotations, most frequent first."""
-    return con.execute(f"""
-        SELECT side, name, track_id, count(*) AS n, sum(dur) AS total FROM _base
-        WHERE store_lane = 'cpu' AND dur > 0 AND (name = '{STEP_NAME}' OR (is_annotation AND depth = 0))
-        GROUP BY ALL HAVING count(*) >= 1 ORDER BY n DESC, total DESC, track_id""").fetchall()
+    """(side, name, track_id, n, total_ns) of ProfilerSteps and top-level annotations, most frequent first."""
+    rows = con.execute(f"""
+        WITH c AS (
+            SELECT side, name_id, track_id, count(*) AS n, sum(dur) AS total FROM _base
+            WHERE store_lane = 'cpu' AND dur > 0
+              AND (name_id IN (SELECT name_id FROM _name_list WHERE name = '{STEP_NAME}') OR (is_annotation AND depth = 0))
+            GROUP BY ALL)
+        SELECT c.side, l.name, c.track_id, c.n, c.total FROM c JOIN _name_list l USING (name_id)
+        ORDER BY c.n DESC, c.total DESC, c.track_id""").fetchall()
+    return [(letter(r[0]),) + tuple(r[1:]) for r in rows]
 
 
 def _choose(cands: list[tuple]) -> tuple[str, dict[str, int]] | None:
@@ -83,16 +88,17 @@ def _choose(cands: list[tuple]) -> tuple[str, dict[str, int]] | None:
 def build_steps(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], spec: str | None) -> Steps:
     """_steps (every step per side), _sel (the selected windows) and _step_of (slice -> step)."""
     notes: list[str] = []
-    chosen = _choose(_candidates(con))
+    cands = _candidates(con)
+    chosen = _choose(cands)
     if chosen is not None:
         name, track = chosen
         con.execute(f"""CREATE TEMP TABLE _steps AS
             SELECT side, row_number() OVER (PARTITION BY side ORDER BY ts, slice_id) - 1 AS step,
                    slice_id, track_id, ts, ts + dur AS te FROM _base
-            WHERE name = ? AND store_lane = 'cpu' AND dur > 0
-              AND ((side = 'a' AND track_id = {int(track['a'])}) OR (side = 'b' AND track_id = {int(track['b'])}))""",
+            WHERE name_id = (SELECT name_id FROM _name_list WHERE name = ?) AND store_lane = 'cpu' AND dur > 0
+              AND ((side = 0 AND track_id = {int(track['a'])}) OR (side = 1 AND track_id = {int(track['b'])}))""",
                     [name])
-        counts = dict(con.execute("SELECT side, count(*) FROM _steps GROUP BY side").fetchall())
+        counts = {letter(k): v for k, v in con.execute("SELECT side, count(*) FROM _steps GROUP BY side").fetchall()}
         aligned = min(counts.get("a", 0), counts.get("b", 0))
         if counts.get("a", 0) != counts.get("b", 0):
             notes.append(f"A has {counts.get('a', 0)} steps, B {counts.get('b', 0)}: the first {aligned} of each"
@@ -100,7 +106,7 @@ def build_steps(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], spec: st
         basis = "ProfilerStep" if name == STEP_NAME else "annotation"
     else:
         name, basis, aligned = None, "trace", 1
-        has = {r[0] for r in _candidates(con) if r[1] == STEP_NAME}
+        has = {r[0] for r in cands if r[1] == STEP_NAME}
         if len(has) == 1:
             notes.append(f"only {'A' if 'a' in has else 'B'} has ProfilerStep steps: the whole traces are compared")
         # the whole trace as one step, on the host thread that is busiest at the top level
@@ -117,8 +123,8 @@ def build_steps(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], spec: st
         notes.append("the traces have no step in common")
     sel_list = ", ".join(str(int(i)) for i in selected) or "NULL"
     con.execute(f"CREATE TEMP TABLE _sel AS SELECT * FROM _steps WHERE step IN ({sel_list})")
-    if basis == "trace":
-        con.execute("CREATE TEMP TABLE _step_of AS SELECT side, slice_id, 0 AS step FROM _base")
+    if basis == "trace":  # every slice is in the one step: no table to build
+        con.execute("CREATE TEMP VIEW _scope AS SELECT *, 0 AS step FROM _base")
     else:
         con.execute("""CREATE TEMP TABLE _step_of AS
             WITH host AS (
@@ -136,12 +142,15 @@ def build_steps(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], spec: st
                 WHERE d.ts < st.te
                   AND NOT EXISTS (SELECT 1 FROM _launch l WHERE l.side = d.side AND l.dev_id = d.slice_id))
             SELECT * FROM host UNION ALL SELECT * FROM via UNION ALL SELECT * FROM own""")
+        con.execute("""CREATE TEMP TABLE _scope AS
+            SELECT b.*, so.step FROM _base b JOIN _step_of so USING (side, slice_id)""")
     return Steps(basis, name, aligned, selected, notes)
 
 
 def step_pairs(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], steps: Steps) -> list[dict]:
     """Per aligned position: each side's step (its name as recorded, start and duration, rel ns)."""
-    rows = con.execute("SELECT side, step, slice_id, track_id, ts, te FROM _steps ORDER BY step, side").fetchall()
+    rows = [(letter(r[0]),) + tuple(r[1:]) for r in
+            con.execute("SELECT side, step, slice_id, track_id, ts, te FROM _steps ORDER BY step, side").fetchall()]
     labels: dict[tuple[str, int], str] = {}
     for x in sides.values():
         ids = [r[2] for r in rows if r[0] == x.side and r[2] is not None]

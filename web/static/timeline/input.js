@@ -1,5 +1,6 @@
 // Gestures on the timeline canvas and keyboard shortcuts (Perfetto's W/S/A/D convention).
-// `act` is the page controller: {select(id, {frame}), clear(), areaDone(area), hoverAt(item, x, y), help()}.
+// `act` is the page controller: {select(id, {frame}), clear(), areaDone(area), hoverAt(item, x, y), help()};
+// act.keys === false leaves the keyboard to another timeline on the page.
 
 import { NAMES_PX, AXIS_PX } from "./layout.js";
 import { hitTest, rowAt } from "./hit.js";
@@ -71,7 +72,8 @@ export function attachInput(tl, act) {
     cv.style.cursor = "";
     if (d.mode === "pending") {
       const hit = hitTest(tl, x, y);
-      if (hit && hit.id !== undefined) act.select(hit.id, { frame: false });
+      if (hit && hit.kind === "fold") tl.setDepths(hit.track.track_id, hit.to + 1); // the fold row: show every depth
+      else if (hit && hit.id !== undefined) act.select(hit.id, { frame: false });
       else act.clear();
     } else if (d.mode === "area") {
       if (Math.abs(x - d.x) < DRAG_PX) { tl.area = null; tl.requestDraw(); return; }
@@ -101,10 +103,14 @@ export function attachInput(tl, act) {
 
   cv.addEventListener("mouseleave", () => { if (!drag) { tl.hover = null; act.hoverAt(null); } });
 
-  attachKeys(tl, act);
+  if (act.keys !== false) attachKeys(tl, act); // a page with two timelines gives the keys to one
 }
 
 function clickNames(tl, x, y) {
+  // a deep track's depth controls (timeline/frame.js drawDepthControls)
+  for (const c of tl.nameControls || []) {
+    if (x >= c.x0 && x <= c.x1 && y >= c.y0 && y <= c.y1) { tl.setDepths(c.track_id, c.depths); return; }
+  }
   const at = rowAt(tl, y);
   if (!at) return;
   if (at.row.kind !== "track") { tl.layout.toggleCollapse(at.row.key); tl.relayout(); return; }
