@@ -59,6 +59,10 @@ class Warnings:
             self.kept.append(f"{where}: {message}")
 
 
+TIME_LIMIT_NS = 1 << 62  # |ts| and ts + dur bound (store invariant, docs/schema.md)
+LONG_SPAN_NS = 7 * 86400 * 10**9  # a longer trace is published with a warning
+
+
 class TraceBuilder:
     """Collects one trace's tables into a DuckDB file at `path`."""
 
@@ -224,6 +228,31 @@ class TraceBuilder:
         return self._next_slice
 
     # -- finish ----------------------------------------------------------------------------
+    def _drop_out_of_range(self, source_name: str) -> None:
+        """Times every format must respect: |ts| and ts + dur within 2^62 ns (146 years), so no
+        sum or difference of two times can overflow int64 later (tiles, analysis, export). A
+        slice outside is dropped and counted, and flows that touched it go with it; a counter
+        sample likewise."""
+        con, lim = self.con, TIME_LIMIT_NS
+        where = f"ts < -{lim} OR ts > {lim} OR dur > {lim} - ts"
+        (n,) = con.execute(f"SELECT count(*) FROM _slices_staging WHERE {where}").fetchone()
+        if n:
+            (first,) = con.execute(f"SELECT min(ts) FROM _slices_staging WHERE {where}").fetchone()
+            con.execute(f"DELETE FROM flows WHERE src_slice IN (SELECT slice_id FROM _slices_staging WHERE {where})"
+                        f" OR dst_slice IN (SELECT slice_id FROM _slices_staging WHERE {where})")
+            con.execute(f"DELETE FROM _slices_staging WHERE {where}")
+            self.warn(source_name, f"{n} slices with a start or end more than 2^62 ns (146 years) from the epoch were"
+                      f" dropped (expected times in range; e.g. ts {first} ns)", dropped=n)
+            if n == self._next_slice and self.n_counters == 0:
+                raise IngestError(source_name, "every slice has a time out of range; nothing to show")
+        if self.n_counters:
+            cwhere = f"ts < -{lim} OR ts > {lim}"
+            (c,) = con.execute(f"SELECT count(*) FROM counters WHERE {cwhere}").fetchone()
+            if c:
+                con.execute(f"DELETE FROM counters WHERE {cwhere}")
+                self.warn(source_name, f"{c} counter samples with a time more than 2^62 ns from the epoch were"
+                          " dropped", dropped=c)
+
     def finish(self, fmt: str, source_name: str, start_ns: int | None = None) -> dict:
         """Complete the file (depths, order, meta, derived tables). Returns the counts.
 
@@ -241,6 +270,7 @@ class TraceBuilder:
         (neg,) = con.execute("SELECT count(*) FROM _slices_staging WHERE dur < 0").fetchone()
         if neg:
             raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")
+        self._drop_out_of_range(source_name)
         self._write_tracks()
         depths = _assign_depths(con)
         cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth"
@@ -262,6 +292,10 @@ class TraceBuilder:
             "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM slices"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
+        if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
+            (longest,) = con.execute("SELECT max(dur) FROM slices").fetchone()
+            self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"
+                      f" {(longest or 0) / 86400e9:.1f} days); some times are probably corrupt")
         meta = dict(self.meta)
         meta.setdefault("format", fmt)
         meta["start_ns"] = str(int(start if start_ns is None else start_ns))
