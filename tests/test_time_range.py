@@ -38,3 +38,11 @@ def test_a_decades_long_slice_is_kept_with_a_warning(tmp_path):
     res = _ingest(tmp_path, [_x(-1e12, 31 * 365 * 86400e6), _x(5, name="b")])
     assert res.error is None, res.error
     assert any("days" in w and "corrupt" in w for w in res.warnings), res.warnings
+
+
+def test_args_that_are_not_an_object_are_not_an_internal_error(tmp_path):
+    for i, args in enumerate((1, "s", 1.5, True, None, [1, 2])):
+        ev = dict(_x(1), args=args)
+        res = _ingest(tmp_path / str(i), [ev, _x(2, name="b")]) if (tmp_path / str(i)).mkdir() is None else None
+        assert res.error is None, (args, res.error)
+        assert res.counts["slices"] == 2, (args, res.counts)
