@@ -282,12 +282,13 @@ def cmd_rm(args) -> int:
 
 
 def _trace_or_file(store, text: str) -> str:
-    """A trace id (or unique prefix), or a file / run directory ingested first (with analysis)."""
+    """A trace id (or unique prefix), or a file / run directory ingested first (with analysis; a file
+    whose bytes are already in the store is not ingested again)."""
     if Path(text).exists():
         from acceltrace.analysis.runner import after_publish
         from acceltrace.ingest.pipeline import ingest_paths
 
-        results = ingest_paths(store, [Path(text)], after_publish=after_publish)
+        results = ingest_paths(store, [Path(text)], skip_existing=True, after_publish=after_publish)
         if len(results) != 1 or results[0].error:
             why = results[0].error if results else "no trace files found"
             raise SystemExit(f"acceltrace: error: {text}: {why}")

@@ -213,6 +213,8 @@ def test_the_cli_ingests_files_and_prints_the_contract_json(pairs, tmp_path):
     assert {"lane", "name", "device", "count_a", "count_b", "total_a_ns", "total_b_ns", "delta_ns", "ratio",
             "status"} <= set(doc["rows"][0])
     assert {"pass", "impact_a_ns", "impact_b_ns", "status"} <= set(doc["findings"][0])
+    again = json.loads(run(str(syn_a), str(syn_b), "--json").stdout)  # files already in the store: not re-ingested
+    assert (again["a"]["id"], again["b"]["id"]) == (doc["a"]["id"], doc["b"]["id"])
     text = run(doc["a"]["id"], doc["b"]["id"][:6])
     assert text.returncode == 0 and "step time" in text.stdout and "gemm_kernel" in text.stdout
     bad = run(doc["a"]["id"], doc["b"]["id"], "--steps", "9")
