@@ -42,7 +42,7 @@ def test_a_decades_long_slice_is_kept_with_a_warning(tmp_path):
 
 def test_args_that_are_not_an_object_are_not_an_internal_error(tmp_path):
     for i, args in enumerate((1, "s", 1.5, True, None, [1, 2])):
-        ev = dict(_x(1), args=args)
-        res = _ingest(tmp_path / str(i), [ev, _x(2, name="b")]) if (tmp_path / str(i)).mkdir() is None else None
+        (tmp_path / str(i)).mkdir()
+        res = _ingest(tmp_path / str(i), [dict(_x(1), args=args), _x(2, name="b")])
         assert res.error is None, (args, res.error)
         assert res.counts["slices"] == 2, (args, res.counts)
