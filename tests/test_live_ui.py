@@ -1,0 +1,125 @@
+"""A live capture in the real timeline: daemon, Python producer and server, the trace page following
+the capture through the documented hook, then the same URL becoming the analysed trace."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+import json
+
+import pytest
+
+from test_traced import _start, _stop
+
+PY = sys.executable
+# the issue's figure (<= 1 s, p95) is bench/live.py's to measure; a test on a shared, loaded machine only
+# bounds it loosely, so that a page that stopped following (or never drew) fails
+LAG_BOUND_S = 5.0
+
+PRODUCER = textwrap.dedent("""
+    import sys, time
+    from acceltrace.collect import client
+    t = client.connect(sys.argv[1])
+    t.name_process("trainer")
+    t.metadata({"devices": [{"id": 0, "name": "dev0", "link_gen": 4, "link_width": 16, "max_payload_bytes": 256}]})
+    t.name_track("eu", 0, "dev0 matrix 0", device=0)
+    k = 0
+    while True:  # about 2,000 events a second until killed
+        for _ in range(10):
+            now = time.monotonic_ns()
+            # pageable host-to-device copies: the analysis passes have something to find
+            t.complete("memcpy", ts=now, dur=50_000, lane="cpu", corr=k)
+            t.complete("h2d copy", ts=now + 5_000, dur=400_000, lane="pcie", device=0, tid=0, corr=k,
+                       bytes=8 << 20, direction="h2d", mem="pageable")
+            t.complete("gemm", ts=now + 410_000, dur=200_000, lane="eu", device=0, tid=0, corr=k)
+            k += 1
+        t.counter("queue depth", k % 9, unit="entries")
+        t.flush() if k % 500 == 0 else None
+        time.sleep(0.015)
+""")
+
+
+def _json(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_trace(tmp_path, monkeypatch,
+                                                                                  live_server_factory):
+    pw = pytest.importorskip("playwright.sync_api")
+    proc, sock, out = _start(tmp_path)
+    producer = None
+    try:
+        monkeypatch.setenv("ACCELTRACE_SOCKET", str(sock))
+        monkeypatch.delenv("ACCELTRACE_LIVE_FILE", raising=False)
+        srv = live_server_factory(tmp_path / "store")
+        producer = subprocess.Popen([PY, "-c", PRODUCER, str(sock)])
+        deadline = time.monotonic() + 20
+        row = None
+        while time.monotonic() < deadline and row is None:
+            rows = _json(srv.url + "/api/traces")["traces"]
+            row = next((r for r in rows if r["status"] == "live" and r["counts"].get("slices")), None)
+            time.sleep(0.1)
+        assert row is not None, srv.log()
+        tid = row["id"]
+        with pw.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": 1200, "height": 1100})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(srv.url + "/")
+            page.wait_for_selector("#traces tr[data-status=live] .live-status")
+            assert "events" in page.text_content("#traces tr[data-status=live] .live-status")
+            page.click(f"#traces tr[data-status=live] a")
+            page.wait_for_url(f"**/t/{tid}**")
+            page.wait_for_function("() => window.acceltrace && window.acceltrace.live && window.acceltrace.live.drawn_head_ns !== null",
+                                   timeout=15_000)
+            start_abs = int(_json(f"{srv.url}/api/live/{tid}")["start_abs_ns"])
+            lags, drawn = [], []
+            for _ in range(12):  # about 3 s of following
+                d = page.evaluate("() => window.acceltrace.live.drawn_head_ns")
+                lags.append((time.monotonic_ns() - start_abs - d) / 1e9)
+                drawn.append(d)
+                time.sleep(0.25)
+            assert drawn[-1] > drawn[0], drawn  # new data keeps being drawn
+            assert sorted(lags)[len(lags) // 2] < LAG_BOUND_S, lags
+            live = page.evaluate("() => ({...window.acceltrace.live})")
+            assert live["trace_id"] == tid and live["head_ns"] >= live["drawn_head_ns"]
+            # what is drawn is slices and counters of the lanes, from live tiles
+            lanes = page.evaluate("""() => { const tl = window.acceltrace.timeline; const seen = new Set();
+                for (const k of tl.visibleKeys) { const t = tl.tiles.tiles.get(k); if (!t) continue;
+                  for (const id of t.tracks.keys()) seen.add(tl.layout.byId.get(id).lane); }
+                return [...seen].sort(); }""")
+            assert lanes == ["counter", "cpu", "eu", "pcie"], lanes
+            assert page.get_attribute("#follow", "aria-pressed") == "true"
+            assert page.text_content("#live-lost") == "lost 0"
+            # scrolling back stops following; End resumes
+            page.mouse.move(600, 300)
+            page.keyboard.down("a"); time.sleep(0.4); page.keyboard.up("a")
+            page.wait_for_function("() => document.querySelector('#follow').getAttribute('aria-pressed') === 'false'")
+            page.keyboard.press("End")
+            page.wait_for_function("() => document.querySelector('#follow').getAttribute('aria-pressed') === 'true'")
+            # the capture stops: the page becomes the published trace, analysed, at the same URL
+            producer.send_signal(signal.SIGTERM)
+            producer.wait(10)
+            producer = None
+            _stop(proc)
+            proc = None
+            page.wait_for_function("() => window.acceltrace && window.acceltrace.live && window.acceltrace.live.head_ns === null"
+                                   " && document.querySelector('#live-status').hidden", timeout=30_000)
+            assert f"/t/{tid}" in page.url
+            page.wait_for_function("() => document.querySelector('#findings-count').textContent !== ''", timeout=15_000)
+            assert _json(f"{srv.url}/api/traces/{tid}")["status"] == "ready"
+            passes = {f["pass"] for f in _json(f"{srv.url}/api/traces/{tid}/findings")["findings"]}
+            assert "pageable_memory" in passes, passes
+            assert not errors, errors
+            browser.close()
+    finally:
+        if producer is not None:
+            producer.kill()
+        if proc is not None:
+            proc.kill()
