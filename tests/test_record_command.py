@@ -104,3 +104,13 @@ def test_a_pytorch_program_is_profiled_with_counters_on_one_timeline(tmp_path):
     lo, hi = con.execute("SELECT min(c.ts), max(c.ts) FROM counters c JOIN tracks t USING (track_id) "
                          "WHERE t.name = 'cpu.busy'").fetchone()
     assert lo <= ops[0] and hi >= ops[1]  # counters around the ops, on the same clock
+
+
+def test_a_program_with_its_own_profiler_still_runs_and_exits_normally(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "own.py"
+    script.write_text("import torch\nwith torch.profiler.profile():\n    torch.randn(4, 4) @ torch.randn(4, 4)\n"
+                      "print('done')\n")
+    r = _record(tmp_path, sys.executable, str(script), extra=("--counters", "none"))
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr
+    assert "own PyTorch profiler ended ours" in r.stderr

@@ -55,6 +55,12 @@ def _start_profiler(torch):
         if os.getpid() != pid:  # a forked child inherited the hook: not its profiler
             return
         try:
+            if not torch.autograd._profiler_enabled():
+                # the program ran a profiler of its own, which ended the one profiling session a
+                # process has: ours is gone, and stopping it again would crash inside torch
+                sys.stderr.write("acceltrace record: the program's own PyTorch profiler ended ours; "
+                                 f"no trace from process {pid} (record it with --no-torch)\n")
+                return
             _sync_markers(torch, "end")
             prof.__exit__(None, None, None)
             path = os.path.join(out_dir, f"torch.{pid}.trace.json")
