@@ -13,6 +13,7 @@ one GROUP BY name over each side's slices (count, sum, p50, p95), full-outer-joi
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -80,6 +81,7 @@ def main() -> None:
         print(f"| diff, median of {a.repeat} | {d:.2f} s (target <= {TARGET_S:g} s: {'met' if d <= TARGET_S else 'MISSED'}) |")
         print(f"| anchor: GROUP BY name on both sides, same run | {an:.2f} s |")
         print(f"| diff / anchor | {d / an:.1f}x |")
+        print(f"| load average (1 min) at the end, {os.cpu_count()} cores | {os.getloadavg()[0]:.1f} |")
 
 
 if __name__ == "__main__":

@@ -136,19 +136,21 @@ def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_tem
         WITH hop1 AS (
             SELECT f.side, f.dst_slice AS dev_id, min(f.src_slice) AS src
             FROM _flows f SEMI JOIN _base d ON d.side = f.side AND d.slice_id = f.dst_slice
-              AND d.lane IN ('kernel', 'copy')
+              AND d.store_lane IN ('eu', 'pcie')
             GROUP BY ALL),
         src AS (
-            SELECT h.side, h.dev_id, h.src, b.store_lane, coalesce(p.parent_id, h.src) AS submit_id
-            FROM hop1 h JOIN _host b ON b.side = h.side AND b.slice_id = h.src
-            LEFT JOIN _parent p ON p.side = h.side AND p.slice_id = h.src AND b.store_lane = 'driver'),
+            SELECT h.side, h.dev_id, h.src, b.store_lane, b.depth FROM hop1 h
+            JOIN _host b ON b.side = h.side AND b.slice_id = h.src),
+        drv AS (
+            SELECT s.side, s.dev_id, coalesce(p.parent_id, s.src) AS submit_id FROM src s
+            LEFT JOIN _parent p ON p.side = s.side AND p.slice_id = s.src WHERE s.store_lane = 'driver'),
         via AS (
-            SELECT s.side, s.dev_id, min(f.src_slice) AS host_id
-            FROM src s JOIN _flows f ON f.side = s.side AND f.dst_slice = s.submit_id
-            WHERE s.store_lane = 'driver' GROUP BY ALL)
-        SELECT l.side, l.dev_id, l.host_id FROM (
-            SELECT side, dev_id, src AS host_id FROM src WHERE store_lane = 'cpu' UNION ALL SELECT * FROM via) l
-        SEMI JOIN _host c ON c.side = l.side AND c.slice_id = l.host_id AND c.store_lane = 'cpu'""")
+            SELECT d.side, d.dev_id, min(f.src_slice) AS host_id
+            FROM drv d JOIN _flows f ON f.side = d.side AND f.dst_slice = d.submit_id
+            SEMI JOIN _host c ON c.side = f.side AND c.slice_id = f.src_slice AND c.store_lane = 'cpu'
+            GROUP BY ALL)
+        SELECT side, dev_id, src AS host_id FROM src WHERE store_lane = 'cpu'
+        UNION ALL SELECT * FROM via""")
     # ops that no other op encloses (nested ones end by the latest end before them on their track):
     # disjoint per track, so the outermost op around any host slice is one ASOF lookup
     con.execute("""CREATE TEMP TABLE _top_ops AS
