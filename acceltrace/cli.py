@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", metavar="ID")
     s.add_argument("sql", metavar="SQL")
     s.add_argument("--format", choices=("csv", "json"), default="csv")
+    s.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="stop the query after S seconds (default 60; 0 for none)")
+    s.add_argument("--max-rows", type=int, default=1_000_000, metavar="N",
+                   help="print at most N rows, saying so when cut (default 1000000; 0 for all)")
     s.set_defaults(func=cmd_query)
 
     s = sub.add_parser("serve", help="ingest the given files if new, then serve the UI and API")
@@ -103,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                         " (repeatable; '*' for any; also $ACCELTRACE_ALLOWED_HOSTS)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-upload-bytes", type=int, default=4 << 30, help="upload size limit (default 4 GiB)")
+    s.add_argument("--workers", type=int, metavar="N",
+                   help="server processes (default: one per core; 1 when following a live source)")
+    s.add_argument("--max-inflight", type=int, metavar="N",
+                   help="requests in progress per worker before 503 + Retry-After (default 256)")
     s.set_defaults(func=_serve)
 
     s = sub.add_parser("analyze", help="run the analysis passes on a trace and print the findings")
@@ -305,16 +313,22 @@ def cmd_diff(args) -> int:
 
 def cmd_query(args) -> int:
     import csv
+    import os
 
-    from acceltrace.store.sandbox import QueryError, run_readonly
+    from acceltrace.store.sandbox import QueryError, run_limited
 
     store = _store(args)
     row = _resolve(store, args.id)
-    try:
-        cols, rows, truncated = run_readonly(store, row["id"], args.sql, max_rows=None, timeout_s=None)
+    memory = int(os.environ.get("ACCELTRACE_QUERY_MEMORY_BYTES", 2 << 30))
+    try:  # a process of its own: hard memory cap, time limit (docs/operations.md)
+        cols, rows, truncated = run_limited(store, row["id"], args.sql, max_rows=args.max_rows or None,
+                                            timeout_s=args.timeout or None, memory_bytes=memory, nice=0)
     except QueryError as e:
         print(f"acceltrace: query failed: {e}", file=sys.stderr)
         return 1
+    if truncated:
+        print(f"acceltrace: showing the first {args.max_rows} rows (--max-rows N for more, 0 for all)",
+              file=sys.stderr)
     if args.format == "json":
         print(json.dumps([dict(zip(cols, r)) for r in rows], default=str))
     else:

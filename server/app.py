@@ -8,14 +8,16 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from acceltrace.analysis.runner import after_publish
 from acceltrace.server import live as live_capture
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
+from acceltrace.server.limits import Limits, LimitsMiddleware, SlowBody
 from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
 
@@ -43,7 +45,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: ApiError):
         if _wants_html(request):
             return pages.not_found_page(request, exc)
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -63,6 +65,16 @@ def install_error_handlers(app: FastAPI) -> None:
             parts.append(f"{where}: {err.get('msg')}")
         return error_response(422, "validation_error", "; ".join(parts) or "invalid request")
 
+    @app.exception_handler(SlowBody)
+    async def slow_body(request: Request, exc: SlowBody):
+        return error_response(408, "request_timeout", str(exc), {"Connection": "close"})
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect):
+        # the client went away mid-request: nobody reads an answer, and it is not a server error
+        log.info("client disconnected during %s %s", request.method, request.url.path)
+        return Response(status_code=499)
+
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
@@ -71,7 +83,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
                web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0,
-               bind_host: str | None = None, extra_hosts: list[str] | None = None) -> FastAPI:
+               bind_host: str | None = None, extra_hosts: list[str] | None = None,
+               max_inflight: int | None = None) -> FastAPI:
     """The app for one store; nothing is opened until the lifespan starts.
 
     bind_host and extra_hosts decide which Host names it answers (server/security.py).
@@ -100,5 +113,6 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
+    app.add_middleware(LimitsMiddleware, limits=Limits.from_env(max_inflight=max_inflight))  # inside the Host check
     app.add_middleware(SecurityMiddleware, hosts=allowed_hosts(bind_host, extra_hosts))
     return app

@@ -7,6 +7,7 @@ connection is dropped. Published trace files are opened read-only, never written
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -18,7 +19,9 @@ from typing import Iterator
 import duckdb
 from fastapi import Request
 
+from acceltrace.server.query_pool import QueryPool
 from acceltrace.store.catalog import Store
+from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES
 from acceltrace.store.queries import trace_start_ns
 from acceltrace.tiles.query import LodInfo
 
@@ -32,11 +35,12 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # templates/ and stati
 class ApiError(Exception):
     """An error answered as {"error": {"code", "message"}} with this HTTP status."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
 
 
 def not_found(trace_id: str) -> ApiError:
@@ -78,7 +82,8 @@ class AppState:
                  web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0):
         self.store = Store(store_root)
         self.max_upload_bytes = max_upload_bytes
-        self.query_timeout_s = query_timeout_s
+        self.query_timeout_s = float(os.environ.get("ACCELTRACE_QUERY_TIMEOUT_S", query_timeout_s))
+        self.query_memory_bytes = int(os.environ.get("ACCELTRACE_QUERY_MEMORY_BYTES", DEFAULT_MEMORY_BYTES))
         self.ingest_wait_s = ingest_wait_s
         self.web_dir = web_dir or WEB_DIR
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()
@@ -86,6 +91,7 @@ class AppState:
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
         self.tiles = TileCache(TILE_CACHE_BYTES)
+        self.query_pool = QueryPool(self.store.root)  # SQL queries: processes and slots of their own
 
     # -- catalog -----------------------------------------------------------------------------
     def row(self, trace_id: str) -> dict:
@@ -178,6 +184,7 @@ class AppState:
             self._open.pop(trace_id, None)
 
     def close_all(self) -> None:
+        self.query_pool.close()
         with self._lock:
             handles = list(self._open.values())
             self._open.clear()

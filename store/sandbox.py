@@ -1,14 +1,28 @@
-"""Read-only SQL on one trace: no writes, no other files, no extensions, no network, bounded time.
+"""Read-only SQL on one trace: no writes, no other files, no extensions, no network, bounded time and memory.
 
 One fresh connection per query: the trace attached READ_ONLY, side files (findings)
 visible as views, then external access disabled and the configuration locked, so a
-query cannot ATTACH, COPY, read_csv, INSTALL, LOAD from disk or SET its way out. A
-watchdog interrupts a query that outruns its time limit.
+query cannot ATTACH, COPY, read_csv, INSTALL, LOAD from disk or SET its way out. Only one
+statement, and only SELECT or EXPLAIN, is accepted (so no CREATE TEMP, no in-memory ATTACH,
+no PRAGMA). A watchdog interrupts a query that outruns its time limit.
+
+run_limited runs that in a process of its own (forked from a clean fork server, lower CPU
+priority), whose address space is capped with RLIMIT_AS: DuckDB's memory_limit covers only
+its buffer manager, not every allocation (a 3 GB `repeat()` string went straight past it), so
+the kernel's limit is what holds. The process works inside the store's folder and attaches
+the files by relative path, so `duckdb_databases()` and the settings never show where the
+store is. A query that outlives its limit is interrupted, then the process is killed.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import resource
+import signal
 import threading
+import time
+from pathlib import Path
 
 import duckdb
 
@@ -16,6 +30,15 @@ from acceltrace.store.catalog import Store
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_ROWS = 10_000
+DEFAULT_MEMORY_BYTES = 1 << 30  # what one query may allocate beyond the process it starts in
+KILL_GRACE_S = 2.0  # after the time limit, the interrupt's grace before SIGKILL
+ALLOWED_STATEMENTS = ("SELECT", "EXPLAIN")
+# catalog functions that name files on disk (the store's absolute path), and the functions that
+# run SQL built from a string (which would get round this check); refused by name
+_PATH_FUNCTIONS = re.compile(
+    r"\b(duckdb_databases|database_list|pragma_database_list|duckdb_temporary_files|duckdb_external_file_cache"
+    r"|duckdb_extensions|duckdb_extension_repositories|duckdb_settings|current_setting|pg_settings)\b"
+    r"|\b(query|query_table)\s*\(", re.IGNORECASE)
 
 
 class QueryError(Exception):
@@ -26,8 +49,26 @@ class QueryError(Exception):
         self.code = code
 
 
-def open_sandboxed(store: Store, trace_id: str, memory_limit: str = "1GB") -> duckdb.DuckDBPyConnection:
-    con = store.connect(trace_id)
+def check_statement(sql: str) -> None:
+    """Exactly one SELECT (or EXPLAIN) statement, else QueryError('query_refused')."""
+    if not sql or not sql.strip():
+        raise QueryError("empty query; expected one SQL statement", "bad_request")
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise QueryError(f"{type(e).__name__}: {e}", "query_failed") from None
+    if len(stmts) != 1:
+        raise QueryError(f"expected one SQL statement, got {len(stmts)}", "query_refused")
+    kind = stmts[0].type.name
+    if kind not in ALLOWED_STATEMENTS:
+        raise QueryError(f"only read-only SELECT queries are allowed here, not {kind}", "query_refused")
+    m = _PATH_FUNCTIONS.search(sql)
+    if m:
+        raise QueryError(f"{(m.group(1) or m.group(2)).lower()}() is not available in trace queries (it names files "
+                         "on the server or runs SQL from a string)", "query_refused")
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, memory_limit: str) -> duckdb.DuckDBPyConnection:
     con.execute(f"SET memory_limit = '{memory_limit}'")
     con.execute("SET threads = 2")
     con.execute("SET enable_external_access = false")
@@ -35,18 +76,31 @@ def open_sandboxed(store: Store, trace_id: str, memory_limit: str = "1GB") -> du
     return con
 
 
-def run_readonly(
-    store: Store,
-    trace_id: str,
-    sql: str,
-    max_rows: int | None = DEFAULT_MAX_ROWS,
-    timeout_s: float | None = DEFAULT_TIMEOUT_S,
-    params: list | None = None,
-) -> tuple[list[str], list[tuple], bool]:
-    """(columns, rows, truncated). Raises QueryError with a clear message."""
-    if not sql or not sql.strip():
-        raise QueryError("empty query; expected one SQL statement", "bad_request")
-    con = open_sandboxed(store, trace_id)
+def open_sandboxed(store: Store, trace_id: str, memory_limit: str = "1GB") -> duckdb.DuckDBPyConnection:
+    return _lock_down(store.connect(trace_id), memory_limit)
+
+
+def _open_relative(trace_id: str, memory_limit: str, temp_max: str) -> duckdb.DuckDBPyConnection:
+    """As Store.connect, from inside the store's folder (cwd), with relative paths only."""
+    path = Path("traces") / f"{trace_id}.duckdb"
+    if not path.exists():
+        raise FileNotFoundError(f"trace {trace_id} not found")
+    con = duckdb.connect(":memory:", config={
+        "memory_limit": memory_limit, "temp_directory": f"tmp/duck.{os.getpid()}.query",
+        "max_temp_directory_size": temp_max})
+    con.execute(f"ATTACH '{path}' AS trace (READ_ONLY)")
+    side = Path("traces") / f"{trace_id}.findings.duckdb"
+    if side.exists():
+        con.execute(f"ATTACH '{side}' AS side_findings (READ_ONLY)")
+        for (tname,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'side_findings'"
+                                    ).fetchall():
+            con.execute(f'CREATE TEMP VIEW "{tname}" AS SELECT * FROM side_findings."{tname}"')
+    con.execute("USE trace")
+    return con
+
+
+def _execute(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int | None, timeout_s: float | None,
+             params: list | None) -> tuple[list[str], list[tuple], bool]:
     timed_out = threading.Event()
 
     def stop():
@@ -73,9 +127,154 @@ def run_readonly(
         if timed_out.is_set():
             raise QueryError(f"query stopped after the {timeout_s:g} s time limit", "query_timeout") from None
         kind = type(e).__name__
+        if kind == "OutOfMemoryException" or "out of memory" in str(e).lower():
+            raise QueryError(f"query stopped: it needs more memory than its limit ({e})", "query_memory") from None
         code = "query_refused" if kind in ("PermissionException", "InvalidInputException") else "query_failed"
         raise QueryError(f"{kind}: {e}", code) from None
+    except MemoryError:
+        raise QueryError("query stopped: it needs more memory than its limit", "query_memory") from None
     finally:
         if timer:
             timer.cancel()
+
+
+def run_readonly(
+    store: Store,
+    trace_id: str,
+    sql: str,
+    max_rows: int | None = DEFAULT_MAX_ROWS,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    params: list | None = None,
+) -> tuple[list[str], list[tuple], bool]:
+    """(columns, rows, truncated), in this process (no memory cap; see run_limited). Raises QueryError."""
+    check_statement(sql)
+    con = open_sandboxed(store, trace_id)
+    try:
+        return _execute(con, sql, max_rows, timeout_s, params)
+    finally:
         con.close()
+
+
+# -- a process per query ----------------------------------------------------------------------
+def _vm_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _child_main() -> None:
+    """`python -m acceltrace.store.sandbox`: one query; its arguments pickled on stdin, the
+    answer pickled on stdout."""
+    import pickle
+    import sys
+
+    out = sys.stdout.buffer
+    try:
+        a = pickle.loads(sys.stdin.buffer.read())
+        os.nice(a["nice"])
+        os.chdir(a["root"])
+        mem = a["memory_bytes"]
+        limit = f"{max(64, (mem * 3 // 4) >> 20)}MB"
+        con = _lock_down(_open_relative(a["trace_id"], limit, f"{max(64, mem >> 20)}MB"), limit)
+        # the cap counts from here: what the process already maps (Python, DuckDB) is not the query's
+        cap = _vm_bytes() + mem
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        answer = ("ok", _execute(con, a["sql"], a["max_rows"], a["timeout_s"], None))
+    except QueryError as e:
+        answer = ("error", (str(e), e.code))
+    except FileNotFoundError as e:
+        answer = ("missing", str(e))
+    except MemoryError:
+        answer = ("error", ("query stopped: it needs more memory than its limit", "query_memory"))
+    except BaseException as e:  # reported as a failed query, never a traceback
+        answer = ("error", (f"{type(e).__name__}: {e}", "query_failed"))
+    try:
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except MemoryError:
+        data = pickle.dumps(("error", ("query stopped: its answer needs more memory than the limit",
+                                       "query_memory")))
+    except Exception as e:  # a value pickle cannot carry
+        data = pickle.dumps(("error", (f"query answer cannot be returned: {e}", "query_failed")))
+    out.write(data)
+    out.flush()
+
+
+def run_limited(
+    store: Store,
+    trace_id: str,
+    sql: str,
+    max_rows: int | None = DEFAULT_MAX_ROWS,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    nice: int = 10,
+) -> tuple[list[str], list[tuple], bool]:
+    """As run_readonly, in a process of its own (`python -m acceltrace.store.sandbox`) capped at
+    memory_bytes of address space beyond its start, at lower CPU priority, and killed
+    KILL_GRACE_S after timeout_s. Raises QueryError (codes: bad_request, query_refused,
+    query_failed, query_timeout, query_memory) or FileNotFoundError."""
+    import pickle
+    import subprocess
+    import sys
+
+    check_statement(sql)
+    if not store.trace_path(trace_id).exists():
+        raise FileNotFoundError(f"trace {trace_id} not found in {store.root}")
+    args = pickle.dumps({"root": str(store.root), "trace_id": trace_id, "sql": sql, "max_rows": max_rows,
+                         "timeout_s": timeout_s, "memory_bytes": int(memory_bytes), "nice": nice})
+    proc = subprocess.Popen([sys.executable, "-m", "acceltrace.store.sandbox"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(store.root))
+    try:
+        out, err = proc.communicate(args, timeout=(timeout_s + KILL_GRACE_S + 5.0) if timeout_s else None)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise QueryError(f"query stopped after the {timeout_s:g} s time limit", "query_timeout") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _remove_spill(store, proc.pid)
+    try:
+        kind, value = pickle.loads(out)
+    except Exception:
+        rc = proc.returncode
+        why = f"signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"status {rc}"
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err else []
+        code = "query_memory" if rc in (-signal.SIGKILL, -signal.SIGSEGV, -signal.SIGABRT) else "query_failed"
+        raise QueryError(f"query process ended with {why} before answering"
+                         + (f" ({tail[0][:200]})" if tail else ""), code) from None
+    if kind == "ok":
+        return _redact_rows(value, _roots(store))
+    if kind == "missing":
+        raise FileNotFoundError(value)
+    raise QueryError(_redact(value[0], _roots(store)), value[1])
+
+
+def _roots(store: Store) -> list[str]:
+    return sorted({str(store.root), os.path.realpath(store.root)}, key=len, reverse=True)
+
+
+def _redact(text: str, roots: list[str]) -> str:
+    for r in roots:
+        text = text.replace(r, "<store>")
+    return text
+
+
+def _redact_rows(answer: tuple, roots: list[str]) -> tuple:
+    """The store's own path never leaves in an answer (a value that names it says <store>)."""
+    cols, rows, truncated = answer
+    if any(isinstance(v, str) and any(r in v for r in roots) for row in rows for v in row):
+        rows = [tuple(_redact(v, roots) if isinstance(v, str) else v for v in row) for row in rows]
+    return cols, rows, truncated
+
+
+def _remove_spill(store: Store, pid: int | None) -> None:
+    import shutil
+
+    if pid is not None:
+        shutil.rmtree(store.tmp_dir / f"duck.{pid}.query", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    _child_main()
