@@ -210,3 +210,79 @@ def findings(con: duckdb.DuckDBPyConnection) -> list[dict]:
     except duckdb.CatalogException:
         return []
     return [dict(zip(FINDING_COLUMNS, r)) for r in rows]
+
+
+# -- depths ----------------------------------------------------------------------------------------
+def track_depths(cur: duckdb.DuckDBPyConnection) -> list[dict]:
+    """Per slice track: `counts` (slices at each depth 0..max_depth, a list) and `launch_depth` (the
+    deepest slice of the track that launches device work through a 'launch' flow, None when none): the
+    UI shows a deep track down to its launch calls and folds what is deeper (docs/ui.md)."""
+    per: dict[int, list[int]] = {}
+    for tid, depth, n in cur.execute(
+            "SELECT track_id, depth, count(*) FROM slices GROUP BY 1, 2 ORDER BY 1, 2").fetchall():
+        row = per.setdefault(int(tid), [])
+        row.extend([0] * (int(depth) + 1 - len(row)))
+        row[int(depth)] = int(n)
+    launch = dict(cur.execute(
+        "SELECT s.track_id, max(s.depth) FROM flows f JOIN slices s ON s.slice_id = f.src_slice"
+        " WHERE f.kind = 'launch' GROUP BY 1").fetchall())
+    return [{"track_id": tid, "max_depth": len(c) - 1, "counts": c,
+             "launch_depth": int(launch[tid]) if launch.get(tid) is not None else None}
+            for tid, c in sorted(per.items())]
+
+
+# -- findings, grouped -----------------------------------------------------------------------------
+FINDING_GROUPS_MAX = 50   # groups listed per pass (the rest counted: "showing N of M")
+FINDING_WORST_MAX = 5     # worst instances listed per group
+
+
+def findings_grouped(con: duckdb.DuckDBPyConnection, groups_max: int = FINDING_GROUPS_MAX,
+                     worst_max: int = FINDING_WORST_MAX) -> list[dict]:
+    """The findings table grouped by pass, then by the name of the slice each finding points at (a
+    kernel or op name; `(no slice)` when it points at none): per pass its count and total impact, per
+    group its count, total impact, the worst severity and its worst `worst_max` instances (FINDING_COLUMNS
+    plus `name`, ts absolute). Passes by total impact; at most `groups_max` groups per pass, biggest
+    first, with `groups_total` saying how many there are. [] when there is no findings table."""
+    try:
+        con.execute("SELECT 1 FROM findings LIMIT 0")
+    except duckdb.CatalogException:
+        return []
+    present = {c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'findings'").fetchall()}
+    sel = ", ".join(f'f."{c}"' if c in present else f'NULL AS "{c}"' for c in FINDING_COLUMNS)
+    base = (f"SELECT {sel}, coalesce(s.name, '(no slice)') AS name FROM findings f"
+            " LEFT JOIN slices s ON s.slice_id = f.slice_id")
+    cols = FINDING_COLUMNS + ("name",)
+    passes = con.execute(
+        f"SELECT pass, count(*), coalesce(sum(impact_ns), 0)::BIGINT, count(DISTINCT name) FROM ({base})"
+        " GROUP BY 1 ORDER BY 3 DESC, 1").fetchall()
+    sev_rank = "CASE severity WHEN 'error' THEN 3 WHEN 'warning' THEN 2 WHEN 'info' THEN 1 ELSE 0 END"
+    groups = con.execute(
+        f"SELECT pass, name, count(*), coalesce(sum(impact_ns), 0)::BIGINT, max({sev_rank}),"
+        f" row_number() OVER (PARTITION BY pass ORDER BY coalesce(sum(impact_ns), 0) DESC, count(*) DESC, name) AS rk"
+        f" FROM ({base}) GROUP BY 1, 2 QUALIFY rk <= {int(groups_max)} ORDER BY 1, rk").fetchall()
+    worst = con.execute(
+        f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY pass, name ORDER BY impact_ns DESC NULLS LAST, ts)"
+        f" AS wk FROM ({base})) WHERE wk <= {int(worst_max)} ORDER BY pass, name, wk").fetchall()
+    inst: dict[tuple, list[dict]] = {}
+    for r in worst:
+        d = dict(zip(cols, r[:len(cols)]))
+        inst.setdefault((d["pass"], d["name"]), []).append(d)
+    sev_name = {3: "error", 2: "warning", 1: "info", 0: None}
+    by_pass: dict[str, list[dict]] = {}
+    for p, name, n, impact, sev, _ in groups:
+        by_pass.setdefault(p, []).append({"name": name, "count": int(n), "impact_ns": int(impact),
+                                          "severity": sev_name.get(int(sev or 0)), "worst": inst.get((p, name), [])})
+    return [{"pass": p, "count": int(n), "impact_ns": int(impact), "groups_total": int(ng),
+             "groups": by_pass.get(p, [])} for p, n, impact, ng in passes]
+
+
+def analysis_status(con: duckdb.DuckDBPyConnection) -> list[dict]:
+    """Each pass's row of the analysis_status table (pass, status: ran | not applicable | failed |
+    not selected, reason, n_findings, impact_ns, n_candidates, elapsed_ms); [] when absent."""
+    try:
+        cur = con.execute("SELECT * FROM analysis_status ORDER BY pass")
+    except duckdb.CatalogException:
+        return []
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]

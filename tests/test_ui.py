@@ -402,20 +402,36 @@ def test_pinned_track_stays_on_top_while_tracks_scroll(page, trace_id):
     assert f"pin={last}" in page.url
 
 
-def test_findings_list_is_sorted_by_impact_and_toggles_its_overlay(page, server, trace_id):
+def test_findings_are_grouped_by_pass_and_name_and_toggle_their_overlay(page, server, trace_id):
+    """Findings grouped by pass (biggest total impact first), then by slice name, counts and impacts as the
+    raw findings add up; the worst finding leads its group; its pass's checkbox removes its overlay."""
     findings = _get_json(f"{server}/api/traces/{trace_id}/findings")["findings"]
     if not findings:
         pytest.skip("the analysis passes found nothing in this trace")
+    ids = sorted({int(f["slice_id"]) for f in findings if f.get("slice_id") is not None})
+    names = dict(query(server, trace_id, f"SELECT slice_id, name FROM slices WHERE slice_id IN ({','.join(map(str, ids))})")
+                 if ids else [])
+    by_pass: dict = {}
+    for f in findings:
+        key = names.get(f.get("slice_id"), "(no slice)")
+        g = by_pass.setdefault(f["pass"], {}).setdefault(key, [0, 0])
+        g[0] += 1
+        g[1] += f.get("impact_ns") or 0
+    pass_impact = {p: sum(v[1] for v in gs.values()) for p, gs in by_pass.items()}
     open_trace(page, trace_id)
     page.click(".tabs button[data-tab='findings']")
-    items = page.locator("#pane-findings ol.findings li")
-    items.first.wait_for()
-    impacts = sorted((f.get("impact_ns") or 0 for f in findings), reverse=True)
-    assert items.count() == min(len(findings), 500)
-    top = items.first.inner_text()
-    best = max(findings, key=lambda f: f.get("impact_ns") or 0)
-    assert best["message"][:30] in top and impacts[0] == (best.get("impact_ns") or 0)
-    p = best["pass"]
+    sections = page.locator("#pane-findings section.pass-group")
+    sections.first.wait_for()
+    shown = [sections.nth(i).get_attribute("data-pass") for i in range(sections.count())]
+    assert shown == sorted(by_pass, key=lambda p: (-pass_impact[p], p))
+    top = shown[0]
+    groups = page.locator(f"#pane-findings section.pass-group[data-pass='{top}'] ol.findings > li.group")
+    want = sorted(by_pass[top].items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))
+    assert groups.count() == min(len(want), 50)
+    assert groups.first.get_attribute("data-name") == want[0][0]
+    best = max((f for f in findings if f["pass"] == top), key=lambda f: f.get("impact_ns") or 0)
+    assert best["message"][:30] in groups.first.inner_text()
+    p = top
     box = page.locator(f"#pane-findings input[data-pass='{p}']")
     assert box.is_checked()
     page.wait_for_function("(p) => (new URLSearchParams(location.hash.slice(1)).get('ov') || '').split(',').includes(p)",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from acceltrace.store.sandbox import DEFAULT_TIMEOUT_S, QueryError, run_limited
@@ -16,6 +19,8 @@ from acceltrace.server.query_pool import Overloaded
 router = APIRouter(prefix="/api/traces", tags=["analysis"])
 
 QUERY_MAX_ROWS = 10_000
+ANALYSIS_POLL_S = 0.5        # how often the analysis event stream looks at the findings side file
+ANALYSIS_EVENTS_MAX_S = 1800.0
 
 
 class QueryIn(BaseModel):
@@ -79,6 +84,88 @@ def findings(trace_id: str, state: AppState = Depends(get_state)) -> dict:
             d["ts"] = int(d["ts"]) - h.start_ns
         out.append(d)
     return {"findings": out}
+
+
+def _analysis_state(state: AppState, trace_id: str, row: dict) -> dict:
+    """{state, version}: `state` is the catalog's analysis status where it keeps one (running, done,
+    failed, ...), else `done` once the findings side file exists and `pending` before; `version`
+    changes whenever the side file is replaced (its mtime and size), None without one."""
+    sp = state.store.side_path(trace_id, "findings")
+    try:
+        st = sp.stat()
+        version = f"{st.st_mtime_ns:x}-{st.st_size:x}"
+    except OSError:
+        version = None
+    status = row.get("analysis_status") or row.get("analysis")
+    if isinstance(status, dict):
+        status = status.get("status") or status.get("state")
+    if not isinstance(status, str) or not status:
+        status = "done" if version else "pending"
+    out = {"state": status, "version": version}
+    err = row.get("analysis_error")
+    if err:
+        out["error"] = str(err)
+    return out
+
+
+@router.get("/{trace_id}/analysis", summary="Analysis status",
+            description="Whether the passes have run ({state: pending | running | done | failed, version}) and each "
+                        "pass's status (ran, not applicable and why, failed and why, not selected) with its "
+                        "findings count, impact and time.")
+def analysis_info(trace_id: str, state: AppState = Depends(get_state)) -> dict:
+    row = state.ready_row(trace_id)
+    out = _analysis_state(state, trace_id, row)
+    passes = []
+    if out["version"]:
+        with state.connection(trace_id) as con:
+            passes = [{k: _json_value(v) for k, v in r.items()} for r in queries.analysis_status(con)]
+    return {**out, "passes": passes}
+
+
+@router.get("/{trace_id}/analysis/events", summary="Analysis status changes (server-sent events)",
+            description="A text/event-stream of JSON events {state, version} each time the analysis state or its "
+                        "findings change (first event: the current state), so a page shows findings when the "
+                        f"passes finish without reloading; it ends after {ANALYSIS_EVENTS_MAX_S:g} s with "
+                        "{\"end\": true}.", response_class=StreamingResponse)
+async def analysis_events(trace_id: str, state: AppState = Depends(get_state)):
+    await run_in_threadpool(state.ready_row, trace_id)
+
+    async def events():
+        last, waited = None, 0.0
+        while waited <= ANALYSIS_EVENTS_MAX_S:
+            try:
+                row = await run_in_threadpool(state.row, trace_id)
+            except ApiError:
+                yield f"data: {json.dumps({'state': 'removed', 'version': None, 'end': True})}\n\n"
+                return
+            cur = _analysis_state(state, trace_id, row)
+            if cur != last:
+                yield f"data: {json.dumps(cur)}\n\n"
+                last = cur
+            await asyncio.sleep(ANALYSIS_POLL_S)
+            waited += ANALYSIS_POLL_S
+        yield f"data: {json.dumps({**(last or {}), 'end': True})}\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.get("/{trace_id}/findings/groups", summary="Findings grouped by pass and name",
+            description="Per pass (biggest total impact first): count, total impact and its groups by the name of "
+                        "the slice each finding points at (kernel or op), each with count, total impact, worst "
+                        f"severity and its worst {queries.FINDING_WORST_MAX} instances (ts relative); at most "
+                        f"{queries.FINDING_GROUPS_MAX} groups per pass, `groups_total` saying how many there are.")
+def findings_groups(trace_id: str, state: AppState = Depends(get_state)) -> dict:
+    h = state.trace(trace_id)
+    if not state.store.side_path(trace_id, "findings").exists():
+        return {"passes": [], "analysed": False}
+    with state.connection(trace_id) as con:
+        passes = queries.findings_grouped(con)
+    for p in passes:
+        for g in p["groups"]:
+            g["worst"] = [{**{k: _json_value(v) for k, v in f.items()},
+                           "ts": None if f["ts"] is None else int(f["ts"]) - h.start_ns} for f in g["worst"]]
+    return {"passes": passes, "analysed": True, "groups_max": queries.FINDING_GROUPS_MAX}
 
 
 @router.get("/{trace_id}/summary", summary="Trace summary",

@@ -35,6 +35,19 @@ def slice_details(trace_id: str, slice_id: int, state: AppState = Depends(get_st
                       "out": [f for f in direct if f["src_slice"] == slice_id]}}
 
 
+@router.get("/{trace_id}/depths", summary="Slices per depth of each track",
+            description="Per slice track: max_depth, counts (slices at each depth 0..max_depth) and launch_depth (the "
+                        "deepest slice launching device work, null when none): what the UI shows of a deep track "
+                        "before the user unfolds it, and what its fold row holds.")
+def track_depths(trace_id: str, state: AppState = Depends(get_state)) -> dict:
+    h = state.trace(trace_id)
+    cached = h.cache.get("depths")
+    if cached is None:
+        with h.cursor() as cur:
+            cached = h.cache["depths"] = {"tracks": queries.track_depths(cur)}
+    return cached
+
+
 def _hit(h: TraceHandle, s: dict) -> dict:
     """A slice row of a query (slice_id, ..., ts absolute, ...) as the API lists it: id first, ts relative."""
     return {"id": s["slice_id"], **s, "ts": s["ts"] - h.start_ns}

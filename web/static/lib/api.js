@@ -69,6 +69,16 @@ export class Api {
     if (this.live) return Promise.reject(new Error("the summary is computed once the capture stops"));
     return getJson(`${this.base}/summary`);
   }
+
+  /** Slices per depth and the deepest launch call of each track (what a deep track folds). */
+  depths() { return this.live ? Promise.resolve({ tracks: [] }) : getJson(`${this.base}/depths`); }
+  /** {state, version, passes: [{pass, status, reason, n_findings, impact_ns, ...}]} */
+  analysis() { return getJson(`${this.base}/analysis`); }
+  /** Findings grouped by pass, then by slice name; `v` (the analysis version) keeps caches honest. */
+  findingsGroups(v) { return getJson(`${this.base}/findings/groups${v ? `?v=${encodeURIComponent(v)}` : ""}`); }
+  findingsAt(v) { return getJson(`${this.base}/findings${v ? `?v=${encodeURIComponent(v)}` : ""}`); }
+  /** The analysis status event stream's URL (server-sent events, {state, version}). */
+  analysisEventsUrl() { return `${this.base}/analysis/events`; }
 }
 
 export function listTraces() { return getJson("/api/traces"); }

@@ -1,4 +1,4 @@
-// The view in the URL fragment: #s=<start_ns>&e=<end_ns>&sel=<slice_id>&pin=<id>,<id>&ov=<pass>,<pass>
+// The view in the URL fragment: #s=<start_ns>&e=<end_ns>&sel=<slice_id>&pin=<id>,<id>&ov=<pass>,<pass>&dep=<id>:<n>,...
 // (all times ns relative to the trace start). Written with replaceState (no history spam), read on load.
 
 export function readFragment(hash = location.hash) {
@@ -11,6 +11,8 @@ export function readFragment(hash = location.hash) {
     selected: num("sel"),
     pinned: list("pin").map(Number).filter(Number.isFinite),
     overlays: list("ov"),
+    // dep=<track_id>:<depths shown>,...: the user's choice of how deep each deep track is unfolded
+    depths: list("dep").map((x) => x.split(":").map(Number)).filter((p) => p.length === 2 && p.every(Number.isFinite)),
   };
 }
 
@@ -21,6 +23,7 @@ export function writeFragment(state) {
   if (state.selected !== null && state.selected !== undefined) p.set("sel", String(state.selected));
   if (state.pinned?.length) p.set("pin", state.pinned.join(","));
   if (state.overlays?.length) p.set("ov", state.overlays.join(","));
+  if (state.depths?.length) p.set("dep", state.depths.map(([id, n]) => `${id}:${n}`).join(","));
   const url = `${location.pathname}${location.search}#${p.toString().replaceAll("%2C", ",")}`;
   if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(null, "", url);
 }

@@ -1,12 +1,52 @@
 // Small shared helpers: formatting with units, stable colours, DOM building without innerHTML.
 // Every string that came from a trace reaches the page through textContent (el() below), never markup.
 
-export const LANES = ["cpu", "driver", "pcie", "eu", "counter"];
-export const LANE_TITLES = { cpu: "CPU", driver: "Driver", pcie: "PCIe", eu: "Execution units", counter: "Counters" };
+export const LANES = ["cpu", "driver", "pcie", "eu", "annotation", "counter"];
+export const LANE_TITLES = { cpu: "CPU", driver: "Driver", pcie: "PCIe", eu: "Execution units", annotation: "Annotations",
+                             counter: "Counters" };
 
 // Hue ranges per lane so lanes stay distinguishable while each name keeps its own stable colour.
-const LANE_HUES = { cpu: [195, 255], driver: [25, 55], pcie: [95, 160], eu: [285, 345], counter: [170, 190] };
-export const LANE_ACCENT = { cpu: "#4a7bd0", driver: "#d08a2a", pcie: "#3aa464", eu: "#b3479e", counter: "#2a9aa0" };
+// Annotations (ranges that mark time but are not work) are pale, low-saturation bands (tracks/slices.js).
+const LANE_HUES = { cpu: [195, 255], driver: [25, 55], pcie: [95, 160], eu: [285, 345], annotation: [40, 70], counter: [170, 190] };
+const LANE_PALE = { annotation: true };
+export const LANE_ACCENT = { cpu: "#4a7bd0", driver: "#d08a2a", pcie: "#3aa464", eu: "#b3479e", annotation: "#a39465",
+                             counter: "#2a9aa0" };
+
+/**
+ * A name as a label: without a CUDA API version suffix (`cuLaunchKernel_v7000` -> `cuLaunchKernel`) and,
+ * for C++ names, without the return type, the argument list and template arguments
+ * (`void at::native::k<4, F<int> >(int, F<int>)` -> `at::native::k<…>`). The full name stays in the
+ * tooltip and the details.
+ */
+export function displayName(name) {
+  let s = String(name ?? "");
+  s = s.replace(/_v\d{4,5}(_ptsz|_ptds)?$/, "$1");
+  // only C++ signatures: a name with a scope or template, or one ending in its argument list
+  const sig = /\)( const)?$/.test(s) && /^[\w:~]/.test(s);
+  if (s[0] === "<" || !(s.includes("::") || sig)) return s;
+  if (/^(void|int|float|double|bool|unsigned|auto) /.test(s)) s = s.slice(s.indexOf(" ") + 1);
+  let out = "", depth = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    if (c === "<" && i > 0 && /[\w>]/.test(s[i - 1]) && !/operator<*$/.test(s.slice(0, i + 1))) {
+      if (depth === 0) out += "<\u2026>";
+      depth++;
+    } else if (c === ">" && depth > 0) {
+      depth--;
+    } else if (depth === 0) {
+      out += c;
+    }
+  }
+  if (sig) { // drop the argument list: the parenthesised group that ends the name
+    out = out.replace(/ const$/, "");
+    let d = 0;
+    for (let i = out.length - 1; i >= 0; i--) {
+      if (out[i] === ")") d++;
+      else if (out[i] === "(" && --d === 0) { if (i > 0) out = out.slice(0, i); break; }
+    }
+  }
+  return out.trim() || s;
+}
 
 /** FNV-1a hash of a string, as an unsigned 32-bit integer (stable across sessions). */
 export function hash32(s) {
@@ -28,7 +68,8 @@ export function nameColour(name, lane, dark = false) {
   const h = hash32(name);
   const hue = lo + (h % 1000) / 1000 * (hi - lo);
   const light = 48 + ((h >>> 10) % 16);
-  c = dark ? hslHex(hue, 0.35, (light - 22) / 100) : hslHex(hue, 0.58, light / 100);
+  if (LANE_PALE[lane]) c = dark ? hslHex(hue, 0.25, 0.62) : hslHex(hue, 0.45, (light + 32) / 100);
+  else c = dark ? hslHex(hue, 0.35, (light - 22) / 100) : hslHex(hue, 0.58, light / 100);
   if (colourCache.size > 5000) colourCache.clear();
   colourCache.set(key, c);
   return c;

@@ -5,16 +5,45 @@ import { Api } from "../lib/api.js";
 import { Timeline } from "../timeline/timeline.js";
 import { attachInput } from "../timeline/input.js";
 import { Search } from "../panels/search.js";
-import { renderDetails, renderArea, renderSummary, renderFindings } from "../panels/side_panels.js";
+import { renderDetails, renderArea, renderSummary, renderFindings, renderInfo } from "../panels/side_panels.js";
 import { readFragment, writeFragment, copyText } from "../lib/url_state.js";
 import { installDropTarget } from "../panels/upload.js";
 import { tracksInSpan } from "../timeline/hit.js";
 import { showTooltip, hideTooltip, sliceTooltip } from "../panels/tooltip.js";
-import { el } from "../lib/util.js";
+import { el, fmtCount } from "../lib/util.js";
 import { Cursor } from "../timeline/cursor.js";
 import { LiveFollower } from "../timeline/follow.js";
+import { installSideResize } from "../panels/resize.js";
 
 const $ = (id) => document.getElementById(id);
+const TOP_OVERLAYS = 3;           // passes whose overlay a fresh page shows: the biggest by total impact
+const ANALYSIS_POLL_MS = 2000;    // where event streams fail: how often the analysis status is polled
+const ANALYSIS_POLL_MAX = 900;    // ... and for how many polls at most
+
+/**
+ * Follow the trace's analysis status: the /analysis/events stream (one event per change), or polling
+ * /analysis where event streams fail. `on` gets {state, version}.
+ */
+function followAnalysis(api, on) {
+  let polls = 0, done = false;
+  const poll = () => {
+    if (done || ++polls > ANALYSIS_POLL_MAX) return;
+    api.analysis().then((a) => { on(a); if (a.state !== "done") setTimeout(poll, ANALYSIS_POLL_MS); })
+      .catch(() => setTimeout(poll, ANALYSIS_POLL_MS * 2));
+  };
+  if (typeof EventSource === "undefined") { poll(); return; }
+  const es = new EventSource(api.analysisEventsUrl());
+  let got = false;
+  es.onmessage = (m) => {
+    got = true;
+    let st;
+    try { st = JSON.parse(m.data); } catch (_) { return; }
+    if (st.end) { es.close(); done = true; }
+    on(st);
+  };
+  // a stream that never opened, or that the browser gave up on: poll instead
+  es.onerror = () => { if (!got || es.readyState === EventSource.CLOSED) { es.close(); if (!done) poll(); } };
+}
 
 async function main() {
   installDropTarget();
@@ -37,15 +66,19 @@ async function main() {
       : "This trace is still being ingested; the page reloads when it is ready.", meta.status === "ingesting");
   }
   const root = $("timeline");
+  installSideResize($("side-resize"), $("side")); // the timeline follows through its ResizeObserver
   const tl = new Timeline(root, api, meta);
   const cursor = new Cursor(tl);
-  const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings") };
+  const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings"),
+                  info: $("pane-info") };
+  let analysis = null; // the /analysis answer once known: {state, version, passes}
   let selSeq = 0;
   let summaryLoaded = false;
 
   const showTab = (name) => {
     for (const b of document.querySelectorAll(".tabs button")) b.classList.toggle("active", b.dataset.tab === name);
     for (const [k, p] of Object.entries(panes)) p.hidden = k !== name;
+    if (name === "info") renderInfo(panes.info, meta, analysis);
     if (name === "summary" && !summaryLoaded) {
       summaryLoaded = true;
       renderSummary(panes.summary, null);
@@ -67,6 +100,9 @@ async function main() {
     }
     if (seq !== selSeq) return;
     const s = detail.slice;
+    // a slice (or its chain's other end) in a track's fold is unfolded down to it, so the selection and
+    // the arrows land on their own rows
+    tl.revealDepths([s, ...(detail.chain?.slices || [])]);
     if (frame) tl.view.frame(s.ts, s.dur);
     else if (centre) { if (s.dur > tl.view.span_ns * 0.8) tl.view.frame(s.ts, s.dur); else tl.view.centre(s.ts + s.dur / 2); }
     if (frame || centre || reveal) tl.revealTrack(s.track_id);
@@ -95,7 +131,7 @@ async function main() {
     clearTimeout(urlTimer);
     urlTimer = setTimeout(() => writeFragment({
       start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
-      pinned: tl.layout.pinned, overlays: [...tl.overlays],
+      pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(),
     }), 150);
   };
   tl.on("view", saveUrl);
@@ -103,6 +139,10 @@ async function main() {
   const fresh = !location.hash;
   if (frag.start_ns !== null && frag.end_ns !== null && frag.end_ns > frag.start_ns) tl.view.set(frag.start_ns, frag.end_ns);
   if (frag.pinned.length) tl.layout.setPinned(frag.pinned);
+  if (frag.depths.length) tl.layout.setChosenDepths(frag.depths);
+  // how deep each track is and where its launch calls are: the default fold of deep tracks
+  api.depths().then((d) => { tl.layout.applyDepthInfo(d.tracks); tl.relayout(); })
+    .catch((e) => console.warn(`depth info unavailable: ${e.message}`));
   for (const p of frag.overlays) tl.overlays.add(p);
   tl.relayout();
   // the shared view keeps its time range; the selection's track is scrolled into sight
@@ -130,27 +170,60 @@ async function main() {
     viewSettled: saveUrl,
   });
 
-  // findings: a side list plus shaded regions, one toggle per pass
-  const drawFindings = (list) => renderFindings(panes.findings, list, tl.overlays, {
-    ontoggle: (p, on) => { if (on) tl.overlays.add(p); else tl.overlays.delete(p); tl.requestDraw(); saveUrl(); },
-    onjump: (f) => {
-      if (f.ts !== null && f.ts !== undefined) tl.view.frame(f.ts, f.dur || 0);
-      if (f.track_id !== null && f.track_id !== undefined) tl.revealTrack(f.track_id);
-      if (f.slice_id !== null && f.slice_id !== undefined) select(f.slice_id);
-    },
-  });
-  api.findings().then((r) => {
-    const list = r.findings || [];
-    if (fresh) for (const f of list) tl.overlays.add(f.pass);
-    tl.setFindings(list);
-    saveUrl();
-    $("findings-count").textContent = list.length ? String(list.length) : "";
-    drawFindings(list);
-  }).catch((e) => { panes.findings.textContent = `Findings unavailable: ${e.message}`; });
+  // findings: a grouped side list plus shaded regions, one toggle per pass; they appear when the passes
+  // finish (the analysis event stream), without a reload
+  const ontoggle = (p, on) => { if (on) tl.overlays.add(p); else tl.overlays.delete(p); tl.requestDraw(); saveUrl(); };
+  const onjump = (f) => {
+    if (f.ts !== null && f.ts !== undefined) tl.view.frame(f.ts, f.dur || 0);
+    if (f.track_id !== null && f.track_id !== undefined) tl.revealTrack(f.track_id);
+    if (f.slice_id !== null && f.slice_id !== undefined) select(f.slice_id);
+  };
+  let groups = null, overlaysChosen = !fresh, loadedVersion;
+  const showFindings = () => renderFindings(panes.findings, groups, tl.overlays, analysis, { ontoggle, onjump });
+  const loadFindings = async (version) => {
+    if (version === loadedVersion) return;
+    loadedVersion = version;
+    try {
+      const [list, g, a] = await Promise.all([api.findingsAt(version), api.findingsGroups(version), api.analysis()]);
+      if (version !== loadedVersion) return;
+      analysis = a;
+      groups = g;
+      const findings = list.findings || [];
+      // a fresh page shades the top passes by impact (not all of them); a shared link keeps its own
+      if (!overlaysChosen) { for (const p of (g.passes || []).slice(0, TOP_OVERLAYS)) tl.overlays.add(p.pass); overlaysChosen = true; }
+      tl.setFindings(findings);
+      saveUrl();
+      $("findings-count").textContent = findings.length ? String(findings.length) : "";
+      root.dataset.findings = String(findings.length);
+      root.dataset.analysis = a.state || "";
+      showFindings();
+      if (!panes.info.hidden) renderInfo(panes.info, meta, analysis);
+    } catch (e) {
+      panes.findings.textContent = `Findings unavailable: ${e.message}`;
+    }
+  };
+  const onAnalysis = (st) => {
+    root.dataset.analysis = st.state || "";
+    if (st.version) loadFindings(st.version);
+    else { analysis = { ...(analysis || {}), ...st, passes: analysis?.passes || [] }; showFindings(); }
+  };
+  if (!api.live) followAnalysis(api, onAnalysis);
+  else api.findings().then(() => showFindings());
+
+  // every accepted file with warnings says so here, not only in the server log
+  const wn = meta.warning_count ?? (meta.warnings || []).length, dropped = meta.dropped_events ?? 0, lost = meta.lost_events ?? 0;
+  if (wn || dropped || lost) {
+    const b = $("ingest-warnings");
+    b.hidden = false;
+    b.textContent = [wn ? `${fmtCount(wn)} ingest warning${wn === 1 ? "" : "s"}` : "", dropped ? `${fmtCount(dropped)} dropped events` : "",
+                     lost ? `${fmtCount(lost)} lost events` : ""].filter(Boolean).join(" \u00b7 ");
+    b.title = (meta.warnings || []).slice(0, 5).join("\n") || "see the Info tab";
+    b.addEventListener("click", () => showTab("info"));
+  }
 
   $("copy-link").addEventListener("click", async () => {
     writeFragment({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
-                    pinned: tl.layout.pinned, overlays: [...tl.overlays] });
+                    pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths() });
     const ok = await copyText(location.href);
     const b = $("copy-link");
     b.textContent = ok ? "Copied" : "Copy failed";

@@ -1,14 +1,14 @@
 // The side panels: details of the selection, area aggregate, summary, findings. DOM only, built with el()
 // (textContent), so names from traces are never parsed as markup.
 
-import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES } from "../lib/util.js";
+import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES, displayName } from "../lib/util.js";
 
 function kv(rows) {
   return el("table", { class: "kv" }, rows.filter(Boolean).map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))));
 }
 
 function sliceLink(s, onjump, label) {
-  return el("a", { href: "#", class: "slice-link", dataset: { sliceId: String(s.id) },
+  return el("a", { href: "#", class: "slice-link", title: s.name, dataset: { sliceId: String(s.id) },
                    onclick: (e) => { e.preventDefault(); onjump(s.id); } }, label ?? s.name);
 }
 
@@ -18,8 +18,12 @@ export function renderDetails(box, detail, onjump) {
   if (!detail) { box.append(el("p", { class: "muted" }, "Click a slice to see its details.")); return; }
   const s = detail.slice;
   const bw = gbps(s.bytes, s.dur);
+  const short = displayName(s.name);
   box.append(
-    el("h3", { class: "sel-name", title: s.name }, s.name),
+    el("h3", { class: "sel-name", title: s.name }, short),
+    // the full name, however long, in a box of its own (a templated C++ name never pushes the panel down)
+    short !== s.name || s.name.length > 80 ? el("details", { class: "full-name", open: s.name.length <= 300 },
+      el("summary", {}, `full name (${fmtCount(s.name.length)} characters)`), el("pre", {}, s.name)) : "",
     kv([
       ["id", String(s.id)],
       ["track", `${LANE_TITLES[s.track?.lane] || s.track?.lane || ""} › ${s.track?.group_name ?? ""} › ${s.track?.name ?? s.track_id}`],
@@ -38,7 +42,8 @@ export function renderDetails(box, detail, onjump) {
   const args = s.args && typeof s.args === "object" ? Object.entries(s.args) : [];
   if (args.length) {
     box.append(el("h4", {}, "Arguments"),
-      kv(args.map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : String(v)])));
+      kv(args.map(([k, v]) => { const t = typeof v === "object" ? JSON.stringify(v) : String(v);
+                                return [k, t.length > 200 ? el("span", { class: "long" }, t) : t]; })));
   }
   const chain = detail.chain;
   if (chain && chain.slices && chain.slices.length > 1) {
@@ -46,7 +51,8 @@ export function renderDetails(box, detail, onjump) {
     const sorted = [...chain.slices].sort((a, b) => a.ts - b.ts);
     box.append(el("ol", { class: "chain" }, sorted.map((c) => el("li", { class: c.id === s.id ? "current" : "" },
       el("span", { class: `lane-dot lane-${c.lane}` }), `${LANE_TITLES[c.lane] || c.lane}: `,
-      c.id === s.id ? el("b", {}, c.name) : sliceLink(c, onjump), ` @ ${fmtTime(c.ts)}, ${fmtDur(c.dur)}`))));
+      c.id === s.id ? el("b", { title: c.name }, displayName(c.name)) : sliceLink(c, onjump, displayName(c.name)),
+      ` @ ${fmtTime(c.ts)}, ${fmtDur(c.dur)}${c.depth !== undefined && c.depth !== null ? `, depth ${c.depth}` : ""}`))));
   }
   const direct = [...(detail.flows?.in || []), ...(detail.flows?.out || [])].filter((f) => f.kind === "dependency" || f.kind === "other");
   if (direct.length) {
@@ -81,7 +87,7 @@ export function renderArea(box, agg, ontext) {
 function num(v) { return v === null || v === undefined ? "-" : String(Number(Number(v).toPrecision(4))); }
 
 function nameCell(name, ontext) {
-  return el("a", { href: "#", title: name, onclick: (e) => { e.preventDefault(); ontext(name); } }, name);
+  return el("a", { href: "#", title: name, onclick: (e) => { e.preventDefault(); ontext(name); } }, displayName(name));
 }
 
 function table(head, rows) {
@@ -129,22 +135,132 @@ function sparkline(fractions) {
   return c;
 }
 
-/** Findings list sorted by impact, with a toggle per pass; click jumps to the finding. */
-export function renderFindings(box, findings, overlays, { ontoggle, onjump }) {
+/**
+ * Findings grouped by pass (biggest total impact first), then by the kernel or op they point at, each group
+ * with its count, total impact and its worst instances (click: frame and select it); one overlay
+ * checkbox per pass. `doc` is /findings/groups; `status` is /analysis ({state, passes}) or null.
+ */
+export function renderFindings(box, doc, overlays, status, { ontoggle, onjump }) {
   box.replaceChildren();
-  if (!findings || !findings.length) {
-    box.append(el("p", { class: "muted" }, "No findings for this trace. Run `acceltrace analyze <id>` to produce them."));
+  const passes = doc?.passes || [];
+  const state = status?.state;
+  if (!passes.length) {
+    if (!doc || state === "pending" || state === "running" || state === "queued") {
+      box.append(el("p", { class: "muted analysis-pending", dataset: { state: state || "loading" } },
+        state === "running" || state === "queued" || state === "pending"
+          ? "The analysis passes are running; findings appear here when they finish."
+          : "Loading findings…"));
+    } else if (state === "failed") {
+      box.append(el("p", { class: "error" }, `The analysis failed: ${status.error || "see the Info tab"}`));
+    } else {
+      const ran = (status?.passes || []).filter((p) => p.status === "ran").length;
+      box.append(el("p", { class: "muted" }, `No findings: ${ran} pass${ran === 1 ? "" : "es"} ran and found nothing (the Info tab says which did not apply and why).`));
+    }
     return;
   }
-  const passes = [...new Set(findings.map((f) => f.pass))].sort();
-  box.append(el("div", { class: "passes" }, passes.map((p) => {
-    const n = findings.filter((f) => f.pass === p).length;
-    return el("label", { class: "pass-toggle" },
-      el("input", { type: "checkbox", checked: overlays.has(p), dataset: { pass: p }, onchange: (e) => ontoggle(p, e.target.checked) }),
-      ` ${p} (${n})`);
-  })));
-  const sorted = [...findings].sort((a, b) => (b.impact_ns ?? 0) - (a.impact_ns ?? 0));
-  box.append(el("ol", { class: "findings" }, sorted.slice(0, 500).map((f) => el("li", { class: `sev-${f.severity}` },
-    el("a", { href: "#", onclick: (e) => { e.preventDefault(); onjump(f); } }, f.message || f.pass),
-    el("div", { class: "muted" }, `${f.pass} · impact ${fmtDur(f.impact_ns ?? 0)}${f.ts !== null && f.ts !== undefined ? ` · at ${fmtTime(f.ts)}` : ""}`)))));
+  const total = passes.reduce((a, p) => a + p.count, 0);
+  box.append(el("p", { class: "muted" }, `${fmtCount(total)} finding${total === 1 ? "" : "s"} from ${passes.length} pass${passes.length === 1 ? "" : "es"}; overlays:`));
+  box.append(el("div", { class: "passes" }, passes.map((p) => el("label", { class: "pass-toggle", title: `impact ${fmtDur(p.impact_ns)}` },
+    el("input", { type: "checkbox", checked: overlays.has(p.pass), dataset: { pass: p.pass }, onchange: (e) => ontoggle(p.pass, e.target.checked) }),
+    ` ${p.pass} (${fmtCount(p.count)})`))));
+  for (const p of passes) {
+    const shown = p.groups.length;
+    box.append(el("section", { class: "pass-group", dataset: { pass: p.pass } },
+      el("h4", {}, `${p.pass} \u2014 ${fmtCount(p.count)} \u00b7 impact ${fmtDur(p.impact_ns)}`),
+      shown < p.groups_total ? el("p", { class: "muted cap" }, `showing ${shown} of ${fmtCount(p.groups_total)} groups (the biggest by impact)`) : null,
+      el("ol", { class: "findings" }, p.groups.map((g) => findingGroup(p, g, onjump)))));
+  }
+}
+
+function findingGroup(p, g, onjump) {
+  const worst = g.worst || [];
+  const instance = (f) => el("li", { class: `sev-${f.severity}` },
+    el("a", { href: "#", title: f.message || "", onclick: (e) => { e.preventDefault(); onjump(f); } }, f.message || f.pass),
+    el("div", { class: "muted" }, `impact ${fmtDur(f.impact_ns ?? 0)}${f.ts !== null && f.ts !== undefined ? ` \u00b7 at ${fmtTime(f.ts)}` : ""}`));
+  const more = g.count - worst.length;
+  return el("li", { class: `group sev-${g.severity || "info"}`, dataset: { name: g.name } },
+    el("div", { class: "group-head" },
+      el("span", { class: "fname", title: g.name }, displayName(g.name)),
+      el("span", { class: "muted" }, ` \u00d7${fmtCount(g.count)} \u00b7 ${fmtDur(g.impact_ns)}`)),
+    worst.length ? el("ol", { class: "instances" }, instance(worst[0])) : null,
+    worst.length > 1 ? el("details", {}, el("summary", {}, `${worst.length - 1} more of the worst${more > 0 ? ` (${fmtCount(more)} smaller not listed)` : ""}`),
+      el("ol", { class: "instances" }, worst.slice(1).map(instance))) : null);
+}
+
+const STATUS_ORDER = { failed: 0, ran: 1, "not applicable": 2, "not selected": 3 };
+
+/**
+ * The trace info panel: what the trace is (profiler, versions, devices), what ingest said (warnings,
+ * dropped and lost events, what was not in the file) and what each analysis pass did.
+ */
+export function renderInfo(box, meta, status) {
+  box.replaceChildren();
+  const m = meta.meta || {};
+  const parse = (v) => { if (typeof v !== "string") return v; try { return JSON.parse(v); } catch (_) { return v; } };
+  box.append(el("h4", {}, "Trace"), kv([
+    ["name", meta.name || ""],
+    ["format", meta.format || m.format || ""],
+    m.profiler ? ["profiler", String(m.profiler)] : null,
+    ["duration", fmtDur(meta.duration_ns)],
+    ["slices", fmtCount(meta.counts?.slices ?? 0)],
+    ["tracks", fmtCount(meta.counts?.tracks ?? (meta.tracks || []).length)],
+    m.ingest_version ? ["ingest version", String(m.ingest_version)] : null,
+  ]));
+  const versions = parse(m.versions);
+  if (versions && typeof versions === "object" && Object.keys(versions).length) {
+    box.append(el("h4", {}, "Versions"), kv(Object.entries(versions).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : String(v)])));
+  }
+  const devices = parse(m.device_properties);
+  if (Array.isArray(devices) && devices.length) {
+    box.append(el("h4", {}, `Devices (${devices.length})`));
+    for (const d of devices) {
+      box.append(el("details", { class: "device", open: devices.length <= 2 }, el("summary", {}, `device ${d.id ?? ""} ${d.name || ""}`.trim()),
+        kv(Object.entries(d).filter(([k]) => k !== "id").map(([k, v]) => [k, fmtProp(k, v)]))));
+    }
+  } else {
+    box.append(el("h4", {}, "Devices"), el("p", { class: "muted" }, "The trace records no device properties."));
+  }
+  const links = Object.entries(meta.links || {});
+  if (links.length) {
+    box.append(el("h4", {}, "PCIe links"), kv(links.map(([dev, l]) => [dev || "link",
+      `Gen${l.link_gen ?? "?"} x${l.link_width ?? "?"}${l.link_peak_bytes_per_s ? `, peak ${fmtGbps(l.link_peak_bytes_per_s / 1e9)} per direction` : ""}`])));
+  }
+  // what ingest said: every accepted file with warnings says so here
+  const warnings = meta.warnings || [];
+  const wn = meta.warning_count ?? warnings.length;
+  box.append(el("h4", {}, "Ingest"), kv([
+    ["warnings", fmtCount(wn)],
+    ["dropped events", fmtCount(meta.dropped_events ?? 0)],
+    ["lost events", fmtCount(meta.lost_events ?? 0)],
+  ]));
+  const absent = parse(m.not_present);
+  if (absent && (Array.isArray(absent) ? absent.length : Object.keys(absent).length)) {
+    box.append(el("p", { class: "muted" }, "Not in this trace:"), el("ul", { class: "not-present" },
+      (Array.isArray(absent) ? absent.map((a) => [a, ""]) : Object.entries(absent)).map(([k, v]) => el("li", {}, v ? `${k}: ${v}` : String(k)))));
+  }
+  if (warnings.length) {
+    box.append(el("ul", { class: "warnings" }, warnings.map((w) => el("li", {}, String(w)))));
+    if (wn > warnings.length) box.append(el("p", { class: "muted" }, `showing ${warnings.length} of ${fmtCount(wn)} warnings (all are in trace_meta.warnings: acceltrace query)`));
+  }
+  // the analysis passes
+  box.append(el("h4", {}, "Analysis passes"));
+  if (!status) { box.append(el("p", { class: "muted" }, "Loading…")); return; }
+  if (!status.passes?.length) {
+    box.append(el("p", { class: "muted analysis-pending", dataset: { state: status.state || "" } },
+      status.state === "failed" ? `The analysis failed: ${status.error || ""}` : "The passes have not run yet; their status appears here when they finish."));
+    return;
+  }
+  const rows = [...status.passes].sort((a, b) => (STATUS_ORDER[a.status] ?? 9) - (STATUS_ORDER[b.status] ?? 9) || (b.impact_ns || 0) - (a.impact_ns || 0));
+  box.append(el("table", { class: "grid passes-status" },
+    el("thead", {}, el("tr", {}, ["pass", "status", "findings", "impact"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.map((p) => el("tr", { dataset: { pass: p.pass, status: p.status } },
+      el("td", {}, p.pass),
+      el("td", { class: `pass-status st-${String(p.status).replace(/ /g, "-")}` }, p.status, p.reason ? el("div", { class: "muted reason" }, p.reason) : null),
+      el("td", { class: "num" }, p.status === "ran" ? fmtCount(p.n_findings ?? 0) : "-"),
+      el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.impact_ns ?? 0) : "-"))))));
+}
+
+function fmtProp(k, v) {
+  if (typeof v === "number" && /mem|bytes/i.test(k) && v > 1e6) return `${fmtBytes(v)} (${fmtCount(v)} B)`;
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
 }

@@ -39,6 +39,11 @@ function baseLines(item) {
   if (item.kind === "bandwidth") {
     return [[`${item.track.name}: ${fmtGbps(item.gbps)}`, "b"], [`at ${fmtTime(item.ts)}, averaged over ${fmtDur(item.dur)}`]];
   }
+  if (item.kind === "fold") {
+    const n = item.count !== null && item.count !== undefined ? `${fmtCount(item.count)} slices at ` : "";
+    return [[`${n}depths ${item.from}\u2013${item.to} folded`, "b"], ["their coverage is drawn in this row"],
+            ["click to show every depth (names column: \u2212 / + / all)"]];
+  }
   if (item.kind === "merged") {
     const lines = [[`${fmtCount(item.count)} slices merged`, "b"], [`at ${fmtTime(item.ts)}, within ${fmtDur(item.dur)}`],
                    [`busy ${fmtDur(Math.min(item.busy_ns, item.dur))}`], [`longest: ${item.name} (${fmtDur(item.longest_dur)})`]];
@@ -46,7 +51,8 @@ function baseLines(item) {
     lines.push(["zoom in to see them one by one"]);
     return lines;
   }
-  const lines = [[item.name, "b"], [`start ${fmtTime(item.ts)}`]];
+  // the full name (the label may be shortened, lib/util.js displayName), wrapped by the stylesheet
+  const lines = [[item.name, "b"], [`start ${fmtTime(item.ts)} · depth ${item.depth}`]];
   if (item.kind === "instant") lines.push([item.count > 1 ? `instant (${fmtCount(item.count)} here)` : "instant"]);
   else lines.push([`duration ${fmtDur(item.dur)}`]);
   if (item.bytes > 0) lines.push([`${fmtBytes(item.bytes)}`], [`achieved ${fmtGbps(gbps(item.bytes, item.dur))}`]);

@@ -6,7 +6,7 @@ import { drawAxis, drawGrid } from "./axis.js";
 import { drawSliceTrack } from "../tracks/slices.js";
 import { drawCounterTrack, drawCounterLabels } from "../tracks/counters.js";
 import { LANE_ACCENT } from "../lib/util.js";
-import { NAMES_PX, AXIS_PX, ROW_PX, MAX_DEPTH_ROWS, sliceAreaHeight } from "./layout.js";
+import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX, sliceAreaHeight, shownDepths, depthCount, isFolded, defaultDepths, DEPTH_STEP } from "./layout.js";
 import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "../tracks/pcie.js";
 
 export const THEME = {
@@ -15,7 +15,9 @@ export const THEME = {
   selection: "#111111", hoverRow: "rgba(60,110,220,0.06)", counterFill: "rgba(42,154,160,0.45)",
   counterArea: "rgba(42,154,160,0.14)",
   areaFill: "rgba(59,130,246,0.12)", areaStroke: "rgba(37,99,235,0.8)", flow: "#d9480f",
-  finding: { high: "rgba(220,38,38,0.18)", medium: "rgba(234,88,12,0.15)", low: "rgba(202,138,4,0.13)" },
+  fold: "#8a919e", annotationStroke: "#8c7b45", annotationText: "#3f3a2c",
+  finding: { high: "rgba(220,38,38,0.18)", medium: "rgba(234,88,12,0.15)", low: "rgba(202,138,4,0.13)",
+             error: "rgba(220,38,38,0.18)", warning: "rgba(234,88,12,0.15)", info: "rgba(202,138,4,0.11)" },
   merged: { cpu: "#34558c", driver: "#8a6128", pcie: "#2a6e46", eu: "#7a3a6d", counter: "#1d5d60" },
   font: "11px system-ui, -apple-system, 'Segoe UI', sans-serif",
   boldFont: "600 11px system-ui, -apple-system, 'Segoe UI', sans-serif",
@@ -38,6 +40,7 @@ export function renderFrame(tl) {
 
   const rows = tl.visibleRows();
   const scrollTop = tl.scrollTop_px;
+  tl.nameControls = []; // click zones in the names column drawn this frame: {x0, x1, y0, y1, track_id, depths}
   // scrolled rows first (clipped below the pinned band), then the pinned band over them
   ctx.save();
   ctx.beginPath();
@@ -137,6 +140,7 @@ function drawRow(tl, row, y) {
     ctx.font = th.smallFont;
     ctx.fillText(clipText(sub, NAMES_PX - x - 22), x, y + 19);
   }
+  if (t.lane !== "counter") drawDepthControls(tl, row, t, x, y, sub && row.h >= 30 ? 33 : 19);
   // pin toggle at the right of the names column
   ctx.fillStyle = row.pinned ? "#2563eb" : "#b8bec9";
   ctx.font = th.font;
@@ -153,16 +157,6 @@ function drawRow(tl, row, y) {
   } else {
     const sh = sliceAreaHeight(t);
     drawSliceTrack(ctx, pieces, tl.view, NAMES_PX, y, sh, t, th);
-    if (t.max_depth + 1 > MAX_DEPTH_ROWS) {
-      // never silently: say that the deepest levels of this track are not drawn
-      const msg = `depths ${MAX_DEPTH_ROWS}..${t.max_depth} not drawn`;
-      ctx.font = th.smallFont;
-      ctx.fillStyle = "#fef2f2";
-      ctx.fillRect(W - msg.length * 6 - 16, y + sh - 16, msg.length * 6 + 12, 14);
-      ctx.fillStyle = "#b91c1c";
-      ctx.textBaseline = "middle";
-      ctx.fillText(msg, W - msg.length * 6 - 10, y + sh - 9);
-    }
     if (t.lane === "pcie") {
       const cols = drawBandwidth(ctx, pieces, tl.view, NAMES_PX, y + sh, PCIE_GRAPH_PX, linkPeak(tl.meta.links, t.device), th);
       tl.bandwidth.set(t.track_id, cols);
@@ -174,6 +168,54 @@ function drawRow(tl, row, y) {
   ctx.moveTo(0, y + row.h - 0.5);
   ctx.lineTo(W, y + row.h - 0.5);
   ctx.stroke();
+}
+
+/**
+ * A deep track's depth controls in the names column: "depths N of M" with − / + / all (or "fold" back to
+ * the default), and on the fold row "▸ depths N–M folded"; each a click zone in tl.nameControls
+ * (timeline/input.js). Nothing deeper is ever hidden without the track saying so.
+ */
+function drawDepthControls(tl, row, t, x, y, dy) {
+  const all = depthCount(t), shown = shownDepths(t);
+  if (all < 4 && !isFolded(t)) return;
+  const ctx = tl.ctx, th = THEME;
+  const add = (x0, x1, y0, y1, depths, what) => tl.nameControls.push({ x0, x1, y0, y1, track_id: t.track_id, depths, what });
+  if (row.h >= dy + 14) {
+    ctx.font = th.smallFont;
+    ctx.textBaseline = "top";
+    ctx.fillStyle = th.mutedText;
+    const label = shown < all ? `depths ${shown} of ${all}` : `${all} depths`;
+    ctx.fillText(label, x, y + dy);
+    let bx = x + label.length * 5.4 + 6;
+    const button = (text, depths, what) => {
+      const w = text.length * 6 + 8;
+      ctx.strokeStyle = "#c3c8d1";
+      ctx.strokeRect(Math.round(bx) + 0.5, y + dy - 1.5, w, 13);
+      ctx.fillStyle = th.text;
+      ctx.fillText(text, bx + 4, y + dy);
+      add(bx, bx + w, y + dy - 2, y + dy + 12, depths, what);
+      bx += w + 4;
+    };
+    if (shown > 1) button("\u2212", Math.max(1, shown - DEPTH_STEP), "less");
+    if (shown < all) button("+", Math.min(all, shown + DEPTH_STEP), "more");
+    if (shown < all) button("all", all, "all");
+    else if (defaultDepths(t) < all) button("fold", defaultDepths(t), "fold");
+  }
+  if (isFolded(t)) {
+    const fy = y + TRACK_PAD_PX + shown * ROW_PX;
+    const counts = t.depth_slices;
+    const n = counts ? counts.slice(shown).reduce((a, b) => a + b, 0) : null;
+    const msg = `\u25B8 depths ${shown}\u2013${all - 1}${n !== null ? ` (${fmtCountShort(n)})` : ""} folded`;
+    ctx.font = th.smallFont;
+    ctx.textBaseline = "middle";
+    ctx.fillStyle = "#b45309";
+    ctx.fillText(clipText(msg, NAMES_PX - x - 22), x, fy + ROW_PX / 2);
+    add(x, NAMES_PX - 22, fy, fy + ROW_PX, all, "unfold");
+  }
+}
+
+function fmtCountShort(n) {
+  return n >= 1e6 ? `${(n / 1e6).toFixed(1)} M` : n >= 1e4 ? `${Math.round(n / 1e3)} k` : String(n);
 }
 
 function drawTriangle(ctx, x, cy, collapsed) {
@@ -190,28 +232,58 @@ function clipText(s, px) {
   return s.length > fit ? s.slice(0, Math.max(1, fit - 1)) + "\u2026" : s;
 }
 
+const FINDING_BUCKET_PX = 4; // findings narrower than this are aggregated per bucket of this width and row
+const SEV_RANK = { error: 3, high: 3, warning: 2, medium: 2, info: 1, low: 1 }; // the passes say error | warning | info
+
+/**
+ * Shade the regions of the findings of the shown passes on their tracks (the whole height when a finding
+ * has none). A finding at least FINDING_BUCKET_PX wide is drawn as itself; narrower ones are aggregated
+ * per FINDING_BUCKET_PX bucket and row, one block each in the worst severity's colour, darker with more
+ * findings, so thousands of findings never bury the timeline at coarse zoom. tl.findingsDrawn counts
+ * what the last frame drew: {exact, buckets, findings}.
+ */
 function drawFindings(tl, rows) {
+  tl.findingsDrawn = { exact: 0, buckets: 0, findings: 0 };
   if (!tl.findings.length || !tl.overlays.size) return;
   const ctx = tl.ctx, v = tl.view, H = tl.height_css_px;
   const rowOf = new Map();
   for (const r of rows) if (r.row.kind === "track") rowOf.set(r.row.track.track_id, r);
+  const buckets = new Map(); // "y|h|bucket" -> [count, worst rank, y, h, x]
   for (const f of tl.findings) {
     if (!tl.overlays.has(f.pass) || f.ts === null || f.ts === undefined) continue;
     const xa = NAMES_PX + v.x_of(f.ts), xb = NAMES_PX + v.x_of(f.ts + (f.dur || 0));
     if (xb < NAMES_PX || xa > tl.width_css_px) continue;
-    ctx.fillStyle = THEME.finding[f.severity] || THEME.finding.medium;
-    const w = Math.max(xb - xa, 2);
-    let placed = false;
+    let y = AXIS_PX, h = H - AXIS_PX;
     if (f.track_id !== null && f.track_id !== undefined) {
       const r = rowOf.get(f.track_id);
-      if (r) { ctx.fillRect(xa, r.y, w, r.row.h); placed = true; }
-      if (!placed) {
+      if (r) { y = r.y; h = r.row.h; }
+      else {
         const m = tl.rowMidY(f.track_id, 0);
-        if (m) { ctx.fillRect(xa, m.y - 11, w, 22); placed = true; }
+        if (!m) continue; // its track is scrolled away
+        y = m.y - 11; h = 22;
       }
     }
-    if (!placed && (f.track_id === null || f.track_id === undefined)) ctx.fillRect(xa, AXIS_PX, w, H - AXIS_PX);
+    tl.findingsDrawn.findings++;
+    if (xb - xa >= FINDING_BUCKET_PX) {
+      ctx.fillStyle = THEME.finding[f.severity] || THEME.finding.medium;
+      ctx.fillRect(xa, y, xb - xa, h);
+      tl.findingsDrawn.exact++;
+      continue;
+    }
+    const b = Math.floor((xa - NAMES_PX) / FINDING_BUCKET_PX);
+    const key = `${y}|${h}|${b}`;
+    const cur = buckets.get(key);
+    const rank = SEV_RANK[f.severity] || 2;
+    if (cur) { cur[0]++; if (rank > cur[1]) cur[1] = rank; }
+    else buckets.set(key, [1, rank, y, h, NAMES_PX + b * FINDING_BUCKET_PX]);
   }
+  const sev = ["info", "info", "warning", "error"];
+  for (const [n, rank, y, h, x] of buckets.values()) {
+    ctx.fillStyle = THEME.finding[sev[rank]];
+    // more findings in a bucket: a denser block (1, 2-9, 10+ layers of the translucent shade)
+    for (let k = n >= 10 ? 3 : n >= 2 ? 2 : 1; k > 0; k--) ctx.fillRect(x, y, FINDING_BUCKET_PX, h);
+  }
+  tl.findingsDrawn.buckets = buckets.size;
 }
 
 function drawArea(tl) {

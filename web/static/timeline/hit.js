@@ -1,7 +1,7 @@
 // Hit testing against what is drawn: which row is under a point, and which slice, merged block,
 // instant or counter bucket of that row's loaded tiles.
 
-import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX, sliceAreaHeight } from "./layout.js";
+import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX, sliceAreaHeight, shownDepths, isFolded, depthCount } from "./layout.js";
 
 const TOL_PX = 2; // a slice thinner than a pixel can still be hovered
 
@@ -33,6 +33,13 @@ export function hitTest(tl, x, y) {
   }
   const depth = Math.floor((y - at.y0 - TRACK_PAD_PX) / ROW_PX);
   if (depth < 0) return null;
+  if (isFolded(track) && depth >= shownDepths(track)) {
+    // the fold row: what it holds (the click unfolds it, timeline/input.js)
+    const from = shownDepths(track), to = depthCount(track) - 1;
+    const counts = track.depth_slices;
+    const n = counts ? counts.slice(from).reduce((a, b) => a + b, 0) : null;
+    return { kind: "fold", ts: t, dur: 0, track, from, to, count: n };
+  }
   let best = null, bestDist = Infinity;
   for (const { tile, tt, c0, c1 } of pieces) {
     if (t < c0 - tol || t > c1 + tol) continue;

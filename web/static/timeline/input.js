@@ -72,7 +72,8 @@ export function attachInput(tl, act) {
     cv.style.cursor = "";
     if (d.mode === "pending") {
       const hit = hitTest(tl, x, y);
-      if (hit && hit.id !== undefined) act.select(hit.id, { frame: false });
+      if (hit && hit.kind === "fold") tl.setDepths(hit.track.track_id, hit.to + 1); // the fold row: show every depth
+      else if (hit && hit.id !== undefined) act.select(hit.id, { frame: false });
       else act.clear();
     } else if (d.mode === "area") {
       if (Math.abs(x - d.x) < DRAG_PX) { tl.area = null; tl.requestDraw(); return; }
@@ -106,6 +107,10 @@ export function attachInput(tl, act) {
 }
 
 function clickNames(tl, x, y) {
+  // a deep track's depth controls (timeline/frame.js drawDepthControls)
+  for (const c of tl.nameControls || []) {
+    if (x >= c.x0 && x <= c.x1 && y >= c.y0 && y <= c.y1) { tl.setDepths(c.track_id, c.depths); return; }
+  }
   const at = rowAt(tl, y);
   if (!at) return;
   if (at.row.kind !== "track") { tl.layout.toggleCollapse(at.row.key); tl.relayout(); return; }

@@ -10,7 +10,31 @@ export const ROW_PX = 18;          // one depth level of a slice track
 export const HEADER_PX = 22;       // lane and group header rows
 export const COUNTER_PX = 46;      // a counter graph
 export const TRACK_PAD_PX = 3;     // space above and below a track's slices
-export const MAX_DEPTH_ROWS = 48;  // deeper nesting is not drawn; the track says so (timeline/frame.js)
+export const DEFAULT_ROWS = 24;    // a track without launch calls shows this many depths at first (the rest folded)
+export const DEPTH_STEP = 8;       // what the names column's - / + change the shown depths by
+
+// Every depth of a track is drawn: `shown_rows` depths exactly, and every slice deeper than that in one
+// "fold" row under them (their coverage, in the merged shade), which says how many levels it holds; the
+// user unfolds it (click the fold, or the names column's + / all), and selecting, searching or following
+// an arrow to a slice in it unfolds down to that slice. No `shown_rows` (the live page): all depths.
+
+/** Depths a track has: max_depth + 1. */
+export function depthCount(t) { return (t.max_depth ?? 0) + 1; }
+
+/** Depths drawn one per row (the rest are in the fold row). */
+export function shownDepths(t) {
+  const all = depthCount(t);
+  return t.shown_rows === undefined || t.shown_rows === null ? all : Math.max(1, Math.min(all, t.shown_rows));
+}
+
+/** Whether the track has a fold row (depths below shownDepths). */
+export function isFolded(t) { return shownDepths(t) < depthCount(t); }
+
+/** Rows of slices drawn: the shown depths and the fold row when there is one. */
+export function sliceRows(t) { return shownDepths(t) + (isFolded(t) ? 1 : 0); }
+
+/** The drawn row of a depth (deeper than the shown depths: the fold row). */
+export function rowOfDepth(t, depth) { return Math.min(Math.max(0, depth || 0), shownDepths(t)); }
 
 export function trackHeight(t) {
   if (t.lane === "counter") return COUNTER_PX;
@@ -19,7 +43,18 @@ export function trackHeight(t) {
 
 /** Height of the slice rows of a track (a PCIe track has its bandwidth graph below them). */
 export function sliceAreaHeight(t) {
-  return Math.min((t.max_depth ?? 0) + 1, MAX_DEPTH_ROWS) * ROW_PX + 2 * TRACK_PAD_PX;
+  return sliceRows(t) * ROW_PX + 2 * TRACK_PAD_PX;
+}
+
+/**
+ * The depths a track shows before the user says otherwise: down to its deepest runtime launch call
+ * (`launch_depth`, so a launch and every op above it are drawn; one more row for what it calls), or all
+ * of a track no deeper than DEFAULT_ROWS, else DEFAULT_ROWS.
+ */
+export function defaultDepths(t) {
+  const all = depthCount(t);
+  if (t.launch_depth !== undefined && t.launch_depth !== null) return Math.min(all, Math.max(t.launch_depth + 2, DEFAULT_ROWS));
+  return Math.min(all, DEFAULT_ROWS);
 }
 
 /** Order tracks: lane order, then group (by its smallest sort_key, then name), then sort_key, then id. */
@@ -48,7 +83,45 @@ export class Layout {
     this.pinned = [];           // track ids, in pin order
     this.rows = [];             // scrolled rows
     this.pinnedRows = [];
+    this.depthChosen = new Map(); // track id -> depths shown, as the user chose (the URL's dep=)
+    for (const t of this.tracks) if (t.lane !== "counter") t.shown_rows = defaultDepths(t);
     this.build();
+  }
+
+  /** Show `n` depths of a track (clamped to 1..all); `chosen` records it for the URL. */
+  setDepths(track_id, n, chosen = true) {
+    const t = this.byId.get(track_id);
+    if (!t || t.lane === "counter") return;
+    t.shown_rows = Math.max(1, Math.min(depthCount(t), Math.round(n)));
+    if (chosen) this.depthChosen.set(track_id, t.shown_rows);
+    this.build();
+  }
+
+  /** Make sure `depth` of a track is drawn as its own row (unfolds down to it); true when it changed. */
+  revealDepth(track_id, depth) {
+    const t = this.byId.get(track_id);
+    if (!t || t.lane === "counter" || depth === null || depth === undefined || depth < shownDepths(t)) return false;
+    this.setDepths(track_id, depth + 1);
+    return true;
+  }
+
+  /** Server facts that change the defaults (per track launch_depth); choices already made stay. */
+  applyDepthInfo(rows) {
+    for (const r of rows || []) {
+      const t = this.byId.get(r.track_id);
+      if (!t) continue;
+      t.launch_depth = r.launch_depth;
+      t.depth_slices = r.counts; // slices per depth, for the fold row's label
+      if (!this.depthChosen.has(t.track_id) && t.lane !== "counter") t.shown_rows = defaultDepths(t);
+    }
+    this.build();
+  }
+
+  /** The user's depth choices, [[track_id, depths], ...] (the URL's dep=). */
+  chosenDepths() { return [...this.depthChosen.entries()]; }
+
+  setChosenDepths(pairs) {
+    for (const [id, n] of pairs) if (this.byId.has(id)) this.setDepths(id, n);
   }
 
   togglePin(track_id) {

@@ -4,7 +4,7 @@
 // visible tile is pending, "idle" when everything visible is drawn.
 
 import { View } from "./view.js";
-import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, sliceAreaHeight } from "./layout.js";
+import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, rowOfDepth, shownDepths } from "./layout.js";
 import { TileStore, tileRange } from "../tiles/cache.js";
 import { renderFrame } from "./frame.js";
 
@@ -169,9 +169,10 @@ export class Timeline {
     if (!place) return null;
     const base = place.pinned ? AXIS_PX + place.row.y : this.scrollTop_px + place.row.y - this.scrollY;
     if (!place.exact) return { y: base + place.row.h / 2, pinned: place.pinned, exact: false };
-    const maxRows = Math.max(1, Math.floor((sliceAreaHeight(place.row.track) - 2 * TRACK_PAD_PX) / ROW_PX));
-    const d = Math.min(depth || 0, maxRows - 1);
-    return { y: base + TRACK_PAD_PX + d * ROW_PX + ROW_PX / 2, pinned: place.pinned, exact: true };
+    // a depth below the shown ones is in the fold row: not exact (the caller unfolds to be exact)
+    const t = place.row.track, d = rowOfDepth(t, depth);
+    const exact = (depth || 0) < shownDepths(t);
+    return { y: base + TRACK_PAD_PX + d * ROW_PX + ROW_PX / 2, pinned: place.pinned, exact, row: d };
   }
 
   /** Scroll vertically so a track's row is on screen (no-op when pinned or visible). */
@@ -190,6 +191,20 @@ export class Timeline {
       this.clampScroll();
     }
     this.requestDraw();
+  }
+
+  /** Unfold tracks so each of `slices` ({track_id, depth}) is drawn on its own row; relayouts when needed. */
+  revealDepths(slices) {
+    let changed = false;
+    for (const s of slices || []) if (s && s.depth !== undefined && s.depth !== null) changed = this.layout.revealDepth(s.track_id, s.depth) || changed;
+    if (changed) this.relayout();
+    return changed;
+  }
+
+  /** Show `n` depths of a track (the names column's - / + / all, the fold row's click). */
+  setDepths(track_id, n) {
+    this.layout.setDepths(track_id, n);
+    this.relayout();
   }
 
   setSelection(detail) {

@@ -5,8 +5,8 @@
 // darker blocks, instants as 2 px ticks. Adjacent same-colour rects are coalesced per depth so a frame
 // costs about one fillRect per pixel column at worst.
 
-import { nameColour, lowerBound } from "../lib/util.js";
-import { ROW_PX, TRACK_PAD_PX } from "../timeline/layout.js";
+import { nameColour, lowerBound, displayName } from "../lib/util.js";
+import { ROW_PX, TRACK_PAD_PX, shownDepths, isFolded } from "../timeline/layout.js";
 
 const CHAR_PX = 6.6;    // average glyph width of the 11px UI font, for fitting labels without measureText
 const MIN_LABEL_PX = 24;
@@ -69,31 +69,41 @@ class RunBatcher {
 /**
  * Draw a slice track. `pieces` are [{tile, tt, c0, c1}] for the visible tile indices (tt = the track's
  * part of the tile), each clipped to the time range [c0, c1) it stands for.
+ *
+ * Every depth is drawn: depths below shownDepths(track) go into one fold row under the shown ones, in
+ * the merged shade (their coverage; timeline/layout.js). Annotation tracks (ranges that mark time, not
+ * work) are drawn as outlined pale bands with dark labels, never like kernels.
  */
 export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
   const w = view.width_css_px;
   const scale = w / view.span_ns;
   const s = view.start_ns;
   const lane = track.lane;
-  const maxRows = Math.max(1, Math.floor((h - 2 * TRACK_PAD_PX) / ROW_PX));
+  const annotation = lane === "annotation";
+  const shown = shownDepths(track);
+  const folded = isFolded(track);
+  const maxRows = shown + (folded ? 1 : 0);
   const batch = new RunBatcher(ctx, maxRows);
   const labels = [];
   const labelled = new Set();
+  const outlines = []; // annotation tracks: [x, w, y] of each exact slice
   const rowY = (d) => y + TRACK_PAD_PX + d * ROW_PX + 1;
+  const foldColour = theme.fold || "#6b7280";
   for (const { tile, tt, c0: t0, c1: t1 } of pieces) {
     const cx0 = x0 + Math.max(0, (t0 - s) * scale), cx1 = x0 + Math.min(w, (t1 - s) * scale);
     if (cx1 <= cx0) continue;
     // merged buckets first (one darker shade per lane: they stand for many names), exact slices over them
     const bn = tile.bucket_ns, runs = tt.runs, dark = theme.merged[lane] || theme.merged.cpu;
-    for (let d = 0; d < runs.length && d < maxRows; d++) {
+    for (let d = 0; d < runs.length; d++) {
       const r = runs[d];
       if (!r) continue;
+      const row = d < shown ? d : shown, colour = d < shown ? dark : foldColour;
       for (let i = 0; i < r.length; i += 2) {
         let xa = x0 + (tile.start_ns + r[i] * bn - s) * scale, xb = x0 + (tile.start_ns + r[i + 1] * bn - s) * scale;
         if (xb < cx0 || xa > cx1) continue;
         if (xa < cx0) xa = cx0;
         if (xb > cx1) xb = cx1;
-        batch.add(d, xa, xb, rowY(d), dark);
+        batch.add(row, xa, xb, rowY(row), colour);
       }
     }
     batch.flush();
@@ -104,14 +114,22 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
       const ts = tt.ts[i];
       if (ts > to) break;
       const d = tt.depth[i];
-      if (d >= maxRows) continue;
       const dur = tt.dur[i];
       let xa = x0 + (ts - s) * scale, xb = x0 + (ts + dur - s) * scale;
       if (xb < cx0 || xa > cx1) continue;
+      if (d >= shown) { // in the fold row: its coverage only
+        batch.add(shown, Math.max(xa, cx0), Math.min(xb, cx1), rowY(shown), foldColour);
+        continue;
+      }
       const full_xa = xa, full_xb = xb;
       if (xa < cx0) xa = cx0;
       if (xb > cx1) xb = cx1;
       batch.add(d, xa, xb, rowY(d), tileColour(tile, lane, tt.name[i], false));
+      if (annotation && !labelled.has(-1 - tt.id[i])) { // once per slice, at its whole visible extent
+        labelled.add(-1 - tt.id[i]);
+        const oa = Math.max(full_xa, x0 - 1), ob = Math.min(full_xb, x0 + w + 1);
+        outlines.push(oa, ob - oa, rowY(d));
+      }
       // label once per slice even when it spans several tiles
       const vis_w = Math.min(full_xb, x0 + w) - Math.max(full_xa, x0);
       if (vis_w >= MIN_LABEL_PX && !labelled.has(tt.id[i])) {
@@ -122,22 +140,32 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
     batch.flush();
     // instants (dur 0), thinned by the server to one per bucket and depth: a 2 px tick
     for (let i = 0; i < tt.in_n; i++) {
-      const d = tt.in_depth[i];
+      const d = Math.min(tt.in_depth[i], shown);
       const ts = tt.in_ts[i];
-      if (d >= maxRows || ts < t0 || ts >= t1) continue;
+      if (ts < t0 || ts >= t1) continue;
       const xa = x0 + (ts - s) * scale;
       if (xa < x0 - 1 || xa > x0 + w) continue;
-      batch.add(d, xa - 1, xa + 1, rowY(d), tileColour(tile, lane, tt.in_name[i], true));
+      batch.add(d, xa - 1, xa + 1, rowY(d), d < shown ? tileColour(tile, lane, tt.in_name[i], true) : foldColour);
     }
     batch.flush();
   }
-  // labels: only where they fit, deduplicated when a slice spans several tiles
-  ctx.fillStyle = theme.sliceText;
+  if (annotation) {
+    // annotations: a pale band with an outline in the slice's colour, so they never read as kernels
+    ctx.strokeStyle = theme.annotationStroke || "#7c6f4f";
+    ctx.lineWidth = 1;
+    for (let i = 0; i < outlines.length; i += 3) {
+      ctx.strokeRect(Math.round(outlines[i]) + 0.5, outlines[i + 2] + 0.5, Math.max(1, Math.round(outlines[i + 1]) - 1), ROW_PX - 3);
+    }
+  }
+  // labels: only where they fit, deduplicated when a slice spans several tiles; API suffixes (_v3020)
+  // and argument lists are left out of a label (the details keep the full name)
+  ctx.fillStyle = annotation ? (theme.annotationText || "#3f3a2c") : theme.sliceText;
   ctx.font = theme.font;
   ctx.textBaseline = "middle";
-  for (const [lx, lw, ly, name] of labels) {
+  for (const [lx, lw, ly, full] of labels) {
     const fit = Math.floor((lw - 6) / CHAR_PX);
     if (fit < 3) continue;
+    const name = displayName(full);
     const text = name.length > fit ? name.slice(0, fit - 1) + "\u2026" : name;
     ctx.fillText(text, lx + 3, ly + (ROW_PX - 2) / 2);
   }
