@@ -84,6 +84,10 @@ def coloured(page, side: str) -> float:
         return n / (w * h); }""", side)
 
 
+def _duration(page, side: str) -> int:
+    return page.evaluate("(s) => window.acceltraceDiff.doc[s].duration_ns", side)
+
+
 def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"))
@@ -121,6 +125,11 @@ def test_linked_zoom_and_pan_move_both_timelines(page, server):
     wait_both_idle(page)
     p = shared(page)
     assert p["a"][0] > s["a"][0] and p["a"] == pytest.approx(p["b"], abs=1)
+    # a window as long as the longer trace (B): the shorter A still shows the same shared window
+    page.evaluate("(d) => window.acceltraceDiff.showShared(-d * 0.05, d)", _duration(page, "b"))
+    wait_both_idle(page)
+    w = shared(page)
+    assert w["a"] == pytest.approx(w["b"], abs=1) and w["a"][1] - w["a"][0] >= _duration(page, "b")
     assert not page.errors, page.errors
 
 

@@ -44,6 +44,11 @@ async function main() {
     overlays[s] = new Overlay(tls[s], s, doc[s].name || ids[s], state);
     tls[s].afterFrame = () => overlays[s].draw();
   }
+  // both views may range over the longer trace (plus the widest step offset): View clamps a window to its
+  // duration, and a shorter B must still show the same shared window as A
+  const shift = Math.max(0, ...doc.steps.pairs.map((p) => (p.a && p.b ? Math.abs(p.a.start_ns - p.b.start_ns) : 0)));
+  const room = Math.max(meta.a.duration_ns || 1, meta.b.duration_ns || 1) + shift;
+  for (const s of SIDES) tls[s].view.duration_ns = room;
   const redraw = () => { for (const s of SIDES) overlays[s].draw(); };
   const other = (s) => (s === "a" ? "b" : "a");
 

@@ -18,7 +18,9 @@ export function renderHeadline(box, doc) {
     el("td", { class: "num" }, signed(h.unexplained_ns))));
   box.replaceChildren(
     el("h3", {}, `${what}: ${fmtDur(h.a_ns)} → ${fmtDur(h.b_ns)} (${signed(h.delta_ns)})${ratio}`),
-    el("p", { class: "muted" }, "Contributors: self time on the host thread of the step; they add up to the delta."),
+    el("p", { class: "muted" }, h.basis === "step"
+      ? "Contributors: self time on the steps' host thread (each instant of a step counted once); with the rest they add up to the delta."
+      : "Contributors: self time on the busiest host thread, idle time included; with the rest they add up to the delta."),
     el("table", { class: "grid contributors" }, el("tbody", {}, rows)),
     ...(doc.notes || []).map((n) => el("p", { class: "muted note" }, n)));
 }
