@@ -1,0 +1,309 @@
+"""A shared server (issue 15): several workers on one store, bounded queues, slow and vanishing clients.
+
+Real `acceltrace serve` processes on loopback. Which worker answers a connection is the kernel's
+choice, so the cross-worker tests stop one worker (SIGSTOP) to make the other one answer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, start_live_server
+
+SAMPLE = ROOT / "sample_traces/chrome/kineto/mi250-rocm-minitoy.json.gz"
+
+
+def _workers(server) -> list[int]:
+    """The worker processes under a server's supervisor (uvicorn spawns them)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server.proc.pid and b"spawn_main" in cmd:
+            out.append(int(d.name))
+    return sorted(out)
+
+
+def _wait_workers(server, n: int, timeout_s: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        w = _workers(server)
+        if len(w) == n:
+            return w
+        time.sleep(0.1)
+    raise AssertionError(f"expected {n} workers, have {_workers(server)}")
+
+
+def _get(url: str, timeout: float = 10.0) -> int:
+    """One request on a fresh connection (so no keep-alive ties it to one worker)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _upload(url: str) -> dict:
+    with httpx.Client(base_url=url, timeout=60) as c:
+        r = c.post("/api/traces", files={"file": (SAMPLE.name, SAMPLE.read_bytes())})
+        assert r.status_code in (201, 202), r.text
+        tid = r.json()["id"]
+        deadline = time.monotonic() + 60
+        while c.get(f"/api/traces/{tid}").json()["status"] == "ingesting" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return c.get(f"/api/traces/{tid}").json()
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    server = start_live_server(tmp_path_factory.mktemp("multi"), extra_args=["--workers", "2"])
+    try:
+        _wait_workers(server, 2)
+        yield server
+    finally:
+        for pid in _workers(server):  # never leave one stopped
+            os.kill(pid, signal.SIGCONT)
+        server.stop()
+
+
+def test_catalog_is_one_across_workers_upload_in_one_list_and_delete_in_another(two_workers):
+    a, b = _wait_workers(two_workers, 2)
+    url = two_workers.url
+    os.kill(a, signal.SIGSTOP)  # only b answers now
+    try:
+        meta = _upload(url)
+        assert meta["status"] == "ready", meta
+        tid = meta["id"]
+    finally:
+        os.kill(a, signal.SIGCONT)
+    os.kill(b, signal.SIGSTOP)  # only a answers: it never saw the upload
+    try:
+        with httpx.Client(base_url=url, timeout=20) as c:
+            assert tid in [t["id"] for t in c.get("/api/traces").json()["traces"]]
+            meta_a = c.get(f"/api/traces/{tid}").json()
+            assert meta_a["counts"] == meta["counts"] and meta_a["groups"] == meta["groups"]
+            tile = c.get(f"/api/traces/{tid}/tiles/{meta['max_level']}/0?group={meta['groups'][0]['id']}")
+            assert tile.status_code == 200 and tile.content
+            assert c.delete(f"/api/traces/{tid}").status_code == 204
+    finally:
+        os.kill(b, signal.SIGCONT)
+    os.kill(a, signal.SIGSTOP)  # b had the trace open: it must see the removal
+    try:
+        with httpx.Client(base_url=url, timeout=20) as c:
+            assert tid not in [t["id"] for t in c.get("/api/traces").json()["traces"]]
+            deadline = time.monotonic() + 5  # b keeps a ready row for at most ROW_CACHE_S
+            while c.get(f"/api/traces/{tid}").status_code != 404:
+                assert time.monotonic() < deadline, "a removed trace still answers in the other worker"
+                time.sleep(0.2)
+    finally:
+        os.kill(a, signal.SIGCONT)
+
+
+def test_a_killed_worker_is_replaced_and_requests_elsewhere_go_on(two_workers):
+    a, b = _wait_workers(two_workers, 2)
+    statuses = []
+    os.kill(a, signal.SIGKILL)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 3:
+        statuses.append(_get(two_workers.url + "/api/traces"))
+    assert statuses and set(statuses) == {200}, statuses
+    workers = _wait_workers(two_workers, 2)
+    assert a not in workers and b in workers
+    assert "Traceback" not in two_workers.log()
+
+
+def _slow_upload(url: str, total: int) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(f"POST /api/traces?name=slow.json HTTP/1.1\r\nHost: {host}\r\nContent-Length: {total}\r\n"
+              "Content-Type: application/octet-stream\r\n\r\n".encode() + b"[")
+    return s
+
+
+def _read_response(s: socket.socket, timeout_s: float) -> bytes:
+    s.settimeout(timeout_s)
+    data = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data
+
+
+@pytest.fixture(scope="module")
+def strict_server(tmp_path_factory):
+    """One worker, 2 requests in flight at most, tight header/body deadlines, 3 s queries."""
+    env = {"ACCELTRACE_HEADER_TIMEOUT_S": "2", "ACCELTRACE_BODY_GRACE_S": "1", "ACCELTRACE_MIN_BODY_RATE": "1000",
+           "ACCELTRACE_BODY_IDLE_S": "3", "ACCELTRACE_QUERY_TIMEOUT_S": "3", "ACCELTRACE_QUERY_SLOTS": "4",
+           "ACCELTRACE_QUERY_PER_CLIENT": "2"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        server = start_live_server(tmp_path_factory.mktemp("strict"), extra_args=["--workers", "1", "--max-inflight", "3"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_beyond_capacity_the_server_answers_503_with_retry_after(strict_server):
+    holders = [_slow_upload(strict_server.url, 1 << 20) for _ in range(3)]  # 3 uploads in flight = the limit
+    try:
+        time.sleep(0.3)
+        r = httpx.get(strict_server.url + "/api/traces", timeout=10)
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "1" and r.json()["error"]["code"] == "overloaded"
+    finally:
+        for s in holders:
+            s.close()
+    deadline = time.monotonic() + 5
+    while httpx.get(strict_server.url + "/api/traces", timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, "slots not freed after the clients left"
+        time.sleep(0.1)
+
+
+def test_slow_headers_and_slow_bodies_are_cut(strict_server):
+    host, port = strict_server.url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)))
+    t0 = time.monotonic()
+    s.sendall(b"GET /api/traces HTTP/1.1\r\nHost: " + host.encode() + b"\r\n")
+    got = b""
+    s.settimeout(0.5)
+    while time.monotonic() - t0 < 8 and not got:  # one header byte every 0.5 s
+        try:
+            s.sendall(b"X")
+            got = s.recv(4096)
+        except socket.timeout:
+            pass
+        except OSError:
+            break
+    s.close()
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert time.monotonic() - t0 < 5
+
+    s = _slow_upload(strict_server.url, 10_000)  # then 1 byte per 0.5 s: far below 1000 bytes/s
+    t0 = time.monotonic()
+    s.settimeout(0.5)
+    got = b""
+    while time.monotonic() - t0 < 8 and not got:
+        try:
+            s.sendall(b" ")
+            got = s.recv(4096)
+        except socket.timeout:
+            pass
+        except OSError:
+            break
+    s.close()
+    assert b" 408 " in got.split(b"\r\n", 1)[0] and b"bytes/s" in got, got
+    assert time.monotonic() - t0 < 5
+    assert httpx.get(strict_server.url + "/api/traces", timeout=10).status_code == 200
+
+
+def test_a_client_that_vanishes_mid_upload_leaves_no_traceback_or_500(strict_server):
+    before = strict_server.log()
+    s = _slow_upload(strict_server.url, 1 << 20)
+    s.sendall(b" " * 50_000)
+    time.sleep(0.2)
+    s.close()
+    time.sleep(0.5)
+    assert httpx.get(strict_server.url + "/api/traces", timeout=10).status_code == 200
+    new = strict_server.log()[len(before):]
+    assert "Traceback" not in new and "500" not in new, new
+    assert not [p for p in (strict_server.store / "tmp").iterdir() if p.name.startswith("up-")]
+
+
+def test_queries_have_their_own_pool_a_per_client_limit_and_viewers_keep_their_speed(strict_server):
+    import concurrent.futures as cf
+
+    meta = _upload(strict_server.url)
+    tid, top, grp = meta["id"], meta["max_level"], meta["groups"][0]["id"]
+    runaway = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+
+    def q():
+        t = time.monotonic()
+        r = httpx.post(f"{strict_server.url}/api/traces/{tid}/query", json={"sql": runaway}, timeout=30)
+        return r, time.monotonic() - t
+
+    with cf.ThreadPoolExecutor(3) as ex:
+        futs = [ex.submit(q) for _ in range(3)]
+        time.sleep(1.0)  # two are running now, the third was refused
+        lat = []
+        for level in range(max(0, top - 3), top + 1):  # tiles keep flowing while the queries burn CPU
+            t = time.monotonic()
+            r = httpx.get(f"{strict_server.url}/api/traces/{tid}/tiles/{level}/0?group={grp}", timeout=10)
+            lat.append(time.monotonic() - t)
+            assert r.status_code == 200
+        results = [f.result() for f in futs]
+    codes = sorted(r.status_code for r, _ in results)
+    assert codes == [400, 400, 429], [(r.status_code, r.text[:100]) for r, _ in results]
+    for r, took in results:
+        if r.status_code == 429:
+            assert r.headers["retry-after"] and r.json()["error"]["code"] == "too_many_queries"
+        else:
+            assert r.json()["error"]["code"] == "query_timeout" and took < 3 + 4, took
+    assert max(lat) < 2.0, lat  # generous: the point is that tiles never wait for a query
+
+
+def test_query_memory_cap_holds_and_paths_stay_hidden(api, trace_store):
+    import resource
+
+    tid = trace_store.ids["chain"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.monotonic()
+    r = api.post(f"/api/traces/{tid}/query", json={"sql": "SELECT length(repeat('x', 3000000000))"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "query_memory", r.text
+    assert time.monotonic() - t0 < 10
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert max(peak_kb, before) < 1_600_000, peak_kb  # the query process stayed under its cap (+ baseline)
+    for sql in ["SELECT * FROM duckdb_databases()", "SELECT path FROM system.main.duckdb_databases()",
+                "SELECT 1; SELECT 2", "ATTACH ':memory:' AS m", "CREATE TEMP TABLE t AS SELECT 1",
+                "SELECT * FROM query('SELECT 1')", "SELECT current_setting('allowed_paths')"]:
+        r = api.post(f"/api/traces/{tid}/query", json={"sql": sql})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "query_refused", (sql, r.text)
+    root = str(trace_store.root)
+    r = api.post(f"/api/traces/{tid}/query", json={"sql": "SELECT * FROM trace.no_such_table"})
+    assert r.status_code == 400 and root not in r.text
+    r = api.post(f"/api/traces/{tid}/query", json={"sql": "SELECT count(*) AS n FROM slices"})
+    assert r.status_code == 200 and r.json()["rows"] == [[61]]
+
+
+def test_cli_query_has_a_time_and_row_limit(trace_store):
+    import subprocess
+    import sys
+
+    tid = trace_store.ids["chain"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    base = [sys.executable, "-m", "acceltrace", "--store", str(trace_store.root), "query", tid]
+    t0 = time.monotonic()
+    r = subprocess.run(base + ["WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r",
+                               "--timeout", "1.5"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1 and "1.5 s time limit" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 15
+    r = subprocess.run(base + ["SELECT slice_id FROM slices ORDER BY 1", "--max-rows", "5"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == 6 and "first 5 rows" in r.stderr, r
