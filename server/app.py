@@ -13,18 +13,20 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from acceltrace.analysis.runner import after_publish
 from acceltrace.server import live as live_capture
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
 from acceltrace.server.limits import Limits, LimitsMiddleware, SlowBody
-from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces
+from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces, views
+from acceltrace.server import openapi
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
 
 log = logging.getLogger("acceltrace.server")
 
 ROUTERS = [traces.router, tiles.router, slices.router, analysis.router, export.router, live.router, diff.router, fleet.router,
-           pages.router]
+           views.router, pages.router]
 
 _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "too_large",
@@ -38,6 +40,18 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
 def _wants_html(request: Request) -> bool:
     return request.method == "GET" and "text/html" in request.headers.get("accept", "") \
         and not request.url.path.startswith("/api/")
+
+
+def _allowed_methods(request: Request, headers: dict) -> str:
+    """Every method some route answers on this path (a route is asked as the router would)."""
+    methods = {m.strip() for m in headers.get("Allow", headers.get("allow", "")).split(",") if m.strip()}
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            methods.add(method)
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods | {"OPTIONS"}))
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -54,7 +68,12 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}"
         elif exc.status_code == 405:
-            message = f"method {request.method} is not allowed on {request.url.path}"
+            # Starlette's Allow names only the first route of the path; list every method it has
+            allow = _allowed_methods(request, getattr(exc, "headers", None) or {})
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers={"Allow": allow})
+            message = f"method {request.method} is not allowed on {request.url.path} (allowed: {allow})"
+            return error_response(405, code, message, {"Allow": allow})
         return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
@@ -109,6 +128,7 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
                   description="Correlated timeline and analysis of accelerator traces. All times are ns "
                               "relative to the trace start. Errors are {\"error\": {\"code\", \"message\"}}.")
     install_error_handlers(app)
+    openapi.install(app)
     for router in ROUTERS:
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
