@@ -3,13 +3,18 @@
     .venv/bin/python bench/ingest.py                      # A100 sample + a generated 2M-event trace
     .venv/bin/python bench/ingest.py --events 200000      # a quicker generated trace
     .venv/bin/python bench/ingest.py --hta-python /tmp/htavenv/bin/python
+    .venv/bin/python bench/ingest.py --events 3600000 --input /tmp/vllm.json   # the 830 MB target, a real file
 
 Every measurement runs in its own child process, so its peak memory (ru_maxrss) is
 its own. Rows:
   json.load            Python's json.loads of the decompressed bytes (held in memory)
+  orjson / msgspec     orjson.loads / msgspec.json.decode of the same bytes into Python objects
+                       (the issue-14 target: time to viewable <= 0.5x orjson's)
   acceltrace parse     ingest through the Chrome ingester into the store, without the
                        level-of-detail tables and analysis passes other parts add
-  acceltrace +LOD      the same plus the level-of-detail tables (tiles/build.py)
+  acceltrace +LOD      the same plus the level-of-detail tables (tiles/build.py): the time
+                       to a viewable trace (published, tiles answerable)
+  ... (msgspec path)   the same with the compiled scanner turned off (ACCELTRACE_CHROME_SCANNER=python)
   acceltrace pipeline  `acceltrace ingest` as a user runs it, analysis passes included
                        (only with --with-analysis: the passes are the analysis part's cost)
   HTA TraceAnalysis    HolisticTraceAnalysis' load, if it is installed in --hta-python
@@ -39,12 +44,22 @@ import json, os, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter(); c0 = os.times()
-if mode == "json":
+if mode in ("json", "orjson", "msgspec"):
     import gzip
     data = (gzip.open if path.endswith(".gz") else open)(path, "rb").read()
-    t0 = time.perf_counter(); c0 = os.times()  # json.load alone, on bytes already in memory
-    n = len(json.loads(data)["traceEvents"])
-elif mode in ("parse", "lod", "pipeline"):
+    if mode == "orjson":
+        import orjson
+        loads = orjson.loads
+    elif mode == "msgspec":
+        import msgspec
+        loads = msgspec.json.decode
+    else:
+        loads = json.loads
+    t0 = time.perf_counter(); c0 = os.times()  # the parse alone, on bytes already in memory
+    n = len(loads(data)["traceEvents"])
+elif mode in ("parse", "lod", "pipeline", "lod_py"):
+    if mode == "lod_py":
+        os.environ["ACCELTRACE_CHROME_SCANNER"] = "python"
     from pathlib import Path
     from acceltrace.analysis.runner import after_publish
     from acceltrace.ingest import builder, pipeline
@@ -115,6 +130,9 @@ def main() -> None:
     ap.add_argument("--skip-json", action="store_true", help="skip the json.load anchor (it needs much memory)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest is shown")
     ap.add_argument("--with-analysis", action="store_true", help="add a row for the full pipeline (analysis passes)")
+    ap.add_argument("--input", action="append", default=[], type=Path,
+                    help="another trace to measure (a real one over 20 MB: the 150 MB/s target); repeatable")
+    ap.add_argument("--no-python-path", action="store_true", help="skip the rows with the compiled scanner off")
     a = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
@@ -133,11 +151,13 @@ def main() -> None:
         a100 = a100_dir / A100.name
         shutil.copy(A100, a100)
         inputs = [("A100 Kineto (gz)", a100), (f"generated {a.events // 1000}k events", gen)]
+        inputs += [(p.name[:26], p) for p in a.input]
         hta = a.hta_python if Path(a.hta_python).exists() else None
         rows = []
         for label, path in inputs:
             n_events, nbytes = count_events(path)
-            modes = (([] if a.skip_json else ["json"]) + ["parse", "lod"] + (["pipeline"] if a.with_analysis else [])
+            modes = (([] if a.skip_json else ["json"]) + ["orjson", "msgspec", "parse", "lod"]
+                     + ([] if a.no_python_path else ["lod_py"]) + (["pipeline"] if a.with_analysis else [])
                      + (["hta"] if hta else []))
             for mode in modes:
                 best = None
@@ -157,28 +177,35 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-NAMES = {"json": "json.load alone", "parse": "acceltrace parse+store", "lod": "acceltrace +LOD tables",
+NAMES = {"json": "json.load alone", "orjson": "orjson.loads alone", "msgspec": "msgspec decode alone",
+         "parse": "acceltrace parse+store", "lod": "acceltrace viewable (+LOD)",
+         "lod_py": "  same, msgspec path",
          "pipeline": "acceltrace +analysis passes",
          "hta": "HTA TraceAnalysis load"}
 
 
 def print_table(rows) -> None:
     print(f"{'input':<26} {'what':<28} {'events':>9} {'MB':>7} {'wall s':>7} {'cpu s':>7} {'MB/s':>7}"
-          f" {'MB/cpu-s':>8} {'Mev/s':>6} {'x json':>6} {'peak MB':>8}")
-    anchors = {}
+          f" {'MB/cpu-s':>8} {'Mev/s':>6} {'x json':>6} {'/orjson':>7} {'peak MB':>8}")
+    anchors, orjson_wall = {}, {}
     for label, mode, n, nbytes, r in rows:
         if mode == "json" and isinstance(r, dict):
             anchors[label] = r["cpu_s"]
+        if mode == "orjson" and isinstance(r, dict):
+            orjson_wall[label] = r["wall_s"]
     for label, mode, n, nbytes, r in rows:
         mb = nbytes / 1e6
         if isinstance(r, str):
             print(f"{label:<26} {NAMES[mode]:<28} {n:>9} {mb:>7.1f}  {r}")
             continue
         ratio = anchors[label] / r["cpu_s"] if label in anchors and r["cpu_s"] else float("nan")
+        vs_or = r["wall_s"] / orjson_wall[label] if label in orjson_wall else float("nan")
         print(f"{label:<26} {NAMES[mode]:<28} {n:>9} {mb:>7.1f} {r['wall_s']:>7.2f} {r['cpu_s']:>7.2f}"
               f" {mb / r['wall_s']:>7.1f} {mb / max(r['cpu_s'], 1e-9):>8.1f} {n / r['wall_s'] / 1e6:>6.2f}"
-              f" {ratio:>6.2f} {r['rss_mb']:>8.0f}")
+              f" {ratio:>6.2f} {vs_or:>7.2f} {r['rss_mb']:>8.0f}")
     print("x json: json.load's CPU time / this row's CPU time (>1: faster than json.load alone)")
+    print("/orjson: this row's wall time / orjson.loads' (target for 'viewable': <= 0.5);"
+          " targets: viewable >= 180 MB/s (830 MB generated), >= 150 MB/s (real > 20 MB), peak <= 1.5 GB")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

@@ -7,15 +7,16 @@ cannot decode (it would leave an event or a string open), so a failed decode fal
 back to an exact structural scan of the block (numpy, string- and escape-aware).
 The top-level keys around "traceEvents" (deviceProperties, baseTimeNanoseconds,
 distributedInfo, ...) are kept and decoded as metadata. A file cut off inside the
-array yields its whole events and reports the cut.
+array yields its whole events and reports the cut. While the caller works on a chunk,
+the next one is already being decoded in a thread (the compiled scanner releases the
+GIL): the same bytes, the same result, on the other core.
 """
 
 from __future__ import annotations
 
 import json
-import queue
 import re
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
@@ -23,6 +24,7 @@ import msgspec
 import numpy as np
 
 from acceltrace.store.errors import IngestError
+from acceltrace.ingest.chrome.blocks import Prefetch, quotes as _quotes, structure
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
 BLOCK_BYTES = 8 << 20
@@ -32,9 +34,6 @@ _WS_COMMA = re.compile(rb"[ \t\r\n,]*")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
-_LUT = np.zeros(256, dtype=np.int8)
-_LUT[[ord("{"), ord("[")]] = 1
-_LUT[[ord("}"), ord("]")]] = -1
 
 
 @dataclass
@@ -55,63 +54,6 @@ class ReadResult:
     ignored_tail: int = 0  # bytes after the array that are not valid JSON (ignored)
 
 
-class _Prefetch:
-    """Reads blocks in a thread so decompression overlaps decoding."""
-
-    def __init__(self, stream: BinaryIO, block: int):
-        self.q: queue.Queue = queue.Queue(maxsize=2)
-        self.stop = False
-        self.t = threading.Thread(target=self._run, args=(stream, block), daemon=True)
-        self.t.start()
-
-    def _run(self, stream, block):
-        try:
-            while not self.stop:
-                data = stream.read(block)
-                self.q.put(data)
-                if not data:
-                    return
-        except BaseException as e:  # handed to the reader, raised there
-            self.q.put(e)
-
-    def read(self) -> bytes:
-        item = self.q.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self):
-        self.stop = True
-        while self.t.is_alive():
-            try:
-                self.q.get(timeout=0.05)
-            except queue.Empty:
-                pass
-
-
-def _quotes(a: np.ndarray) -> np.ndarray:
-    """Positions of the quotes that open or close strings (not escaped ones)."""
-    q = np.flatnonzero(a == 34)
-    if len(q) and (a == 92).any():
-        # a quote preceded by an odd run of backslashes is escaped
-        idx = np.arange(len(a))
-        last_plain = np.maximum.accumulate(np.where(a == 92, -1, idx))
-        prev = q - 1
-        run = np.where(prev >= 0, prev - last_plain[np.maximum(prev, 0)], 0)
-        q = q[(run & 1) == 0]
-    return q
-
-
-def structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of brackets/braces outside strings and the nesting depth after each."""
-    a = np.frombuffer(buf, dtype=np.uint8)
-    q = _quotes(a)
-    c = _LUT[a]
-    st = np.flatnonzero(c)
-    st = st[(np.searchsorted(q, st) & 1) == 0]
-    return st, np.cumsum(c[st], dtype=np.int64)
-
-
 class ChromeReader:
     """Yields Chunks from the event array of one source; fills `result` as it goes."""
 
@@ -125,12 +67,15 @@ class ChromeReader:
         self._guard = getattr(stream, "raw", None)
         if isinstance(self._guard, BombGuard):
             self._guard.lenient_eof = True
-        self.src = _Prefetch(stream, self.block) if prefetch else None
+        self.src = Prefetch(stream, self.block) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
         self.pos = 0  # stream offset of buf[0]
         self.eof = False
         self._prefix = b""
+        self.speculate = prefetch  # decode the next chunk in a thread (see _speculate)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: tuple | None = None
 
     def _read(self) -> bytes:
         if self.eof:
@@ -149,6 +94,10 @@ class ChromeReader:
     def close(self):
         if self.src:
             self.src.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._pending = None
 
     # -- the container ---------------------------------------------------------------
     def _find_array(self) -> bytes:
@@ -255,7 +204,7 @@ class ChromeReader:
 
     def _decode(self, text: bytes, offset: int) -> Chunk:
         raw = b"[" + text + b"]"
-        events = self.decode(raw)
+        events = self._decoded(raw, offset)
         c = Chunk(events, raw, offset, self.result.events)
         self.result.events += len(events)
         return c
@@ -266,21 +215,65 @@ class ChromeReader:
         except (msgspec.DecodeError, RecursionError):
             return None
 
-    def _fast_cut(self, buf: bytes):
-        # an event's '}' is followed by ',' unless it is the array's last one
+    @staticmethod
+    def _candidate(buf: bytes) -> int | None:
+        """Where the fast cut tries first: an event's '}' is followed by ',' unless it is the array's last one."""
         p = len(buf)
         for _ in range(16):
             p = buf.rfind(b"}", 0, p)
             if p < 0:
-                return None, buf
+                return None
             nxt = _WS_COMMA.match(buf, p + 1)
             if b"," in buf[p + 1:nxt.end()]:
                 break
+        return p
+
+    def _fast_cut(self, buf: bytes):
+        p = self._candidate(buf)
+        if p is None:
+            return None, buf
         c = self._try(buf[:p + 1], self.pos)
         if c is None:
             return None, buf
         self.pos += p + 1
-        return c, buf[p + 1:]
+        return c, self._speculate(buf[p + 1:])
+
+    # -- decoding the next chunk while the caller works on this one ----------------------
+    def _speculate(self, rest: bytes) -> bytes:
+        """Reads ahead to the next chunk's fast-cut candidate and starts decoding it in a thread.
+
+        The compiled scanner releases the GIL, so the next chunk is scanned on the other core
+        while the caller turns this one into rows. Nothing about the result changes: the main
+        loop computes the same candidate from the same bytes and takes the thread's result
+        only for exactly that text (its exceptions included); any other text is decoded anew.
+        """
+        if not self.speculate:
+            return rest
+        while not self.eof and len(rest) < self.block:
+            rest += self._read()
+        if self.eof:
+            return rest
+        lead = _WS_COMMA.match(rest).end()
+        view = rest[lead:]
+        if view[:1] == b"]":
+            return rest
+        p = self._candidate(view)
+        if p is None:
+            return rest
+        raw = b"[" + view[:p + 1] + b"]"
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chrome-scan")
+        self._pending = (self.pos + lead, len(raw), raw, self._pool.submit(self.decode, raw))
+        return rest
+
+    def _decoded(self, raw: bytes, offset: int) -> list:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            at, n, praw, fut = pending
+            if at == offset and n == len(raw) and praw == raw:
+                return fut.result()
+            fut.cancel()
+        return self.decode(raw)
 
     def _exact_cut(self, buf: bytes):
         """(chunk or None, rest, bytes after the array's ']' or None) from a structural scan."""

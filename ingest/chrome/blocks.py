@@ -1,0 +1,70 @@
+"""What the Chrome reader does with raw blocks: read them ahead in a thread, scan their structure."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import BinaryIO
+
+import numpy as np
+
+_LUT = np.zeros(256, dtype=np.int8)
+_LUT[[ord("{"), ord("[")]] = 1
+_LUT[[ord("}"), ord("]")]] = -1
+
+
+class Prefetch:
+    """Reads blocks in a thread so decompression overlaps decoding."""
+
+    def __init__(self, stream: BinaryIO, block: int):
+        self.q: queue.Queue = queue.Queue(maxsize=2)
+        self.stop = False
+        self.t = threading.Thread(target=self._run, args=(stream, block), daemon=True)
+        self.t.start()
+
+    def _run(self, stream, block):
+        try:
+            while not self.stop:
+                data = stream.read(block)
+                self.q.put(data)
+                if not data:
+                    return
+        except BaseException as e:  # handed to the reader, raised there
+            self.q.put(e)
+
+    def read(self) -> bytes:
+        item = self.q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self):
+        self.stop = True
+        while self.t.is_alive():
+            try:
+                self.q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
+def quotes(a: np.ndarray) -> np.ndarray:
+    """Positions of the quotes that open or close strings (not escaped ones)."""
+    q = np.flatnonzero(a == 34)
+    if len(q) and (a == 92).any():
+        # a quote preceded by an odd run of backslashes is escaped
+        idx = np.arange(len(a))
+        last_plain = np.maximum.accumulate(np.where(a == 92, -1, idx))
+        prev = q - 1
+        run = np.where(prev >= 0, prev - last_plain[np.maximum(prev, 0)], 0)
+        q = q[(run & 1) == 0]
+    return q
+
+
+def structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of brackets/braces outside strings and the nesting depth after each."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    q = quotes(a)
+    c = _LUT[a]
+    st = np.flatnonzero(c)
+    st = st[(np.searchsorted(q, st) & 1) == 0]
+    return st, np.cumsum(c[st], dtype=np.int64)
