@@ -25,6 +25,7 @@ from pathlib import Path
 
 import duckdb
 
+from acceltrace.store.duck import memory_connection
 
 DEFAULT_STORE = ".acceltrace"
 
@@ -317,7 +318,7 @@ class Store:
         path = self.trace_path(trace_id)
         if not path.exists():
             raise FileNotFoundError(f"trace {trace_id} not found in {self.root}")
-        con = duckdb.connect(":memory:")
+        con = memory_connection(self.tmp_dir)
         con.execute(f"ATTACH '{_sql_str(path)}' AS trace (READ_ONLY)")
         for side in sides:
             sp = self.side_path(trace_id, side)
