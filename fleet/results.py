@@ -13,7 +13,7 @@ _I, _F, _S, _B = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
 SCHEMA = pa.schema([
     ("build", _I), ("path", _S), ("name", _S), ("trace_id", _S), ("status", _S), ("error", _S),
-    ("ingested", _B), ("analyzed_now", _B), ("worker", _S), ("map_ms", _F), ("format", _S),
+    ("ingested", _B), ("analyzed_now", _B), ("worker", _S), ("map_ms", _F), ("cpu_ms", _F), ("format", _S),
     ("tag_job", _S), ("tag_rank", _S), ("tag_host", _S), ("tag_run", _S), ("tags_json", _S),
     ("run_ns", _I), ("devices", _I), ("device_busy", _F), ("compute_busy", _F), ("host_busy", _F),
     ("host_gap_ns", _I), ("host_gaps", _I), ("host_gap_frac", _F), ("launch_ns_median", _F),

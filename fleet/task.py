@@ -33,19 +33,21 @@ def path_tags(path: str, pattern: str | None) -> dict:
 
 def map_trace(store_root: str, path: str, tag_pattern: str | None = None) -> dict:
     """Ingest (if not stored), analyse (if not analysed) and measure one trace; never raises."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     row = {"path": path, "name": Path(path).name, "trace_id": None, "status": "failed", "error": None,
            "ingested": False, "analyzed_now": False, "worker": f"{socket.gethostname()}:{os.getpid()}"}
     try:
         store = Store(store_root, sweep=False)
-        res = ingest_one(store, [Path(path)], Path(path).name, skip_existing=True)
+        # one DuckDB thread: a worker process runs one task at a time and the cluster's parallelism
+        # is across traces (several threads per task on a busy core only contend)
+        res = ingest_one(store, [Path(path)], Path(path).name, skip_existing=True, threads=1)
         if res.error:
             row["error"] = res.error
-            return _done(row, t0)
+            return _done(row, t0, c0)
         row["trace_id"] = res.id
         row["ingested"] = not res.skipped
         if not store.side_path(res.id, SIDE).exists():
-            run_passes(store, res.id)
+            run_passes(store, res.id, threads=1)
             row["analyzed_now"] = True
         con = store.connect(res.id)
         try:
@@ -63,9 +65,10 @@ def map_trace(store_root: str, path: str, tag_pattern: str | None = None) -> dic
         last = traceback.extract_tb(e.__traceback__)[-1:]
         where = f" ({Path(last[0].filename).name}:{last[0].lineno})" if last else ""
         row["error"] = f"{path}: {type(e).__name__}: {e}{where}"
-    return _done(row, t0)
+    return _done(row, t0, c0)
 
 
-def _done(row: dict, t0: float) -> dict:
+def _done(row: dict, t0: float, c0: float) -> dict:
     row["map_ms"] = (time.perf_counter() - t0) * 1e3
+    row["cpu_ms"] = (time.process_time() - c0) * 1e3
     return row

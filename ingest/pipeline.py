@@ -118,8 +118,10 @@ def ingest_one(
     trace_id: str | None = None,
     tmp_path: Path | None = None,
     after_publish: AfterPublish | None = None,
+    threads: int | None = None,
 ) -> Result:
-    """Build one trace from paths; with trace_id/tmp_path given, fill a catalog row begun earlier."""
+    """Build one trace from paths; with trace_id/tmp_path given, fill a catalog row begun earlier.
+    threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1)."""
     res = Result(name=label)
     try:
         digest = content_hash(paths)
@@ -152,7 +154,7 @@ def ingest_one(
             elif len(srcs) == 1:
                 srcs[0].group = None
             sources.extend(srcs)
-        builder = TraceBuilder(tmp_path)
+        builder = TraceBuilder(tmp_path, threads=threads)
         sessions: dict[str, tuple[Importer, ImportSession]] = {}
         for src in sources:
             try:
