@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from acceltrace.store import schema
 from acceltrace.store.errors import IngestError
+from acceltrace.ingest.depths import assign_depths as _assign_depths
 from acceltrace.tiles.build import build as build_lod
 
 MAX_WARNINGS_KEPT = 200
@@ -361,83 +362,3 @@ def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:
         else:
             arrays[name] = pa.array(col, type=typ)
     return pa.table(arrays)
-
-
-def _assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Nesting depth for every slice whose ingester gave none: a table (slice_id, depth).
-
-    A sweep over start/end events per track, in numpy: at equal times ends come before
-    starts (adjacent slices share a depth), starts of longer slices before shorter ones
-    (parents first), and an instant's end after every start. A slice's depth is the number
-    of slices open when it starts (every track's starts and ends cancel, so one running sum
-    over all tracks in track order needs no reset). That is exact for properly nested
-    slices; tracks where partial overlaps make two slices collide at one depth get a
-    first-free-depth pass (those tracks only), so every slice stays visible.
-    """
-    empty = pa.table({"slice_id": pa.array([], pa.int64()), "depth": pa.array([], pa.int32())})
-    (todo,) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchone()
-    if not todo:
-        return empty
-    cols = con.execute("SELECT slice_id, track_id, ts, dur, depth FROM _slices_staging").fetchnumpy()
-    sid = np.asarray(cols["slice_id"], dtype=np.int64)
-    track = np.asarray(cols["track_id"], dtype=np.int64)
-    ts = np.asarray(cols["ts"], dtype=np.int64)
-    dur = np.asarray(cols["dur"], dtype=np.int64)
-    given = cols["depth"]
-    known = ~np.ma.getmaskarray(given)
-    depth = np.where(known, np.ma.getdata(given), 0).astype(np.int32)
-    todo_rows = np.flatnonzero(~known)
-    n = len(todo_rows)
-    t_sid, t_track, t_ts, t_dur = sid[todo_rows], track[todo_rows], ts[todo_rows], dur[todo_rows]
-    ev_track = np.concatenate([t_track, t_track])
-    ev_t = np.concatenate([t_ts, t_ts + t_dur])
-    ev_kind = np.concatenate([np.ones(n, np.int8), np.where(t_dur == 0, 2, 0).astype(np.int8)])
-    ev_delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    ev_row = np.concatenate([np.arange(n), np.arange(n)])
-    order = np.lexsort((np.concatenate([t_sid, t_sid]), -np.concatenate([t_dur, t_dur]), ev_kind, ev_t, ev_track))
-    delta = ev_delta[order]
-    open_before = np.cumsum(delta) - delta
-    starts = delta > 0
-    depth[todo_rows[ev_row[order][starts]]] = open_before[starts]
-    # slices of one track and depth that overlap (by ts, then id): those tracks need the greedy pass
-    o = np.lexsort((sid, ts, depth, track))
-    end = ts[o] + dur[o]
-    same = (track[o][1:] == track[o][:-1]) & (depth[o][1:] == depth[o][:-1])
-    bad_tracks = np.unique(track[o][1:][same & (end[:-1] > ts[o][1:])])
-    for track_id in bad_tracks.tolist():
-        rows = np.flatnonzero(track == track_id)
-        rows = rows[np.lexsort((sid[rows], -dur[rows], ts[rows]))]
-        depth[rows] = _first_free(ts[rows], dur[rows])
-    if not len(bad_tracks):
-        return pa.table({"slice_id": t_sid, "depth": depth[todo_rows]})
-    fix = np.union1d(todo_rows, np.flatnonzero(np.isin(track, bad_tracks)))
-    # slices of a bad track with a given depth are re-placed too (as the SQL version did)
-    con.execute("UPDATE _slices_staging SET depth = NULL WHERE list_contains(?, track_id)", [bad_tracks.tolist()])
-    return pa.table({"slice_id": sid[fix], "depth": depth[fix]})
-
-
-def _first_free(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Greedy interval colouring of one track's slices (given in ts, dur DESC, id order)."""
-    depth = np.zeros(len(ts), dtype=np.int32)
-    # open_end[d] = end time of the slice currently occupying depth d
-    open_end: list[int] = []
-    for i, (t, d_) in enumerate(zip(ts.tolist(), dur.tolist())):
-        e = t + d_
-        # a depth is free when its occupant ended at or before t (instants never block)
-        # and no deeper depth is still needed by an enclosing slice
-        chosen = None
-        lowest_free_above_containers = 0
-        for d, end in enumerate(open_end):
-            if end > t and end >= e:
-                lowest_free_above_containers = d + 1
-        for d in range(lowest_free_above_containers, len(open_end)):
-            if open_end[d] <= t:
-                chosen = d
-                break
-        if chosen is None:
-            chosen = len(open_end)
-            open_end.append(e)
-        else:
-            open_end[chosen] = e
-        depth[i] = chosen
-    return depth
