@@ -1,4 +1,4 @@
-"""Uploads: stream the request body to a file in the store's tmp dir, then ingest in the background.
+"""Uploads: stream the request body to a file in the store's tmp dir, then ingest it in a process of its own.
 
 The body is never held in memory: raw bodies are written chunk by chunk, multipart bodies go
 through python-multipart's streaming parser whose file-data callback writes to disk. The size
@@ -8,19 +8,19 @@ limit is checked against Content-Length first and against the bytes actually rec
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
 import shutil
+import subprocess
+import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from acceltrace.analysis.runner import after_publish
-from acceltrace.ingest import pipeline
 from acceltrace.server.deps import ApiError, AppState
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -159,34 +159,52 @@ class IngestJob:
     error: str | None = None
 
 
+INGEST_NICE = 10  # the ingest process yields the CPU to the workers serving viewers
+INGEST_MAX_S = 6 * 3600.0
+
+
 def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob:
-    """Register the trace (so its id exists and shows 'ingesting'), then ingest in a thread."""
+    """Register the trace (so its id exists and shows 'ingesting'), then ingest it in a process of
+    its own (`python -m acceltrace.server.ingest_child`, lower priority): never in the server's
+    event loop or thread pool, so an upload costs viewers only the cores it can borrow. A thread
+    here waits for it; the progress travels through the catalog, like the CLI's."""
     trace_id, tmp_path = state.store.begin(display_name, rec.size, rec.sha256)
     job = IngestJob(trace_id)
-    last = [0.0]
-
-    def progress(_label: str, fraction: float) -> None:
-        now = time.monotonic()
-        if now - last[0] > 0.2 or fraction >= 1.0:  # the catalog is SQLite: don't write per read()
-            last[0] = now
-            try:
-                state.store.set_progress(trace_id, min(0.99, fraction))
-            except Exception:
-                pass
 
     def run() -> None:
         try:
             with state.ingest_slots:
-                res = pipeline.ingest_one(state.store, [rec.path], display_name, keep_failed=True,
-                                          progress=progress, trace_id=trace_id, tmp_path=tmp_path,
-                                          after_publish=after_publish)
-            job.error = res.error
+                job.error = _ingest_in_child(state.store.root, rec.path, display_name, trace_id, tmp_path)
         except BaseException as e:  # never let a thread die silently with the row 'ingesting'
             job.error = f"{display_name}: internal error while ingesting: {type(e).__name__}: {e}"
-            state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
         finally:
+            if job.error is not None:
+                row = state.store.get(trace_id)
+                if row is not None and row["status"] == "ingesting":  # the child could not say so itself
+                    state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
             shutil.rmtree(rec.work_dir, ignore_errors=True)
             job.done.set()
 
     threading.Thread(target=run, name=f"ingest-{trace_id}", daemon=True).start()
     return job
+
+
+def _ingest_in_child(root: Path, path: Path, name: str, trace_id: str, tmp_path: Path) -> str | None:
+    """Run the ingest child and wait; its error message (None when published)."""
+    args = json.dumps({"root": str(root), "path": str(path), "name": name, "trace_id": trace_id,
+                       "tmp_path": str(tmp_path), "nice": INGEST_NICE})
+    proc = subprocess.Popen([sys.executable, "-m", "acceltrace.server.ingest_child", args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=INGEST_MAX_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return f"{name}: ingest stopped after {INGEST_MAX_S / 3600:g} h"
+    lines = out.decode("utf-8", "replace").strip().splitlines()
+    if proc.returncode == 0 and lines:
+        answer = json.loads(lines[-1])
+        return answer.get("error")
+    why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
+    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:]
+    return f"{name}: the ingest process ended with {why}" + (f" ({tail[0][:200]})" if tail else "")
