@@ -16,7 +16,10 @@ from pathlib import Path
 
 from acceltrace.collect.traced import protocol as P
 from acceltrace.server.live_capture import AfterPublish, LiveCapture
+from acceltrace.server.metadata import link_peaks
+from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
+from acceltrace.tiles.query import MAX_LEVEL
 
 DAEMON_TIMEOUT_S = 2.0
 DISCOVER_S = 0.5          # how often the sources are looked at
@@ -48,6 +51,51 @@ def resolve(src: dict) -> Path:
     if not reply.get("ok"):
         raise OSError(reply.get("error", "daemon refused status"))
     return Path(reply["out"])
+
+
+# -- what the routes send ---------------------------------------------------------------------------
+def live_metadata(self: LiveCapture) -> dict:
+    """The trace metadata document (server/metadata.py's shape) of a capture so far, with its `live` block."""
+    segs = self.segments()
+    head = self.head_ns()
+    with self.lock:
+        tracks = [{**{k: v for k, v in t.items() if k != "grp"}, "group": f"g{t['grp']}"}
+                  for t in self.layout.ui_order()]
+        groups = [{"id": f"g{g['grp']}", "lane": g["lane"], "group_name": g["group_name"],
+                   "name": f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"],
+                   "track_ids": list(g["track_ids"])} for g in self.layout.groups]
+        version = self.layout.version
+    meta = SL.merged_meta([s.con for s in segs[-1:]])
+    duration = max(1, head)
+    max_level = max(0, min(MAX_LEVEL, (duration // 1024).bit_length()))
+    lost = self.tail.lost_events()[0]
+    return {
+        "id": self.trace_id, "name": self.name, "format": "atrace", "status": "live",
+        "start_abs_ns": str(self.start_abs_ns or 0), "duration_ns": duration,
+        "warning_count": 0, "warnings": [], "dropped_events": 0, "lost_events": lost,
+        "links": link_peaks(meta), "meta": meta,
+        "levels": {"min": 0, "max": max_level, "buckets_per_tile": 1024, "pyramid_from": 0},
+        "min_level": 0, "max_level": max_level, "groups": groups, "tracks": tracks,
+        "counts": self.counts(),
+        "live": {"head_ns": head, "events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
+                 "lost_events": lost, "segments": len(segs), "layout_version": version, "seq": self.seq,
+                 "file": self.path.name, "compactions": self.compactions,
+                 "build_ms": [round(x) for x in list(self.build_ms)[-10:]]},
+    }
+
+def push_message(self: LiveCapture, seq: int, since: int) -> dict:
+    """The websocket message for changes after `since` up to `seq`: the time range they touched."""
+    changed = [c for c in list(self.changes) if since < c["seq"] <= seq]
+    data = [c for c in changed if c["type"] == "data"]
+    status = self.status
+    msg = {"type": "final" if status in ("final", "failed") else "data", "seq": seq,
+           "status": self.final_status or ("failed" if status == "failed" else "live"),
+           "finalising": status == "finalising", "error": self.error,
+           "head_ns": self.head_ns() if status not in ("final", "failed") else None,
+           "t0_ns": min((c["t0_ns"] for c in data), default=None),
+           "t1_ns": max((c["t1_ns"] for c in data), default=None),
+           "layout_version": self.layout.version, **{k: v for k, v in self.counts().items()}}
+    return msg
 
 
 # -- all captures of this server --------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """One live capture: a growing .atrace shown as a trace while it grows, then published under its id.
 
-The capture follows the file with the .atrace follower and keeps the records since its last sealed
-segment as the open head. Every BUILD_S (or once the previous build is done, when builds take
-longer) the head is written out as a window file (formats/atrace/window.py) and ingested with the
-native importer and the builder into a small DuckDB file with its LOD tables, all with the
-capture's start as the time origin; once the head holds SEAL_EVENTS records or SEAL_S seconds, that
-file is sealed: it never changes again and its tile parts are cached (tiles/live.py). Each build
-announces the time range it changed to the page's websocket. When the file gets its trailer (the
-daemon stopped), the whole file is ingested under the same id, analysed, and the row becomes an
-ordinary ready trace; the segments go. server/live.py finds the files and runs one capture each.
+The capture follows the file with the .atrace follower. Every BUILD_S (while fewer than
+BUILD_WORKERS builds run) the records read since the last build are written out as a
+window file (formats/atrace/window.py: the file's header, metadata, strings and clock pairs plus
+those records) and ingested with the native importer and the builder into a small DuckDB file with
+its LOD tables, with the capture's start as the time origin: a delta segment, immutable from then on
+(its tile parts are cached, tiles/live.py). Each build announces the time range it touched to the
+page's websocket. So that the segment count stays small and what crosses a delta boundary (a
+begin/end pair, a correlation) joins up, the deltas of the last SEAL_S seconds (or SEAL_EVENTS
+records) are compacted on a second thread into one segment of all their records, which replaces
+them. When the file gets its trailer (the daemon stopped), the whole file is ingested under the same
+id, analysed, and the row becomes an ordinary ready trace; the segments go. server/live.py finds the
+files and runs one capture each.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -28,26 +32,26 @@ import numpy as np
 from acceltrace.formats import record as R
 from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.layout import AtraceError
-from acceltrace.formats.atrace.window import write_window
+from acceltrace.formats.atrace.window import snapshot, write_window
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.native.atrace import ingest_atrace
 from acceltrace.ingest.pipeline import ingest_one
-from acceltrace.server.metadata import link_peaks
 from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
 from acceltrace.store.errors import IngestError
 from acceltrace.tiles.layout import NAMES_TABLE
 from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile, segment_facts
-from acceltrace.tiles.query import MAX_LEVEL, LodInfo
+from acceltrace.tiles.query import LodInfo
 
 log = logging.getLogger("acceltrace.live")
 
 POLL_S = 0.02             # how often a capture reads its file
-BUILD_S = 0.1             # the head is rebuilt at most this often (and never while a build runs)
-SEAL_EVENTS = 200_000     # a head this big is sealed
-SEAL_S = 2.0              # ... or this old
+BUILD_S = 0.1             # a delta is started at most this often
+BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))  # ... with at most this many building at once
+SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into one segment
+SEAL_S = 2.0              # ... or once the oldest of them is this old
 RATE_WINDOW_S = 2.0
-RETIRE_S = 10.0           # a replaced head build stays open this long for requests still reading it
+RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
 CATALOG_EVERY_S = 1.0
 NAME_KINDS = (R.TRACK_NAME, R.PROCESS_NAME)
 
@@ -69,15 +73,20 @@ class LiveCapture:
         self.layout = LiveLayout()
         self.names: list[str] = []
         self.name_ids: dict[str, int] = {}
-        self.sealed: list[Segment] = []
-        self.head: Segment | None = None
+        self.sealed: list[Segment] = []  # in time order; every one immutable
         self.parts = PartCache()
-        self._head_recs: list[tuple[np.ndarray, np.ndarray]] = []
-        self._name_recs: list[tuple[np.ndarray, np.ndarray]] = []
-        self._head_n = 0
-        self._head_built_n = 0
-        self._head_since = 0.0
-        self._builds = 0
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # read, not built yet
+        self._name_recs: list[tuple[np.ndarray, np.ndarray]] = []  # track/process names: in every window
+        self._window: list[tuple[np.ndarray, np.ndarray]] = []  # built as deltas since the last compaction
+        self._window_futs: list[Future] = []  # the delta builds of the window, in read order
+        self._pool = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix=f"live build {self.path.name}")
+        self._window_n = 0
+        self._window_since = 0.0
+        self._next_base = 0
+        self._next_build = 0.0
+        self._files = 0
+        self._compactor: threading.Thread | None = None
+        self.compactions = 0
         self.start_abs_ns: int | None = None
         self.events = 0
         self._rate: deque[tuple[float, int]] = deque()
@@ -90,7 +99,7 @@ class LiveCapture:
         self.lock = threading.RLock()  # segments and layout, read by requests, changed by builds
         self.stop_event = threading.Event()
         self.build_ms: deque[float] = deque(maxlen=50)
-        self._retired: deque[tuple[float, Segment]] = deque()  # replaced head builds, closed a little later
+        self._retired: deque[tuple[float, Segment]] = deque()  # compacted deltas, closed a little later
         self._first_seen: float | None = None
         self.finalise_s: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"live {self.path.name}", daemon=True)
@@ -119,14 +128,14 @@ class LiveCapture:
                 if self.trace_id is None and self.tail.trailer is not None and caught_up:
                     self.status = "abandoned"  # complete when found: an ordinary file to ingest, not a capture
                     return
-                if self._head_n > self._head_built_n and now >= self._next_build:
-                    self._build_head()
-                    if self._head_n >= self.seal_events or now - self._head_since >= self.seal_s:
-                        self._seal()
+                if self._pending and now >= self._next_build and self._in_flight() < BUILD_WORKERS:
+                    self._build_delta()
+                if self._window_n and (self._window_n >= self.seal_events or now - self._window_since >= self.seal_s):
+                    self._start_compaction()
                 if self.trace_id is not None and now - last_catalog >= CATALOG_EVERY_S:
                     self.store.set_live_counts(self.trace_id, self.counts(), self.tail.offset)
                     last_catalog = now
-                if self.tail.trailer is not None and caught_up and self._head_n == self._head_built_n:
+                if self.tail.trailer is not None and caught_up and not self._pending and not self._in_flight():
                     if self.trace_id is not None:
                         self._finalise()
                     return
@@ -138,18 +147,12 @@ class LiveCapture:
             log.exception("live capture of %s failed", self.path)
             self._fail(f"{self.path.name}: internal error: {type(e).__name__}: {e}")
 
-    _next_build = 0.0
-
     def _take(self, recs: np.ndarray, streams: np.ndarray) -> None:
         names = np.isin(recs["kind"], NAME_KINDS)
         if names.any():
             self._name_recs.append((recs[names].copy(), streams[names].copy()))
-        ev = np.isin(recs["kind"], R.EVENT_KINDS)
-        n = int(ev.sum())
-        if not self._head_n:
-            self._head_since = time.monotonic()
-        self._head_recs.append((recs, streams))
-        self._head_n += len(recs)
+        n = int(np.isin(recs["kind"], R.EVENT_KINDS).sum())
+        self._pending.append((recs, streams))
         self.events += n
         now = time.monotonic()
         if self._first_seen is None:
@@ -167,44 +170,99 @@ class LiveCapture:
 
     def counts(self) -> dict:
         with self.lock:
-            segs = self.sealed + ([self.head] if self.head else [])
-            return {"events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
-                    "lost_events": self.tail.lost_events()[0], "segments": len(segs),
-                    "slices": sum(s.n_slices for s in segs), "tracks": len(self.layout.tracks)}
+            segs = list(self.sealed)
+        return {"events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
+                "lost_events": self.tail.lost_events()[0], "segments": len(segs),
+                "slices": sum(s.n_slices for s in segs), "tracks": len(self.layout.tracks)}
 
     # -- builds -----------------------------------------------------------------------------------
-    def _build_head(self) -> None:
-        t0 = time.perf_counter()
-        recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in self._head_recs])
-        streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in self._head_recs])
-        built_n = self._head_n
+    def _build_delta(self) -> None:
+        """The records read since the last build become a segment of their own (immutable), built on
+        one of BUILD_WORKERS threads, so a slow build does not hold back the next one."""
+        pending, self._pending = self._pending, []
+        recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
+        streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])
         if self.trace_id is None:  # the first data: the capture enters the catalog
             self.trace_id = self.store.begin_live(self.name)
             self.dir = self.store.live_dir(self.trace_id)
             self.dir.mkdir(parents=True, exist_ok=True)
             self.status = "live"
-        self._builds += 1
-        seg_path = self.dir / f"seg-{len(self.sealed):06d}.{self._builds}.duckdb"
-        seg = self._ingest_window(recs, streams, seg_path)
-        self._head_built_n = built_n
-        ms = (time.perf_counter() - t0) * 1000
-        self.build_ms.append(ms)
-        self._next_build = time.monotonic() + max(BUILD_S, ms / 1000)
-        if seg is None:
+        # ids: a segment of n records holds at most n slices, so a range of n ids is its for good
+        # (a compaction that replaces several deltas reuses the first one's base)
+        base, self._next_base = self._next_base, self._next_base + len(recs)
+        fut = self._pool.submit(self._delta_job, snapshot(self.tail), recs, streams, base)
+        self._next_build = time.monotonic() + BUILD_S
+        if not self._window_n:
+            self._window_since = time.monotonic()
+        self._window += pending
+        self._window_n += sum(len(r) for r, _ in pending)
+        self._window_futs.append(fut)
+
+    def _in_flight(self) -> int:
+        for f in self._window_futs:
+            if f.done() and f.exception() is not None:
+                raise f.exception()
+        return sum(not f.done() for f in self._window_futs)
+
+    def _delta_job(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
+        t0 = time.perf_counter()
+        seg = self._ingest_window(ctx, recs, streams, base)
+        self.build_ms.append((time.perf_counter() - t0) * 1000)
+        if seg is not None:
+            with self.lock:  # in id order, which is read order
+                at = next((i for i, s in enumerate(self.sealed) if s.slice_base > base), len(self.sealed))
+                self.sealed.insert(at, seg)
+            self._announce("data", seg.lo_ns, seg.hi_ns)
+        return seg
+
+    def _start_compaction(self) -> None:
+        """Replace the window's delta segments by one segment of all their records, on another thread
+        (begin/end pairs and correlation flows that crossed delta boundaries now join up)."""
+        if self._compactor is not None and self._compactor.is_alive():
+            return
+        futs, window = self._window_futs, self._window
+        self._window_futs, self._window, self._window_n = [], [], 0
+        if len(futs) < 2:
+            return
+        ctx = snapshot(self.tail)  # the follower keeps changing on this thread
+        names = list(self._name_recs)
+        self._compactor = threading.Thread(target=self._compact, args=(ctx, names, window, futs),
+                                           name=f"live compaction {self.path.name}", daemon=True)
+        self._compactor.start()
+
+    def _compact(self, ctx, names, window, futs) -> None:
+        try:
+            segs = [s for s in (f.result() for f in futs) if s is not None]  # every delta of the window is in
+            if len(segs) < 2:
+                return
+            recs = np.concatenate([r for r, _ in names] + [r for r, _ in window])
+            streams = np.concatenate([s for _, s in names] + [s for _, s in window])
+            seg = self._ingest_window(ctx, recs, streams, segs[0].slice_base)
+        except (OSError, IngestError, duckdb.Error) as e:  # the deltas stay: the view is still right
+            log.warning("live compaction of %s failed: %s", self.path, e)
+            return
+        if seg is None or self.status not in ("live", "following"):
             return
         with self.lock:
-            old = self.head
-            self.head = seg
-        if old is not None:
-            self._retired.append((time.monotonic(), old))
-        while self._retired and time.monotonic() - self._retired[0][0] > RETIRE_S:
-            _drop_file(self._retired.popleft()[1])
+            keys = {s.key for s in segs}
+            at = next(i for i, s in enumerate(self.sealed) if s.key in keys)
+            self.sealed = self.sealed[:at] + [seg] + [s for s in self.sealed[at:] if s.key not in keys]
+            now = time.monotonic()
+            self._retired += [(now, s) for s in segs]
+            while self._retired and now - self._retired[0][0] > RETIRE_S:
+                _drop_file(self._retired.popleft()[1])
+        for s in segs:
+            self.parts.drop(s.key)
+        self.compactions += 1
         self._announce("data", seg.lo_ns, seg.hi_ns)
 
-    def _ingest_window(self, recs: np.ndarray, streams: np.ndarray, seg_path: Path) -> Segment | None:
+    def _ingest_window(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
+        with self.lock:
+            self._files += 1
+            seg_path = self.dir / f"seg-{self._files:06d}.duckdb"
         win = seg_path.with_suffix(".atrace")
         tmp = seg_path.with_suffix(".tmp")
-        write_window(self.tail, recs, streams, win)
+        write_window(ctx, recs, streams, win)
         b = TraceBuilder(tmp, memory_limit="512MB", threads=1)
         try:
             ingest_atrace(win, b, label=self.path.name)
@@ -220,15 +278,15 @@ class LiveCapture:
         finally:
             win.unlink(missing_ok=True)
         os.replace(tmp, seg_path)
-        return self._open_segment(seg_path)
+        return self._open_segment(seg_path, base)
 
-    def _open_segment(self, path: Path) -> Segment:
+    def _open_segment(self, path: Path, base: int) -> Segment:
         con = duckdb.connect(str(path), read_only=True)
         con.execute("SET threads = 1")
         info = LodInfo.load(con)
         if self.start_abs_ns is None:
             self.start_abs_ns = info.start_ns
-        tracks, names, n_slices, lo, hi = segment_facts(con)
+        tracks, names, n_slices, lo, hi, empty = segment_facts(con)
         with self.lock:
             gids = self.layout.add(tracks)
             tmap = np.zeros(max([t["track_id"] for t in tracks], default=-1) + 1, np.int64)
@@ -240,17 +298,8 @@ class LiveCapture:
                     g = self.name_ids[text] = len(self.names)
                     self.names.append(text)
                 nmap[i] = g
-            base = sum(s.n_slices for s in self.sealed)
         return Segment(key=path.name, con=con, info=info, track_map=tmap, name_map=nmap, slice_base=base,
-                       n_slices=n_slices, lo_ns=lo - info.start_ns, hi_ns=hi - info.start_ns, sealed=False)
-
-    def _seal(self) -> None:
-        with self.lock:
-            if self.head is not None:
-                self.head.sealed = True
-                self.sealed.append(self.head)
-                self.head = None
-        self._head_recs, self._head_n, self._head_built_n = [], 0, 0
+                       n_slices=n_slices, lo_ns=lo - info.start_ns, hi_ns=hi - info.start_ns, empty=empty)
 
     def _announce(self, kind: str, t0_ns: int | None = None, t1_ns: int | None = None) -> None:
         with self.cond:
@@ -268,6 +317,9 @@ class LiveCapture:
     def _finalise(self) -> None:
         self.status = "finalising"
         self._announce("finalising")
+        self._pool.shutdown(wait=True)
+        if self._compactor is not None:
+            self._compactor.join()
         t0 = time.perf_counter()
         tmp = self.store.live_to_ingesting(self.trace_id)
         res = ingest_one(self.store, [self.path], self.name, keep_failed=True, trace_id=self.trace_id, tmp_path=tmp,
@@ -281,6 +333,7 @@ class LiveCapture:
         self._announce("final")
 
     def _fail(self, message: str) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self.error = message
         self.status = "failed"
         if self.trace_id is not None:
@@ -292,7 +345,7 @@ class LiveCapture:
 
     def _close_segments(self) -> None:
         with self.lock:
-            segs, self.sealed, self.head = self.sealed + ([self.head] if self.head else []), [], None
+            segs, self.sealed = list(self.sealed), []
             segs += [r for _, r in self._retired]
             self._retired.clear()
         for s in segs:
@@ -304,7 +357,7 @@ class LiveCapture:
     # -- what requests read -----------------------------------------------------------------------
     def segments(self) -> list[Segment]:
         with self.lock:
-            return self.sealed + ([self.head] if self.head else [])
+            return list(self.sealed)
 
     def head_ns(self) -> int:
         segs = self.segments()
@@ -312,7 +365,7 @@ class LiveCapture:
 
     def tile(self, level: int, index: int, grp: int) -> bytes:
         with self.lock:
-            segs = self.sealed + ([self.head] if self.head else [])
+            segs = list(self.sealed)
             tracks = self.layout.group_tracks(grp)
             g = self.layout.groups[grp]
             names = list(self.names)
@@ -325,48 +378,6 @@ class LiveCapture:
         t1 = (index + 1) << (level + 10)
         keys = [s.key for s in self.segments() if s.overlaps(t0, t1)]
         return f"{self.trace_id}/{level}/{index}/{grp}/{self.layout.version}/{','.join(keys)}"
-
-    def metadata(self) -> dict:
-        """The trace metadata document (server/metadata.py's shape) of the capture so far."""
-        segs = self.segments()
-        head = self.head_ns()
-        with self.lock:
-            tracks = [{**{k: v for k, v in t.items() if k != "grp"}, "group": f"g{t['grp']}"}
-                      for t in self.layout.ui_order()]
-            groups = [{"id": f"g{g['grp']}", "lane": g["lane"], "group_name": g["group_name"],
-                       "name": f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"],
-                       "track_ids": list(g["track_ids"])} for g in self.layout.groups]
-            version = self.layout.version
-        meta = SL.merged_meta([s.con for s in segs[-1:]])
-        duration = max(1, head)
-        max_level = max(0, min(MAX_LEVEL, (duration // 1024).bit_length()))
-        lost = self.tail.lost_events()[0]
-        return {
-            "id": self.trace_id, "name": self.name, "format": "atrace", "status": "live",
-            "start_abs_ns": str(self.start_abs_ns or 0), "duration_ns": duration,
-            "warning_count": 0, "warnings": [], "dropped_events": 0, "lost_events": lost,
-            "links": link_peaks(meta), "meta": meta,
-            "levels": {"min": 0, "max": max_level, "buckets_per_tile": 1024, "pyramid_from": 0},
-            "min_level": 0, "max_level": max_level, "groups": groups, "tracks": tracks,
-            "counts": self.counts(),
-            "live": {"head_ns": head, "events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
-                     "lost_events": lost, "segments": len(segs), "layout_version": version, "seq": self.seq,
-                     "file": self.path.name},
-        }
-
-    def push_message(self, seq: int, since: int) -> dict:
-        """The websocket message for changes after `since` up to `seq`: the time range they touched."""
-        changed = [c for c in list(self.changes) if since < c["seq"] <= seq]
-        data = [c for c in changed if c["type"] == "data"]
-        status = self.status
-        msg = {"type": "final" if status in ("final", "failed") else "data", "seq": seq,
-               "status": self.final_status or ("failed" if status == "failed" else "live"),
-               "finalising": status == "finalising", "error": self.error,
-               "head_ns": self.head_ns() if status not in ("final", "failed") else None,
-               "t0_ns": min((c["t0_ns"] for c in data), default=None),
-               "t1_ns": max((c["t1_ns"] for c in data), default=None),
-               "layout_version": self.layout.version, **{k: v for k, v in self.counts().items()}}
-        return msg
 
     def slice_detail(self, slice_id: int) -> dict | None:
         return SL.slice_detail(self.segments(), slice_id, self.start_abs_ns or 0)
@@ -388,7 +399,7 @@ def _unlink(p: Path) -> None:
 
 
 def _drop_file(seg: Segment) -> None:
-    """A head build replaced by a newer one: close it and remove its file (requests hold cursors of
+    """A segment replaced by a compaction: close it and remove its file (requests hold cursors of
     their own; a cursor still reading keeps the DuckDB instance until it is done)."""
     path = None
     try:

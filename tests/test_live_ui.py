@@ -85,6 +85,7 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
                 lags.append((time.monotonic_ns() - start_abs - d) / 1e9)
                 drawn.append(d)
                 time.sleep(0.25)
+            print("lags", [round(x, 2) for x in lags])
             assert drawn[-1] > drawn[0], drawn  # new data keeps being drawn
             assert sorted(lags)[len(lags) // 2] < LAG_BOUND_S, lags
             live = page.evaluate("() => ({...window.acceltrace.live})")

@@ -1,4 +1,4 @@
-"""Tiles of a live trace: one tile composed from the sealed segments it overlaps and the open head.
+"""Tiles of a live trace: one tile composed from the segments it overlaps (server/live_capture.py).
 
 Each segment is a small published-format DuckDB file with its own level-of-detail tables, built with
 the capture's start as its time origin, so tile (level, index) means the same window in every
@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 
 from acceltrace.tiles.build import GROUP_MAX_TRACKS, LANE_ORDER, TILE_BUCKETS_LOG2
-from acceltrace.tiles.layout import name_dictionary, tracks_in_ui_order
+from acceltrace.tiles.layout import group_counts, name_dictionary, tracks_in_ui_order
 from acceltrace.tiles.query import COLUMNS, MAX_LEVEL, LodInfo, _queries, encode_tile
 
 PART_CACHE_BYTES = 128 << 20
@@ -33,7 +33,7 @@ _NAME_COLS = {("slices", "name"), ("merged", "longest_name"), ("instants", "name
 class Segment:
     """One segment opened read-only, with the maps from its ids to the capture's."""
 
-    key: str                 # unique per file content: sealed segments keep theirs, each head build gets a new one
+    key: str                 # unique per segment file: a file never changes, so neither do its parts
     con: duckdb.DuckDBPyConnection
     info: LodInfo
     track_map: np.ndarray    # local track_id -> global track id
@@ -43,20 +43,23 @@ class Segment:
     lo_ns: int               # earliest start and latest end, ns relative to the capture's start
     hi_ns: int
     sealed: bool = True
+    empty: frozenset = frozenset()  # sections it has no rows for (their queries are skipped)
 
     def overlaps(self, t0: int, t1: int) -> bool:
         return self.lo_ns < t1 and self.hi_ns >= t0
 
 
-def segment_facts(con: duckdb.DuckDBPyConnection) -> tuple[list[dict], list[str], int, int, int]:
-    """(track rows with max_depth, names by name_id, slice count, earliest start, latest end) of a
-    segment; times absolute."""
+def segment_facts(con: duckdb.DuckDBPyConnection) -> tuple[list[dict], list[str], int, int, int, frozenset]:
+    """(track rows with max_depth, names by name_id, slice count, earliest start, latest end, sections
+    without rows) of a segment; times absolute."""
     tracks = tracks_in_ui_order(con)
     names = name_dictionary(con, 1 << 40)
     n, lo, hi = con.execute(
         "SELECT (SELECT count(*) FROM slices), least((SELECT min(ts) FROM slices), (SELECT min(ts) FROM counters)),"
         " greatest((SELECT max(ts + dur) FROM slices), (SELECT max(ts) FROM counters))").fetchone()
-    return tracks, names, int(n), int(lo), int(hi)
+    totals = [sum(c[k] for c in group_counts(con).values()) for k in range(3)]
+    empty = {name for name, total in zip((("slices", "merged"), ("instants",), ("counters",)), totals) if not total}
+    return tracks, names, int(n), int(lo), int(hi), frozenset(x for names_ in empty for x in names_)
 
 
 class PartCache:
@@ -105,6 +108,9 @@ def segment_part(seg: Segment, level: int, index: int) -> dict[str, list[np.ndar
     try:
         out = {}
         for section, sql in _queries(info, level, index, None).items():
+            if section in seg.empty:
+                out[section] = [np.zeros(0, np.float64 if dt == "f64" else np.int64) for _, dt in COLUMNS[section]]
+                continue
             res = cur.execute(sql).fetchnumpy()
             cols = [np.asarray(v) for v in res.values()]
             names = [c for c, _ in COLUMNS[section]]

@@ -8,6 +8,7 @@ it as a clean file; lost counts stay with the follower (they belong to the captu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,27 @@ from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.writer import AtraceWriter
 
 
-def write_window(tail: AtraceTail, recs: np.ndarray, streams: np.ndarray, out: str | Path) -> int:
-    """Write `recs` (RECORD_DTYPE, with their `streams`) with the tail's context to `out`; returns bytes."""
+@dataclass(frozen=True)
+class Context:
+    """What a window needs of the followed file, copied at one moment (for use on another thread)."""
+
+    header: dict
+    metadata: list
+    strings: dict
+    sync: np.ndarray
+
+    def sync_pairs(self) -> np.ndarray:
+        return self.sync
+
+
+def snapshot(tail: AtraceTail) -> Context:
+    return Context(dict(tail.header), list(tail.metadata), {k: dict(v) for k, v in tail.strings.items()},
+                   tail.sync_pairs().copy())
+
+
+def write_window(tail: AtraceTail | Context, recs: np.ndarray, streams: np.ndarray, out: str | Path) -> int:
+    """Write `recs` (RECORD_DTYPE, with their `streams`) with the file's context (the follower itself,
+    or a `snapshot` of it) to `out`; returns the bytes written."""
     w = AtraceWriter(out, header=dict(tail.header))
     try:
         for meta in tail.metadata:

@@ -64,7 +64,7 @@ def live_index(request: Request):
                         "'live'), with a `live` block: head_ns (newest event time, relative), events, rate_per_s, "
                         "lost_events, segments, layout_version.")
 def live_metadata(trace_id: str, request: Request) -> dict:
-    return _live_capture(request, trace_id).metadata()
+    return live.live_metadata(_live_capture(request, trace_id))
 
 
 @router.get("/api/live/{trace_id}/tiles/{level}/{index}", summary="One tile of a live trace (binary)",
@@ -142,7 +142,7 @@ async def live_ws(ws: WebSocket, trace: str = ""):
         while not gone.is_set():
             seq = await run_in_threadpool(cap.wait_change, seen, PUSH_WAIT_S)
             if seq > seen or cap.status in ("final", "failed"):
-                msg = cap.push_message(seq, seen)
+                msg = live.push_message(cap, seq, seen)
                 await ws.send_json(msg)
                 seen = seq
                 if msg["type"] == "final":
