@@ -14,6 +14,13 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 setup: $(BIN)/python
+	@# the compiled parts (setup.py: the Chrome scanner) need a C compiler; without one they
+	@# are skipped and the Python paths run instead (same results, slower)
+	@command -v cc >/dev/null 2>&1 || { \
+	  echo "installing gcc for the compiled ingest scanner (optional)"; \
+	  (apt-get update -qq && apt-get install -y -qq gcc python3-dev) >/dev/null 2>&1 || \
+	  (sudo -n apt-get update -qq && sudo -n apt-get install -y -qq gcc python3-dev) >/dev/null 2>&1 || \
+	  echo "no C compiler: the ingest scanner is not built; Chrome traces load on the slower Python path"; }
 	$(BIN)/python -m pip install -q -e .
 
 test-setup: setup
