@@ -20,14 +20,16 @@ import duckdb
 from fastapi import Request
 
 from acceltrace.server.query_pool import QueryPool
+from acceltrace.server.tile_cache import TileBytes
 from acceltrace.store.catalog import Store
 from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES
 from acceltrace.store.queries import trace_start_ns
+from acceltrace.tiles.disk import DiskTiles
 from acceltrace.tiles.query import LodInfo
 
 OPEN_TRACES_MAX = 16
 DUCKDB_MEMORY_LIMIT = "512MB"
-TILE_CACHE_BYTES = 256 << 20
+TILE_CACHE_BYTES = int(os.environ.get("ACCELTRACE_TILE_MEMORY_BYTES", 256 << 20))  # per worker
 ROW_CACHE_S = 1.0
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # templates/ and static/
 
@@ -91,6 +93,7 @@ class AppState:
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
         self.tiles = TileCache(TILE_CACHE_BYTES)
+        self.tile_bytes = TileBytes(self.tiles, DiskTiles(self.store.traces_dir, self.store.tmp_dir))
         self.query_pool = QueryPool(self.store.root)  # SQL queries: processes and slots of their own
 
     # -- catalog -----------------------------------------------------------------------------
@@ -185,6 +188,7 @@ class AppState:
 
     def close_all(self) -> None:
         self.query_pool.close()
+        self.tile_bytes.close()
         with self._lock:
             handles = list(self._open.values())
             self._open.clear()

@@ -307,3 +307,40 @@ def test_cli_query_has_a_time_and_row_limit(trace_store):
     r = subprocess.run(base + ["SELECT slice_id FROM slices ORDER BY 1", "--max-rows", "5"], capture_output=True,
                        text=True, env=env, timeout=60)
     assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == 6 and "first 5 rows" in r.stderr, r
+
+
+def test_tiles_are_cached_on_disk_beside_the_trace_and_gzip_is_negotiated(api, trace_store, monkeypatch):
+    import gzip
+
+    from acceltrace.server import tile_cache
+
+    monkeypatch.setattr(tile_cache, "GZIP_MIN_BYTES", 0)  # the test trace's tiles are small
+
+    tid = trace_store.ids["chain"]
+    meta = api.get(f"/api/traces/{tid}").json()
+    level = max(0, meta["max_level"] - 2)
+    url = f"/api/traces/{tid}/tiles/{level}/0"
+    first = api.get(url, headers={"Accept-Encoding": "identity"})
+    assert first.status_code == 200 and "content-encoding" not in first.headers
+    on_disk = list((trace_store.root / "traces").glob(f"{tid}.tile.*.{level}.0.all.bin"))
+    assert len(on_disk) == 1 and on_disk[0].read_bytes() == first.content
+    # a worker that never built it (a fresh app on the same store) serves the same bytes from disk
+    from fastapi.testclient import TestClient
+
+    from acceltrace.server.app import create_app
+
+    with TestClient(create_app(trace_store.root), raise_server_exceptions=False) as other:
+        again = other.get(url, headers={"Accept-Encoding": "identity"})
+        assert again.content == first.content and again.headers["etag"] == first.headers["etag"]
+    deadline = time.monotonic() + 10
+    while True:  # the gzip twin is built in the background after the first gzip-accepting request
+        r = api.get(url, headers={"Accept-Encoding": "gzip"})
+        if r.headers.get("content-encoding") == "gzip":
+            break
+        assert time.monotonic() < deadline, "no gzip twin"
+        time.sleep(0.1)
+    assert r.content == first.content  # (the client decodes it)
+    assert r.headers["etag"] != first.headers["etag"] and r.headers["vary"] == "Accept-Encoding"
+    gz = list((trace_store.root / "traces").glob(f"{tid}.tile.*.{level}.0.all.bin.gz"))
+    assert len(gz) == 1 and gzip.decompress(gz[0].read_bytes()) == first.content
+    assert api.get(url, headers={"If-None-Match": r.headers["etag"]}).status_code == 304

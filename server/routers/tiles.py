@@ -86,14 +86,22 @@ def get_tile(
     etag = '"' + hashlib.sha256(
         f"{trace_id}/{level}/{index}/{group}/lod{LOD_VERSION}/tile{TILE_FORMAT_VERSION}".encode()
     ).hexdigest()[:32] + '"'
-    headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
+    want_gzip = "gzip" in request.headers.get("accept-encoding", "")
     inm = request.headers.get("if-none-match")
-    if inm and etag in [t.strip() for t in inm.split(",")]:
-        return Response(status_code=304, headers=headers)
-    key = (trace_id, level, index, group)
-    body = state.tiles.get(key)
-    if body is None:
+    if inm:  # either representation's tag: the client holds that one
+        tags = [t.strip() for t in inm.split(",")]
+        for tag in (etag, etag[:-1] + '-gz"'):
+            if tag in tags:
+                return Response(status_code=304, headers={"ETag": tag, "Cache-Control": IMMUTABLE,
+                                                          "Vary": "Accept-Encoding"})
+
+    def build() -> bytes:
         with h.cursor() as cur:
-            body = build_tile(cur, h.info, level, index, grp, group, empty, _names(h, cur))
-        state.tiles.put(key, body)
+            return build_tile(cur, h.info, level, index, grp, group, empty, _names(h, cur))
+
+    body, enc = state.tile_bytes.get((trace_id, level, index, group), want_gzip, build)
+    headers = {"ETag": etag if enc == "identity" else etag[:-1] + '-gz"', "Cache-Control": IMMUTABLE,
+               "Vary": "Accept-Encoding"}
+    if enc == "gzip":
+        headers["Content-Encoding"] = "gzip"
     return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)
