@@ -220,6 +220,8 @@ def _name_tracks(state) -> None:
         else:
             group, name = proc, label
         device = info.pid if (is_device or device_lane) and info.pid else None
+        if device is not None and multi:  # GPU 0 of rank 1 is not GPU 0 of rank 2: busy and passes key on it
+            device = f"{group}/{device}"
         thread = info.tid if info.tid and info.kind != "memory" else None
         psort = state.proc.get((info.src, info.pid), {}).get("sort")
         tsort = state.thread_meta.get((info.src, info.pid, info.tid), {}).get("sort")
