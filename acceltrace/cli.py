@@ -43,8 +43,9 @@ def _traced(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from acceltrace.collect.counters.cli import collect_command
     from acceltrace.sim.counters import realtime_sim_source
+    from acceltrace.sim.pm import PMSampler
 
-    return collect_command(args, realtime_sim=realtime_sim_source) or 0
+    return collect_command(args, realtime_sim=realtime_sim_source, pm_unit=PMSampler) or 0
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -158,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--list", action="store_true", help="list what the source offers")
     s.add_argument("--socket", type=Path, help="also stream to a running tracing daemon")
     s.add_argument("--realtime", action="store_true", help="ask for SCHED_FIFO so ticks are not delayed by load")
+    s.add_argument("--device-sampling", action="store_true",
+                   help="the device's PM unit samples its counters into a ring (rate 1 to 200000) that is drained "
+                   "in batches (sim source)")
+    s.add_argument("--drain-hz", type=float, default=20.0, help="with --device-sampling: drains per second (1 to 1000)")
+    s.add_argument("--pm-ring", type=int, default=1 << 16, help="with --device-sampling: ring slots per device")
     s.set_defaults(func=_collect)
 
     s = sub.add_parser("record", help="run a command with tracing on (PyTorch profiler) and counters beside it",

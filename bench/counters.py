@@ -133,9 +133,9 @@ def run_pm(bank, rate_hz: float, seconds: float, drain_hz: float, ring: int) -> 
         now = clock.now_ns()
         pm = PMSampler(bank, "dev0", ring_samples=ring, model_offset_ns=int(bank.start_ns) - now)
         pm.program(names, rate_hz, now)
-        w = ActrWriter(Path(d) / "pm.actr", header_for(pm, [specs[n].header_entry(0) for n in names],
+        w = ActrWriter(Path(d) / "pm.actr", header_for([(pm, [specs[n].header_entry(0) for n in names])],
                                                         [x.header_entry() for x in src.devices()]))
-        st = PMCollector(pm, w, clock, drain_hz=drain_hz).run(seconds)
+        st = PMCollector([pm], w, clock, drain_hz=drain_hz).run(seconds)
         w.close(st.as_dict())
         return {"rate": pm.rate_hz, "cpu_pct": st.cpu_s / st.wall_s * 100,
                 "host_pct": (st.cpu_s - pm.model_cpu_s) / st.wall_s * 100, "samples": st.samples,

@@ -40,10 +40,10 @@ def _record(tmp_path, rate_hz=10_000, drain_hz=20, ring=1 << 14, span_s=0.8, sta
     clock = VirtualClock(int(0.05e9))
     pm = PMSampler(bank, "dev0", ring_samples=ring)
     pm.program(names, rate_hz, clock.now_ns())
-    hdr = header_for(pm, [specs[n].header_entry(0) for n in names], [d.header_entry() for d in src.devices()])
+    hdr = header_for([(pm, [specs[n].header_entry(0) for n in names])], [d.header_entry() for d in src.devices()])
     path = tmp_path / "pm.actr"
     w = ActrWriter(path, hdr)
-    col = PMCollector(pm, w, clock, drain_hz=drain_hz)
+    col = PMCollector([pm], w, clock, drain_hz=drain_hz)
     if stall_at is None:
         stats = col.run(span_s)
     else:  # the host stops draining for a while: the device ring fills and drops samples
@@ -136,3 +136,24 @@ def test_programming_limits_and_a_version_1_0_file_still_reads(tmp_path):
     w.close()
     d = read_actr_path(tmp_path / "bad.actr")
     assert any("not declare as buffered" in m for _, m, _ in d.warnings)
+
+
+def test_collect_command_with_device_sampling(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "pm.actr"
+    r = subprocess.run([sys.executable, "-m", "acceltrace", "collect", "--source", "sim", "--device-sampling",
+                        "--rate", "5000", "--duration", "0.5", "--drain-hz", "50", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "dropped by the devices (ring full): 0" in r.stdout
+    d = read_actr_path(out)
+    assert d.header["source"] == "sim-pm" and d.tail["buffered_dropped"] == 0
+    for gid, drains in d.buffered.items():
+        n = sum(len(x["records"]) for x in drains)
+        assert 2400 <= n <= 2700, (gid, n)  # 0.5 s at 5 kHz, plus the drain after the end
+    bad = subprocess.run([sys.executable, "-m", "acceltrace", "collect", "--source", "host", "--device-sampling",
+                          "--duration", "1", "--out", str(tmp_path / "x.actr")], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "only --source sim" in bad.stderr

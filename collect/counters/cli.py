@@ -102,13 +102,15 @@ class Live:
         sys.stderr.flush()
 
 
-def collect_command(args, realtime_sim=None) -> int:
+def collect_command(args, realtime_sim=None, pm_unit=None) -> int:
     try:
         source_class(args.source)  # refuse an unknown source name before the other checks
     except KeyError as e:
         return _err(e.args[0])
     if not args.list and args.out is None:
         return _err("--out FILE.actr is required (or --list to see the counters)")
+    if getattr(args, "device_sampling", False):
+        return device_sampling_command(args, realtime_sim, pm_unit)
     if not args.list and not (MIN_RATE_HZ <= args.rate <= MAX_RATE_HZ):
         return _err(f"--rate {args.rate:g} is outside {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz")
     if args.duration is not None and args.duration < 0:
@@ -190,3 +192,62 @@ def collect_command(args, realtime_sim=None) -> int:
           f"at {args.rate:g} Hz over {span_s:.2f} s; missed deadlines {st.missed_deadlines}; "
           f"sampler cost {st.cpu_ns / 1e9 / span_s * 100:.2f}% of one core ({ended})")
     return {"completed": 0, "interrupted": 130}.get(ended, 1)
+
+
+def device_sampling_command(args, realtime_sim, pm_unit) -> int:
+    """`collect --source sim --device-sampling`: each device's PM unit samples its registers at
+    --rate (1 Hz .. 200 kHz) into its own ring; this process drains the rings at --drain-hz
+    into BUFS chunks (collect/counters/pm.py). pm_unit(bank, device, ring_samples=, model_offset_ns=)
+    makes a unit (sim/pm.py's PMSampler; the command line passes it in)."""
+    from acceltrace.collect.counters.pm import MAX_DRAIN_HZ, MIN_DRAIN_HZ, PMCollector, header_for
+    from acceltrace.formats.actr.writer import ActrWriter
+
+    if args.source != "sim" or pm_unit is None:
+        return _err("--device-sampling needs a device with a PM sampler: only --source sim has one here")
+    if not 1.0 <= args.rate <= 200_000.0:
+        return _err(f"--rate {args.rate:g} is outside 1..200000 Hz for device sampling")
+    if not MIN_DRAIN_HZ <= args.drain_hz <= MAX_DRAIN_HZ:
+        return _err(f"--drain-hz {args.drain_hz:g} is outside {MIN_DRAIN_HZ:g}..{MAX_DRAIN_HZ:g} Hz")
+    if not args.duration or args.duration < 0:
+        return _err("--device-sampling needs a positive --duration")
+    out = Path(args.out)
+    if out.parent and not out.parent.exists():
+        return _err(f"the directory of --out {out} does not exist")
+    try:
+        src = open_source("sim", args.duration, realtime_sim)
+    except SourceUnavailable as e:
+        return _err(str(e))
+    bank = src.bank
+    wanted = {n.strip() for n in args.counters.split(",") if n.strip()} if args.counters else None
+    specs = {s.name: s for s in src.specs()}
+    clock = WallClock()
+    now = clock.now_ns()
+    units = []
+    for dev in dict.fromkeys(s.device for s in bank.specs):
+        names = [s.name for s in bank.specs if s.device == dev and (wanted is None or s.name in wanted)]
+        if not names:
+            continue
+        pm = pm_unit(bank, dev, ring_samples=args.pm_ring, model_offset_ns=int(bank.start_ns) - now)
+        pm.program(names, args.rate, now)
+        units.append((pm, [specs[n].header_entry(0) for n in names]))
+    if wanted is not None and not units:
+        return _err(f"none of --counters {args.counters} is a register of the model")
+    try:
+        w = ActrWriter(out, header_for(units, [d.header_entry() for d in src.devices()], source="sim-pm"))
+    except OSError as e:
+        return _err(f"cannot write {out}: {e.strerror or e}")
+    col = PMCollector([pm for pm, _ in units], w, clock, drain_hz=args.drain_hz)
+    old = {sig: signal.signal(sig, lambda *_: col.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        st = col.run(args.duration)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        w.close({**col.stats.as_dict(), "ended": "interrupted" if col._stop else "completed"})
+    model_s = sum(pm.model_cpu_s for pm, _ in units)
+    print(f"wrote {out}: {st.samples} device samples of {sum(len(pm.names) for pm, _ in units)} counters on "
+          f"{len(units)} devices at {units[0][0].rate_hz:g} Hz, {st.drains} drains at {args.drain_hz:g} Hz; "
+          f"dropped by the devices (ring full): {st.dropped}; drain cost "
+          f"{(st.cpu_s - model_s) / max(st.wall_s, 1e-9) * 100:.2f}% of one core "
+          f"(+ {model_s / max(st.wall_s, 1e-9) * 100:.2f}% evaluating the model's registers)")
+    return 130 if col._stop else 0

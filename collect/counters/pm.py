@@ -37,41 +37,50 @@ class DrainStats:
                 "drain_cpu_s": round(self.cpu_s, 6), "drain_wall_s": round(self.wall_s, 6)}
 
 
-def header_for(pm, specs: list[dict], devices: list[dict], group: int = 0, source: str = "pm") -> dict:
-    """An .actr header declaring the PM unit's registers as one buffered group.
+def header_for(units: list, devices: list[dict], source: str = "pm") -> dict:
+    """An .actr header declaring each PM unit's registers as one buffered group (ids 0, 1, ...).
 
-    specs: the header counter entries (name, unit, bits, kind, ...) of pm.names, in order.
+    units: (pm, specs) pairs, specs being the header counter entries (name, unit, bits, kind, ...)
+    of pm.names, in order.
     """
-    return {"source": source, "rate_hz": pm.rate_hz, "devices": devices,
-            "counters": [dict(s, group=group) for s in specs],
-            "groups": [{"id": group, "counters": list(pm.names), "device": pm.device,
-                        "buffered": {"clock_hz": pm.clock_hz, "period_ticks": pm.period_ticks,
-                                     "rate_hz": pm.rate_hz}}]}
+    counters, groups = [], []
+    for gid, (pm, specs) in enumerate(units):
+        counters += [dict(s, group=gid) for s in specs]
+        groups.append({"id": gid, "counters": list(pm.names), "device": pm.device,
+                       "buffered": {"clock_hz": pm.clock_hz, "period_ticks": pm.period_ticks,
+                                    "rate_hz": pm.rate_hz}})
+    return {"source": source, "rate_hz": max(pm.rate_hz for pm, _ in units), "devices": devices,
+            "counters": counters, "groups": groups}
 
 
 class PMCollector:
-    """Drains one PM unit into an ActrWriter at drain_hz against absolute deadlines."""
+    """Drains PM units (one buffered group each: group id = position) into an ActrWriter at
+    drain_hz, against absolute deadlines."""
 
-    def __init__(self, pm, writer: ActrWriter, clock, group: int = 0, drain_hz: float = 20.0):
+    def __init__(self, units: list, writer: ActrWriter, clock, drain_hz: float = 20.0):
         if not MIN_DRAIN_HZ <= drain_hz <= MAX_DRAIN_HZ:
             raise ValueError(f"drain rate {drain_hz} Hz is outside {MIN_DRAIN_HZ:g}..{MAX_DRAIN_HZ:g} Hz")
-        self.pm, self.writer, self.clock, self.group = pm, writer, clock, group
+        self.units = list(units)
+        self.writer, self.clock = writer, clock
         self.period_ns = int(1e9 / drain_hz)
         self.stats = DrainStats()
         self._stop = False
 
     def drain_once(self) -> int:
-        """One drain: clock pair, the ring's contents, one BUFS chunk. Returns the samples drained."""
+        """One drain of every unit: a clock pair, the ring's contents, one BUFS chunk each."""
         host_ns = self.clock.now_ns()
-        sync_host, sync_ticks = self.pm.sync_pair(host_ns)
-        seq0, ticks, raw, dropped = self.pm.drain(host_ns)
-        self.writer.append_buffered(self.group, seq0=seq0, dropped=dropped, sync_host_ns=sync_host,
-                                    sync_dev_ticks=sync_ticks, period_ticks=self.pm.period_ticks,
-                                    dev_ticks=ticks, raw=raw)
+        total = 0
+        for gid, pm in enumerate(self.units):
+            sync_host, sync_ticks = pm.sync_pair(host_ns)
+            seq0, ticks, raw, dropped = pm.drain(host_ns)
+            self.writer.append_buffered(gid, seq0=seq0, dropped=dropped, sync_host_ns=sync_host,
+                                        sync_dev_ticks=sync_ticks, period_ticks=pm.period_ticks,
+                                        dev_ticks=ticks, raw=raw)
+            self.stats.samples += len(ticks)
+            self.stats.dropped += dropped
+            total += len(ticks)
         self.stats.drains += 1
-        self.stats.samples += len(ticks)
-        self.stats.dropped += dropped
-        return len(ticks)
+        return total
 
     def run(self, duration_s: float | None) -> DrainStats:
         """Drain until duration_s has passed (None: until stop()), then once more."""
