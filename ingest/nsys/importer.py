@@ -100,8 +100,13 @@ class _Ingest:
         if "OSRT_API" not in self.unreadable:
             self._add_slices(m.osrt_sql(self.off))
         if "SCHED_EVENTS" not in self.unreadable and self.ex.has("SCHED_EVENTS"):
-            (end,) = self.q('SELECT greatest((SELECT max(start) FROM SCHED_EVENTS), (SELECT max("end") FROM _calls),'
-                            ' (SELECT max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL))').fetchall()[0]
+            # an open sched-in runs to the report's last event (of any table read)
+            (end,) = self.q('SELECT greatest(' + ', '.join(
+                f'(SELECT max({c}) FROM {t})' for t, c in (
+                    ("SCHED_EVENTS", "start"), ("_calls", '"end"'), ("CUPTI_ACTIVITY_KIND_KERNEL", '"end"'),
+                    ("CUPTI_ACTIVITY_KIND_MEMCPY", '"end"'), ("CUPTI_ACTIVITY_KIND_MEMSET", '"end"'),
+                    ("NVTX_EVENTS", 'coalesce("end", start)'), ("OSRT_API", '"end"'),
+                    ("COMPOSITE_EVENTS", "start"))) + ')').fetchall()[0]
             self._add_slices(m.sched_sql(self.off, int(end or 0)))
             double_in, lone_out = self.q(m.SCHED_UNPAIRED_SQL).fetchall()[0]
             if double_in or lone_out:
