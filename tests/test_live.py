@@ -85,12 +85,18 @@ def test_a_growing_file_is_a_live_trace_then_a_published_one_under_the_same_id(t
             assert hits["total"] == 2000 and hits["results"][0]["ts"] == 0
             d = c.get(f"/api/live/{tid}/slices/{hits['results'][0]['id']}").json()
             assert d["slice"]["name"] == "step" and d["slice"]["track"]["name"] == "thread 1"
+            # events the daemon dropped (its periodic loss chunks) reach the page with the next push
+            w.add_loss({0: 37})
+            _spans(w, "step", 10, T0 + 40_000_000)
+            lost = _wait(lambda: (m := ws.receive_json()) and m["lost_events"] == 37 and m, what="the loss")
+            assert lost["type"] == "data"
+            assert c.get("/api/traces").json()["traces"][0]["counts"]["lost_events"] in (0, 37)  # catalog: once a second
             w.close()
             final = _wait(lambda: (m := ws.receive_json()) and m["type"] == "final" and m, timeout_s=60,
                           what="the final push")
             assert final["status"] == "ready" and final["head_ns"] is None
         doc = c.get(f"/api/traces/{tid}").json()
-        assert doc["status"] == "ready" and doc["counts"]["slices"] == 2000
+        assert doc["status"] == "ready" and doc["counts"]["slices"] == 2010
         assert c.get(f"/api/live/{tid}").json()["error"]["code"] == "not_live"
         assert "findings" in c.get(f"/api/traces/{tid}/findings").json()
 
