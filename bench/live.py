@@ -1,0 +1,253 @@
+"""Live traces (issue 20): event-to-screen latency, the server's CPU while following, finalisation time.
+
+    python bench/live.py [--rates 10000,1000000] [--seconds 8] [--final-events 2000000] [--no-browser]
+
+For each rate a producer writes through a real tracing daemon (`acceltrace traced`) to a real server
+(`acceltrace serve`, following the daemon through ACCELTRACE_SOCKET), and Chromium follows the live
+trace's page. The page's hook (window.acceltrace.live.drawn_head_ns: the newest event time drawn) is
+recorded on every animation frame; an event at time e was on screen at the first frame whose
+drawn_head_ns >= e, so its latency is that frame's wall time minus the wall time the producer stamped
+on it (the same host clock). Every event time on a 50 ms grid is such a marked event. The server's
+CPU is its process's user+system time over the following window. Finalisation: a capture of
+--final-events events is stopped and timed from the daemon's exit to the trace being ready (ingest
+under the same id plus the analysis passes), against the anchor measured in the same run: a native
+`acceltrace ingest` of the very same file, with and without the analysis passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._server import BenchServer  # noqa: E402
+
+PY = sys.executable
+TARGET_P95_S = 1.0
+
+# writes `rate` events/s (bulk RECORD_DTYPE batches every 10 ms, timestamps spread over the batch's
+# 10 ms and never in the future) for `seconds`, or `total` events as fast as it can when rate is 0
+PRODUCER = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from acceltrace.collect import client
+    from acceltrace.formats import record as R
+    sock, rate, seconds, total = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    t = client.connect(sock, ring_records=1 << 20)
+    t.name_process("bench")
+    names = [t.intern(n) for n in ("step", "gemm", "copy", "wait")]
+    sent, k, t_end = 0, 0, time.monotonic() + seconds
+    batch = max(1, int(rate / 100)) if rate else 50_000
+    while (time.monotonic() < t_end) if rate else (sent < total):
+        t0 = time.monotonic_ns()
+        n = batch if rate else min(batch, total - sent)
+        recs = np.zeros(n, R.RECORD_DTYPE)
+        recs["kind"] = R.COMPLETE
+        recs["ts"] = t0 - 10_000_000 + (np.arange(n, dtype=np.int64) * 10_000_000) // n
+        recs["dur"] = max(1, 8_000_000 // n)
+        recs["tid"] = np.arange(n) % 8
+        recs["name"] = np.asarray(names, np.uint32)[np.arange(n) % 4]
+        t.write_records(recs)
+        sent += n
+        if rate:
+            dt = 0.01 - (time.monotonic_ns() - t0) / 1e9
+            if dt > 0:
+                time.sleep(dt)
+    t.flush(); t.close()
+    print(sent)
+""")
+
+RECORDER = """() => { window.__frames = []; const tick = () => {
+    const l = window.acceltrace && window.acceltrace.live;
+    if (l && l.drawn_head_ns !== null) window.__frames.push([performance.timeOrigin + performance.now(), l.drawn_head_ns]);
+    requestAnimationFrame(tick); }; requestAnimationFrame(tick); }"""
+
+
+def _json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _cpu_s(pid: int) -> float:
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _daemon(tmp: Path):
+    sock, out = tmp / "d.sock", tmp / "out.atrace"
+    proc = subprocess.Popen([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out", str(out),
+                             "--buffer-mb", "512"], cwd=ROOT, stdout=open(tmp / "daemon.log", "wb"),
+                            stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError((tmp / "daemon.log").read_text())
+        time.sleep(0.02)
+    return proc, sock, out
+
+
+def _live_id(srv: BenchServer, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for r in _json(srv.url + "/api/traces")["traces"]:
+            if r["status"] == "live" and r["counts"].get("slices"):
+                return r["id"]
+        time.sleep(0.05)
+    raise RuntimeError("no live trace appeared")
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def follow(rate: float, seconds: float, browser: bool, tmp: Path) -> dict:
+    """One capture at `rate` events/s followed by one page: latency, CPU, then finalisation."""
+    dproc, sock, out = _daemon(tmp)
+    os.environ["ACCELTRACE_SOCKET"] = str(sock)
+    (tmp / "store").mkdir()
+    srv = BenchServer(tmp / "store")
+    res = {"rate": rate}
+    try:
+        prod = subprocess.Popen([PY, "-c", PRODUCER, str(sock), str(rate), str(seconds), "0"], cwd=ROOT,
+                                stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        tid = _live_id(srv)
+        mono_to_wall_ms = (time.time_ns() - time.monotonic_ns()) / 1e6
+        frames = []
+        cpu0, w0 = _cpu_s(srv.proc.pid), time.monotonic()
+        if browser:
+            from playwright.sync_api import sync_playwright
+
+            with sync_playwright() as p:
+                b = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                page = b.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(f"{srv.url}/t/{tid}")
+                page.wait_for_function("() => window.acceltrace && window.acceltrace.live", timeout=30_000)
+                page.evaluate(RECORDER)
+                prod.wait()
+                time.sleep(1.5)  # the last events reach the screen
+                frames = page.evaluate("() => window.__frames")
+                b.close()
+        else:
+            prod.wait()
+        cpu1, w1 = _cpu_s(srv.proc.pid), time.monotonic()
+        res["produced"] = int(prod.stdout.read().strip() or 0)
+        meta = _json(f"{srv.url}/api/live/{tid}")
+        start_abs = int(meta["start_abs_ns"])
+        res["server_cpu_cores"] = (cpu1 - cpu0) / (w1 - w0)
+        res["segments"] = meta["live"]["segments"]
+        res["events_seen_live"] = meta["live"]["events"]
+        if frames:
+            lat = []
+            first, last = frames[0][1], frames[-1][1]
+            j = 0
+            for e in range(int(first) + 1_000_000_000, int(last), 50_000_000):  # marked events on a 50 ms grid
+                while j < len(frames) and frames[j][1] < e:
+                    j += 1
+                if j == len(frames):
+                    break
+                lat.append((frames[j][0] - (start_abs + e) / 1e6 - mono_to_wall_ms) / 1000)
+            res["latency_p50_s"], res["latency_p95_s"], res["samples"] = _pct(lat, 50), _pct(lat, 95), len(lat)
+        # finalisation of this capture
+        t0 = time.monotonic()
+        dproc.send_signal(signal.SIGTERM)
+        dproc.wait(60)
+        while _json(f"{srv.url}/api/traces/{tid}")["status"] not in ("ready", "failed"):
+            time.sleep(0.05)
+        res["finalise_s"] = time.monotonic() - t0
+    finally:
+        srv.stop()
+        if dproc.poll() is None:
+            dproc.kill()
+    res["file"] = out
+    return res
+
+
+def finalisation(n_events: int, tmp: Path) -> dict:
+    """A capture of n_events (as fast as the producer goes), stopped: daemon exit -> ready, vs native ingest."""
+    dproc, sock, out = _daemon(tmp)
+    os.environ["ACCELTRACE_SOCKET"] = str(sock)
+    (tmp / "store").mkdir()
+    srv = BenchServer(tmp / "store")
+    try:
+        t0 = time.monotonic()
+        subprocess.run([PY, "-c", PRODUCER, str(sock), "0", "0", str(n_events)], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        produce_s = time.monotonic() - t0
+        tid = _live_id(srv, 120)
+        cpu0 = _cpu_s(srv.proc.pid)
+        t1 = time.monotonic()
+        dproc.send_signal(signal.SIGTERM)
+        dproc.wait(120)
+        while (row := _json(f"{srv.url}/api/traces/{tid}"))["status"] not in ("ready", "failed"):
+            time.sleep(0.05)
+        fin_s = time.monotonic() - t1
+        fin_cpu = _cpu_s(srv.proc.pid) - cpu0
+    finally:
+        srv.stop()
+        if dproc.poll() is None:
+            dproc.kill()
+    native = {}
+    for label, analyse in (("ingest", "0"), ("ingest+analyze", "1")):
+        store = tmp / f"native-{label}"
+        t = time.monotonic()
+        subprocess.run([PY, "-m", "acceltrace", "--store", str(store), "ingest", str(out)], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), ACCELTRACE_AUTO_ANALYZE=analyse))
+        native[label] = time.monotonic() - t
+    return {"events": n_events, "file_mb": out.stat().st_size / 1e6, "produce_s": produce_s,
+            "status": row["status"], "finalise_s": fin_s, "finalise_cpu_s": fin_cpu, "native": native}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="10000,1000000")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--final-events", type=int, default=2_000_000)
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as d:
+        for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+            tmp = Path(d) / f"follow{i}"
+            tmp.mkdir()
+            rows.append(follow(rate, args.seconds, not args.no_browser, tmp))
+            print("measured:", {k: v for k, v in rows[-1].items() if k != "file"}, flush=True)
+        fin = None
+        if args.final_events:
+            tmp = Path(d) / "final"
+            tmp.mkdir()
+            fin = finalisation(args.final_events, tmp)
+            print("measured:", fin, flush=True)
+    print(f"\nLive following ({args.seconds:.0f} s per rate, one viewer; target: p95 <= {TARGET_P95_S} s, server CPU <= 1 core)")
+    print(f"{'rate ev/s':>10} {'produced':>10} {'seen live':>10} {'segments':>8} {'p50 s':>7} {'p95 s':>7} "
+          f"{'samples':>7} {'server cores':>12} {'finalise s':>10}")
+    for r in rows:
+        print(f"{r['rate']:>10.0f} {r['produced']:>10} {r['events_seen_live']:>10} {r['segments']:>8} "
+              f"{r.get('latency_p50_s', float('nan')):>7.2f} {r.get('latency_p95_s', float('nan')):>7.2f} "
+              f"{r.get('samples', 0):>7} {r['server_cpu_cores']:>12.2f} {r['finalise_s']:>10.2f}")
+    if fin:
+        n = fin["native"]
+        print(f"\nFinalisation of a {fin['events']:,}-event capture ({fin['file_mb']:.0f} MB, produced in "
+              f"{fin['produce_s']:.1f} s): daemon exit -> ready {fin['finalise_s']:.1f} s ({fin['status']}; includes "
+              f"the analysis passes)")
+        print(f"  anchor, same file, same run: native ingest {n['ingest']:.1f} s, native ingest + analysis "
+              f"{n['ingest+analyze']:.1f} s; ratio finalise / (ingest + analysis) = "
+              f"{fin['finalise_s'] / n['ingest+analyze']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
