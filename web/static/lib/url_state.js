@@ -24,7 +24,7 @@ export function writeFragment(state) {
   if (state.pinned?.length) p.set("pin", state.pinned.join(","));
   if (state.overlays?.length) p.set("ov", state.overlays.join(","));
   if (state.depths?.length) p.set("dep", state.depths.map(([id, n]) => `${id}:${n}`).join(","));
-  const url = `${location.pathname}${location.search}#${p.toString().replaceAll("%2C", ",")}`;
+  const url = `${location.pathname}${location.search}#${p.toString().replaceAll("%2C", ",").replaceAll("%3A", ":")}`;
   if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(null, "", url);
 }
 

@@ -105,7 +105,7 @@ async function main() {
     tl.revealDepths([s, ...(detail.chain?.slices || [])]);
     if (frame) tl.view.frame(s.ts, s.dur);
     else if (centre) { if (s.dur > tl.view.span_ns * 0.8) tl.view.frame(s.ts, s.dur); else tl.view.centre(s.ts + s.dur / 2); }
-    if (frame || centre || reveal) tl.revealTrack(s.track_id);
+    if (frame || centre || reveal) tl.revealTrack(s.track_id, s.depth);
     tl.setSelection(detail);
     renderDetails(panes.details, detail, (sid) => select(sid, { centre: true }));
     showTab("details");

@@ -213,8 +213,8 @@ export function renderInfo(box, meta, status) {
   const devices = parse(m.device_properties);
   if (Array.isArray(devices) && devices.length) {
     box.append(el("h4", {}, `Devices (${devices.length})`));
-    for (const d of devices) {
-      box.append(el("details", { class: "device", open: devices.length <= 2 }, el("summary", {}, `device ${d.id ?? ""} ${d.name || ""}`.trim()),
+    for (const [i, d] of devices.entries()) {
+      box.append(el("details", { class: "device", open: i === 0 || devices.length <= 2 }, el("summary", {}, `device ${d.id ?? ""} ${d.name || ""}`.trim()),
         kv(Object.entries(d).filter(([k]) => k !== "id").map(([k, v]) => [k, fmtProp(k, v)]))));
     }
   } else {

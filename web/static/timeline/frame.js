@@ -205,7 +205,7 @@ function drawDepthControls(tl, row, t, x, y, dy) {
     const fy = y + TRACK_PAD_PX + shown * ROW_PX;
     const counts = t.depth_slices;
     const n = counts ? counts.slice(shown).reduce((a, b) => a + b, 0) : null;
-    const msg = `\u25B8 depths ${shown}\u2013${all - 1}${n !== null ? ` (${fmtCountShort(n)})` : ""} folded`;
+    const msg = `\u25B8 depths ${shown}\u2013${all - 1}${n !== null ? ` (${fmtCountShort(n)})` : ""}`;
     ctx.font = th.smallFont;
     ctx.textBaseline = "middle";
     ctx.fillStyle = "#b45309";

@@ -175,8 +175,11 @@ export class Timeline {
     return { y: base + TRACK_PAD_PX + d * ROW_PX + ROW_PX / 2, pinned: place.pinned, exact, row: d };
   }
 
-  /** Scroll vertically so a track's row is on screen (no-op when pinned or visible). */
-  revealTrack(track_id) {
+  /**
+   * Scroll vertically so a track's row is on screen (no-op when pinned or visible); with `depth`, so that
+   * this depth's row of the track is (a deep track can be taller than the screen).
+   */
+  revealTrack(track_id, depth) {
     const place = this.layout.placeOf(track_id);
     if (!place || place.pinned) return;
     for (const key of [`lane:${place.row.lane}`]) if (this.layout.collapsed.has(key)) this.layout.collapsed.delete(key);
@@ -185,9 +188,13 @@ export class Timeline {
     if (this.layout.collapsed.has(gk)) this.layout.collapsed.delete(gk);
     this.layout.build();
     const p2 = this.layout.placeOf(track_id);
-    const top = p2.row.y, bottom = p2.row.y + p2.row.h;
+    let top = p2.row.y, bottom = p2.row.y + p2.row.h;
+    if (depth !== undefined && depth !== null && p2.exact && t.lane !== "counter" && bottom - top > this.scrollArea_px) {
+      top = p2.row.y + TRACK_PAD_PX + rowOfDepth(t, depth) * ROW_PX - ROW_PX;
+      bottom = top + 3 * ROW_PX;
+    }
     if (top < this.scrollY || bottom > this.scrollY + this.scrollArea_px) {
-      this.scrollY = top - Math.max(0, (this.scrollArea_px - p2.row.h) / 3);
+      this.scrollY = top - Math.max(0, (this.scrollArea_px - (bottom - top)) / 3);
       this.clampScroll();
     }
     this.requestDraw();
