@@ -60,7 +60,8 @@ def rows(con: duckdb.DuckDBPyConnection, noise: Noise, focus: int, start_a: int,
         SELECT side, lane, coalesce(dev_rank, -1) AS dr, name_id, min(dev) AS dev, count(*) AS n, sum(dur) AS total,
                avg(dur) AS mean, quantile_cont(dur, 0.5) AS p50, quantile_cont(dur, 0.95) AS p95,
                coalesce(min(ts) FILTER (WHERE step = {int(focus)}), min(ts)) AS f0,
-               coalesce(max(ts + dur) FILTER (WHERE step = {int(focus)}), max(ts + dur)) AS f1
+               coalesce(max(ts + dur) FILTER (WHERE step = {int(focus)}), max(ts + dur)) AS f1,
+               coalesce(arg_min(track_id, ts) FILTER (WHERE step = {int(focus)}), arg_min(track_id, ts)) AS tr
         FROM _scope GROUP BY side, lane, dr, name_id"""
     return _records(con, f"""
         WITH st AS ({stat}), a AS (SELECT * FROM st WHERE side = 0), b AS (SELECT * FROM st WHERE side = 1),
@@ -72,7 +73,8 @@ def rows(con: duckdb.DuckDBPyConnection, noise: Noise, focus: int, start_a: int,
                    a.mean AS mean_a_ns, b.mean AS mean_b_ns, a.p50 AS p50_a_ns, b.p50 AS p50_b_ns,
                    a.p95 AS p95_a_ns, b.p95 AS p95_b_ns,
                    a.f0 - {int(start_a)} AS frame_a0, a.f1 - {int(start_a)} AS frame_a1,
-                   b.f0 - {int(start_b)} AS frame_b0, b.f1 - {int(start_b)} AS frame_b1
+                   b.f0 - {int(start_b)} AS frame_b0, b.f1 - {int(start_b)} AS frame_b1,
+                   a.tr AS track_a, b.tr AS track_b
             FROM a FULL OUTER JOIN b ON a.lane = b.lane AND a.dr = b.dr AND a.name_id = b.name_id)
         SELECT j.lane, n.name, j.* EXCLUDE (lane, name_id), total_b_ns - total_a_ns AS delta_ns,
                CASE WHEN total_a_ns > 0 THEN total_b_ns / total_a_ns END AS ratio,

@@ -18,6 +18,7 @@ SHOTS = ROOT / "test-output" / "ui"
 REAL = ROOT / "sample_traces" / "chrome" / "kineto" / "diff"
 NAMES_PX = 230  # web/static/timeline/layout.js
 ROW = "## sparse_data_dist ##"  # a user annotation both runs have, 2.8x slower in B
+KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"  # on a GPU stream, below the CPU tracks
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
 
@@ -152,6 +153,14 @@ def test_a_row_click_frames_its_slices_in_both_and_highlights_them(page, server)
     assert counts[0] >= 1 and counts[1] >= 1
     assert "selected" in (row.get_attribute("class") or "")
     shot(page, "diff-row-framed")
+    # a kernel's row: each timeline also scrolls its GPU stream (below the CPU tracks) into sight
+    page.locator(".delta-table tbody tr", has_text=KERNEL).first.click()
+    wait_both_idle(page)
+    k = next(x for x in doc["rows"] if x["name"] == KERNEL)
+    for side in "ab":
+        on_screen = page.evaluate("(s) => window.acceltraceDiff.timelines[s].visibleRows()"
+                                  ".filter(r => r.row.kind === 'track').map(r => r.row.track.track_id)", side)
+        assert k[f"track_{side}"] in on_screen, (side, k[f"track_{side}"], on_screen)
     assert not page.errors, page.errors
 
 

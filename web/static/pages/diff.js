@@ -140,6 +140,7 @@ async function main() {
     const u0 = Math.min(...spans.map((x) => x[0])), u1 = Math.max(...spans.map((x) => x[1]));
     const span = Math.max(u1 - u0, 1000), pad = span * 0.08;
     showShared(u0 - pad, u0 + span + pad);
+    for (const s of SIDES) if (r[`track_${s}`] !== null && r[`track_${s}`] !== undefined) tls[s].revealTrack(r[`track_${s}`]);
     state.sticky = r.name;
     table.select(i);
     redraw();
