@@ -187,8 +187,8 @@ class LiveCapture:
             self.dir = self.store.live_dir(self.trace_id)
             self.dir.mkdir(parents=True, exist_ok=True)
             self.status = "live"
-        # ids: a segment of n records holds at most n slices, so a range of n ids is its for good
-        # (a compaction that replaces several deltas reuses the first one's base)
+        # ids: a segment of n records holds at most n slices, so a range of n ids is its for good; a
+        # compaction takes a fresh range, so an id never names two slices (a replaced one answers 404)
         base, self._next_base = self._next_base, self._next_base + len(recs)
         fut = self._pool.submit(self._delta_job, snapshot(self.tail), recs, streams, base)
         self._next_build = time.monotonic() + BUILD_S
@@ -209,8 +209,9 @@ class LiveCapture:
         seg = self._ingest_window(ctx, recs, streams, base)
         self.build_ms.append((time.perf_counter() - t0) * 1000)
         if seg is not None:
-            with self.lock:  # in id order, which is read order
-                at = next((i for i, s in enumerate(self.sealed) if s.slice_base > base), len(self.sealed))
+            seg.order = base  # bases are reserved in read order
+            with self.lock:
+                at = next((i for i, s in enumerate(self.sealed) if s.order > seg.order), len(self.sealed))
                 self.sealed.insert(at, seg)
             self._announce("data", seg.lo_ns, seg.hi_ns)
         return seg
@@ -226,23 +227,26 @@ class LiveCapture:
             return
         ctx = snapshot(self.tail)  # the follower keeps changing on this thread
         names = list(self._name_recs)
-        self._compactor = threading.Thread(target=self._compact, args=(ctx, names, window, futs),
+        n = sum(len(r) for r, _ in names) + sum(len(r) for r, _ in window)
+        base, self._next_base = self._next_base, self._next_base + n
+        self._compactor = threading.Thread(target=self._compact, args=(ctx, names, window, futs, base),
                                            name=f"live compaction {self.path.name}", daemon=True)
         self._compactor.start()
 
-    def _compact(self, ctx, names, window, futs) -> None:
+    def _compact(self, ctx, names, window, futs, base: int) -> None:
         try:
             segs = [s for s in (f.result() for f in futs) if s is not None]  # every delta of the window is in
             if len(segs) < 2:
                 return
             recs = np.concatenate([r for r, _ in names] + [r for r, _ in window])
             streams = np.concatenate([s for _, s in names] + [s for _, s in window])
-            seg = self._ingest_window(ctx, recs, streams, segs[0].slice_base)
+            seg = self._ingest_window(ctx, recs, streams, base)
         except (OSError, IngestError, duckdb.Error) as e:  # the deltas stay: the view is still right
             log.warning("live compaction of %s failed: %s", self.path, e)
             return
         if seg is None or self.status not in ("live", "following"):
             return
+        seg.order = segs[0].order
         with self.lock:
             keys = {s.key for s in segs}
             at = next(i for i, s in enumerate(self.sealed) if s.key in keys)

@@ -44,6 +44,7 @@ class Segment:
     hi_ns: int
     sealed: bool = True
     empty: frozenset = frozenset()  # sections it has no rows for (their queries are skipped)
+    order: int = 0                  # read order of its records (segments are kept in this order)
 
     def overlaps(self, t0: int, t1: int) -> bool:
         return self.lo_ns < t1 and self.hi_ns >= t0
