@@ -19,6 +19,8 @@
  *   spans   int64[2n]   start and length of each event's args value in raw
  *   soffs   int32[F*(n+1)] Arrow string offsets of each field's unescaped strings
  *   sdata   F bytes objects, each field's unescaped string bytes
+ *   atags, aivals, aspans  the same (tag, int64, token start and length) for the keys
+ *           ARG_KEYS at the top level of each event's args object, key-major
  * gather(raw, starts, lens, sep) -> bytes: the slices joined by sep (one copy, no GIL).
  */
 #define PY_SSIZE_T_CLEAN
@@ -60,6 +62,10 @@ static int buf_reserve(Buf *b, size_t extra) {
     return 0;
 }
 
+/* the keys of args the importer links and types by (columns.ArgFields), in that order */
+#define NA 6
+static const char *ARG_KEYS[NA] = {"correlation", "External id", "external id", "bytes", "size", "direction"};
+
 /* which fields keep an int64 (ids and times) and where */
 static const int IVSLOT[NF] = {-1, -1, -1, 0, 1, 2, 3, 4, -1, -1, -1, 5, -1, -1};
 #define NIV 6
@@ -74,10 +80,14 @@ typedef struct {
     int64_t *argspan;         /* [cap][2] start, length of args */
     int32_t *soff;            /* [NF][cap + 1] string end offsets */
     Buf sdata[NF];
+    uint8_t *atag;            /* [NA][cap] the linking keys at the top of args: tags */
+    int64_t *aival;           /* [NA][cap] their integers */
+    int64_t *aspan;           /* [NA][cap][2] their value tokens */
 } Scan;
 
 static void scan_free(Scan *sc) {
     free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
+    free(sc->atag); free(sc->aival); free(sc->aspan);
     for (int f = 0; f < NF; f++) free(sc->sdata[f].p);
 }
 
@@ -90,8 +100,11 @@ static int grow_rows(Scan *sc) {
     int64_t *ival = malloc(cap * NIV * sizeof(int64_t));
     int64_t *argspan = malloc(cap * 2 * sizeof(int64_t));
     int32_t *soff = malloc((cap + 1) * NF * sizeof(int32_t));
-    if (!ev || !tags || !ival || !argspan || !soff) {
-        free(ev); free(tags); free(ival); free(argspan); free(soff);
+    uint8_t *atag = malloc(cap * NA);
+    int64_t *aival = malloc(cap * NA * sizeof(int64_t));
+    int64_t *aspan = malloc(cap * NA * 2 * sizeof(int64_t));
+    if (!ev || !tags || !ival || !argspan || !soff || !atag || !aival || !aspan) {
+        free(ev); free(tags); free(ival); free(argspan); free(soff); free(atag); free(aival); free(aspan);
         return -1;
     }
     if (old) {
@@ -102,11 +115,18 @@ static int grow_rows(Scan *sc) {
             memcpy(soff + f * (cap + 1), sc->soff + f * (old + 1), (n + 1) * sizeof(int32_t));
         }
         for (int k = 0; k < NIV; k++) memcpy(ival + k * cap, sc->ival + k * old, n * sizeof(int64_t));
+        for (int k = 0; k < NA; k++) {
+            memcpy(atag + k * cap, sc->atag + k * old, n);
+            memcpy(aival + k * cap, sc->aival + k * old, n * sizeof(int64_t));
+            memcpy(aspan + 2 * k * cap, sc->aspan + 2 * k * old, 2 * n * sizeof(int64_t));
+        }
     } else {
         for (int f = 0; f < NF; f++) soff[f * (cap + 1)] = 0;
     }
     free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
+    free(sc->atag); free(sc->aival); free(sc->aspan);
     sc->ev = ev; sc->tags = tags; sc->ival = ival; sc->argspan = argspan; sc->soff = soff;
+    sc->atag = atag; sc->aival = aival; sc->aspan = aspan;
     sc->cap = cap;
     return 0;
 }
@@ -424,12 +444,74 @@ static int field_of(const unsigned char *k, size_t len) {
     return -1;
 }
 
+static int arg_key(const unsigned char *k, size_t len) {
+    for (int a = 0; a < NA; a++)
+        if (strlen(ARG_KEYS[a]) == len && !memcmp(k, ARG_KEYS[a], len)) return a;
+    return -1;
+}
+
+/* The args object at s[i] == '{': skipped like any value, its top-level linking keys noted
+ * (tag, integer, token). A repeated or escaped key there is left to msgspec. */
+static int scan_args(Scan *sc, uint8_t *atag, int64_t *aival, int64_t *aspan) {
+    sc->i++;
+    skip_ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == '}') { sc->i++; return 0; }
+    for (;;) {
+        if (sc->i >= sc->n || sc->s[sc->i] != '"') return -1;
+        size_t k0 = sc->i + 1;
+        int esc;
+        if (scan_string(sc, NULL, &esc)) return -1;
+        size_t k1 = sc->i - 1;
+        skip_ws(sc);
+        if (sc->i >= sc->n || sc->s[sc->i] != ':') return -1;
+        sc->i++;
+        skip_ws(sc);
+        if (sc->i >= sc->n) return -1;
+        if (esc) return -1;
+        int a = arg_key(sc->s + k0, k1 - k0);
+        size_t v0 = sc->i;
+        unsigned char c = sc->s[v0];
+        if (a >= 0 && atag[a] != T_ABSENT) return -1;
+        if (a >= 0 && (c == '-' || (c >= '0' && c <= '9'))) {
+            int is_int;
+            int64_t iv = 0, ns;
+            size_t save = sc->i;
+            if (scan_number(sc, &is_int, &iv, 0, &ns) == 0) {
+                atag[a] = is_int ? T_INT : T_NUM;
+                aival[a] = iv;
+            } else {  /* an integer beyond int64: valid JSON, not an int64 */
+                sc->i = save;
+                if (skip_value(sc, 2)) return -1;
+                atag[a] = T_NUM;
+            }
+        } else {
+            if (skip_value(sc, 2)) return -1;
+            if (a >= 0) atag[a] = c == '"' ? T_STR : c == 'n' ? T_NULL : c == 't' ? T_TRUE : c == 'f' ? T_FALSE
+                                  : c == '{' ? T_OBJ : T_ARR;
+        }
+        if (a >= 0) {
+            aspan[2 * a] = (int64_t)v0;
+            aspan[2 * a + 1] = (int64_t)(sc->i - v0);
+        }
+        skip_ws(sc);
+        if (sc->i >= sc->n) return -1;
+        if (sc->s[sc->i] == ',') { sc->i++; skip_ws(sc); continue; }
+        if (sc->s[sc->i] == '}') { sc->i++; return 0; }
+        return -1;
+    }
+}
+
 static int scan_event(Scan *sc) {
     if (grow_rows(sc)) return -1;
     size_t row = sc->nev;
     uint8_t tags[NF];
     int64_t ival[NF];
     int64_t span[2 * NF];
+    uint8_t atag[NA];
+    int64_t aival[NA], aspan[2 * NA];
+    memset(atag, 0, sizeof atag);
+    memset(aival, 0, sizeof aival);
+    memset(aspan, 0, sizeof aspan);
     memset(tags, 0, sizeof tags);
     memset(ival, 0, sizeof ival);
     memset(span, 0, sizeof span);
@@ -475,7 +557,7 @@ static int scan_event(Scan *sc) {
                     t = c == 't' ? T_TRUE : T_FALSE;
                 } else if (c == '{' || c == '[') {
                     if (kind != K_RAW) return -1;
-                    if (skip_container(sc, 1)) return -1;
+                    if (c == '{' ? scan_args(sc, atag, aival, aspan) : skip_container(sc, 1)) return -1;
                     t = c == '{' ? T_OBJ : T_ARR;
                 } else if (c == '-' || (c >= '0' && c <= '9')) {
                     int is_int;
@@ -511,6 +593,12 @@ static int scan_event(Scan *sc) {
         sc->tags[f * cap + row] = tags[f];
         sc->soff[f * (cap + 1) + row + 1] = (int32_t)sc->sdata[f].len;
         if (IVSLOT[f] >= 0) sc->ival[IVSLOT[f] * cap + row] = ival[f];
+    }
+    for (int a = 0; a < NA; a++) {
+        sc->atag[a * cap + row] = atag[a];
+        sc->aival[a * cap + row] = aival[a];
+        sc->aspan[2 * (a * cap + row)] = aspan[2 * a];
+        sc->aspan[2 * (a * cap + row) + 1] = aspan[2 * a + 1];
     }
     sc->argspan[2 * row] = span[2 * F_ARGS];
     sc->argspan[2 * row + 1] = span[2 * F_ARGS + 1];
@@ -559,6 +647,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     }
     size_t n = sc.nev, cap = sc.cap;
     PyObject *out = NULL, *ev = NULL, *tags = NULL, *ival = NULL, *span = NULL, *soffs = NULL, *sdata = NULL;
+    PyObject *atags = NULL, *aivals = NULL, *aspans = NULL;
     ev = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 2 * sizeof(int64_t)));
     tags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NF));
     ival = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NIV * sizeof(int64_t)));
@@ -578,11 +667,22 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     }
     for (int k = 0; k < NIV; k++)
         memcpy(PyBytes_AS_STRING(ival) + k * n * sizeof(int64_t), sc.ival + k * cap, n * sizeof(int64_t));
-    out = Py_BuildValue("(nNNNNNN)", (Py_ssize_t)n, ev, tags, ival, span, soffs, sdata);
+    atags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NA));
+    aivals = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NA * sizeof(int64_t)));
+    aspans = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NA * 2 * sizeof(int64_t)));
+    if (!atags || !aivals || !aspans) goto fail;
+    for (int a = 0; a < NA; a++) {
+        memcpy(PyBytes_AS_STRING(atags) + a * n, sc.atag + a * cap, n);
+        memcpy(PyBytes_AS_STRING(aivals) + a * n * sizeof(int64_t), sc.aival + a * cap, n * sizeof(int64_t));
+        memcpy(PyBytes_AS_STRING(aspans) + 2 * a * n * sizeof(int64_t), sc.aspan + 2 * a * cap,
+               2 * n * sizeof(int64_t));
+    }
+    out = Py_BuildValue("(nNNNNNNNNN)", (Py_ssize_t)n, ev, tags, ival, span, soffs, sdata, atags, aivals, aspans);
     scan_free(&sc);
     PyBuffer_Release(&view);
     return out;
 fail:
+    Py_XDECREF(atags); Py_XDECREF(aivals); Py_XDECREF(aspans);
     Py_XDECREF(ev); Py_XDECREF(tags); Py_XDECREF(ival); Py_XDECREF(span); Py_XDECREF(soffs); Py_XDECREF(sdata);
     scan_free(&sc);
     PyBuffer_Release(&view);

@@ -27,8 +27,8 @@ import pyarrow as pa
 from msgspec import Raw, Struct, field
 
 from acceltrace.ingest.chrome import numbers as chrome_numbers
-from acceltrace.ingest.chrome.scanned import (_FIELDS, _STR_FIELDS, ArgsColumn, EventColumns,  # noqa: F401
-                                              TimeColumn, _scan, scan_columns)
+from acceltrace.ingest.chrome.scanned import (_FIELDS, _STR_FIELDS, ArgFieldColumns, ArgsColumn,  # noqa: F401
+                                              EventColumns, TimeColumn, _scan, scan_columns)
 from acceltrace.ingest.chrome.structs import _FAST, _RAW, Ev, RawEv  # noqa: F401 - Ev, RawEv: the public names
 
 USE_COMPILED = True  # tests flip it to run both paths on the same inputs
@@ -50,6 +50,7 @@ class ArgFields(Struct, gc=False):
 
 
 _ARGS = msgspec.json.Decoder(list[ArgFields])
+_ARG_ONE = msgspec.json.Decoder(ArgFields)
 
 
 def compiled() -> bool:
@@ -88,7 +89,7 @@ def take(seq: list, idx: np.ndarray) -> list:
 
 
 def values(evs: list, name: str) -> list:
-    if isinstance(evs, EventColumns):
+    if isinstance(evs, (EventColumns, ArgFieldColumns)):
         return evs.values(name)
     return list(map(attrgetter(name), evs))
 
@@ -162,7 +163,16 @@ def arg_fields(args: list) -> list[ArgFields] | None:
         body = b",".join(args)
     if not any(k in body for k in (b'"correlation"', b'xternal id"', b'"bytes"', b'"size"', b'"direction"')):
         return None
-    return _ARGS.decode(b"[" + body + b"]")
+    if isinstance(args, ArgsColumn):  # the scanner noted these keys already: no second decode
+        return ArgFieldColumns(args.cols, _arg_one)
+    try:
+        return _ARGS.decode(b"[" + body + b"]")
+    except msgspec.ValidationError:  # an args that is not an object (a string, a number) links nothing
+        return [_arg_one(bytes(a)) for a in args]
+
+
+def _arg_one(raw: bytes) -> ArgFields:
+    return _ARG_ONE.decode(raw) if raw[:1] == b"{" else ArgFields()
 
 
 def raw_text(raws: list) -> pa.Array:

@@ -15,6 +15,7 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 from msgspec import Raw
+from msgspec.json import decode as msgspec_decode
 
 from acceltrace.ingest.chrome import numbers as chrome_numbers
 from acceltrace.ingest.chrome.structs import _FAST
@@ -32,15 +33,21 @@ _STR_FIELDS = {"ph", "name", "cat", "bp", "s"}
 _ID_FIELDS = {"pid", "tid", "id", "bind_id"}
 _TIME_FIELDS = {"ts", "dur"}
 T_ABSENT, T_STR, T_INT, T_NUM, T_TRUE, T_FALSE, T_NULL = range(7)
+# the keys _scan.c notes at the top of args, by ArgFields' attribute (the same order as its ARG_KEYS)
+ARG_KEYS = {"correlation": 0, "ext": 1, "ext_lower": 2, "nbytes": 3, "size": 4, "direction": 5}
 
 
 class _Scanned:
     """One chunk's column buffers from _scan.scan (see the layout in _scan.c)."""
 
-    __slots__ = ("raw", "n", "ev", "tags", "ival", "span", "soffs", "sdata", "_strings", "_args")
+    __slots__ = ("raw", "n", "ev", "tags", "ival", "span", "soffs", "sdata", "_strings", "_args", "atag", "aival",
+                 "aspan")
 
     def __init__(self, raw: bytes, out: tuple):
-        n, ev, tags, ival, span, soffs, sdata = out
+        n, ev, tags, ival, span, soffs, sdata, atag, aival, aspan = out
+        self.atag = np.frombuffer(atag, dtype=np.uint8).reshape(len(ARG_KEYS), n)
+        self.aival = np.frombuffer(aival, dtype=np.int64).reshape(len(ARG_KEYS), n)
+        self.aspan = np.frombuffer(aspan, dtype=np.int64).reshape(len(ARG_KEYS), n, 2)
         self.raw, self.n = raw, n
         self.ev = np.frombuffer(ev, dtype=np.int64).reshape(n, 2)
         self.tags = np.frombuffer(tags, dtype=np.uint8).reshape(len(_FIELDS), n)
@@ -202,6 +209,48 @@ def _time_value(cols: EventColumns, name: str, i: int):
     if tag == T_NUM:
         return float(Decimal(ns) / 1000)
     return None
+
+
+class ArgFieldColumns:
+    """What arg_fields gives on the compiled path: ArgFields' attributes as columns.
+
+    values(name) equals [getattr(f, name) for f in the ArgFields structs]: integers from the
+    scanner's int64s, any other value decoded by msgspec from its own token (rare: the
+    DMA direction strings, floats); indexing gives the struct itself.
+    """
+
+    __slots__ = ("cols", "decode_one")
+
+    def __init__(self, cols: EventColumns, decode_one):
+        self.cols, self.decode_one = cols, decode_one
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+    def values(self, name: str) -> list:
+        s, k = self.cols._s, ARG_KEYS[name]
+        tags = self.cols._sel(s.atag[k])
+        ints_ = self.cols._sel(s.aival[k])
+        if len(tags) and (tags == T_INT).all():
+            return ints_.tolist()
+        out = np.full(len(tags), None, dtype=object)
+        is_int = tags == T_INT
+        if is_int.any():
+            out[is_int] = ints_[is_int].tolist()
+        other = np.flatnonzero((tags != T_INT) & (tags != T_ABSENT) & (tags != T_NULL))
+        if len(other):
+            spans = self.cols._sel(s.aspan[k])
+            raw = s.raw
+            out[other] = [msgspec_decode(raw[int(a):int(a + n)]) for a, n in spans[other].tolist()]
+        return out.tolist()
+
+    def __getitem__(self, i):
+        buf, starts, lens = self.cols.args()
+        i = operator.index(i)
+        return self.decode_one(buf[int(starts[i]):int(starts[i] + lens[i])])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 
 class ArgsColumn:
