@@ -102,12 +102,12 @@ SELECT copy_start AS ts,
        'achieved_GBps' AS metric,
        bytes / greatest(dma_end - dma_start, 1) AS value,
        peak_Bps / 1e9 AS threshold,
-       printf('pageable %s copy of %s (%d DMA chunk%s) took %s at %.2f GB/s', upper(direction),
+       printf('pageable %s copy of %s (%d DMA chunk%s): %s of DMA at %.2f GB/s, in a call of %s', upper(direction),
               _fmt_bytes(bytes), n_chunks, CASE WHEN n_chunks = 1 THEN '' ELSE 's' END,
-              _fmt_ns(copy_end - copy_start), bytes / greatest(dma_end - dma_start, 1))
+              _fmt_ns(dma_end - dma_start), bytes / greatest(dma_end - dma_start, 1), _fmt_ns(copy_end - copy_start))
          || CASE WHEN pinned_ns IS NULL THEN '; no pinned reference bandwidth in this trace, so no saving is claimed'
-                 ELSE printf('; its %s of DMA would take about %s from pinned memory (reference: %s, %.2f GB/s):'
-                             || ' saving up to %s', _fmt_ns(dma_end - dma_start), _fmt_ns(pinned_ns),
+                 ELSE printf('; from pinned memory the DMA would take about %s (reference: %s, %.2f GB/s):'
+                             || ' saving up to %s', _fmt_ns(pinned_ns),
                              CASE bw_source WHEN 'link' THEN 'link peak' ELSE 'best pinned copy' END,
                              peak_Bps / 1e9, _fmt_ns(excess_ns)) END
          || CASE WHEN blocked_ns > 0
