@@ -379,11 +379,14 @@ def test_shift_drag_aggregates_the_area_per_name(page, server, trace_id):
     page.mouse.move(box["x"] + NAMES_PX + 500, y + 20, steps=4)
     page.mouse.up()
     page.keyboard.up("Shift")
-    rows = page.locator("#pane-area table.grid tbody tr")
+    rows = page.locator("#pane-area table.area-names tbody tr")
     rows.first.wait_for(timeout=15000)
     assert rows.count() >= 1
     first = rows.first.locator("td").all_inner_texts()
-    assert first[0] and first[1].replace(",", "").isdigit(), first  # a name and its count
+    # a name, its lane, its count, total and self time (clipped to the range)
+    assert first[0] and first[1].strip() in ("CPU", "Driver", "PCIe", "Execution units", "Annotations"), first
+    assert first[2].replace(",", "").isdigit() and first[3] and first[4], first
+    assert page.locator("#pane-area th[title]").count() >= 2  # total and self say what they are
     shot(page, "area-selection")
 
 

@@ -69,9 +69,14 @@ export function renderArea(box, agg, ontext) {
   box.replaceChildren();
   if (!agg) { box.append(el("p", { class: "muted" }, "Shift-drag across tracks to aggregate an area.")); return; }
   box.append(el("p", { class: "muted" }, `${fmtTime(agg.start_ns)} – ${fmtTime(agg.end_ns)} (${fmtDur(agg.end_ns - agg.start_ns)})`));
+  if (agg.busy) box.append(...busyBlock(agg.busy, 0));
   if (agg.names?.length) {
-    box.append(table(["name", "count", "total", "mean", "max"], agg.names.map((r) => [
-      nameCell(r.name, ontext), fmtCount(r.count), fmtDur(r.total_ns), fmtDur(r.mean_ns), fmtDur(r.max_ns)])));
+    // total: the part of each slice inside the range; self: that minus its children's (nested) time
+    box.append(el("h4", {}, "By name (clipped to the range)"),
+      table([["name"], ["lane"], ["count"], ["total", "time of its slices inside the range"],
+             ["self", "total minus the time of the slices nested in them"], ["max", "longest slice (whole)"]],
+        agg.names.map((r) => [nameCell(r.name, ontext), laneCell(r.lane), fmtCount(r.count), fmtDur(r.total_ns),
+                              r.self_ns === undefined || r.self_ns === null ? "-" : fmtDur(r.self_ns), fmtDur(r.max_ns)]), "area-names"));
   }
   if (agg.transfers?.length) {
     box.append(el("h4", {}, "Transfers"), table(["direction", "memory", "count", "bytes", "GB/s"], agg.transfers.map((r) => [
@@ -90,9 +95,44 @@ function nameCell(name, ontext) {
   return el("a", { href: "#", title: name, onclick: (e) => { e.preventDefault(); ontext(name); } }, displayName(name));
 }
 
-function table(head, rows) {
-  return el("table", { class: "grid" }, el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),
+/** A table; a head cell is a string or [text, tooltip]. */
+function table(head, rows, cls = "") {
+  const th = (h) => (Array.isArray(h) ? el("th", h[1] ? { title: h[1], class: "busy-def" } : {}, h[0]) : el("th", {}, h));
+  return el("table", { class: `grid ${cls}`.trim() }, el("thead", {}, el("tr", {}, head.map(th))),
     el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c) => el("td", {}, c))))));
+}
+
+function laneCell(lane) {
+  return el("span", { class: "lane-name" }, el("span", { class: `lane-dot lane-${lane}` }), LANE_TITLES[lane] || lane || "-");
+}
+
+const BUSY_THREADS_MAX = 8;
+
+/**
+ * Device and CPU busy with their definitions in a tooltip (the server's `busy`: union of each device's
+ * kernel, memset and copy intervals; per thread, the union of its real ops), each with its series.
+ */
+function busyBlock(busy, threadsMax = BUSY_THREADS_MAX) {
+  const def = busy.definition || {};
+  const out = [];
+  const pct = (f) => `${(100 * f).toFixed(1)}%`;
+  if (busy.devices?.length) {
+    out.push(el("h4", { class: "busy-def", title: `device busy = ${def.device || ""}` }, "Device busy"));
+    out.push(el("table", { class: "kv busy" }, busy.devices.map((d) => el("tr", { dataset: { device: String(d.device) } },
+      el("th", { title: `device busy = ${def.device || ""}`, class: "busy-def" }, String(d.group_name || d.device)),
+      el("td", {}, `${pct(d.fraction)} (${fmtDur(d.busy_ns)} of ${fmtDur(busy.span_ns)})`,
+         d.series ? sparkline(d.series) : null)))));
+  }
+  const threads = busy.threads || [];
+  if (threads.length && threadsMax !== 0) {
+    const shown = threads.slice(0, threadsMax ?? threads.length);
+    out.push(el("h4", { class: "busy-def", title: `CPU busy = ${def.cpu || ""}` }, "CPU busy per thread"));
+    out.push(el("table", { class: "kv busy" }, shown.map((t) => el("tr", {},
+      el("th", { title: `${t.group_name} \u203a ${t.name}\nCPU busy = ${def.cpu || ""}`, class: "busy-def" }, String(t.name)),
+      el("td", {}, `${pct(t.fraction)} (${fmtDur(t.busy_ns)})`)))));
+    if (shown.length < threads.length) out.push(el("p", { class: "muted" }, `showing ${shown.length} of ${threads.length} threads (the busiest)`));
+  }
+  return out;
 }
 
 /** Summary: top names per lane, copies by direction and memory kind, busy fraction per lane. */
@@ -103,13 +143,14 @@ export function renderSummary(box, sum, ontext) {
     box.append(el("h4", {}, "Copies"), table(["direction", "memory", "count", "bytes", "GB/s"], sum.copies.map((r) => [
       nameCell(r.direction ?? "-", () => ontext(copySearch(r.direction))), r.host_mem ?? "-", fmtCount(r.count), fmtBytes(r.bytes), fmtGbps(r.gbps)])));
   }
+  if (sum.busy) box.prepend(...busyBlock(sum.busy));
   const lanes = Object.keys(sum.lanes || {}).sort((a, b) => rank(a) - rank(b));
   for (const lane of lanes) {
     const info = sum.lanes[lane];
-    const busy = info.busy?.fraction || [];
-    const mean = busy.length ? busy.reduce((a, b) => a + b, 0) / busy.length : null;
-    box.append(el("h4", {}, `${LANE_TITLES[lane] || lane}${mean !== null ? ` — busy ${(mean * 100).toFixed(1)}%` : ""}`));
-    if (busy.length) box.append(sparkline(busy));
+    const occ = info.busy?.fraction || [];
+    box.append(el("h4", {}, LANE_TITLES[lane] || lane));
+    // per bucket, the lane's busy time over (bucket x its tracks): how full the lane is, not a busy figure
+    if (occ.length) box.append(el("div", { class: "busy-def", title: "lane occupancy per bucket: the time its slices cover, over the bucket width times the lane's tracks (the busy figures are above)" }, sparkline(occ)));
     if (info.top?.length) {
       box.append(table(["name", "count", "total", "mean", "p95"], info.top.map((r) => [
         nameCell(r.name, ontext), fmtCount(r.count), fmtDur(r.total_ns), fmtDur(r.mean_ns), fmtDur(r.p95_ns)])));
