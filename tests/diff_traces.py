@@ -32,7 +32,7 @@ def _launch(events, corr, host_ts, host_name, dev_cat, dev_name, dev_ts, dev_dur
     events.append({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": dev_ts, "cat": "ac2g", "name": "ac2g", "bp": "e"})
 
 
-def trace(side: str) -> dict:
+def trace(side: str, step_name: str = "ProfilerStep#{k}") -> dict:
     b = side == "b"
     step_us = STEP_B_US if b else STEP_A_US
     events = [{"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
@@ -40,7 +40,7 @@ def trace(side: str) -> dict:
     corr = 1
     for k in range(STEPS):
         t = T0_US + k * (step_us + STEP_GAP_US)
-        events.append(_x("user_annotation", f"ProfilerStep#{100 + k}", 100, 1, t, step_us))
+        events.append(_x("user_annotation", step_name.format(k=100 + k), 100, 1, t, step_us))
         events.append(_x("cpu_op", "aten::linear", 100, 1, t + 10, 100))
         _launch(events, corr, t + 20, "cudaLaunchKernel", "kernel", "gemm_kernel", t + 40, GEMM_B_US if b else GEMM_A_US)
         events.append(_x("cpu_op", "aten::relu", 100, 1, t + 200, 60))
@@ -58,11 +58,12 @@ def trace(side: str) -> dict:
     return {"schemaVersion": 1, "traceEvents": events}
 
 
-def write_pair(directory: Path) -> tuple[Path, Path]:
+def write_pair(directory: Path, step_name: str = "ProfilerStep#{k}", tag: str = "synthetic") -> tuple[Path, Path]:
+    """The pair as two JSON files; step_name (with {k}) names the step annotations."""
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for side in ("a", "b"):
-        p = directory / f"synthetic-{side}.json"
-        p.write_text(json.dumps(trace(side)))
+        p = directory / f"{tag}-{side}.json"
+        p.write_text(json.dumps(trace(side, step_name)))
         out.append(p)
     return out[0], out[1]

@@ -130,6 +130,20 @@ def test_a_step_selection_narrows_every_figure(pairs):
     assert p["a"]["start_ns"] <= a0 < a1 <= p["a"]["start_ns"] + p["a"]["dur_ns"]
 
 
+def test_names_lose_addresses_and_iteration_numbers_and_optionally_templates():
+    import duckdb
+
+    from acceltrace.diff.names import sql_expr
+
+    con = duckdb.connect()
+    norm = lambda name, strip: con.execute(f"SELECT {sql_expr('?', strip)}", [name]).fetchone()[0]
+    assert norm("ProfilerStep#1009", False) == "ProfilerStep#N"
+    assert norm("copy to 0x7f3aBC00 (lambda()#2)", False) == "copy to 0x? (lambda()#N)"
+    k = "void at::native::elementwise_kernel<4, at::native::Add<float>, at::Array<char*, 3> >(int, at::Add<float>)"
+    assert norm(k, False) == k
+    assert norm(k, True) == "void at::native::elementwise_kernel<>(int, at::Add<>)"
+
+
 def test_step_specs_parse_and_bad_ones_say_why():
     assert parse_spec(None, 4) == [0, 1, 2, 3] and parse_spec("all", 2) == [0, 1]
     assert parse_spec("0, 2-3", 5) == [0, 2, 3]
@@ -146,6 +160,39 @@ def test_the_findings_diff_says_which_pass_was_fixed(pairs):
     f = {x["pass"]: x for x in compare(store, ids["syn_a"], ids["syn_b"])["findings"]}
     assert f["pageable_memory"]["status"] == "fixed"
     assert f["pageable_memory"]["count_a"] > 0 and f["pageable_memory"]["count_b"] == 0
+
+
+def test_a_repeated_user_annotation_serves_as_the_step_without_profiler_steps(pairs, tmp_path):
+    store, _, _ = pairs
+    ann_a, ann_b = write_pair(tmp_path, step_name="train_step", tag="annotated")
+    doc = compare(store, _ingest(store, ann_a), _ingest(store, ann_b))
+    assert (doc["steps"]["basis"], doc["steps"]["name"], doc["steps"]["aligned"]) == ("annotation", "train_step", STEPS)
+    assert doc["headline"]["a_ns"] == STEPS * STEP_A_US * US
+    assert _row(doc, "kernel", "gemm_kernel")["delta_ns"] == STEPS * (GEMM_B_US - GEMM_A_US) * US
+
+
+def test_without_steps_in_common_the_whole_traces_are_compared_and_it_says_so(pairs):
+    store, ids, _ = pairs
+    doc = compare(store, ids["syn_a"], ids["sim_b"])
+    assert doc["steps"]["basis"] == "trace" and doc["headline"]["basis"] == "makespan"
+    assert any("only A has ProfilerStep steps" in n for n in doc["notes"])
+
+
+def test_a_trace_never_analysed_is_left_out_of_the_findings_diff_with_a_note(pairs, tmp_path):
+    store, ids, (_, syn_b) = pairs
+    copy = tmp_path / "unanalysed.json"
+    copy.write_bytes(syn_b.read_bytes())
+    (r,) = ingest_paths(store, [copy])  # no after_publish: no findings side file
+    doc = compare(store, ids["syn_a"], r.id)
+    assert doc["b"]["analysed"] is False and any("B has no findings" in n for n in doc["notes"])
+    assert all(f["count_b"] == 0 for f in doc["findings"])
+
+
+def test_a_trace_compared_with_itself_has_no_change(pairs):
+    store, ids, _ = pairs
+    doc = compare(store, ids["syn_b"], ids["syn_b"])
+    assert doc["headline"]["delta_ns"] == 0 and {r["status"] for r in doc["rows"]} == {"unchanged"}
+    assert {f["status"] for f in doc["findings"]} <= {"unchanged"}
 
 
 # -- the real pair -----------------------------------------------------------------------------------

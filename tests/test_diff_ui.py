@@ -104,6 +104,8 @@ def test_the_diff_page_draws_both_timelines_aligned_at_the_step(page, server):
     # aligned at the step start: shared time 0 is each trace's first ProfilerStep
     assert s["a"][0] < 0 < s["a"][1] and s["a"][1] >= max(step["a"]["dur_ns"], step["b"]["dur_ns"])
     assert page.locator(".delta-table tbody tr").count() > 100
+    # the page matches names with the server's rules
+    assert page.evaluate("() => window.acceltraceDiff.state.norm('ProfilerStep#12 at 0x7f3a')") == "ProfilerStep#N at 0x?"
     assert "464.9 ms" in page.locator("#diff-headline h3").inner_text()
     shot(page, "diff-page")
     assert not page.errors, page.errors
