@@ -19,6 +19,10 @@ def fmt_ns(ns: float | None, signed: bool = False) -> str:
     return sign + body
 
 
+def _dev(device: str | None) -> str:
+    return f" [{device}]" if device else ""
+
+
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -55,7 +59,8 @@ def render(doc: dict, top: int = 20) -> str:
     if doc.get("attribution"):
         out += ["", "device time by launching op:"]
         for o in doc["attribution"][:5]:
-            ks = ", ".join(f"{_clip(k['name'], 40)} {fmt_ns(k['delta_ns'], True)}" for k in o["kernels"][:3])
+            ks = ", ".join(f"{_clip(k['name'], 40)}{_dev(k['device'])} {fmt_ns(k['delta_ns'], True)}"
+                           for k in o["kernels"][:3])
             out.append(f"  {_clip(o['op'], 50)} {fmt_ns(o['device_delta_ns'], True)}, of which {ks}")
     out += ["", "findings by pass:"]
     if not doc["findings"]:
