@@ -80,7 +80,7 @@ def local_client(n: int):
 
     from dask.distributed import Client, LocalCluster
 
-    lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+    lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR)
     return Client(lc), lc
 

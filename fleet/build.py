@@ -72,10 +72,11 @@ def client_for(scheduler: str | None, workers: int | None):
             return Client(scheduler, timeout="20s"), None
         except (OSError, TimeoutError) as e:
             raise FleetError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-    n = workers or os.cpu_count() or 1
+    n = workers or len(os.sched_getaffinity(0)) or 1
     if n < 1:
         raise FleetError(f"--workers must be at least 1, got {n}")
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+    # the dashboard on a free port (":0"): a second fleet, or anything else on 8787, must not collide
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                            silence_logs=logging.ERROR)
     return Client(cluster), cluster
 

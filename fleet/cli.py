@@ -42,8 +42,9 @@ def _build(store, args) -> int:
         print(json.dumps(rep, default=str))
     else:
         _print_report(rep)
-    for f in res.failed:
-        print(f"acceltrace fleet: failed: {f['error']}", file=sys.stderr)
+    if args.json:  # the report lists them otherwise
+        for f in res.failed:
+            print(f"acceltrace fleet: failed: {f['error']}", file=sys.stderr)
     return 1 if res.failed else 0
 
 
@@ -108,7 +109,7 @@ def _print_report(rep: dict) -> None:
         c.print(t)
     failed = [t for t in rep["traces"] if t["status"] != "ok"]
     for r in failed:
-        c.print(f"failed: {r['path']}: {r['error']}", markup=False)
+        c.print(f"failed: {r['error'] or r['path']}", markup=False)
     if rep["findings"]:
         t = Table(title="fleet findings (passes by total impact)")
         for col in ("pass", "traces", "findings", "impact", "worst trace"):

@@ -44,7 +44,7 @@ def _sim_fleet(out: Path, ranks: int, seed: int) -> dict:
 def cluster():
     from dask.distributed import Client, LocalCluster
 
-    lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     client = Client(lc)
     yield client
     client.close()
@@ -187,6 +187,30 @@ def test_real_scheduler_and_workers_give_the_same_results(fleet_a, tmp_path):
 
     assert view(rep) == view(fleet_a["report"])
     assert rep["findings"] == fleet_a["report"]["findings"]
+
+
+def test_cli_builds_prints_the_contract_and_queries(fleet_a):
+    """`acceltrace fleet ... --json` as a user runs it (a LocalCluster of its own), then `fleet query`."""
+    store = str(fleet_a["store"].root)
+    job = str(fleet_a["base"] / "job")
+    r = subprocess.run([sys.executable, "-m", "acceltrace", "--store", store, "fleet", job, "--name", "cli",
+                        "--workers", "1", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert {"fleet", "traces", "findings"} <= set(out) and len(out["traces"]) == 10
+    assert all(CONTRACT_TRACE_KEYS <= set(t) for t in out["traces"])
+    assert {int(t["tags"]["rank"]) for t in out["traces"] if t["outlier"]} == \
+        {s["rank"] for s in fleet_a["truth"]["slow_ranks"]}
+    q = subprocess.run([sys.executable, "-m", "acceltrace", "--store", store, "fleet", "query", "cli",
+                        "SELECT rank, cause FROM outliers ORDER BY rank", "--format", "json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert q.returncode == 0, q.stderr
+    got = json.loads(q.stdout)
+    assert got["columns"] == ["rank", "cause"]
+    assert [tuple(row) for row in got["rows"]] == sorted((s["rank"], s["cause"]) for s in fleet_a["truth"]["slow_ranks"])
+    bad = subprocess.run([sys.executable, "-m", "acceltrace", "--store", store, "fleet", "query", "no-such-fleet",
+                          "SELECT 1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "no fleet 'no-such-fleet'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_second_unseen_seed(tmp_path, cluster):
