@@ -10,6 +10,9 @@ EXTENSIONS = [
     # the Chrome reader's scanner (ingest/chrome/_scan.c; docs/ingest.md "Speed")
     Extension("acceltrace.ingest.chrome._scan", ["ingest/chrome/_scan.c"],
               extra_compile_args=["-O2", "-std=c99"], optional=True),
+    # the builder's greedy depth pass for tracks with partial overlaps (ingest/depths.py)
+    Extension("acceltrace.ingest._depths", ["ingest/_depths.c"], extra_compile_args=["-O2", "-std=c99"],
+              optional=True),
 ]
 
 setup(ext_modules=EXTENSIONS)

@@ -6,6 +6,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+try:  # built by `pip install` (setup.py); optional: the Python loop below gives the same depths
+    from acceltrace.ingest import _depths
+except ImportError:  # pragma: no cover - depends on the install
+    _depths = None
+
 
 def assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Nesting depth for every slice whose ingester gave none: a table (slice_id, depth).
@@ -60,8 +65,11 @@ def assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
     return pa.table({"slice_id": sid[fix], "depth": depth[fix]})
 
 
-def _first_free(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+def _first_free(ts: np.ndarray, dur: np.ndarray, compiled: bool = True) -> np.ndarray:
     """Greedy interval colouring of one track's slices (given in ts, dur DESC, id order)."""
+    if compiled and _depths is not None:
+        out = _depths.first_free(np.ascontiguousarray(ts, dtype=np.int64), np.ascontiguousarray(dur, dtype=np.int64))
+        return np.frombuffer(out, dtype=np.int32).copy()
     depth = np.zeros(len(ts), dtype=np.int32)
     # open_end[d] = end time of the slice currently occupying depth d
     open_end: list[int] = []
