@@ -19,6 +19,7 @@ from acceltrace.analysis.runner import after_publish
 from acceltrace.server import live as live_capture
 from acceltrace.server.deps import WEB_DIR, ApiError, AppState
 from acceltrace.server.limits import Limits, LimitsMiddleware, SlowBody
+from acceltrace.server.tile_cache import TileFastPath
 from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces, views
 from acceltrace.server import openapi
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
@@ -133,6 +134,7 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
+    app.add_middleware(TileFastPath, fastapi_app=app)  # tiles in memory, before routing
     app.add_middleware(LimitsMiddleware, limits=Limits.from_env(max_inflight=max_inflight))  # inside the Host check
     app.add_middleware(SecurityMiddleware, hosts=allowed_hosts(bind_host, extra_hosts))
     return app
