@@ -1,101 +1,341 @@
-"""Load test: 50 concurrent clients panning across a 10M-slice trace on a real loopback server.
+"""Load test (issue 15): concurrent viewers panning a big trace on `acceltrace serve --workers N`,
+next to a bare uvicorn app serving the very same tile bytes from memory, same clients, same run.
 
-Each client picks a tile group and a level, then pans right one tile at a time, each step
-fetching the tile in view and its neighbours (the UI's padded window), like a user dragging
-the timeline. Bounded in requests and time; prints throughput, latency percentiles and errors.
-The clients share the machine's CPUs with the server (on our 2-core machines that halves
-what the server gets).
+1. A store with a synthetic trace (bench/gen_synthetic.py; --slices, default 10M).
+2. Panning sessions: each viewer picks a group and a level and pans right one tile at a time,
+   fetching the tile in view and its neighbours (the UI's padded window); the URLs they fetch
+   are recorded to bench/out/load-urls.txt (the wrk script replays them).
+3. Cold and warm single-viewer latency on a fresh server with no tile cache (memory or disk).
+4. 50 viewers (--clients) with wrk (Debian's package; skipped with a message when absent) and
+   with the Python client (httpx, asyncio), against acceltrace and against the bare app.
+   Core use of each server (CPU seconds of all its processes / wall time) is printed.
+5. Viewers' tile p95 while a big Chrome trace (bench/gen_chrome.py, --upload-events) is
+   uploaded and ingested, against the same viewers without it.
 
-    python -m bench.load                                   # 10M slices, 50 clients
-    python -m bench.load --slices 1M --clients 20 --steps 10
+    python -m bench.load                           # 10M slices, 50 viewers, 2 workers
+    python -m bench.load --slices 1M --seconds 8 --no-upload
+    python -m bench.load --reuse                   # keep the generated trace in bench/out/load-store
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from bench._server import BenchServer
+from bench._server import ROOT, free_port
 from bench.gen_synthetic import build_trace
 from bench.tiles import OUT, _size
 from acceltrace.store.catalog import Store
 
+WRK_SCRIPT = Path(__file__).resolve().parent / "wrk_tiles.lua"
+BARE_APP = """
+import pickle, sys
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+TILES = pickle.load(open(sys.argv[1], "rb"))
+async def tile(request):
+    body = TILES.get(request.url.path + "?" + request.url.query)
+    if body is None:
+        return Response(b"not recorded", status_code=404)
+    return Response(body, media_type="application/octet-stream",
+                    headers={"ETag": '"bare"', "Cache-Control": "public, max-age=31536000, immutable"})
+app = Starlette(routes=[Route("/api/traces/{tid}/tiles/{level}/{index}", tile)])
+"""
 
-async def client(c: httpx.AsyncClient, tid: str, meta: dict, rng: np.random.Generator, steps: int,
-                 deadline: float, lat: list, errors: list) -> None:
+
+# -- servers ------------------------------------------------------------------------------
+class Proc:
+    """A server process tree on loopback; CPU seconds of the parent and all its descendants."""
+
+    def __init__(self, cmd: list[str], port: int, log: Path, env: dict | None = None):
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/api/traces/x/tiles/0/0", timeout=2)
+                return
+            except httpx.HTTPError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(log.read_text())
+                time.sleep(0.2)
+        raise RuntimeError(f"server did not start: {log.read_text()}")
+
+    def pids(self) -> list[int]:
+        kids: dict[int, list[int]] = {}
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError):
+                    continue
+                kids.setdefault(ppid, []).append(int(d.name))
+        out, todo = [], [self.proc.pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo.extend(kids.get(p, []))
+        return out
+
+    def cpu_s(self) -> float:
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for p in self.pids():
+            try:
+                f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(f[11]) + int(f[12])) / tick  # utime, stime
+            except (OSError, IndexError):
+                pass
+        return total
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_acceltrace(store: Path, workers: int, log_name: str) -> Proc:
+    port = free_port()
+    return Proc([sys.executable, "-m", "acceltrace", "--store", str(store), "serve", "--port", str(port),
+                 "--workers", str(workers)], port, store / log_name)
+
+
+def start_bare(tiles_pickle: Path, workers: int, log: Path) -> Proc:
+    port = free_port()
+    app_dir = tiles_pickle.parent
+    (app_dir / "bare_app.py").write_text(BARE_APP)
+    code = ("import sys, uvicorn; sys.path.insert(0, %r); sys.argv[1:] = [%r]; "
+            "uvicorn.run('bare_app:app', host='127.0.0.1', port=%d, workers=%d, log_level='warning', "
+            "access_log=False)") % (str(app_dir), str(tiles_pickle), port, workers)
+    # the workers import bare_app themselves: pass the pickle path through argv of the parent
+    return Proc([sys.executable, "-c", code], port, log, env={"PYTHONPATH": str(app_dir)})
+
+
+# -- panning sessions -----------------------------------------------------------------------
+def panning_urls(tid: str, meta: dict, viewers: int, steps: int, seed: int) -> list[list[str]]:
+    """Per viewer, the tile URLs a user panning right fetches (view + both neighbours per step)."""
     groups = [g["id"] for g in meta["groups"]]
     top = meta["max_level"]
-    level = int(rng.integers(max(0, top - 9), top - 1))
-    n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
-    group = groups[int(rng.integers(len(groups)))]
-    index = int(rng.integers(n_tiles))
-    for _ in range(steps):
-        if time.monotonic() > deadline:
-            return
-        for i in (index - 1, index, index + 1):
-            if not 0 <= i < n_tiles:
-                continue
-            t = time.perf_counter()
-            try:
-                r = await c.get(f"/api/traces/{tid}/tiles/{level}/{i}?group={group}")
-                if r.status_code != 200:
-                    errors.append(f"{r.status_code} {r.text[:100]}")
-            except httpx.HTTPError as e:
-                errors.append(repr(e))
-            lat.append(time.perf_counter() - t)
-        index = (index + 1) % n_tiles
+    out = []
+    for k in range(viewers):
+        rng = np.random.default_rng(seed + k)
+        level = int(rng.integers(max(0, top - 9), max(1, top - 1)))
+        n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+        group = groups[int(rng.integers(len(groups)))]
+        index = int(rng.integers(n_tiles))
+        urls = []
+        for _ in range(steps):
+            for i in (index - 1, index, index + 1):
+                if 0 <= i < n_tiles:
+                    urls.append(f"/api/traces/{tid}/tiles/{level}/{i}?group={group}")
+            index = (index + 1) % n_tiles
+        out.append(urls)
+    return out
 
 
-async def run(url: str, tid: str, clients: int, steps: int, max_s: float, seed: int) -> dict:
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
-        meta = (await c.get(f"/api/traces/{tid}")).json()
-        lat: list[float] = []
-        errors: list[str] = []
-        t0 = time.perf_counter()
-        deadline = time.monotonic() + max_s
-        await asyncio.gather(*(client(c, tid, meta, np.random.default_rng(seed + k), steps, deadline, lat, errors)
-                               for k in range(clients)))
-        wall = time.perf_counter() - t0
+async def _viewer(c: httpx.AsyncClient, urls: list[str], deadline: float, lat: list, errors: list) -> None:
+    i = 0
+    while time.monotonic() < deadline:
+        url = urls[i % len(urls)]
+        i += 1
+        t = time.perf_counter()
+        try:
+            r = await c.get(url)
+            if r.status_code != 200:
+                errors.append(f"{r.status_code} {url}")
+        except httpx.HTTPError as e:
+            errors.append(repr(e))
+        lat.append(time.perf_counter() - t)
+
+
+def python_client(url: str, sessions: list[list[str]], seconds: float) -> dict:
+    async def run():
+        limits = httpx.Limits(max_connections=len(sessions), max_keepalive_connections=len(sessions))
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+            lat, errors = [], []
+            t0 = time.perf_counter()
+            deadline = time.monotonic() + seconds
+            await asyncio.gather(*(_viewer(c, s, deadline, lat, errors) for s in sessions))
+            return lat, errors, time.perf_counter() - t0
+
+    lat, errors, wall = asyncio.run(run())
     ms = np.array(lat) * 1000
-    return {"requests": len(lat), "wall_s": wall, "rps": len(lat) / wall, "p50": float(np.percentile(ms, 50)),
-            "p95": float(np.percentile(ms, 95)), "p99": float(np.percentile(ms, 99)), "errors": errors}
+    return {"requests": len(lat), "rps": len(lat) / wall, "p50": float(np.percentile(ms, 50)),
+            "p95": float(np.percentile(ms, 95)), "errors": len(errors), "first_error": errors[0] if errors else ""}
+
+
+def wrk_client(url: str, urls_file: Path, clients: int, seconds: float) -> dict | None:
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        return None
+    out = subprocess.run([wrk, "-t2", f"-c{clients}", f"-d{max(1, int(seconds))}s", "--timeout", "10s",
+                          "-s", str(WRK_SCRIPT), url, "--", str(urls_file)],
+                         capture_output=True, text=True, timeout=seconds + 60)
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if not line:
+        raise RuntimeError(f"wrk said: {out.stdout}\n{out.stderr}")
+    return json.loads(line[-1][len("RESULT "):])
+
+
+def timed(server: Proc, fn, *args) -> tuple[dict | None, float]:
+    c0, t0 = server.cpu_s(), time.monotonic()
+    res = fn(*args)
+    return res, (server.cpu_s() - c0) / (time.monotonic() - t0)
+
+
+def cold_warm(url: str, urls: list[str], n: int) -> tuple[list[float], list[float]]:
+    """One viewer: each of n distinct tiles once (cold: nothing cached anywhere), then again (warm)."""
+    uniq = list(dict.fromkeys(urls))[:n]
+    cold, warm = [], []
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for out in (cold, warm):
+            for u in uniq:
+                t = time.perf_counter()
+                r = c.get(u, headers={"Accept-Encoding": "identity"})
+                out.append((time.perf_counter() - t) * 1000)
+                assert r.status_code == 200, r.text
+    return cold, warm
+
+
+def clear_tile_cache(store: Store, tid: str) -> None:
+    for p in store.traces_dir.glob(f"{tid}.tile.*"):
+        p.unlink()
+
+
+def upload_and_ingest(url: str, path: Path, done: threading.Event, out: dict) -> None:
+    t0 = time.monotonic()
+    with httpx.Client(base_url=url, timeout=600) as c, open(path, "rb") as f:
+        r = c.post("/api/traces", params={"name": path.name}, content=f)
+        tid = r.json().get("id")
+        out["upload_s"] = time.monotonic() - t0
+        while tid and c.get(f"/api/traces/{tid}").json().get("status") == "ingesting":
+            time.sleep(0.5)
+        out["ingest_s"] = time.monotonic() - t0
+        out["status"] = c.get(f"/api/traces/{tid}").json().get("status") if tid else r.text[:200]
+    done.set()
+
+
+def fmt(name: str, r: dict | None, cores: float, anchor: dict | None = None) -> str:
+    if r is None:
+        return f"  {name:<34} (wrk not installed: apt-get install wrk)"
+    s = (f"  {name:<34} {r['rps']:8.0f} req/s  p50 {r['p50']:7.1f} ms  p95 {r['p95']:7.1f} ms  "
+         f"cores {cores:4.2f}  errors {r['errors']}")
+    if anchor:
+        s += f"   = {r['rps'] / anchor['rps']:.2f}x throughput, {r['p95'] / max(anchor['p95'], 1e-9):.2f}x p95 of bare"
+    return s
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slices", default="10M")
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--steps", type=int, default=20, help="pan steps per client (3 tiles each)")
-    ap.add_argument("--max-seconds", type=float, default=120.0)
-    ap.add_argument("--store", type=Path, default=OUT / "store")
+    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--steps", type=int, default=20, help="pan steps recorded per viewer (3 tiles each)")
+    ap.add_argument("--seconds", type=float, default=15.0, help="length of each load run")
+    ap.add_argument("--cold-tiles", type=int, default=60)
+    ap.add_argument("--store", type=Path, default=OUT / "load-store")
     ap.add_argument("--reuse", action="store_true", help="reuse a trace of that size already in --store")
+    ap.add_argument("--no-upload", action="store_true", help="skip the upload-during-load run")
+    ap.add_argument("--upload-events", type=int, default=1_500_000, help="events of the uploaded Chrome trace")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     n = _size(args.slices)
     if not args.reuse and args.store.exists():
         shutil.rmtree(args.store)
     store = Store(args.store)
-    existing = [r for r in store.list("ready") if r["name"] == f"bench-{n}"]
-    tid = existing[0]["id"] if existing else build_trace(store, n, name=f"bench-{n}", seed=args.seed)[0]
-    server = BenchServer(store.root)
+    have = [r for r in store.list("ready") if r["name"] == f"bench-{n}"]
+    tid = have[0]["id"] if have else build_trace(store, n, name=f"bench-{n}", seed=args.seed)[0]
+    clear_tile_cache(store, tid)
+    work = Path(tempfile.mkdtemp(prefix="acceltrace-load-"))
+    print(f"load: {n:,}-slice trace, {args.clients} viewers, {args.workers} workers, {args.seconds:g} s per run, "
+          f"{os.cpu_count()} CPUs shared by servers and clients")
+
+    server = start_acceltrace(store.root, args.workers, "load-server.log")
     try:
-        res = asyncio.run(run(server.url, tid, args.clients, args.steps, args.max_seconds, args.seed))
-        rss = server.rss_bytes()
+        meta = httpx.get(f"{server.url}/api/traces/{tid}", timeout=60).json()
+        sessions = panning_urls(tid, meta, args.clients, args.steps, args.seed)
+        flat = [u for s in sessions for u in s]
+        urls_file = OUT / "load-urls.txt"
+        urls_file.write_text("\n".join(flat) + "\n")
+        cold, warm = cold_warm(server.url, flat, args.cold_tiles)
+        print(f"one viewer, {len(cold)} distinct tiles: cold p50 {np.percentile(cold, 50):.1f} ms p95 "
+              f"{np.percentile(cold, 95):.1f} ms (target <= 50), warm p50 {np.percentile(warm, 50):.2f} ms p95 "
+              f"{np.percentile(warm, 95):.2f} ms (target <= 5)")
+        # every recorded tile once, so the bare app can serve the very same bytes
+        import pickle
+
+        tiles = {}
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            for u in dict.fromkeys(flat):
+                tiles[u] = c.get(u, headers={"Accept-Encoding": "identity"}).content
+        sizes = np.array([len(b) for b in tiles.values()])
+        print(f"{len(tiles)} distinct tiles recorded: mean {sizes.mean() / 1e3:.0f} kB, max {sizes.max() / 1e6:.2f} MB")
+        pkl = work / "tiles.pkl"
+        pkl.write_bytes(pickle.dumps(tiles))
+        rows = {}
+        rows["acceltrace wrk"] = timed(server, wrk_client, server.url, urls_file, args.clients, args.seconds)
+        rows["acceltrace python"] = timed(server, python_client, server.url, sessions, args.seconds)
     finally:
         server.stop()
-    print(f"{args.clients} clients panning a {n:,}-slice trace: {res['requests']} tile requests in "
-          f"{res['wall_s']:.1f} s = {res['rps']:.0f} req/s; latency p50 {res['p50']:.1f} ms, p95 {res['p95']:.1f} ms "
-          f"(target <= 100), p99 {res['p99']:.1f} ms; errors {len(res['errors'])}; server peak RSS {rss / 1e6:.0f} MB")
-    for e in res["errors"][:5]:
-        print("  error:", e)
-    return 1 if res["errors"] else 0
+    bare = start_bare(pkl, args.workers, work / "bare.log")
+    try:
+        rows["bare wrk"] = timed(bare, wrk_client, bare.url, urls_file, args.clients, args.seconds)
+        rows["bare python"] = timed(bare, python_client, bare.url, sessions, args.seconds)
+    finally:
+        bare.stop()
+    print(f"{args.clients} viewers panning (warm caches after the recording pass):")
+    for client in ("wrk", "python"):
+        b = rows[f"bare {client}"]
+        print(fmt(f"bare uvicorn app, {client}", b[0], b[1]))
+        a = rows[f"acceltrace {client}"]
+        print(fmt(f"acceltrace serve, {client}", a[0], a[1], b[0]))
+    a, b = rows["acceltrace wrk"][0], rows["bare wrk"][0]
+    if a and b:
+        print(f"  targets (wrk): p95 <= 1.5x bare: {a['p95'] / b['p95']:.2f}x; throughput >= 0.8x: "
+              f"{a['rps'] / b['rps']:.2f}x; p95 <= 100 ms: {a['p95']:.1f} ms")
+
+    if not args.no_upload:
+        big = OUT / f"upload-{args.upload_events}.json"
+        if not big.exists():
+            subprocess.run([sys.executable, str(ROOT / "bench/gen_chrome.py"), "--events", str(args.upload_events),
+                            "--out", str(big)], check=True, cwd=ROOT)
+        server = start_acceltrace(store.root, args.workers, "load-upload-server.log")
+        try:
+            python_client(server.url, sessions, 3)  # warm this server's memory cache
+            quiet, qcores = timed(server, python_client, server.url, sessions, args.seconds)
+            done, info = threading.Event(), {}
+            th = threading.Thread(target=upload_and_ingest, args=(server.url, big, done, info), daemon=True)
+            th.start()
+            busy, bcores = timed(server, python_client, server.url, sessions, args.seconds)
+            done.wait(900)
+        finally:
+            server.stop()
+        print(f"viewers during an upload + ingest of {big.stat().st_size / 1e6:.0f} MB "
+              f"({args.upload_events:,} events; upload {info.get('upload_s', 0):.1f} s, "
+              f"ingest done after {info.get('ingest_s', 0):.1f} s, {info.get('status')}):")
+        print(fmt("without upload, python", quiet, qcores))
+        print(fmt("during upload + ingest, python", busy, bcores))
+        print(f"  target: p95 rises <= 25 %: {100 * (busy['p95'] / quiet['p95'] - 1):+.0f} %")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -126,6 +126,17 @@ class AppState:
         return row
 
     # -- open traces -------------------------------------------------------------------------
+    def open_trace(self, trace_id: str) -> TraceHandle | None:
+        """The handle when both its ready row and the handle are at hand in memory (one stat(), no
+        SQLite, no DuckDB): what a tile request in the event loop may use; None otherwise."""
+        hit = self._rows.get(trace_id)
+        if hit is None or time.monotonic() - hit[1] >= ROW_CACHE_S or hit[0]["status"] != "ready":
+            return None
+        h = self._open.get(trace_id)
+        if h is None or not self.store.trace_path(trace_id).exists():
+            return None
+        return h
+
     def trace(self, trace_id: str) -> TraceHandle:
         """The open read-only handle of a ready trace (404 / 409 otherwise)."""
         self.ready_row(trace_id)

@@ -77,6 +77,17 @@ class LimitsMiddleware:
                                  f"this server worker has {self.inflight} requests in progress (limit "
                                  f"{self.limits.max_inflight}); retry in {self.limits.retry_after_s} s",
                                  [(b"retry-after", str(self.limits.retry_after_s).encode())])
+        if scope["method"] in ("GET", "HEAD"):  # no body to guard: the cheap path (tiles)
+            if counted:
+                self.inflight += 1
+            try:
+                await self.app(scope, receive, send)
+            except OSError as e:
+                log.info("client went away during %s %s: %s", scope.get("method"), scope["path"], e)
+            finally:
+                if counted:
+                    self.inflight -= 1
+            return
         started = [False]
 
         async def tracked_send(message):

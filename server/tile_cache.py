@@ -8,17 +8,32 @@ Tiles under GZIP_MIN_BYTES are always sent as they are. ACCELTRACE_TILE_GZIP=0 t
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from acceltrace.tiles.build import LOD_VERSION
 from acceltrace.tiles.disk import DiskTiles
+from acceltrace.tiles.query import TILE_FORMAT_VERSION
 
 GZIP_MIN_BYTES = 2048
 GZIP_LEVEL = 6
 GZIP_QUEUE_MAX = 64
+IMMUTABLE = "public, max-age=31536000, immutable"
+TILE_MEDIA_TYPE = "application/octet-stream"
+_TILE_PATH = re.compile(r"^/api/traces/([A-Za-z0-9_-]{1,64})/tiles/(\d{1,2})/(\d{1,13})$")
+_GROUP_QS = re.compile(rb"^(?:group=(g\d{1,6}))?$")
+
+
+def tile_etag(trace_id: str, level: int, index: int, group: str | None, enc: str = "identity") -> str:
+    """The strong ETag of one tile representation (the gzip one has its own)."""
+    tag = hashlib.sha256(f"{trace_id}/{level}/{index}/{group}/lod{LOD_VERSION}/tile{TILE_FORMAT_VERSION}".encode()
+                         ).hexdigest()[:32]
+    return f'"{tag}-gz"' if enc == "gzip" else f'"{tag}"'
 
 
 def gzip_bytes(data: bytes, level: int = GZIP_LEVEL) -> bytes:
@@ -50,6 +65,17 @@ class TileBytes:
             self._compress_later(key, body)
         return body, "identity"
 
+    def in_memory(self, key: tuple, want_gzip: bool) -> tuple[bytes | None, str]:
+        """The tile from this worker's memory only (never blocks): (None, "") when not there."""
+        if want_gzip and self.gzip_on:
+            body = self.memory.get(key + ("gzip",))
+            if body is not None:
+                return body, "gzip"
+        body = self.memory.get(key + ("identity",))
+        if body is not None and want_gzip and self.gzip_on and len(body) >= GZIP_MIN_BYTES:
+            return None, ""  # its gzip twin may be on disk: the slow path looks
+        return body, "identity" if body is not None else ""
+
     def _lookup(self, key: tuple, enc: str) -> bytes | None:
         body = self.memory.get(key + (enc,))
         if body is None:
@@ -77,3 +103,48 @@ class TileBytes:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class TileFastPath:
+    """ASGI: a tile this worker holds in memory is answered here, before FastAPI's routing,
+    validation and dependency machinery (the same bytes and headers the route gives); anything
+    else (not in memory, a trace not open, odd parameters) goes on to the route. Inside the Host
+    check and the in-flight bound."""
+
+    def __init__(self, app, fastapi_app):
+        self.app = app
+        self.fastapi_app = fastapi_app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "GET":
+            m = _TILE_PATH.match(scope["path"])
+            q = _GROUP_QS.match(scope.get("query_string", b"")) if m else None
+            state = getattr(self.fastapi_app.state, "acceltrace", None) if q else None
+            if state is not None and await self._answer(state, m, q, scope, send):
+                return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, state, m, q, scope, send) -> bool:
+        trace_id, level, index = m.group(1), int(m.group(2)), int(m.group(3))
+        group = q.group(1).decode() if q.group(1) else None
+        if state.open_trace(trace_id) is None:
+            return False
+        headers = {k: v for k, v in scope["headers"] if k in (b"accept-encoding", b"if-none-match")}
+        want_gzip = b"gzip" in headers.get(b"accept-encoding", b"")
+        key = (trace_id, level, index, group)
+        body, enc = state.tile_bytes.in_memory(key, want_gzip)
+        if body is None:
+            return False
+        etag = tile_etag(trace_id, level, index, group, enc)
+        out = [(b"etag", etag.encode()), (b"cache-control", IMMUTABLE.encode()), (b"vary", b"Accept-Encoding")]
+        inm = headers.get(b"if-none-match")
+        if inm is not None and etag in [t.strip() for t in inm.decode("latin-1").split(",")]:
+            await send({"type": "http.response.start", "status": 304, "headers": out})
+            await send({"type": "http.response.body", "body": b""})
+            return True
+        if enc == "gzip":
+            out.append((b"content-encoding", b"gzip"))
+        out += [(b"content-type", TILE_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": out})
+        await send({"type": "http.response.body", "body": body})
+        return True

@@ -100,7 +100,9 @@ def _open_relative(trace_id: str, memory_limit: str, temp_max: str) -> duckdb.Du
 
 
 def _execute(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int | None, timeout_s: float | None,
-             params: list | None) -> tuple[list[str], list[tuple], bool]:
+             params: list | None, limit_s: float | None = None) -> tuple[list[str], list[tuple], bool]:
+    """Run and fetch, interrupted after timeout_s (the limit the caller named is limit_s)."""
+    limit_s = limit_s or timeout_s
     timed_out = threading.Event()
 
     def stop():
@@ -125,7 +127,7 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int | None, tim
         return cols, rows, truncated
     except duckdb.Error as e:
         if timed_out.is_set():
-            raise QueryError(f"query stopped after the {timeout_s:g} s time limit", "query_timeout") from None
+            raise QueryError(f"query stopped after the {limit_s:g} s time limit", "query_timeout") from None
         kind = type(e).__name__
         if kind == "OutOfMemoryException" or "out of memory" in str(e).lower():
             raise QueryError(f"query stopped: it needs more memory than its limit ({e})", "query_memory") from None
@@ -180,7 +182,9 @@ def _child_main() -> None:
         # the cap counts from here: what the process already maps (Python, DuckDB) is not the query's
         cap = _vm_bytes() + mem
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        answer = ("ok", _execute(con, a["sql"], a["max_rows"], a["timeout_s"], None))
+        # the time limit counts from the caller's start, so this process's own start-up is inside it
+        left = None if a["deadline"] is None else max(0.05, a["deadline"] - time.time())
+        answer = ("ok", _execute(con, a["sql"], a["max_rows"], left, None, a["timeout_s"]))
     except QueryError as e:
         answer = ("error", (str(e), e.code))
     except FileNotFoundError as e:
@@ -221,11 +225,12 @@ def run_limited(
     if not store.trace_path(trace_id).exists():
         raise FileNotFoundError(f"trace {trace_id} not found in {store.root}")
     args = pickle.dumps({"root": str(store.root), "trace_id": trace_id, "sql": sql, "max_rows": max_rows,
-                         "timeout_s": timeout_s, "memory_bytes": int(memory_bytes), "nice": nice})
+                         "timeout_s": timeout_s, "deadline": time.time() + timeout_s if timeout_s else None,
+                         "memory_bytes": int(memory_bytes), "nice": nice})
     proc = subprocess.Popen([sys.executable, "-m", "acceltrace.store.sandbox"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(store.root))
     try:
-        out, err = proc.communicate(args, timeout=(timeout_s + KILL_GRACE_S + 5.0) if timeout_s else None)
+        out, err = proc.communicate(args, timeout=(timeout_s + KILL_GRACE_S) if timeout_s else None)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()

@@ -218,6 +218,7 @@ def test_slow_headers_and_slow_bodies_are_cut(strict_server):
             pass
         except OSError:
             break
+    got += _read_response(s, 3)  # the body may come in a later segment
     s.close()
     assert b" 408 " in got.split(b"\r\n", 1)[0] and b"bytes/s" in got, got
     assert time.monotonic() - t0 < 5
@@ -265,7 +266,7 @@ def test_queries_have_their_own_pool_a_per_client_limit_and_viewers_keep_their_s
         if r.status_code == 429:
             assert r.headers["retry-after"] and r.json()["error"]["code"] == "too_many_queries"
         else:
-            assert r.json()["error"]["code"] == "query_timeout" and took < 3 + 4, took
+            assert r.json()["error"]["code"] == "query_timeout" and took < 3 + 2 + 1.5, took  # limit + kill grace
     assert max(lat) < 2.0, lat  # generous: the point is that tiles never wait for a query
 
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, tile_etag
 from acceltrace.tiles import layout
-from acceltrace.tiles.build import LOD_VERSION
-from acceltrace.tiles.query import MAX_LEVEL, TILE_FORMAT_VERSION, build_tile
+from acceltrace.tiles.query import MAX_LEVEL, build_tile
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
-IMMUTABLE = "public, max-age=31536000, immutable"
-TILE_MEDIA_TYPE = "application/octet-stream"
 
 
 def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str]]:
@@ -65,7 +62,7 @@ def _empty_sections(slices: int, instants: int, counters: int) -> frozenset[str]
     responses={200: {"content": {TILE_MEDIA_TYPE: {}}, "description": "the encoded tile"},
                304: {"description": "not modified"}},
 )
-def get_tile(
+async def get_tile(
     request: Request,
     trace_id: str,
     level: int = Path(..., ge=0, le=MAX_LEVEL, description="log2 of the bucket width in ns"),
@@ -73,19 +70,22 @@ def get_tile(
     group: str | None = Query(None, description="a tile group id from the metadata (e.g. g0)"),
     state: AppState = Depends(get_state),
 ) -> Response:
-    h = state.trace(trace_id)
+    # the common case answers in the event loop: an open trace and a tile in memory. Anything that
+    # may touch SQLite, DuckDB or the disk goes to the thread pool.
+    h = state.open_trace(trace_id) or await run_in_threadpool(state.trace, trace_id)
     if h.info is None:
         raise ApiError(409, "not_ready", f"trace {trace_id!r} has no level-of-detail tables; ingest it again")
     if level > h.info.max_level:
         raise ApiError(422, "validation_error",
                        f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
                        "covers the whole trace)")
-    grp, empty = _group_index(h, trace_id, group)
+    if "group_counts" in h.cache:
+        grp, empty = _group_index(h, trace_id, group)
+    else:
+        grp, empty = await run_in_threadpool(_group_index, h, trace_id, group)
     if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
         empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
-    etag = '"' + hashlib.sha256(
-        f"{trace_id}/{level}/{index}/{group}/lod{LOD_VERSION}/tile{TILE_FORMAT_VERSION}".encode()
-    ).hexdigest()[:32] + '"'
+    etag = tile_etag(trace_id, level, index, group)
     want_gzip = "gzip" in request.headers.get("accept-encoding", "")
     inm = request.headers.get("if-none-match")
     if inm:  # either representation's tag: the client holds that one
@@ -99,7 +99,10 @@ def get_tile(
         with h.cursor() as cur:
             return build_tile(cur, h.info, level, index, grp, group, empty, _names(h, cur))
 
-    body, enc = state.tile_bytes.get((trace_id, level, index, group), want_gzip, build)
+    key = (trace_id, level, index, group)
+    body, enc = state.tile_bytes.in_memory(key, want_gzip)
+    if body is None:
+        body, enc = await run_in_threadpool(state.tile_bytes.get, key, want_gzip, build)
     headers = {"ETag": etag if enc == "identity" else etag[:-1] + '-gz"', "Cache-Control": IMMUTABLE,
                "Vary": "Accept-Encoding"}
     if enc == "gzip":
