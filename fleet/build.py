@@ -95,20 +95,22 @@ def build_fleet(store, paths: list[str], name: str | None = None, tag_pattern: s
     inputs, skipped = expand(paths)
     if not inputs:
         raise FleetError("no traces to analyse: " + (", ".join(paths) or "no paths given"))
-    fleet = layout.open_or_create(store, name, [os.path.abspath(p) for p in paths], tag_pattern)
-    fleet["traces_given"] = len(inputs)
-    fleet["builds"] = build_no = int(fleet.get("builds", 0)) + 1
-    fleet["skipped"] = skipped
-    layout.save(store, fleet)
     own = None
-    if client is None:
+    if client is None:  # first: a scheduler that cannot be reached leaves no half-made fleet behind
         client, own = client_for(scheduler, workers)
-    writer = ResultWriter(layout.results_dir(store, fleet["id"]), build_no)
     failed: list[dict] = []
     try:
-        _map(client, str(Path(store.root).resolve()), inputs, tag_pattern, writer, failed, progress)
+        fleet = layout.open_or_create(store, name, [os.path.abspath(p) for p in paths], tag_pattern)
+        fleet["traces_given"] = len(inputs)
+        fleet["builds"] = build_no = int(fleet.get("builds", 0)) + 1
+        fleet["skipped"] = skipped
+        layout.save(store, fleet)
+        writer = ResultWriter(layout.results_dir(store, fleet["id"]), build_no)
+        try:
+            _map(client, str(Path(store.root).resolve()), inputs, tag_pattern, writer, failed, progress)
+        finally:  # what was mapped is kept, even when the build is interrupted
+            path = writer.close()
     finally:
-        path = writer.close()
         if own is not None:
             client.close()
             own.close()

@@ -102,8 +102,8 @@ function renderTable() {
         checked: picked.includes(t.trace_id), "aria-label": `compare ${t.name}`, onchange: (e) => togglePick(t.trace_id, e.target.checked) }) : ""),
       el("td", { class: "num" }, t.rank === null || t.rank === undefined ? "-" : String(t.rank)),
       el("td", { title: t.path || "" }, ok && t.trace_id ? el("a", { href: `/t/${encodeURIComponent(t.trace_id)}` }, t.name) : t.name),
-      el("td", { class: "cause", title: ok ? "" : t.error || "" }, ok ? (t.outlier ? t.cause || "unknown" : "") : `failed: ${t.error || ""}`),
-      el("td", {}, t.outlier_metrics.join(", ")),
+      el("td", { class: "cause", title: ok ? t.cause || "" : t.error || "" }, ok ? (t.outlier ? t.cause || "unknown" : "") : `failed: ${t.error || ""}`),
+      el("td", { class: "metrics", title: t.outlier_metrics.join(", ") }, t.outlier_metrics.join(", ")),
     ];
     for (const m of metrics) {
       const td = el("td", { class: "num", title: `${m.key} = ${t[m.key] === null || t[m.key] === undefined ? "n/a" : t[m.key]}` }, fmt(t[m.key], m.unit));
