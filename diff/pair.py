@@ -102,6 +102,7 @@ def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_tem
         " OR s.category ILIKE '%memcpy%')) THEN 'copy'"
         " WHEN t.store_lane = 'eu' THEN 'kernel'"
         " WHEN t.store_lane = 'driver' THEN 'driver'"
+        " WHEN t.store_lane = 'annotation' THEN 'annotation'"
         f" WHEN {RUNTIME_CATEGORY_SQL.replace('category', 's.category')} THEN 'runtime'"
         " WHEN s.category IS NULL AND {native} THEN 'runtime'"
         " ELSE 'cpu_op' END")
@@ -111,15 +112,17 @@ def build_base(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], strip_tem
         parts.append(
             f"SELECT {x.code} AS side, s.slice_id, s.track_id, s.ts, s.dur, s.depth, l.name_id, {lane} AS lane,"
             f" t.store_lane, t.dev_rank, t.dev,"
-            f" coalesce({ANNOTATION_CATEGORY_SQL.replace('category', 's.category')}, FALSE) AS is_annotation"
+            f" t.store_lane = 'annotation' OR coalesce({ANNOTATION_CATEGORY_SQL.replace('category', 's.category')}, FALSE)"
+            f" AS is_annotation"
             f" FROM {x.db}.slices s JOIN _trk t ON t.side = {x.code} AND t.track_id = s.track_id"
             f" JOIN _names n ON n.side = {x.code} AND n.raw = s.name JOIN _name_list l ON l.name = n.name")
     con.execute("CREATE TEMP TABLE _base AS " + "\nUNION ALL\n".join(parts))
-    # the call tree of host-side tracks: a slice's parent is the latest one a level up that contains it
+    # the call tree of host-side tracks (cpu, driver, and annotation: ranges that mark time, such as
+    # NVTX, where steps may come from): a slice's parent is the latest one a level up that contains it
     con.execute("""CREATE TEMP TABLE _host AS
         SELECT side, slice_id, track_id, ts, dur, depth, depth - 1 AS pdepth, store_lane, name_id, lane,
                lane = 'cpu_op' AND NOT is_annotation AS is_op FROM _base
-        WHERE store_lane IN ('cpu', 'driver')""")
+        WHERE store_lane IN ('cpu', 'driver', 'annotation')""")
     con.execute("""CREATE TEMP TABLE _parent AS
         SELECT c.side, c.slice_id, p.slice_id AS parent_id,
                least(c.ts + c.dur, p.ts + p.dur) - c.ts AS clipped_dur

@@ -45,15 +45,15 @@ def render(doc: dict, top: int = 20) -> str:
     out += ["", f"{what}: A {fmt_ns(h['a_ns'])} -> B {fmt_ns(h['b_ns'])}  ({fmt_ns(h['delta_ns'], True)}){ratio}",
             "  contributors (self time on the host thread):"]
     for c in h["contributors"]:
-        out.append(f"    {fmt_ns(c['delta_ns'], True):>12}  {c['lane'] or '':<8} {_clip(c['name'], 90)}")
+        out.append(f"    {fmt_ns(c['delta_ns'], True):>12}  {c['lane'] or '':<10} {_clip(c['name'], 90)}")
     out.append(f"    {fmt_ns(h['unexplained_ns'], True):>12}  rest: other names {fmt_ns(h['other_names_ns'], True)},"
                f" outside any slice {fmt_ns(h['unpartitioned_ns'], True)}")
     out += ["", f"top {min(top, len(doc['rows']))} of {len(doc['rows'])} rows by |delta| (unchanged: relative change"
                 f" < {n['pct']:g}% or |delta| < {fmt_ns(n['ns'])})",
-            f"  {'lane':<8} {'status':<9} {'delta':>12} {'A total':>11} {'B total':>11} {'count A':>8} {'count B':>8}"
+            f"  {'lane':<10} {'status':<9} {'delta':>12} {'A total':>11} {'B total':>11} {'count A':>8} {'count B':>8}"
             f" {'dev':<6} name"]
     for r in doc["rows"][:top]:
-        out.append(f"  {r['lane']:<8} {r['status']:<9} {fmt_ns(r['delta_ns'], True):>12} {fmt_ns(r['total_a_ns']):>11}"
+        out.append(f"  {r['lane']:<10} {r['status']:<9} {fmt_ns(r['delta_ns'], True):>12} {fmt_ns(r['total_a_ns']):>11}"
                    f" {fmt_ns(r['total_b_ns']):>11} {r['count_a']:>8} {r['count_b']:>8} {(r['device'] or ''):<6}"
                    f" {_clip(r['name'], 60)}")
     if doc.get("attribution"):

@@ -58,7 +58,7 @@ def _candidates(con: duckdb.DuckDBPyConnection) -> list[tuple]:
     rows = con.execute(f"""
         WITH c AS (
             SELECT side, name_id, track_id, count(*) AS n, sum(dur) AS total FROM _base
-            WHERE store_lane = 'cpu' AND dur > 0
+            WHERE store_lane IN ('cpu', 'annotation') AND dur > 0
               AND (name_id IN (SELECT name_id FROM _name_list WHERE name = '{STEP_NAME}') OR (is_annotation AND depth = 0))
             GROUP BY ALL)
         SELECT c.side, l.name, c.track_id, c.n, c.total FROM c JOIN _name_list l USING (name_id)
@@ -95,7 +95,7 @@ def build_steps(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], spec: st
         con.execute(f"""CREATE TEMP TABLE _steps AS
             SELECT side, row_number() OVER (PARTITION BY side ORDER BY ts, slice_id) - 1 AS step,
                    slice_id, track_id, ts, ts + dur AS te FROM _base
-            WHERE name_id = (SELECT name_id FROM _name_list WHERE name = ?) AND store_lane = 'cpu' AND dur > 0
+            WHERE name_id = (SELECT name_id FROM _name_list WHERE name = ?) AND store_lane IN ('cpu', 'annotation') AND dur > 0
               AND ((side = 0 AND track_id = {int(track['a'])}) OR (side = 1 AND track_id = {int(track['b'])}))""",
                     [name])
         counts = {letter(k): v for k, v in con.execute("SELECT side, count(*) FROM _steps GROUP BY side").fetchall()}
@@ -130,7 +130,7 @@ def build_steps(con: duckdb.DuckDBPyConnection, sides: dict[str, Side], spec: st
             WITH host AS (
                 SELECT b.side, b.slice_id, st.step FROM _base b
                 ASOF JOIN _sel st ON st.side = b.side AND b.ts >= st.ts
-                WHERE b.store_lane IN ('cpu', 'driver') AND b.ts < st.te),
+                WHERE b.store_lane IN ('cpu', 'driver', 'annotation') AND b.ts < st.te),
             dev AS (SELECT side, slice_id, ts FROM _base WHERE lane IN ('kernel', 'copy')),
             via AS (
                 SELECT d.side, d.slice_id, h.step FROM dev d

@@ -171,6 +171,14 @@ def test_a_repeated_user_annotation_serves_as_the_step_without_profiler_steps(pa
     assert _row(doc, "kernel", "gemm_kernel")["delta_ns"] == STEPS * (GEMM_B_US - GEMM_A_US) * US
 
 
+def test_nvtx_ranges_on_the_annotation_lane_serve_as_steps(pairs):
+    store, _, _ = pairs
+    tid = _ingest(store, ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite")
+    doc = compare(store, tid, tid)
+    assert (doc["steps"]["basis"], doc["steps"]["name"], doc["steps"]["aligned"]) == ("annotation", "MPI_Send", 10)
+    assert _row(doc, "annotation", "MPI_Send")["count_a"] == 10 and doc["headline"]["delta_ns"] == 0
+
+
 def test_without_steps_in_common_the_whole_traces_are_compared_and_it_says_so(pairs):
     store, ids, _ = pairs
     doc = compare(store, ids["syn_a"], ids["sim_b"])
