@@ -28,6 +28,12 @@ def _analyze(args: argparse.Namespace) -> int:
     return analyze_command(args) or 0
 
 
+def _whatif(args: argparse.Namespace) -> int:
+    from acceltrace.analysis.whatif import whatif_command
+
+    return whatif_command(args) or 0
+
+
 def _sim(args: argparse.Namespace) -> int:
     from acceltrace.sim.cli import sim_command
 
@@ -120,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a threshold")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_analyze)
+
+    s = sub.add_parser("whatif", help="replay a trace's dependency graph with each pass's findings fixed:"
+                                      " the saving per pass and finding, and the critical path")
+    s.add_argument("id", metavar="ID")
+    s.add_argument("--pass", dest="passes", action="append", metavar="P", help="only this pass (repeatable)")
+    s.add_argument("--link-speedup", type=float, default=2.0, metavar="X",
+                   help="pcie_saturation's fix: a link X times faster (default 2: the next generation)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_whatif)
 
     s = sub.add_parser("sim", help="run the device model; writes run.atrace, run.actr, ground_truth.json")
     s.add_argument("scenario", metavar="SCENARIO")
