@@ -209,7 +209,9 @@ def headline(con: duckdb.DuckDBPyConnection, basis: str) -> dict:
     delta = b_ns - a_ns
     partitioned = int(recs[0]["all_ns"]) if recs else 0
     top = sum(c["delta_ns"] for c in contributors)
+    n = int(con.execute("SELECT count(DISTINCT step) FROM _sel").fetchone()[0])
     return {"basis": "step" if basis != "trace" else "makespan", "a_ns": a_ns, "b_ns": b_ns, "delta_ns": delta,
+            "steps": n, "a_mean_ns": a_ns / n if n else None, "b_mean_ns": b_ns / n if n else None,
             "ratio": (b_ns / a_ns) if a_ns else None, "contributors": contributors,
             # the names below the top list, and what no slice of the thread accounts for (0 when
             # the thread's slices nest cleanly); together with the contributors they add up to delta_ns

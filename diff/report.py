@@ -44,6 +44,9 @@ def render(doc: dict, top: int = 20) -> str:
     ratio = f"  x{h['ratio']:.3f}" if h.get("ratio") else ""
     out += ["", f"{what}: A {fmt_ns(h['a_ns'])} -> B {fmt_ns(h['b_ns'])}  ({fmt_ns(h['delta_ns'], True)}){ratio}",
             "  contributors (self time on the host thread):"]
+    if h["basis"] == "step" and h["steps"] > 1:
+        out.insert(-1, f"  per step (mean of {h['steps']}): A {fmt_ns(h['a_mean_ns'])} -> B {fmt_ns(h['b_mean_ns'])}"
+                       f"  ({fmt_ns(h['b_mean_ns'] - h['a_mean_ns'], True)})")
     for c in h["contributors"]:
         out.append(f"    {fmt_ns(c['delta_ns'], True):>12}  {c['lane'] or '':<10} {_clip(c['name'], 90)}")
     out.append(f"    {fmt_ns(h['unexplained_ns'], True):>12}  rest: other names {fmt_ns(h['other_names_ns'], True)},"

@@ -88,6 +88,7 @@ def test_the_headline_contributors_add_up_to_the_step_time_delta(pairs):
     h = compare(store, ids["syn_a"], ids["syn_b"])["headline"]
     assert h["basis"] == "step"
     assert (h["a_ns"], h["b_ns"]) == (STEPS * STEP_A_US * US, STEPS * STEP_B_US * US)
+    assert (h["steps"], h["a_mean_ns"], h["b_mean_ns"]) == (STEPS, STEP_A_US * US, STEP_B_US * US)
     got = {c["name"]: c["delta_ns"] for c in h["contributors"]}
     # B adds dropout (+50 us a step), drops the memcpy call (-20 us) and idles the rest (+70 us)
     assert got == {"aten::dropout": STEPS * 50 * US, "cudaMemcpyAsync": -STEPS * 20 * US,

@@ -16,13 +16,15 @@ export function renderHeadline(box, doc) {
     el("td", { title: c.name }, c.name), el("td", {}, c.lane || ""), el("td", { class: "num" }, signed(c.delta_ns))));
   rows.push(el("tr", { class: "rest" }, el("td", {}, "rest (other names, outside any slice)"), el("td", {}),
     el("td", { class: "num" }, signed(h.unexplained_ns))));
-  box.replaceChildren(
+  box.replaceChildren(...[
     el("h3", {}, `${what}: ${fmtDur(h.a_ns)} → ${fmtDur(h.b_ns)} (${signed(h.delta_ns)})${ratio}`),
+    h.basis === "step" && h.steps > 1
+      ? el("p", {}, `per step (mean): ${fmtDur(h.a_mean_ns)} → ${fmtDur(h.b_mean_ns)} (${signed(h.b_mean_ns - h.a_mean_ns)})`) : null,
     el("p", { class: "muted" }, h.basis === "step"
       ? "Contributors: self time on the steps' host thread (each instant of a step counted once); with the rest they add up to the delta."
       : "Contributors: self time on the busiest host thread, idle time included; with the rest they add up to the delta."),
     el("table", { class: "grid contributors" }, el("tbody", {}, rows)),
-    ...(doc.notes || []).map((n) => el("p", { class: "muted note" }, n)));
+    ...(doc.notes || []).map((n) => el("p", { class: "muted note" }, n))].filter(Boolean));
 }
 
 /** The delta table; on.hover(row|null), on.click(row). Returns {select(i)} for the page. */
