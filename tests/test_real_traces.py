@@ -132,7 +132,10 @@ class Raw:
                 else:
                     key = (src, pid, tid, lane)
                 dur = _ns(ev.get("dur", 0)) if ph == "X" else 0
-                self.slices.append([src, lane, key, _ns(ev["ts"]), dur, ev.get("name") or "", ev.get("args") or {}])
+                args = ev.get("args") or {}
+                corr = args.get("correlation") if isinstance(args, dict) else None
+                self.slices.append([src, lane, key, _ns(ev["ts"]), dur, ev.get("name") or "",
+                                    {"correlation": corr} if corr is not None else {}])
         self.depth = self._depths()
 
     def _depths(self) -> list[int]:
@@ -229,10 +232,12 @@ def _union(ivs: list) -> int:
 # -- Chrome ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def raws():
-    cache = {}
+    cache = {}  # the last file read, and the xDiT trace (two tests read it): memory stays bounded
 
     def get(path: Path) -> Raw:
         if path not in cache:
+            for k in [k for k in cache if "xdit" not in k.name]:
+                del cache[k]
             cache[path] = Raw(path)
         return cache[path]
     return get
