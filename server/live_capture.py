@@ -135,7 +135,9 @@ class LiveCapture:
                 if self.trace_id is not None and now - last_catalog >= CATALOG_EVERY_S:
                     self.store.set_live_counts(self.trace_id, self.counts(), self.tail.offset)
                     last_catalog = now
-                if self.tail.trailer is not None and caught_up and not self._pending and not self._in_flight():
+                if self.tail.trailer is not None and caught_up:
+                    # stopped: what is not built yet is not built (the whole file is ingested now)
+                    self._pending = []
                     if self.trace_id is not None:
                         self._finalise()
                     return

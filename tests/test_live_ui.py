@@ -15,9 +15,11 @@ import pytest
 from test_traced import _start, _stop
 
 PY = sys.executable
-# the issue's figure (<= 1 s, p95) is bench/live.py's to measure; a test on a shared, loaded machine only
-# bounds it loosely, so that a page that stopped following (or never drew) fails
-LAG_BOUND_S = 5.0
+# the issue's figure (<= 1 s, p95) is bench/live.py's to measure. This test checks that what is produced
+# after the page opened gets drawn while the capture runs, with a bound loose enough for a shared
+# machine under heavy load (seen: 2-9 s at load averages of 15-45 on 2 cores), so that a page that
+# stopped following, or never draws new data, fails and a slow machine does not
+LAG_BOUND_S = 20.0
 
 PRODUCER = textwrap.dedent("""
     import sys, time
@@ -79,14 +81,15 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
             page.wait_for_function("() => window.acceltrace && window.acceltrace.live && window.acceltrace.live.drawn_head_ns !== null",
                                    timeout=15_000)
             start_abs = int(_json(f"{srv.url}/api/live/{tid}")["start_abs_ns"])
-            lags, drawn = [], []
-            for _ in range(12):  # about 3 s of following
+            first = page.evaluate("() => window.acceltrace.live.drawn_head_ns")
+            # a further second of the capture, produced after the page opened, gets drawn while it runs
+            page.wait_for_function(f"() => window.acceltrace.live.drawn_head_ns > {first + 1_000_000_000}",
+                                   timeout=30_000)
+            lags = []
+            for _ in range(8):
                 d = page.evaluate("() => window.acceltrace.live.drawn_head_ns")
                 lags.append((time.monotonic_ns() - start_abs - d) / 1e9)
-                drawn.append(d)
                 time.sleep(0.25)
-            print("lags", [round(x, 2) for x in lags])
-            assert drawn[-1] > drawn[0], drawn  # new data keeps being drawn
             assert sorted(lags)[len(lags) // 2] < LAG_BOUND_S, lags
             live = page.evaluate("() => ({...window.acceltrace.live})")
             assert live["trace_id"] == tid and live["head_ns"] >= live["drawn_head_ns"]
