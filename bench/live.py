@@ -69,7 +69,7 @@ PRODUCER = textwrap.dedent("""
         dur = max(1, (span * 8 // 10) // n)
         if daemon:
             for i, x in enumerate(ts.tolist()):
-                t.complete(texts[i & 3], ts=x, dur=dur, tid=i & 7)
+                t.complete(texts[i & 3], ts=x, dur=dur)
         else:
             recs = np.zeros(n, R.RECORD_DTYPE)
             recs["kind"], recs["ts"], recs["dur"], recs["tid"], recs["pid"] = R.COMPLETE, ts, dur, np.arange(n) % 8, 1
