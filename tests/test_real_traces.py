@@ -93,13 +93,13 @@ _DRIVER = {"cuda_driver", "mtia_runtime", "privateuse1_runtime", "privateuse1_dr
 
 def raw_lane(ev: dict) -> str:
     cat, name = (ev.get("cat") or "").lower(), ev.get("name") or ""
-    if cat in ("kernel", "gpu_memset", "memset", "cuda_sync", "hardware_counters"):
+    if cat in ("kernel", "gpu_memset", "memset", "hardware_counters"):
         return "eu"
     if cat in ("gpu_memcpy", "memcpy"):
         return "pcie" if _HOST_COPY.search(name) else "eu"
     if cat == "mtia_ccp_events":
         return "pcie" if name.lower().startswith("dma") or "dma_request" in name.lower() else "eu"
-    if cat in ("gpu_user_annotation", "trace"):
+    if cat in ("gpu_user_annotation", "trace", "cuda_sync"):
         return "annotation"
     if cat in _DRIVER:
         return "driver"

@@ -6,7 +6,8 @@ The mapping follows DESIGN.md (lanes are about what a track shows):
   pcie    gpu_memcpy HtoD / DtoH / PtoP, MTIA dma_request (one track per device and direction)
   eu      kernel, gpu_memset, DtoD copies, other MTIA device events (per stream)
   annotation  gpu_user_annotation (device ranges such as CUDA-graph capture markers: rows of that
-          device, per stream) and the profiler's own span ("PyTorch Profiler (0)", category Trace):
+          device, per stream), cuda_sync (a synchronisation drawn on a stream: a wait, not
+          work) and the profiler's own span ("PyTorch Profiler (0)", category Trace):
           ranges that mark time, never counted as work
 Categories we do not know fall back on the thread: a thread id like "stream 7" is a
 device stream (eu), anything else a CPU thread.
@@ -23,7 +24,7 @@ CPU, DRIVER, PCIE, EU, ANNOTATION, DEVICE_ANNOTATION = range(6)
 _BY_CATEGORY = {
     "cpu_op": CPU, "operator": CPU, "python_function": CPU, "user_annotation": CPU,
     "cuda_runtime": CPU, "runtime": CPU, "cpu_instant_event": CPU, "overhead": CPU, "trace": ANNOTATION,
-    "external_correlation": CPU, "cuda_sync": EU, "cuda_event": CPU, "python_op": CPU,
+    "external_correlation": CPU, "cuda_sync": DEVICE_ANNOTATION, "cuda_event": CPU, "python_op": CPU,
     "cuda_driver": DRIVER, "mtia_runtime": DRIVER, "privateuse1_runtime": DRIVER, "privateuse1_driver": DRIVER,
     "driver": DRIVER,
     "kernel": EU, "gpu_memset": EU, "memset": EU, "gpu_user_annotation": DEVICE_ANNOTATION, "mtia_ccp_events": EU,
