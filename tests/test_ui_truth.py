@@ -376,3 +376,30 @@ def test_a_file_accepted_with_warnings_says_so_in_the_page(page, env):
     listed = page.evaluate("() => [...document.querySelectorAll('#pane-info ul.warnings li')].map(li => li.textContent)")
     assert listed == meta["warnings"]
     shot(page, "cut-off-warnings")
+
+
+def test_search_lands_on_a_slice_deep_in_the_fold(page, env):
+    """Searching a name that only occurs below depth 70 selects its first hit: the track unfolds down to
+    it and the selection is drawn on that slice's own row."""
+    tid = env["ids"][VLLM.name]
+    con = _db(env, tid)
+    track, _ = deepest_track(con)
+    name, depth_min = con.execute(
+        "SELECT name, min(depth) FROM slices WHERE track_id = ? GROUP BY 1 HAVING min(depth) > 70"
+        " ORDER BY count(*), name LIMIT 1", [track]).fetchone()
+    con.close()
+    open_trace(page, tid)
+    page.fill("#search", name)
+    page.press("#search", "Enter")
+    page.wait_for_function("() => window.acceltrace.selected !== null", timeout=15000)
+    wait_idle(page)
+    sel = page.evaluate("() => { const s = window.acceltrace.timeline.selected; return {id: s.id, track: s.track_id, depth: s.depth, name: s.name}; }")
+    assert sel["name"] == name and sel["depth"] >= depth_min > 70
+    got = page.evaluate("""([id, d]) => { const tl = window.acceltrace.timeline; const m = tl.rowMidY(id, d);
+        return {exact: m.exact, shown: tl.layout.byId.get(id).shown_rows, y: m.y, h: tl.height_css_px}; }""",
+                        [sel["track"], sel["depth"]])
+    assert got["exact"] and got["shown"] > sel["depth"]
+    assert 0 < got["y"] < got["h"], "the selected row is not on screen"
+    dark = [p for p in pixels(page, 232, got["y"] - 10, 1100, got["y"] + 10) if max(p) < 60]
+    assert dark, "the selection outline is not on the searched slice's row"
+    shot(page, "vllm-search-deep")
