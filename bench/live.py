@@ -254,6 +254,8 @@ def main() -> int:
     ap.add_argument("--rates", default="10000,1000000",
                     help="events/s; up to 50000 through the daemon (Python per-event calls), above through a growing file")
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--via", choices=("auto", "daemon", "file"), default="auto",
+                    help="auto: the daemon up to 50 k/s, a growing file above")
     ap.add_argument("--final-events", type=int, default=2_000_000)
     ap.add_argument("--no-browser", action="store_true")
     args = ap.parse_args()
@@ -262,7 +264,8 @@ def main() -> int:
         for i, rate in enumerate(float(r) for r in args.rates.split(",")):
             tmp = Path(d) / f"follow{i}"
             tmp.mkdir()
-            rows.append(follow(rate, args.seconds, not args.no_browser, "daemon" if rate <= 50_000 else "file", tmp))
+            via = args.via if args.via != "auto" else ("daemon" if rate <= 50_000 else "file")
+            rows.append(follow(rate, args.seconds, not args.no_browser, via, tmp))
             print("measured:", {k: v for k, v in rows[-1].items() if k != "file"}, flush=True)
         fin = None
         if args.final_events:

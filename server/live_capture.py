@@ -109,8 +109,10 @@ class LiveCapture:
         self.thread.start()
 
     def stop(self) -> None:
+        """The server is going: stop following (a build under way finishes on its thread)."""
         self.stop_event.set()
-        self.thread.join(timeout=30)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.thread.join(timeout=5)
         self._close_segments()
 
     def _run(self) -> None:
@@ -366,8 +368,7 @@ class LiveCapture:
             return list(self.sealed)
 
     def head_ns(self) -> int:
-        segs = self.segments()
-        return max((s.hi_ns for s in segs), default=0)
+        return max((s.hi_ns for s in self.segments()), default=0)
 
     def tile(self, level: int, index: int, grp: int) -> bytes:
         with self.lock:
@@ -380,8 +381,7 @@ class LiveCapture:
 
     def tile_etag_key(self, level: int, index: int, grp: int) -> str:
         """What a tile's content depends on: the segments overlapping it and the layout."""
-        t0 = index << (level + 10)
-        t1 = (index + 1) << (level + 10)
+        t0, t1 = index << (level + 10), (index + 1) << (level + 10)
         keys = [s.key for s in self.segments() if s.overlaps(t0, t1)]
         return f"{self.trace_id}/{level}/{index}/{grp}/{self.layout.version}/{','.join(keys)}"
 
@@ -393,10 +393,7 @@ class LiveCapture:
 
 
 def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+    return path.stat().st_size if path.exists() else 0
 
 
 def _unlink(p: Path) -> None:
