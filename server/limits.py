@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger("acceltrace.server")
 
-UNCOUNTED_SUFFIXES = ("/progress",)  # server-sent event streams: they sleep, they do not work
+UNCOUNTED_SUFFIXES = ("/progress", "/analysis/events")  # server-sent event streams: they sleep, they do not work
 
 
 def _env_num(name: str, default: float) -> float:

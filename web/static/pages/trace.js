@@ -208,7 +208,7 @@ async function main() {
     else { analysis = { ...(analysis || {}), ...st, passes: analysis?.passes || [] }; showFindings(); }
   };
   if (!api.live) followAnalysis(api, onAnalysis);
-  else api.findings().then(() => showFindings());
+  else panes.findings.append(el("p", { class: "muted" }, "The analysis passes run when the capture stops; their findings appear then."));
 
   // every accepted file with warnings says so here, not only in the server log
   const wn = meta.warning_count ?? (meta.warnings || []).length, dropped = meta.dropped_events ?? 0, lost = meta.lost_events ?? 0;
