@@ -276,8 +276,13 @@ export function renderInfo(box, meta, status) {
   ]));
   const absent = parse(m.not_present);
   if (absent && (Array.isArray(absent) ? absent.length : Object.keys(absent).length)) {
+    // [{source, gives, state: absent | empty}] (or plain names / a name -> why map)
+    const line = (a) => (a && typeof a === "object"
+      ? `${a.gives || a.source}: ${a.state === "empty" ? "the table is empty" : a.state === "absent" ? "not in the export" : a.state || "not present"}${a.source && a.gives ? ` (${a.source})` : ""}`
+      : String(a));
     box.append(el("p", { class: "muted" }, "Not in this trace:"), el("ul", { class: "not-present" },
-      (Array.isArray(absent) ? absent.map((a) => [a, ""]) : Object.entries(absent)).map(([k, v]) => el("li", {}, v ? `${k}: ${v}` : String(k)))));
+      (Array.isArray(absent) ? absent.map(line) : Object.entries(absent).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`))
+        .map((t) => el("li", {}, t))));
   }
   if (warnings.length) {
     box.append(el("ul", { class: "warnings" }, warnings.map((w) => el("li", {}, String(w)))));
@@ -295,13 +300,14 @@ export function renderInfo(box, meta, status) {
   box.append(el("table", { class: "grid passes-status" },
     el("thead", {}, el("tr", {}, ["pass", "status", "findings", "impact"].map((h) => el("th", {}, h)))),
     el("tbody", {}, rows.map((p) => el("tr", { dataset: { pass: p.pass, status: p.status } },
-      el("td", {}, p.pass),
-      el("td", { class: `pass-status st-${String(p.status).replace(/ /g, "-")}` }, p.status, p.reason ? el("div", { class: "muted reason" }, p.reason) : null),
+      el("td", {}, p.pass, p.reason ? el("div", { class: "muted reason" }, p.reason) : null),
+      el("td", { class: `pass-status st-${String(p.status).replace(/ /g, "-")}` }, p.status),
       el("td", { class: "num" }, p.status === "ran" ? fmtCount(p.n_findings ?? 0) : "-"),
       el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.impact_ns ?? 0) : "-"))))));
 }
 
 function fmtProp(k, v) {
+  if (typeof v === "number" && /bandwidth/i.test(k) && v > 1e6) return `${fmtBytes(v)}/s (${fmtCount(v)} B/s)`;
   if (typeof v === "number" && /mem|bytes/i.test(k) && v > 1e6) return `${fmtBytes(v)} (${fmtCount(v)} B)`;
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
