@@ -272,7 +272,7 @@ static int scan_string(Scan *sc, Buf *out, int *escaped) {
 
 /* A JSON number at s[i]. Sets *is_int; for integers *iv (fails if outside int64).
  * With ns, the value in microseconds as exact nanoseconds (fails unless it is a plain
- * decimal with at most 3 fractional digits and at most 15 integer digits). */
+ * decimal with at most 3 fractional digits and an integer part below 9223372036854775). */
 static int scan_number(Scan *sc, int *is_int, int64_t *iv, int want_ns, int64_t *ns) {
     const unsigned char *s = sc->s;
     size_t n = sc->n, i = sc->i;
@@ -320,11 +320,14 @@ static int scan_number(Scan *sc, int *is_int, int64_t *iv, int want_ns, int64_t 
         *iv = neg ? -(int64_t)v : (int64_t)v;
     }
     if (want_ns) {
-        if (has_exp || nd > 15) return -1;
+        if (has_exp || nd > 16) return -1;
         size_t fd = has_frac ? frac_end - frac_start : 0;
         if (fd > 3) return -1;
         int64_t v = 0;
         for (size_t k = int_start; k < int_end; k++) v = v * 10 + (s[k] - '0');
+        /* the msgspec path's bound for integer microseconds (columns._INT_MAX_US): v * 1000
+         * + 999 still fits int64; beyond it that path decides (exactly, or it drops the event) */
+        if (v >= 9223372036854775LL) return -1;
         int64_t frac = 0;
         for (size_t k = 0; k < 3; k++) frac = frac * 10 + (k < fd ? s[frac_start + k] - '0' : 0);
         v = v * 1000 + frac;
