@@ -403,3 +403,42 @@ def test_search_lands_on_a_slice_deep_in_the_fold(page, env):
     dark = [p for p in pixels(page, 232, got["y"] - 10, 1100, got["y"] + 10) if max(p) < 60]
     assert dark, "the selection outline is not on the searched slice's row"
     shot(page, "vllm-search-deep")
+
+
+def test_long_names_are_short_labels_with_the_full_name_in_details_and_a_resizable_panel(page, env):
+    """The longest kernel name of the xDiT trace (a templated C++ signature): the Details title is its
+    label (no return type, template or argument list) and stays a few lines high; the full name is in
+    the details' full-name box and the title's tooltip. API version suffixes leave labels. The side
+    panel's edge resizes it and the timeline follows."""
+    tid = env["ids"][XDIT.name]
+    con = _db(env, tid)
+    sid, name = con.execute("SELECT s.slice_id, s.name FROM slices s JOIN tracks t USING (track_id) WHERE t.lane = 'eu'"
+                            " ORDER BY length(s.name) DESC, s.slice_id LIMIT 1").fetchone()
+    con.close()
+    assert len(name) > 150 and "<" in name and "(" in name
+    open_trace(page, tid)
+    page.evaluate("(id) => window.acceltrace.select(id)", sid)
+    page.wait_for_selector("#pane-details h3.sel-name")
+    title = page.locator("#pane-details h3.sel-name")
+    label = title.inner_text()
+    assert len(label) < len(name) / 2 and not label.endswith(")") and label.split("<")[0] in name
+    assert title.get_attribute("title") == name
+    assert title.bounding_box()["height"] < 70
+    assert page.locator("#pane-details details.full-name pre").text_content() == name
+    labels = page.evaluate("""async (names) => { const { displayName } = await import('/static/lib/util.js');
+        return names.map(displayName); }""", ["cudaLaunchKernel_v7000", "cuMemcpyHtoDAsync_v2", "hipLaunchKernel"])
+    assert labels == ["cudaLaunchKernel", "cuMemcpyHtoDAsync_v2", "hipLaunchKernel"]
+    shot(page, "long-name-details")
+    # resize the side panel from its edge: wider panel, narrower timeline
+    side0 = page.locator("#side").bounding_box()["width"]
+    tl0 = page.evaluate("() => window.acceltrace.timeline.width_css_px")
+    edge = page.locator("#side-resize").bounding_box()
+    page.mouse.move(edge["x"] + 2, edge["y"] + 200)
+    page.mouse.down()
+    page.mouse.move(edge["x"] - 200, edge["y"] + 200, steps=5)
+    page.mouse.up()
+    wait_idle(page)
+    side1 = page.locator("#side").bounding_box()["width"]
+    assert abs(side1 - side0 - 200) <= 4
+    assert abs(page.evaluate("() => window.acceltrace.timeline.width_css_px") - (tl0 - 200)) <= 6
+    page.evaluate("() => localStorage.removeItem('acceltrace.side_w')")
