@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="trace name (default: the file name)")
     s.add_argument("--merge", action="store_true", help="all paths become one trace (e.g. the ranks of one job)")
     s.add_argument("--json", action="store_true", help="one JSON object per trace, one per line")
+    s.add_argument("--no-analyze", action="store_true",
+                   help="publish without running the analysis passes (`acceltrace analyze ID` runs them later)")
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser("ls", help="list the traces in the store")
@@ -252,7 +254,8 @@ def cmd_ingest(args) -> int:
     progress = _progress_bar() if sys.stderr.isatty() and not args.json else None
     try:
         results = ingest_paths(store, args.paths, name=args.name, merge=args.merge,
-                               progress=progress.update if progress else None, after_publish=after_publish)
+                               progress=progress.update if progress else None,
+                               after_publish=None if args.no_analyze else after_publish)
     finally:
         if progress:
             progress.close()
