@@ -233,6 +233,29 @@ def upload_and_ingest(url: str, path: Path, done: threading.Event, out: dict) ->
     done.set()
 
 
+RUNAWAY = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+
+
+def query_storm(url: str, tid: str, n: int, stop: threading.Event, out: dict) -> None:
+    """n clients (each its own loopback address, so the per-client limit does not shield the
+    server) sending 10-second runaway queries back to back, honouring 429/503."""
+    def one(k: int):
+        transport = httpx.HTTPTransport(local_address=f"127.0.0.{2 + k % 250}")
+        with httpx.Client(base_url=url, timeout=60, transport=transport) as c:
+            while not stop.is_set():
+                r = c.post(f"/api/traces/{tid}/query", json={"sql": RUNAWAY})
+                code = r.json().get("error", {}).get("code", r.status_code) if r.status_code != 200 else 200
+                out[code] = out.get(code, 0) + 1
+                if r.status_code in (429, 503):
+                    stop.wait(float(r.headers.get("retry-after", 1)))
+
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def fmt(name: str, r: dict | None, cores: float, anchor: dict | None = None) -> str:
     if r is None:
         return f"  {name:<34} (wrk not installed: apt-get install wrk)"
@@ -255,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse a trace of that size already in --store")
     ap.add_argument("--no-upload", action="store_true", help="skip the upload-during-load run")
     ap.add_argument("--upload-events", type=int, default=1_500_000, help="events of the uploaded Chrome trace")
+    ap.add_argument("--queries", type=int, default=40, help="clients of the runaway-query run (0: skip it)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     n = _size(args.slices)
@@ -311,6 +335,25 @@ def main(argv: list[str] | None = None) -> int:
     if a and b:
         print(f"  targets (wrk): p95 <= 1.5x bare: {a['p95'] / b['p95']:.2f}x; throughput >= 0.8x: "
               f"{a['rps'] / b['rps']:.2f}x; p95 <= 100 ms: {a['p95']:.1f} ms")
+
+    if args.queries:
+        server = start_acceltrace(store.root, args.workers, "load-query-server.log")
+        try:
+            python_client(server.url, sessions, 3)  # warm this server's memory cache
+            quiet, qcores = timed(server, python_client, server.url, sessions, args.seconds)
+            stop, codes = threading.Event(), {}
+            th = threading.Thread(target=query_storm, args=(server.url, tid, args.queries, stop, codes), daemon=True)
+            th.start()
+            time.sleep(2)
+            busy, bcores = timed(server, python_client, server.url, sessions, args.seconds)
+            stop.set()
+            th.join(30)
+        finally:
+            server.stop()
+        print(f"viewers while {args.queries} clients send 10 s runaway queries back to back (answers: {codes}):")
+        print(fmt("without queries, python", quiet, qcores))
+        print(fmt("during the queries, python", busy, bcores))
+        print(f"  tile throughput {busy['rps'] / quiet['rps']:.2f}x, p95 {busy['p95'] / quiet['p95']:.2f}x of without")
 
     if not args.no_upload:
         big = OUT / f"upload-{args.upload_events}.json"

@@ -19,6 +19,7 @@ from typing import Iterator
 import duckdb
 from fastapi import Request
 
+from acceltrace.server.ingest_child import IngestProcesses
 from acceltrace.server.query_pool import QueryPool
 from acceltrace.server.tile_cache import TileBytes
 from acceltrace.store.catalog import Store
@@ -92,6 +93,7 @@ class AppState:
         self._rows: dict[str, tuple[dict, float]] = {}
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
+        self.ingests = IngestProcesses(workers=2)  # their processes (server/ingest_child.py)
         self.tiles = TileCache(TILE_CACHE_BYTES)
         self.tile_bytes = TileBytes(self.tiles, DiskTiles(self.store.traces_dir, self.store.tmp_dir))
         self.query_pool = QueryPool(self.store.root)  # SQL queries: processes and slots of their own
@@ -200,6 +202,7 @@ class AppState:
     def close_all(self) -> None:
         self.query_pool.close()
         self.tile_bytes.close()
+        self.ingests.close()
         with self._lock:
             handles = list(self._open.values())
             self._open.clear()

@@ -1,31 +1,44 @@
-"""`python -m acceltrace.server.ingest_child ARGS_JSON`: one upload's ingest, in a process of its own.
+"""Uploads' ingests, in processes of their own (docs/operations.md).
 
-Started by server/upload.py at lower CPU priority (os.nice) so viewers' tiles keep the cores;
-fills the catalog row the server began (progress included, through the catalog like the CLI's)
-and runs the post-publish step. Prints one JSON line: {"id", "error"}.
+A small pool of processes at lower CPU priority (os.nice), forked when the worker starts
+(before it has threads or DuckDB instances; spawned when the pool is rebuilt) and kept warm (imports done, memory handed back to the system after each ingest), so an ingest
+never runs in a server worker's event loop or thread pool and a small upload does not wait
+for a Python start-up. Each ingest fills the catalog row the server began (progress included, through the
+catalog like the CLI's) and runs the post-publish step; then the coarsest tiles of the new
+trace are prebuilt into the disk cache (tiles/disk.py), in a task of its own so the upload is
+answered first. A process that dies (killed, out of memory) fails only its own trace; the pool
+is rebuilt.
 """
 
 from __future__ import annotations
 
-import json
+import multiprocessing
 import os
-import sys
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+INGEST_NICE = 10  # the ingest yields the CPU to the workers serving viewers
 
-def main(argv: list[str]) -> int:
-    a = json.loads(argv[0])
+
+def _init(nice: int) -> None:
     try:
-        os.nice(int(a.get("nice", 10)))
+        os.nice(nice)
     except OSError:
         pass
+    import acceltrace.analysis.runner  # noqa: F401  (imported once, before the first upload)
+    import acceltrace.ingest.pipeline  # noqa: F401
+
+
+def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str) -> str | None:
+    """In a pool process: ingest one upload into its begun row; the error, or None when published."""
     from acceltrace.analysis.runner import after_publish
     from acceltrace.ingest import pipeline
     from acceltrace.store.catalog import Store
 
-    store = Store(a["root"], sweep=False)
-    trace_id = a["trace_id"]
+    store = Store(root, sweep=False)
     last = [0.0]
 
     def progress(_label: str, fraction: float) -> None:
@@ -37,11 +50,59 @@ def main(argv: list[str]) -> int:
             except Exception:
                 pass
 
-    res = pipeline.ingest_one(store, [Path(a["path"])], a["name"], keep_failed=True, progress=progress,
-                              trace_id=trace_id, tmp_path=Path(a["tmp_path"]), after_publish=after_publish)
-    print(json.dumps({"id": trace_id, "error": res.error}), flush=True)
-    return 0
+    try:
+        res = pipeline.ingest_one(store, [Path(path)], name, keep_failed=True, progress=progress,
+                                  trace_id=trace_id, tmp_path=Path(tmp_path), after_publish=after_publish)
+        return res.error
+    finally:
+        _give_memory_back()
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+def _give_memory_back() -> None:
+    """This process lives on for the next upload: return the freed heap of a big ingest to the OS."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def prebuild(root: str, trace_id: str) -> int:
+    from acceltrace.store.catalog import Store
+    from acceltrace.tiles.disk import prebuild as build
+
+    return build(Store(root, sweep=False), trace_id)
+
+
+class IngestProcesses:
+    def __init__(self, workers: int = 2, nice: int = INGEST_NICE):
+        """Call while the server process has no DuckDB instance and no worker threads yet (the app's
+        lifespan start): the processes are forked then, all of them, with everything imported."""
+        self.workers, self.nice = workers, nice
+        self._lock = threading.Lock()
+        self._pool = self._new("fork")
+
+    def _new(self, method: str) -> ProcessPoolExecutor:
+        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),
+                                   initializer=_init, initargs=(self.nice,))
+        pool.submit(int)  # start the processes now (fork starts them all): the first upload finds them warm
+        return pool
+
+    def run(self, fn, *args):
+        """fn(*args) in a pool process, waited for here (a thread of the caller's)."""
+        with self._lock:
+            pool = self._pool
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            with self._lock:
+                if self._pool is pool:  # the first to see it rebuilds the pool
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = self._new("spawn")  # threads run now: never fork from here
+            raise
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -13,14 +13,14 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from acceltrace.server import ingest_child
 from acceltrace.server.deps import ApiError, AppState
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -159,52 +159,38 @@ class IngestJob:
     error: str | None = None
 
 
-INGEST_NICE = 10  # the ingest process yields the CPU to the workers serving viewers
-INGEST_MAX_S = 6 * 3600.0
-
-
 def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob:
     """Register the trace (so its id exists and shows 'ingesting'), then ingest it in a process of
-    its own (`python -m acceltrace.server.ingest_child`, lower priority): never in the server's
-    event loop or thread pool, so an upload costs viewers only the cores it can borrow. A thread
-    here waits for it; the progress travels through the catalog, like the CLI's."""
+    its own (server/ingest_child.py: lower priority, never in the server's event loop or thread
+    pool). A thread here waits for it; the progress travels through the catalog."""
     trace_id, tmp_path = state.store.begin(display_name, rec.size, rec.sha256)
     job = IngestJob(trace_id)
+    root = str(state.store.root)
 
     def run() -> None:
         try:
             with state.ingest_slots:
-                job.error = _ingest_in_child(state.store.root, rec.path, display_name, trace_id, tmp_path)
-        except BaseException as e:  # never let a thread die silently with the row 'ingesting'
-            job.error = f"{display_name}: internal error while ingesting: {type(e).__name__}: {e}"
+                try:
+                    job.error = state.ingests.run(ingest_child.ingest, root, str(rec.path), display_name, trace_id,
+                                                  str(tmp_path))
+                except BrokenProcessPool:
+                    job.error = f"{display_name}: the ingest process died (out of memory or killed)"
+                except BaseException as e:  # never let a thread die silently with the row 'ingesting'
+                    job.error = f"{display_name}: internal error while ingesting: {type(e).__name__}: {e}"
+                if job.error is not None:
+                    row = state.store.get(trace_id)
+                    if row is not None and row["status"] == "ingesting":  # the process could not say so
+                        state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
+                job.done.set()
+                shutil.rmtree(rec.work_dir, ignore_errors=True)
+                if job.error is None:
+                    try:  # the coarse tiles every first viewer asks for (a cache: failures are harmless)
+                        state.ingests.run(ingest_child.prebuild, root, trace_id)
+                    except BaseException:
+                        pass
         finally:
-            if job.error is not None:
-                row = state.store.get(trace_id)
-                if row is not None and row["status"] == "ingesting":  # the child could not say so itself
-                    state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
             shutil.rmtree(rec.work_dir, ignore_errors=True)
             job.done.set()
 
     threading.Thread(target=run, name=f"ingest-{trace_id}", daemon=True).start()
     return job
-
-
-def _ingest_in_child(root: Path, path: Path, name: str, trace_id: str, tmp_path: Path) -> str | None:
-    """Run the ingest child and wait; its error message (None when published)."""
-    args = json.dumps({"root": str(root), "path": str(path), "name": name, "trace_id": trace_id,
-                       "tmp_path": str(tmp_path), "nice": INGEST_NICE})
-    proc = subprocess.Popen([sys.executable, "-m", "acceltrace.server.ingest_child", args],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=INGEST_MAX_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return f"{name}: ingest stopped after {INGEST_MAX_S / 3600:g} h"
-    lines = out.decode("utf-8", "replace").strip().splitlines()
-    if proc.returncode == 0 and lines:
-        answer = json.loads(lines[-1])
-        return answer.get("error")
-    why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
-    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:]
-    return f"{name}: the ingest process ended with {why}" + (f" ({tail[0][:200]})" if tail else "")

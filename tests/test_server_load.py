@@ -91,15 +91,25 @@ def test_catalog_is_one_across_workers_upload_in_one_list_and_delete_in_another(
         tid = meta["id"]
     finally:
         os.kill(a, signal.SIGCONT)
+    # the ingest process goes on to prebuild the coarsest tiles of every group into the disk cache
+    top = two_workers.store / "traces"
+    deadline = time.monotonic() + 30
+    while not list(top.glob(f"{tid}.tile.*.{meta['max_level']}.0.{meta['groups'][0]['id']}.bin")):
+        assert time.monotonic() < deadline, "coarse tiles not prebuilt"
+        time.sleep(0.2)
     os.kill(b, signal.SIGSTOP)  # only a answers: it never saw the upload
     try:
         with httpx.Client(base_url=url, timeout=20) as c:
             assert tid in [t["id"] for t in c.get("/api/traces").json()["traces"]]
             meta_a = c.get(f"/api/traces/{tid}").json()
             assert meta_a["counts"] == meta["counts"] and meta_a["groups"] == meta["groups"]
-            tile = c.get(f"/api/traces/{tid}/tiles/{meta['max_level']}/0?group={meta['groups'][0]['id']}")
+            tile = c.get(f"/api/traces/{tid}/tiles/{meta['max_level']}/0?group={meta['groups'][0]['id']}",
+                         headers={"Accept-Encoding": "identity"})
             assert tile.status_code == 200 and tile.content
+            prebuilt = next(top.glob(f"{tid}.tile.*.{meta['max_level']}.0.{meta['groups'][0]['id']}.bin"))
+            assert prebuilt.read_bytes() == tile.content
             assert c.delete(f"/api/traces/{tid}").status_code == 204
+            assert not list(top.glob(f"{tid}.*"))  # the trace's tile files went with it
     finally:
         os.kill(b, signal.SIGCONT)
     os.kill(a, signal.SIGSTOP)  # b had the trace open: it must see the removal

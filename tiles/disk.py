@@ -15,10 +15,26 @@ import os
 import secrets
 from pathlib import Path
 
-from acceltrace.tiles.build import LOD_VERSION
-from acceltrace.tiles.query import TILE_FORMAT_VERSION
+from acceltrace.tiles import layout
+from acceltrace.tiles.build import LOD_VERSION, TILE_BUCKETS_LOG2
+from acceltrace.tiles.query import TILE_FORMAT_VERSION, LodInfo, build_tile
 
 ENCODINGS = ("identity", "gzip")
+PREBUILD_LEVELS = 3     # the coarsest levels: 1 + 2 + 4 tiles per group, what every first view shows
+PREBUILD_MAX_TILES = 400
+NAMES_IN_MEMORY_MAX = 200_000
+
+
+def empty_sections(slices: int, instants: int, counters: int) -> frozenset[str]:
+    """The tile sections a group with these row counts cannot have rows in (their queries are skipped)."""
+    empty = set()
+    if not slices:
+        empty |= {"slices", "merged"}
+    if not instants:
+        empty.add("instants")
+    if not counters:
+        empty.add("counters")
+    return frozenset(empty)
 
 
 def enabled() -> bool:
@@ -44,18 +60,60 @@ class DiskTiles:
         except OSError:
             return None
 
-    def write(self, trace_id: str, level: int, index: int, group: str | None, enc: str, data: bytes) -> None:
-        """Best effort (a cache): a full disk or a removed trace just means the next read rebuilds."""
+    def write(self, trace_id: str, level: int, index: int, group: str | None, enc: str, data: bytes) -> bool:
+        """Best effort (a cache): a full disk or a removed trace just means the next read rebuilds;
+        False when nothing was kept."""
         if not self.on or not (self.traces_dir / f"{trace_id}.duckdb").exists():
-            return
+            return False
         # <token>.<pid>.tile: the store's sweep removes it if this process dies before the rename
         tmp = self.tmp_dir / f"t{secrets.token_hex(6)}.{os.getpid()}.tile"
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
-            os.replace(tmp, self.path(trace_id, level, index, group, enc))
+            final = self.path(trace_id, level, index, group, enc)
+            os.replace(tmp, final)
+            if not (self.traces_dir / f"{trace_id}.duckdb").exists():  # removed meanwhile: no orphan
+                final.unlink(missing_ok=True)
+                return False
+            return True
         except OSError:
             try:
                 tmp.unlink(missing_ok=True)
             except OSError:
                 pass
+            return False
+
+
+def prebuild(store, trace_id: str, levels: int = PREBUILD_LEVELS, max_tiles: int = PREBUILD_MAX_TILES) -> int:
+    """Build the coarsest `levels` levels of every group into the disk cache (what the first viewer
+    of a trace asks for first); the tiles already there are skipped. Returns the tiles written.
+    The bytes are the route's: the same build_tile, the same skipped sections, the same names."""
+    disk = DiskTiles(store.traces_dir, store.tmp_dir)
+    if not disk.on:
+        return 0
+    con = store.connect(trace_id, sides=())
+    try:
+        con.execute("SET threads = 1")
+        try:
+            info = LodInfo.load(con)
+        except Exception:  # a trace without LOD tables has no tiles to prebuild
+            return 0
+        counts = layout.group_counts(con)
+        names = layout.name_dictionary(con, NAMES_IN_MEMORY_MAX)
+        written = 0
+        for level in range(info.max_level, max(-1, info.max_level - levels), -1):
+            n_tiles = max(1, -(-max(1, info.duration_ns) // (1 << (level + TILE_BUCKETS_LOG2))))
+            for grp in sorted(counts):
+                for index in range(n_tiles):
+                    if written >= max_tiles:
+                        return written
+                    group = f"g{grp}"
+                    if disk.path(trace_id, level, index, group, "identity").exists():
+                        continue
+                    body = build_tile(con, info, level, index, grp, group, empty_sections(*counts[grp]), names)
+                    if not disk.write(trace_id, level, index, group, "identity", body):
+                        return written  # removed meanwhile (or the disk is full): stop
+                    written += 1
+        return written
+    finally:
+        con.close()

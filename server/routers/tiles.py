@@ -8,6 +8,7 @@ from fastapi.concurrency import run_in_threadpool
 from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, tile_etag
 from acceltrace.tiles import layout
+from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, empty_sections
 from acceltrace.tiles.query import MAX_LEVEL, build_tile
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
@@ -23,14 +24,11 @@ def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, froze
         h.cache["group_counts"] = counts
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
-        return None, _empty_sections(*total)
+        return None, empty_sections(*total)
     if not (group.startswith("g") and group[1:].isdigit() and int(group[1:]) in counts):
         raise ApiError(404, "not_found", f"no tile group {group!r} in trace {trace_id!r}; see 'groups' in its metadata")
     grp = int(group[1:])
-    return grp, _empty_sections(*counts[grp])
-
-
-NAMES_IN_MEMORY_MAX = 200_000
+    return grp, empty_sections(*counts[grp])
 
 
 def _names(h, cur) -> list[str] | None:
@@ -38,17 +36,6 @@ def _names(h, cur) -> list[str] | None:
     if "names" not in h.cache:
         h.cache["names"] = layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX)
     return h.cache["names"]
-
-
-def _empty_sections(slices: int, instants: int, counters: int) -> frozenset[str]:
-    empty = set()
-    if not slices:
-        empty |= {"slices", "merged"}
-    if not instants:
-        empty.add("instants")
-    if not counters:
-        empty.add("counters")
-    return frozenset(empty)
 
 
 @router.get(
