@@ -55,6 +55,7 @@ function baseLines(item) {
   const lines = [[item.name, "b"], [`start ${fmtTime(item.ts)} · depth ${item.depth}`]];
   if (item.kind === "instant") lines.push([item.count > 1 ? `instant (${fmtCount(item.count)} here)` : "instant"]);
   else lines.push([`duration ${fmtDur(item.dur)}`]);
+  if (item.track.lane === "annotation") lines.push(["annotation: marks time, not counted as work or busy"]);
   if (item.bytes > 0) lines.push([`${fmtBytes(item.bytes)}`], [`achieved ${fmtGbps(gbps(item.bytes, item.dur))}`]);
   return lines;
 }
