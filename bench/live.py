@@ -25,6 +25,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -190,7 +191,10 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> d
             prod.wait()
             cpu1, w1 = _cpu_s(srv.proc.pid), time.monotonic()
         res["produced"] = int(prod.stdout.read().strip() or 0)
-        meta = _json(f"{srv.url}/api/live/{tid}")  # a file source may be finalising already
+        try:
+            meta = _json(f"{srv.url}/api/live/{tid}")
+        except urllib.error.HTTPError:  # a file source is final once its producer closed it
+            meta = {}
         res["server_cpu_cores"] = (cpu1 - cpu0) / (w1 - w0)
         if "live" in meta:
             res["segments"], res["events_seen_live"] = meta["live"]["segments"], meta["live"]["events"]

@@ -40,7 +40,7 @@ from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
 from acceltrace.store.errors import IngestError
 from acceltrace.tiles.layout import NAMES_TABLE
-from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile, segment_facts
+from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile, segment_facts, unlink_duckdb
 from acceltrace.tiles.query import LodInfo
 
 log = logging.getLogger("acceltrace.live")
@@ -50,6 +50,7 @@ BUILD_S = 0.1             # a delta is started at most this often
 BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))  # ... with at most this many building at once
 SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into one segment
 SEAL_S = 2.0              # ... or once the oldest of them is this old
+MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many, not its whole backlog
 RATE_WINDOW_S = 2.0
 RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
 CATALOG_EVERY_S = 1.0
@@ -87,6 +88,7 @@ class LiveCapture:
         self._files = 0
         self._compactor: threading.Thread | None = None
         self.compactions = 0
+        self.not_shown = 0  # events left out of the live view because the server fell behind
         self.start_abs_ns: int | None = None
         self.events = 0
         self._rate: deque[tuple[float, int]] = deque()
@@ -175,7 +177,7 @@ class LiveCapture:
     def counts(self) -> dict:
         with self.lock:
             segs = list(self.sealed)
-        return {"events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
+        return {"events": self.events, "rate_per_s": round(self.rate_per_s(), 1), "not_shown": self.not_shown,
                 "lost_events": self.tail.lost_events()[0], "segments": len(segs),
                 "slices": sum(s.n_slices for s in segs), "tracks": len(self.layout.tracks)}
 
@@ -184,6 +186,11 @@ class LiveCapture:
         """The records read since the last build become a segment of their own (immutable), built on
         one of BUILD_WORKERS threads, so a slow build does not hold back the next one."""
         pending, self._pending = self._pending, []
+        while len(pending) > 1 and sum(len(r) for r, _ in pending) > MAX_DELTA_RECORDS:
+            # behind: the live view follows the present and says what it left out (the published
+            # trace has it all)
+            r, _ = pending.pop(0)
+            self.not_shown += int(np.isin(r["kind"], R.EVENT_KINDS).sum())
         recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
         streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])
         if self.trace_id is None:  # the first data: the capture enters the catalog
@@ -258,7 +265,7 @@ class LiveCapture:
             now = time.monotonic()
             self._retired += [(now, s) for s in segs]
             while self._retired and now - self._retired[0][0] > RETIRE_S:
-                _drop_file(self._retired.popleft()[1])
+                self._retired.popleft()[1].remove()
         for s in segs:
             self.parts.drop(s.key)
         self.compactions += 1
@@ -276,12 +283,12 @@ class LiveCapture:
             ingest_atrace(win, b, label=self.path.name)
             if b.n_slices == 0 and b.n_counters == 0:  # nothing drawable yet (names, unmapped device events)
                 b.abort()
-                _unlink(tmp)
+                unlink_duckdb(tmp)
                 return None
             b.finish("atrace", self.path.name, start_ns=self.start_abs_ns)
         except BaseException:
             b.abort()
-            _unlink(tmp)
+            unlink_duckdb(tmp)
             raise
         finally:
             win.unlink(missing_ok=True)
@@ -394,26 +401,3 @@ class LiveCapture:
 
 def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
-
-
-def _unlink(p: Path) -> None:
-    for q in (p, Path(str(p) + ".wal")):
-        q.unlink(missing_ok=True)
-
-
-def _drop_file(seg: Segment) -> None:
-    """A segment replaced by a compaction: close it and remove its file (requests hold cursors of
-    their own; a cursor still reading keeps the DuckDB instance until it is done)."""
-    path = None
-    try:
-        path = Path(seg.con.execute("PRAGMA database_list").fetchone()[2])
-    except duckdb.Error:
-        pass
-    try:
-        seg.con.close()
-    except duckdb.Error:
-        pass
-    if path is not None:
-        _unlink(path)
-
-

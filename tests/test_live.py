@@ -208,3 +208,26 @@ def test_websocket_for_an_unknown_trace_says_so_and_another_origin_is_refused(tm
                 ws.receive_json()
         assert e.value.code == 1008
         assert c.get("/api/live/nope").status_code == 404
+
+
+def test_a_server_behind_builds_the_newest_records_and_counts_what_it_left_out(tmp_path, monkeypatch):
+    from acceltrace.server.live_capture import LiveCapture
+    from acceltrace.store.catalog import Store
+
+    monkeypatch.setattr("acceltrace.server.live_capture.MAX_DELTA_RECORDS", 500)
+    f = tmp_path / "behind.atrace"
+    w = AtraceWriter(f)
+    cap = LiveCapture(Store(tmp_path / "store"), f, "behind")
+    try:
+        for k in range(3):  # three reads pile up while no build runs
+            _spans(w, "step", 400, T0 + k * 10_000_000)
+            cap._take(*cap.tail.poll())
+        cap._build_delta()
+        seg = cap._window_futs[-1].result(timeout=60)
+        assert cap.not_shown == 800  # said on the page as "800 not drawn live"
+        assert seg.n_slices == 400 and seg.info.start_ns == T0 + 20_000_000  # the newest read, not the backlog
+        assert cap.counts()["not_shown"] == 800
+    finally:
+        cap._pool.shutdown(wait=True)
+        cap._close_segments()
+        w.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -48,6 +49,27 @@ class Segment:
 
     def overlaps(self, t0: int, t1: int) -> bool:
         return self.lo_ns < t1 and self.hi_ns >= t0
+
+    def remove(self) -> None:
+        """Close it and remove its file (a compaction replaced it); a request still holding a
+        cursor of it keeps the DuckDB instance until that cursor is done."""
+        path = None
+        try:
+            path = Path(self.con.execute("PRAGMA database_list").fetchone()[2])
+        except duckdb.Error:
+            pass
+        try:
+            self.con.close()
+        except duckdb.Error:
+            pass
+        if path is not None:
+            unlink_duckdb(path)
+
+
+def unlink_duckdb(path: Path) -> None:
+    """A DuckDB file and its write-ahead log."""
+    for p in (path, Path(str(path) + ".wal")):
+        p.unlink(missing_ok=True)
 
 
 def segment_facts(con: duckdb.DuckDBPyConnection) -> tuple[list[dict], list[str], int, int, int, frozenset]:

@@ -26,7 +26,8 @@ export class LiveFollower {
     this.headBySeq = new Map([[0, meta.live.head_ns]]);
     this.state = { trace_id: api.id, head_ns: meta.live.head_ns, drawn_head_ns: null };
     this.layoutVersion = meta.live.layout_version;
-    this.counts = { events: meta.live.events, rate_per_s: meta.live.rate_per_s, lost_events: meta.live.lost_events };
+    this.counts = { events: meta.live.events, rate_per_s: meta.live.rate_per_s, lost_events: meta.live.lost_events,
+                    not_shown: meta.counts ? meta.counts.not_shown : 0 };
     this.finalising = false;
     this.final = false;
     this.settingView = false;
@@ -52,7 +53,7 @@ export class LiveFollower {
 
   async message(m) {
     if (m.type === "error") { this.statusEl.textContent = `live: ${m.message}`; this.final = true; return; }
-    this.counts = { events: m.events, rate_per_s: m.rate_per_s, lost_events: m.lost_events };
+    this.counts = { events: m.events, rate_per_s: m.rate_per_s, lost_events: m.lost_events, not_shown: m.not_shown };
     this.finalising = Boolean(m.finalising);
     if (m.type === "final") {
       this.final = true;
@@ -143,6 +144,15 @@ export class LiveFollower {
     lost.id = "live-lost";
     lost.textContent = c.lost_events ? `lost ${fmtCount(c.lost_events)}` : "lost 0";
     lost.title = "events the tracing daemon dropped (full rings) so far";
-    el.replaceChildren(main, lost);
+    const parts = [main, lost];
+    if (c.not_shown) { // the server fell behind: said, never hidden (the published trace has them all)
+      const behind = document.createElement("span");
+      behind.className = "lost";
+      behind.id = "live-behind";
+      behind.textContent = `${fmtCount(c.not_shown)} not drawn live`;
+      behind.title = "the server fell behind the capture and drew the newest events; the finished trace holds every one";
+      parts.push(behind);
+    }
+    el.replaceChildren(...parts);
   }
 }
