@@ -219,6 +219,9 @@ class LiveCapture:
         t0 = time.perf_counter()
         seg = self._ingest_window(ctx, recs, streams, base)
         self.build_ms.append((time.perf_counter() - t0) * 1000)
+        if seg is not None and self.status != "live":  # finalising or failed meanwhile
+            seg.remove()
+            return None
         if seg is not None:
             seg.order = base  # bases are reserved in read order
             with self.lock:
@@ -255,7 +258,9 @@ class LiveCapture:
         except (OSError, IngestError, duckdb.Error) as e:  # the deltas stay: the view is still right
             log.warning("live compaction of %s failed: %s", self.path, e)
             return
-        if seg is None or self.status not in ("live", "following"):
+        if seg is None or self.status != "live":
+            if seg is not None:
+                seg.remove()
             return
         seg.order = segs[0].order
         with self.lock:
@@ -332,9 +337,8 @@ class LiveCapture:
     def _finalise(self) -> None:
         self.status = "finalising"
         self._announce("finalising")
-        self._pool.shutdown(wait=True)
-        if self._compactor is not None:
-            self._compactor.join()
+        # builds under way are not waited for: the whole file is ingested now (they drop their result)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         t0 = time.perf_counter()
         tmp = self.store.live_to_ingesting(self.trace_id)
         res = ingest_one(self.store, [self.path], self.name, keep_failed=True, trace_id=self.trace_id, tmp_path=tmp,
