@@ -266,7 +266,60 @@ def fmt(name: str, r: dict | None, cores: float, anchor: dict | None = None) -> 
     return s
 
 
+def viewers(args, server: Proc, tid: str, flat: list[str], sessions: list, urls_file: Path, work: Path) -> None:
+    """Cold and warm single-viewer latency, then 50 viewers on acceltrace and on the bare app."""
+    cold, warm = cold_warm(server.url, flat, args.cold_tiles)
+    print(f"one viewer, {len(cold)} distinct tiles: cold p50 {np.percentile(cold, 50):.1f} ms p95 "
+          f"{np.percentile(cold, 95):.1f} ms (target <= 50), warm p50 {np.percentile(warm, 50):.2f} ms p95 "
+          f"{np.percentile(warm, 95):.2f} ms (target <= 5)")
+    # every recorded tile once, so the bare app can serve the very same bytes
+    import pickle
+
+    tiles = {}
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        for u in dict.fromkeys(flat):
+            tiles[u] = c.get(u, headers={"Accept-Encoding": "identity"}).content
+    sizes = np.array([len(b) for b in tiles.values()])
+    print(f"{len(tiles)} distinct tiles recorded: mean {sizes.mean() / 1e3:.0f} kB, max {sizes.max() / 1e6:.2f} MB")
+    pkl = work / "tiles.pkl"
+    pkl.write_bytes(pickle.dumps(tiles))
+    rows = {}
+    rows["acceltrace wrk"] = timed(server, wrk_client, server.url, urls_file, args.clients, args.seconds)
+    rows["acceltrace python"] = timed(server, python_client, server.url, sessions, args.seconds)
+    server.stop()
+    bare = start_bare(pkl, args.workers, work / "bare.log")
+    try:
+        rows["bare wrk"] = timed(bare, wrk_client, bare.url, urls_file, args.clients, args.seconds)
+        rows["bare python"] = timed(bare, python_client, bare.url, sessions, args.seconds)
+    finally:
+        bare.stop()
+    print(f"{args.clients} viewers panning (warm caches after the recording pass):")
+    for client in ("wrk", "python"):
+        b = rows[f"bare {client}"]
+        print(fmt(f"bare uvicorn app, {client}", b[0], b[1]))
+        a = rows[f"acceltrace {client}"]
+        print(fmt(f"acceltrace serve, {client}", a[0], a[1], b[0]))
+    a, b = rows["acceltrace wrk"][0], rows["bare wrk"][0]
+    if a and b:
+        print(f"  targets (wrk): p95 <= 1.5x bare: {a['p95'] / b['p95']:.2f}x; throughput >= 0.8x: "
+              f"{a['rps'] / b['rps']:.2f}x; p95 <= 100 ms: {a['p95']:.1f} ms")
+
+
+def storm_main(url: str, tid: str, n: int, seconds: float) -> int:
+    stop, codes = threading.Event(), {}
+    th = threading.Thread(target=query_storm, args=(url, tid, n, stop, codes), daemon=True)
+    th.start()
+    time.sleep(seconds)
+    stop.set()
+    th.join(30)
+    print(json.dumps({str(k): v for k, v in codes.items()}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--storm"]:
+        return storm_main(argv[1], argv[2], int(argv[3]), float(argv[4]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slices", default="10M")
     ap.add_argument("--clients", type=int, default=50)
@@ -279,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-upload", action="store_true", help="skip the upload-during-load run")
     ap.add_argument("--upload-events", type=int, default=1_500_000, help="events of the uploaded Chrome trace")
     ap.add_argument("--queries", type=int, default=40, help="clients of the runaway-query run (0: skip it)")
+    ap.add_argument("--only-queries", action="store_true", help="only the runaway-query run")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     n = _size(args.slices)
@@ -299,55 +353,23 @@ def main(argv: list[str] | None = None) -> int:
         flat = [u for s in sessions for u in s]
         urls_file = OUT / "load-urls.txt"
         urls_file.write_text("\n".join(flat) + "\n")
-        cold, warm = cold_warm(server.url, flat, args.cold_tiles)
-        print(f"one viewer, {len(cold)} distinct tiles: cold p50 {np.percentile(cold, 50):.1f} ms p95 "
-              f"{np.percentile(cold, 95):.1f} ms (target <= 50), warm p50 {np.percentile(warm, 50):.2f} ms p95 "
-              f"{np.percentile(warm, 95):.2f} ms (target <= 5)")
-        # every recorded tile once, so the bare app can serve the very same bytes
-        import pickle
-
-        tiles = {}
-        with httpx.Client(base_url=server.url, timeout=60) as c:
-            for u in dict.fromkeys(flat):
-                tiles[u] = c.get(u, headers={"Accept-Encoding": "identity"}).content
-        sizes = np.array([len(b) for b in tiles.values()])
-        print(f"{len(tiles)} distinct tiles recorded: mean {sizes.mean() / 1e3:.0f} kB, max {sizes.max() / 1e6:.2f} MB")
-        pkl = work / "tiles.pkl"
-        pkl.write_bytes(pickle.dumps(tiles))
-        rows = {}
-        rows["acceltrace wrk"] = timed(server, wrk_client, server.url, urls_file, args.clients, args.seconds)
-        rows["acceltrace python"] = timed(server, python_client, server.url, sessions, args.seconds)
+        if not args.only_queries:
+            viewers(args, server, tid, flat, sessions, urls_file, work)
     finally:
         server.stop()
-    bare = start_bare(pkl, args.workers, work / "bare.log")
-    try:
-        rows["bare wrk"] = timed(bare, wrk_client, bare.url, urls_file, args.clients, args.seconds)
-        rows["bare python"] = timed(bare, python_client, bare.url, sessions, args.seconds)
-    finally:
-        bare.stop()
-    print(f"{args.clients} viewers panning (warm caches after the recording pass):")
-    for client in ("wrk", "python"):
-        b = rows[f"bare {client}"]
-        print(fmt(f"bare uvicorn app, {client}", b[0], b[1]))
-        a = rows[f"acceltrace {client}"]
-        print(fmt(f"acceltrace serve, {client}", a[0], a[1], b[0]))
-    a, b = rows["acceltrace wrk"][0], rows["bare wrk"][0]
-    if a and b:
-        print(f"  targets (wrk): p95 <= 1.5x bare: {a['p95'] / b['p95']:.2f}x; throughput >= 0.8x: "
-              f"{a['rps'] / b['rps']:.2f}x; p95 <= 100 ms: {a['p95']:.1f} ms")
 
     if args.queries:
         server = start_acceltrace(store.root, args.workers, "load-query-server.log")
         try:
             python_client(server.url, sessions, 3)  # warm this server's memory cache
             quiet, qcores = timed(server, python_client, server.url, sessions, args.seconds)
-            stop, codes = threading.Event(), {}
-            th = threading.Thread(target=query_storm, args=(server.url, tid, args.queries, stop, codes), daemon=True)
-            th.start()
-            time.sleep(2)
+            # the query clients run in a process of their own: they must not share the viewers' GIL
+            storm = subprocess.Popen([sys.executable, "-m", "bench.load", "--storm", server.url, tid,
+                                      str(args.queries), str(args.seconds + 4)], cwd=ROOT, stdout=subprocess.PIPE,
+                                     text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            time.sleep(3)
             busy, bcores = timed(server, python_client, server.url, sessions, args.seconds)
-            stop.set()
-            th.join(30)
+            codes = json.loads(storm.communicate(timeout=120)[0].strip().splitlines()[-1])
         finally:
             server.stop()
         print(f"viewers while {args.queries} clients send 10 s runaway queries back to back (answers: {codes}):")

@@ -54,6 +54,7 @@ class QueryPool:
         self.per_client = per_client or _env_int("ACCELTRACE_QUERY_PER_CLIENT", 2)
         self.queue_s = queue_s if queue_s is not None else float(os.environ.get("ACCELTRACE_QUERY_QUEUE_S", 5.0))
         self.threads = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="query")
+        self._local: asyncio.Semaphore | None = None  # this worker's share of the waiting (event loop's)
 
     def _try(self, names: list[str]) -> int | None:
         """An fd holding an exclusive lock on the first free of these files, or None."""
@@ -75,18 +76,29 @@ class QueryPool:
                              f"{self.per_client} queries from your address are already running; wait for one "
                              "to finish", 2)
         slot = None
+        local = False
+        busy = Overloaded(503, "overloaded", f"all {self.slots} query slots of this server are busy "
+                          f"(waited {self.queue_s:g} s); retry later", 5)
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.queue_s
+            if self._local is None:
+                self._local = asyncio.Semaphore(self.slots)
+            try:  # never more pollers than slots in one worker: the other waiters sleep for free
+                await asyncio.wait_for(self._local.acquire(), self.queue_s)
+                local = True
+            except asyncio.TimeoutError:
+                raise busy from None
             while (slot := self._try([f"slot.{k}.lock" for k in range(self.slots)])) is None:
                 if loop.time() >= deadline:
-                    raise Overloaded(503, "overloaded", f"all {self.slots} query slots of this server are busy "
-                                     f"(waited {self.queue_s:g} s); retry later", 5)
-                await asyncio.sleep(0.05)
+                    raise busy
+                await asyncio.sleep(0.1)
             yield
         finally:
             if slot is not None:
                 os.close(slot)
+            if local:
+                self._local.release()
             os.close(mine)
 
     async def run(self, fn, *args):

@@ -175,7 +175,7 @@ def _child_main() -> None:
     try:
         a = pickle.loads(sys.stdin.buffer.read())
         os.nice(a["nice"])
-        os.chdir(a["root"])
+        os.chdir(a["root"])  # absolute: the store's folder, whatever the caller's working directory
         mem = a["memory_bytes"]
         limit = f"{max(64, (mem * 3 // 4) >> 20)}MB"
         con = _lock_down(_open_relative(a["trace_id"], limit, f"{max(64, mem >> 20)}MB"), limit)
@@ -224,7 +224,7 @@ def run_limited(
     check_statement(sql)
     if not store.trace_path(trace_id).exists():
         raise FileNotFoundError(f"trace {trace_id} not found in {store.root}")
-    args = pickle.dumps({"root": str(store.root), "trace_id": trace_id, "sql": sql, "max_rows": max_rows,
+    args = pickle.dumps({"root": os.path.abspath(store.root), "trace_id": trace_id, "sql": sql, "max_rows": max_rows,
                          "timeout_s": timeout_s, "deadline": time.time() + timeout_s if timeout_s else None,
                          "memory_bytes": int(memory_bytes), "nice": nice})
     proc = subprocess.Popen([sys.executable, "-m", "acceltrace.store.sandbox"], stdin=subprocess.PIPE,
