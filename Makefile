@@ -29,6 +29,10 @@ test-setup: setup
 	  echo "installing Debian's chromium for the browser tests"; \
 	  (apt-get update -qq && apt-get install -y -qq chromium) || \
 	  (sudo apt-get update -qq && sudo apt-get install -y -qq chromium); }
+	@command -v wrk >/dev/null 2>&1 || { \
+	  echo "installing Debian's wrk for bench/load.py (optional)"; \
+	  (apt-get install -y -qq wrk || sudo -n apt-get install -y -qq wrk) >/dev/null 2>&1 || \
+	  echo "no wrk: bench/load.py runs its Python client only"; }
 
 run: setup
 	$(BIN)/acceltrace --store $(STORE) serve --host $(HOST) --port $(PORT) sample_traces
