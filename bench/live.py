@@ -120,11 +120,11 @@ def _daemon(tmp: Path):
     return proc, sock, out
 
 
-def _live_id(srv: BenchServer, timeout_s: float = 60) -> str:
+def _live_id(srv: BenchServer, timeout_s: float = 60, any_status: bool = False) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for r in _json(srv.url + "/api/traces")["traces"]:
-            if r["status"] == "live" and r["counts"].get("slices"):
+            if any_status or (r["status"] == "live" and r["counts"].get("slices")):
                 return r["id"]
         time.sleep(0.05)
     raise RuntimeError("no live trace appeared")
@@ -233,7 +233,7 @@ def finalisation(n_events: int, tmp: Path) -> dict:
     try:
         t0 = time.monotonic()
         prod = _producer(target, 0, 0, n_events)
-        tid = _live_id(srv, 120)
+        tid = _live_id(srv, 120, any_status=True)  # the row is made live; it may be finalising already
         prod.wait()
         produce_s = time.monotonic() - t0
         t1, cpu0 = time.monotonic(), _cpu_s(srv.proc.pid)
@@ -265,7 +265,7 @@ def main() -> int:
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-live-") as d:
-        for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+        for i, rate in enumerate(float(r) for r in args.rates.split(",") if r):
             tmp = Path(d) / f"follow{i}"
             tmp.mkdir()
             via = args.via if args.via != "auto" else ("daemon" if rate <= 50_000 else "file")
