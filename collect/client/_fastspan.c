@@ -142,10 +142,9 @@ static int ring_emit_c(RingCore *r, const char *prefix, int64_t ts, int64_t dur,
     if (w >= r->limit) {
         uint64_t rd = __atomic_load_n(ring_idx(r, READ_OFF), __ATOMIC_ACQUIRE);
         r->limit = (long long)rd + r->cap;
-        if (w >= r->limit) { /* discard mode, ring full: count it, never block */
+        if (w >= r->limit) { /* discard mode, ring full: count it (published at once), never block */
             r->lost += 1;
-            if ((r->lost & 63) == 1)
-                ring_publish_c(r);
+            __atomic_store_n(ring_idx(r, LOST_OFF), (uint64_t)r->lost, __ATOMIC_RELEASE);
             return 0;
         }
     }
@@ -201,7 +200,9 @@ static int RingCore_init(RingCore *self, PyObject *a, PyObject *kw) {
     self->mask = cap - 1;
     self->w = self->pub = self->lost = 0;
     self->limit = mode == 0 ? cap : (1LL << 62);
-    self->every = mode == 0 ? 64 : 1;
+    /* every record is published as it is written (one store): a SIGKILLed producer leaves no
+     * written-but-unpublished batch behind, only the record it was writing (docs/tracing.md) */
+    self->every = 1;
     return 0;
 }
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import select
 import socket
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -135,34 +137,35 @@ class FileSink:
 
 
 class RingWriter:
-    """One thread's shared-memory ring (single producer); see formats/ring.py for the protocol."""
+    """One thread's shared-memory ring (single producer); see formats/ring.py for the protocol.
 
-    __slots__ = ("mem", "idx", "cap", "mask", "w", "pub", "lost", "limit", "lock", "every", "__weakref__")
+    Every record and every lost count is published as it is made (one aligned 8-byte store into
+    the ring header): a SIGKILLed producer leaves nothing in its ring that the daemon cannot see,
+    except the one record it was writing when it died.
+    """
+
+    __slots__ = ("mem", "idx", "hdr", "cap", "mask", "w", "pub", "lost", "limit", "lock", "__weakref__")
 
     def __init__(self, mem: mmap.mmap, capacity: int, mode: int):
         self.mem, self.cap, self.mask = mem, capacity, capacity - 1
         self.idx = RG.index_view(mem)
+        self.hdr = memoryview(mem)[: RG.DATA_OFFSET].cast("Q")  # W, R, L as slots RG.W, RG.R, RG.L
         self.w = self.pub = self.lost = 0
         self.limit = capacity if mode == RG.MODE_DISCARD else 1 << 62
-        # discard mode publishes every 64 records (the flusher covers idle threads); ring mode every
-        # record, because the daemon's check for slots overwritten during its copy trusts that at
-        # most the one record being written is ahead of the published index
-        self.every = 64 if mode == RG.MODE_DISCARD else 1
         self.lock = threading.Lock()
 
     def emit(self, prefix, ts, dur, corr, nbytes, flow, args):
         w = self.w
         if w >= self.limit:
-            self.limit = int(self.idx[RG.R]) + self.cap
-            if w >= self.limit:  # discard mode, ring full: count it, never block
+            self.limit = self.hdr[16] + self.cap  # RG.R
+            if w >= self.limit:  # discard mode, ring full: count it (published at once), never block
                 self.lost += 1
-                if self.lost & 63 == 1:
-                    self.publish()
+                self.hdr[24] = self.lost  # RG.L
                 return
-        PACK_INTO(self.mem, RG.DATA_OFFSET + ((w & self.mask) << 6), prefix, ts, dur, corr, nbytes, flow, args)
-        self.w = w + 1
-        if self.w - self.pub >= self.every:
-            self.publish()
+        PACK_INTO(self.mem, 4096 + ((w & self.mask) << 6), prefix, ts, dur, corr, nbytes, flow, args)
+        w += 1
+        self.w = w
+        self.hdr[8] = w  # RG.W: published with the record
 
     def write_many(self, recs) -> None:
         """Copy a record array into the ring in at most two slices; what does not fit is counted lost."""
@@ -191,14 +194,11 @@ class RingWriter:
         self.publish()
 
     def publish(self) -> None:
-        """Make written records and the lost count visible (single aligned 8-byte stores)."""
-        with self.lock:
-            w = self.w
-            if w > self.pub:
-                self.idx[RG.W] = w
-                self.pub = w
-            if self.lost:
-                self.idx[RG.L] = self.lost
+        """Make written records and the lost count visible (single aligned 8-byte stores). emit does
+        this per record; write_many calls it. Only the owner thread calls it: a store from another
+        thread could publish an older index after a newer one."""
+        self.hdr[8] = self.pub = self.w
+        self.hdr[24] = self.lost
 
 
 class LostWriter:
@@ -227,6 +227,8 @@ class DaemonSink:
     def __init__(self, sock_path: Path, ring_records: int | None = None, name: str | None = None):
         c = _compiled_writers()
         self.compiled, self._ring_cls = (c[0], c[2]) if c else (None, RingWriter)
+        self.sock_path = sock_path
+        self._next_reconnect = 0.0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(self.REPLY_TIMEOUT_S)
         try:
@@ -258,6 +260,7 @@ class DaemonSink:
             try:
                 return self._call_locked(msg, want_fd)
             except (OSError, P.ProtocolError) as e:
+                self.dead = True  # the flusher reconnects once a daemon listens again
                 raise ClientError(f"lost the tracing daemon ({e}); events already published are in its file") from None
 
     def _call_locked(self, msg: dict, want_fd: bool = False):
@@ -331,13 +334,60 @@ class DaemonSink:
             self._send_locked({"op": "sync", "domain": int(domain), "pairs": [list(p) for p in zip(host, ticks)]})
 
     def publish_all(self) -> None:
-        for r in list(self.rings):
-            r.publish()
+        """Report the lost counts of threads without a ring (every ring publishes its own records and
+        lost count as it writes them, on both the compiled and the Python path)."""
         lost = sum(w.lost for w in self.lost_writers)
         if lost != self.lost_reported:
             with self.lock:
                 self._send_locked({"op": "lost", "count": lost})
             self.lost_reported = lost
+
+    RECONNECT_INTERVAL_S = 0.1
+
+    def check_daemon(self) -> None:
+        """Notice a daemon that went away (its end of the socket closed) and reconnect to a restarted one
+        on the same socket: it reopened our rings from its state file and drains them already; this
+        gives back the stream, so strings interned meanwhile, flush and close work again."""
+        if not self.dead:
+            if not self.lock.acquire(blocking=False):
+                return
+            try:
+                # readable with nothing to read: the daemon's end is closed (replies are read under the
+                # lock, so nothing else is pending here); select first: the socket has a timeout, and a
+                # recv on it would wait for data
+                if select.select([self.sock], [], [], 0)[0] and self.sock.recv(1, socket.MSG_PEEK) == b"":
+                    self.dead = True
+            except (OSError, ValueError):
+                self.dead = True
+            finally:
+                self.lock.release()
+        if self.dead and time.monotonic() >= self._next_reconnect:
+            self._next_reconnect = time.monotonic() + self.RECONNECT_INTERVAL_S
+            self._reconnect()
+
+    def _reconnect(self) -> bool:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.REPLY_TIMEOUT_S)
+        try:
+            s.connect(str(self.sock_path))
+            P.send_msg(s, {"op": "hello", "resume": self.stream, "pid": os.getpid(), "version": P.PROTOCOL_VERSION})
+            reply, _ = P.recv_msg(s)
+        except (OSError, P.ProtocolError):
+            s.close()
+            return False
+        if not reply or not reply.get("ok"):
+            # a daemon that does not know our stream (a new trace): our rings are not drained any more
+            s.close()
+            return False
+        with self.lock:
+            old, self.sock = self.sock, s
+            old.close()
+            self.dead = False
+            entries = [[sid, text] for text, sid in self.strings.ids.items() if sid]
+            for i in range(0, len(entries), 2000):  # every string again: some may have gone with the daemon
+                self._send_locked({"op": "strings", "entries": entries[i:i + 2000]})
+            self.lost_reported = -1
+        return not self.dead
 
     def flush(self) -> None:
         """Publish every ring and wait until the daemon has drained this producer into the file."""
@@ -348,6 +398,8 @@ class DaemonSink:
         """Publish, say goodbye (the daemon then drains our rings into the file) and disconnect.
         Raises ClientError when the daemon is gone: what was written since it went is lost."""
         self._stop.set()
+        if self.dead:
+            self._reconnect()
         self.publish_all()
         lost = None
         try:
@@ -361,10 +413,11 @@ class DaemonSink:
 
 
 def _flush_loop(ref, stop: threading.Event) -> None:
-    """Publishes idle threads' rings so their events reach the file within the 100 ms bound."""
+    """Reports the lost counts of threads without a ring, and reconnects to a restarted daemon."""
     while not stop.wait(DaemonSink.FLUSH_INTERVAL_S):
         sink = ref()
         if sink is None:
             return
         sink.publish_all()
+        sink.check_daemon()
         del sink

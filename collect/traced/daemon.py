@@ -22,6 +22,7 @@ from pathlib import Path
 from acceltrace.formats import ring as RG
 from acceltrace.formats.atrace.writer import AtraceWriter, default_header
 from acceltrace.collect.traced import protocol as P
+from acceltrace.collect.traced import recover
 from acceltrace.collect.traced.drain import REFUSED, Draining
 from acceltrace.collect.traced.rings import DaemonRing, pow2_records
 
@@ -37,7 +38,7 @@ REALTIME_DOMAIN = 255  # periodic (CLOCK_MONOTONIC, CLOCK_REALTIME) pairs: wall 
 
 @dataclass
 class Conn:
-    sock: socket.socket
+    sock: socket.socket | None  # None: a producer recovered from a killed daemon's state, not reconnected (yet)
     frames: P.FrameBuffer = field(default_factory=P.FrameBuffer)
     stream: int | None = None  # set by hello: this connection is a producer
     pid: int = 0
@@ -69,6 +70,11 @@ class Daemon(Draining):
         self.dead_lost = 0
         self._last_loss: dict[int, int] = {}
         self._deferred: list | None = None  # set while a drain has taken records it has not written yet
+        self.state_file = recover.state_path(self.out_path)
+        self.ring_dir: str | None = None
+        self._ring_seq = 0
+        self._saved_state: str | None = None
+        self._next_reap = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _bind(self) -> socket.socket:
@@ -118,10 +124,16 @@ class Daemon(Draining):
             self.socket_path.unlink(missing_ok=True)
             return 2
         try:
-            if self.out_path.exists() and self.out_path.stat().st_size:
-                # like perf record: keep the previous trace as FILE.old rather than truncating it
-                os.replace(self.out_path, self.out_path.with_name(self.out_path.name + ".old"))
-            self.writer = AtraceWriter(self.out_path, hdr)
+            self.ring_dir = recover.ring_dir(self.out_path)
+        except OSError as e:  # no private tmpfs directory: anonymous rings, which die with this daemon
+            self._print(f"acceltrace traced: rings will not survive a daemon crash ({e})")
+        try:
+            if not self._resume(hdr):
+                if self.out_path.exists() and self.out_path.stat().st_size:
+                    # like perf record: keep the previous trace as FILE.old rather than truncating it
+                    os.replace(self.out_path, self.out_path.with_name(self.out_path.name + ".old"))
+                self.writer = AtraceWriter(self.out_path, hdr)
+                self._save_state()
         except OSError as e:
             self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e})")
             srv.close()
@@ -148,6 +160,9 @@ class Daemon(Draining):
                     if now >= next_drain:
                         self.drain_all()
                         next_drain = now + DRAIN_INTERVAL_S
+                    if now >= self._next_reap:
+                        self._reap_orphans()
+                        self._next_reap = now + 0.5
                     if now >= next_sync:
                         self.writer.add_clock_sync(REALTIME_DOMAIN, time.monotonic_ns(), time.time_ns())
                         next_sync = now + SYNC_INTERVAL_S
@@ -158,6 +173,84 @@ class Daemon(Draining):
         finally:
             self._shutdown(srv)
         return 1 if getattr(self, "write_failed", False) else 0
+
+    def _resume(self, hdr: dict) -> bool:
+        """Continue the trace a killed daemon left (its state file names the file's size and the rings);
+        False when there is nothing to resume (then a new trace starts)."""
+        try:
+            st = recover.load(self.state_file)
+        except ValueError as e:
+            self._print(f"acceltrace traced: {e}; starting a new trace")
+            st = None
+        if st is None or st.get("out") != str(self.out_path) or not self.out_path.is_file():
+            recover.sweep(self.ring_dir, set())
+            return False
+        if st.get("mode") != self.mode:
+            self._print(f"acceltrace traced: resuming {self.out_path} in {st.get('mode')} mode, as it was started "
+                        f"(not {self.mode})")
+            self.mode = st["mode"]
+        try:
+            size = recover.cut_back(self.out_path, int(st["file_size"]))
+        except ValueError as e:
+            self._print(f"acceltrace traced: cannot resume: {e}; starting a new trace")
+            recover.sweep(self.ring_dir, set())
+            return False
+        self.writer = AtraceWriter(self.out_path, hdr, resume_events=int(st["events_written"]))
+        self.next_stream = int(st["next_stream"])
+        self.retired = list(st.get("retired", []))
+        keep, missing = set(), 0
+        for ps in st.get("streams", []):
+            c = Conn(None, stream=int(ps["stream"]), pid=int(ps["pid"]), name=str(ps.get("name", "")),
+                     events=int(ps.get("events", 0)))
+            c.client_lost = int(ps.get("client_lost", 0))
+            for rs in ps.get("rings", []):
+                try:
+                    if not rs.get("path"):
+                        raise ValueError("it was an anonymous ring (no ring directory), gone with the daemon")
+                    ring = DaemonRing(int(rs["cap"]), RG.MODES[self.mode], c.pid, int(rs["tid"]), path=rs["path"],
+                                      attach=rs)
+                except (OSError, ValueError) as e:
+                    # a ring file someone removed: what it held after its saved position is unknown
+                    self._print(f"acceltrace traced: pid {c.pid}: cannot reopen ring {rs.get('path')} ({e}); "
+                                "its unwritten events are lost and cannot be counted")
+                    missing += 1
+                    continue
+                keep.add(ring.path)
+                c.rings.append(ring)
+                self.allocated_bytes += RG.ring_bytes(ring.cap)
+            self.conns[id(c)] = c
+        recover.sweep(self.ring_dir, keep)
+        self._print(f"acceltrace traced: resuming {self.out_path} after a daemon crash: {len(keep)} rings of "
+                    f"{len(st.get('streams', []))} producers reopened, file cut back to {size} bytes"
+                    + (f", {missing} rings missing" if missing else ""))
+        self._save_state()
+        return True
+
+    def _state(self) -> dict:
+        streams = [{"stream": c.stream, "pid": c.pid, "name": c.name, "events": c.events,
+                    "client_lost": getattr(c, "client_lost", 0), "rings": [r.state() for r in c.rings]}
+                   for c in self.conns.values() if c.stream is not None]
+        return {"version": recover.STATE_VERSION, "out": str(self.out_path), "socket": str(self.socket_path),
+                "mode": self.mode, "ring_dir": self.ring_dir, "file_size": self.writer.bytes_written,
+                "events_written": self.writer.events_written, "next_stream": self.next_stream,
+                "retired": self.retired, "streams": streams}
+
+    def _save_state(self) -> None:
+        """Record what is in the file and where each ring's unwritten records start; called after the
+        records taken are written and before their slots are handed back (ring.commit)."""
+        text = json.dumps(self._state(), separators=(",", ":"))
+        if text != self._saved_state:
+            tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.state_file)
+            self._saved_state = text
+
+    def _reap_orphans(self) -> None:
+        """Recovered producers that died while no daemon ran: drained one last time, then retired."""
+        for c in list(self.conns.values()):
+            if c.sock is None and not recover.pid_alive(c.pid):
+                self._drop(c, None)
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_requested = True
@@ -170,6 +263,13 @@ class Daemon(Draining):
                 self._drop(c, "daemon stopping")
             lost, producers = self.totals()
             self.writer.close(lost_events=lost, producers=producers)
+            # the trace is complete: nothing to resume, no ring left (each was removed when retired)
+            self.state_file.unlink(missing_ok=True)
+            if self.ring_dir:
+                try:
+                    os.rmdir(self.ring_dir)
+                except OSError:  # not empty: a ring not retired (it would be logged above); keep it
+                    pass
         except OSError as e:
             self._print(f"acceltrace traced: could not finish {self.out_path} ({e.strerror or e})")
             lost = -1
@@ -269,18 +369,21 @@ class Daemon(Draining):
         if c.stream is not None:
             self._drain_conn(c, force=True)
             self.retired.append(self._producer_info(c, self._conn_lost(c)))
-            for r in c.rings:
+            rings, c.rings = c.rings, []
+            self.conns.pop(id(c), None)
+            self._save_state()  # retired in the state before its ring files go
+            for r in rings:
                 self.allocated_bytes -= RG.ring_bytes(r.cap)
                 r.close()
-            c.rings.clear()
         if why:
             self._print(f"acceltrace traced: dropped connection (pid {c.pid or '?'}): {why}")
-        try:
-            self.sel.unregister(c.sock)
-        except (KeyError, ValueError):
-            pass
         self.conns.pop(id(c), None)
-        c.sock.close()
+        if c.sock is not None:
+            try:
+                self.sel.unregister(c.sock)
+            except (KeyError, ValueError):
+                pass
+            c.sock.close()
 
     # -- messages ----------------------------------------------------------------------------------
     def _handle(self, c: Conn, msg: dict) -> None:
@@ -291,11 +394,15 @@ class Daemon(Draining):
         if op == "hello":
             if c.stream is not None:
                 raise P.ProtocolError("hello sent twice")
+            if msg.get("resume") is not None:
+                self._resume_producer(c, msg)
+                return
             c.stream, self.next_stream = self.next_stream, self.next_stream + 1
             c.pid = _int(msg.get("pid", 0), 0, 2**32 - 1, "pid")
             c.name = str(msg.get("name", ""))[:200]
             if msg.get("ring_records") is not None:
                 c.ring_records = pow2_records(_int(msg["ring_records"], 1, 1 << 30, "ring_records"))
+            self._save_state()
             self._reply(c, {"ok": True, "stream": c.stream, "mode": self.mode, "version": P.PROTOCOL_VERSION})
             return
         if c.stream is None:
@@ -340,6 +447,19 @@ class Daemon(Draining):
         else:
             raise P.ProtocolError(f"unknown op {op!r}")
 
+    def _resume_producer(self, c: Conn, msg: dict) -> None:
+        """A producer whose daemon was killed reconnects: it takes back its stream and its rings."""
+        stream = _int(msg["resume"], 1, 2**31, "resume")
+        pid = _int(msg.get("pid", 0), 0, 2**32 - 1, "pid")
+        orphan = next((o for o in self.conns.values() if o.sock is None and o.stream == stream and o.pid == pid), None)
+        if orphan is None:
+            self._reply(c, {"ok": False, "error": f"no stream {stream} of pid {pid} to resume"})
+            return
+        self.conns.pop(id(orphan), None)
+        c.stream, c.pid, c.name, c.rings, c.events = orphan.stream, orphan.pid, orphan.name, orphan.rings, orphan.events
+        c.client_lost = getattr(orphan, "client_lost", 0)
+        self._reply(c, {"ok": True, "stream": c.stream, "mode": self.mode, "version": P.PROTOCOL_VERSION})
+
     def _give_ring(self, c: Conn, tid: int) -> None:
         if len(c.rings) >= MAX_RINGS_PER_PRODUCER:
             self._reply(c, {"ok": False, "error": f"more than {MAX_RINGS_PER_PRODUCER} rings for one process"})
@@ -353,9 +473,14 @@ class Daemon(Draining):
             self._reply(c, {"ok": False, "error": f"ring memory exhausted ({self.allocated_bytes >> 20} MiB in "
                                                   f"rings; --buffer-mb {self.budget_bytes >> 20})"})
             return
-        ring = DaemonRing(want, RG.MODES[self.mode], c.pid, tid)
+        path = None
+        if self.ring_dir:
+            self._ring_seq += 1
+            path = os.path.join(self.ring_dir, f"acceltrace-ring-{c.stream}-{self._ring_seq}-{os.urandom(4).hex()}")
+        ring = DaemonRing(want, RG.MODES[self.mode], c.pid, tid, path=path)
         self.allocated_bytes += RG.ring_bytes(want)
         c.rings.append(ring)
+        self._save_state()  # in the state before the producer can write into it
         self._reply(c, {"ok": True, "capacity": want}, fds=[ring.fd])
 
     def control(self, cmd: str) -> dict:

@@ -3,7 +3,10 @@
 A mixin of Daemon (daemon.py), kept apart so the socket loop and the drain read separately.
 Order per tick: take what each ring published, then read pending socket messages (so a
 string announced before a record was published is in the file before that record), then
-write the records, the changed lost counts, and flush.
+write the records, the changed lost counts, and flush; then save the state file (what is in the
+file, where each ring's unwritten records start) and only then hand the slots back to the
+producers (ring.commit), so a daemon killed at any point leaves every record either in the file
+or still in its ring, and a restarted daemon knows which (recover.py).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ class Draining:
         self._deferred = []
         try:
             for c in list(self.conns.values()):
-                if c.sock.fileno() >= 0:
+                if c.sock is not None and c.sock.fileno() >= 0:
                     self._readable(c)
         finally:
             deferred, self._deferred = self._deferred, None
@@ -33,8 +36,11 @@ class Draining:
             self._write_taken(c, parts)
         self._write_losses()
         self.writer.flush()
+        self._save_state()
+        for c, parts in taken:
+            self._commit(c, parts)
         for c, msg in deferred:
-            if c.sock.fileno() < 0:
+            if c.sock is None or c.sock.fileno() < 0:
                 continue
             if msg is None:
                 self._drop(c, c.drop_reason)
@@ -52,6 +58,9 @@ class Draining:
             if n:
                 self.writer.add_records_direct(views, c.stream)
                 c.events += n
+
+    def _commit(self, c, parts: list) -> None:
+        for ring, views, n in parts:
             ring.commit()
             if ring.broken and not getattr(ring, "_reported", False):
                 ring._reported = True
@@ -60,6 +69,10 @@ class Draining:
     def _drain_conn(self, c, force: bool = False) -> None:
         parts = self._take(c)
         self._write_taken(c, parts)
+        self._write_losses()
+        self.writer.flush()
+        self._save_state()
+        self._commit(c, parts)
 
     def _write_losses(self) -> None:
         now = {}

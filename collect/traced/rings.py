@@ -1,4 +1,10 @@
-"""The daemon's side of the shared-memory rings: allocation (memfd, 0600 fallback) and draining."""
+"""The daemon's side of the shared-memory rings: allocation, re-attachment after a restart, draining.
+
+A daemon with a ring directory (on tmpfs, /dev/shm) makes each ring a named 0600 file there, so
+the ring outlives the daemon: the producer keeps writing into it, and a restarted daemon opens it
+again by name (from its state file) and drains what was committed. Without one, a ring is an
+anonymous memfd that dies with the daemon's and the producer's mappings.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,18 @@ def alloc_fd(nbytes: int) -> int:
     return fd
 
 
+def create_named(path: str, nbytes: int) -> int:
+    """A new 0600 ring file (O_EXCL: never an existing file or a planted link)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    return fd
+
+
 def pow2_records(n: int) -> int:
     n = max(MIN_RING_RECORDS, min(MAX_RING_RECORDS, int(n)))
     return 1 << (n - 1).bit_length()
@@ -35,19 +53,54 @@ def pow2_records(n: int) -> int:
 class DaemonRing:
     """One producer thread's ring as the daemon sees it; `r` is the authoritative read index."""
 
-    def __init__(self, capacity: int, mode: int, pid: int, tid: int):
+    def __init__(self, capacity: int, mode: int, pid: int, tid: int, path: str | None = None,
+                 attach: dict | None = None):
+        """A new ring (a named file at `path`, else a memfd), or with `attach` (a state-file entry:
+        r, overwritten, drained) the existing ring file at `path`, left by a daemon that died."""
         self.cap = capacity
         self.mask = capacity - 1
         self.mode = mode
-        self.fd = alloc_fd(RG.ring_bytes(capacity))
-        self.mem = mmap.mmap(self.fd, RG.ring_bytes(capacity), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        RG.init_ring(self.mem, capacity, mode, pid, tid)
+        self.path = path
+        self.tid = tid
+        nbytes = RG.ring_bytes(capacity)
+        if attach is None:
+            self.fd = create_named(path, nbytes) if path else alloc_fd(nbytes)
+        else:
+            self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            if os.fstat(self.fd).st_size != nbytes:
+                os.close(self.fd)
+                raise ValueError(f"ring file {path} is not a {capacity}-record ring")
+        self.mem = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        if attach is None:
+            RG.init_ring(self.mem, capacity, mode, pid, tid)
+        else:
+            info = RG.read_info(self.mem)
+            if info["magic"] != RG.RING_MAGIC or info["capacity"] != capacity or info["mode"] != mode:
+                self.mem.close()
+                os.close(self.fd)
+                raise ValueError(f"ring file {path} has a header that does not match the daemon's state")
         self.idx = RG.index_view(self.mem)
         self.data = memoryview(self.mem)[RG.DATA_OFFSET:]
         self.r = 0
         self.overwritten = 0  # ring mode: records overwritten before we read them
         self.broken: str | None = None  # why we stopped trusting this ring
         self.drained = 0
+        if attach is not None:
+            # everything before r is in the file (the state was saved after writing it); the ring's
+            # read index may lag r by one tick (the daemon died between saving and publishing it)
+            self.r, self.overwritten, self.drained = int(attach["r"]), int(attach["overwritten"]), int(attach["drained"])
+            self.idx[RG.R] = self.r
+
+    @property
+    def position(self) -> int:
+        """The read position once the records taken now are written: what the state file records."""
+        w = getattr(self, "_pending_w", None)
+        return self.r if w is None else w
+
+    def state(self) -> dict:
+        w = self.position
+        return {"path": self.path, "cap": self.cap, "tid": self.tid, "r": w, "overwritten": self.overwritten,
+                "drained": self.drained + (w - self.r)}
 
     @property
     def producer_lost(self) -> int:
@@ -102,7 +155,13 @@ class DaemonRing:
     def closed_by_producer(self) -> bool:
         return bool(RG.read_info(self.mem)["flags"] & RG.FLAG_CLOSED)
 
-    def close(self) -> None:
+    def close(self, unlink: bool = True) -> None:
+        """Unmap; a named ring file is removed too (the daemon has drained it for the last time)."""
+        if unlink and self.path:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
         self.data.release()
         self.idx = None
         try:

@@ -98,7 +98,19 @@ class AtraceWriter:
     """
 
     def __init__(self, out: str | Path | BinaryIO, header: dict | None = None,
-                 chunk_events: int = DEFAULT_CHUNK_EVENTS, fsync: bool = False):
+                 chunk_events: int = DEFAULT_CHUNK_EVENTS, fsync: bool = False, resume_events: int | None = None):
+        """`resume_events`: continue an existing file at its end (the tracing daemon after a crash,
+        once it has cut the file back to its last whole state); it already holds that many events."""
+        if resume_events is not None:
+            self._fd = os.open(out, os.O_WRONLY)
+            self._file = None
+            self.fsync, self.chunk_events = fsync, chunk_events
+            self.header = header if header is not None else default_header()
+            self._strings, self._pending, self._pending_n = {}, {}, {}
+            self.events_written = int(resume_events)
+            self.bytes_written = os.lseek(self._fd, 0, os.SEEK_END)
+            self.closed = False
+            return
         if isinstance(out, (str, Path)):
             self._fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             self._file = None
