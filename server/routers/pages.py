@@ -39,6 +39,16 @@ def trace_page(trace_id: str, request: Request, state: AppState = Depends(get_st
     return _render(request, state, "trace.html", {"trace_id": trace_id, "trace": trace})
 
 
+@router.get("/t/{trace_id}/views", response_class=HTMLResponse, summary="Aggregate views page",
+            description="Renders web/templates/views.html: flame graph, top-down and bottom-up trees, the op-to-kernel "
+                        "rollup, the events table and the SQL query page of a trace (docs/ui.md); their JSON twins "
+                        "are /tree, /rollup, /events and /query.")
+def views_page(trace_id: str, request: Request, state: AppState = Depends(get_state)):
+    row = state.row(trace_id)
+    trace = trace_metadata(state.trace(trace_id), row) if row["status"] == "ready" else catalog_entry(row)
+    return _render(request, state, "views.html", {"trace_id": trace_id, "trace": trace})
+
+
 def not_found_page(request: Request, err: ApiError) -> HTMLResponse:
     return HTMLResponse(
         f"<!doctype html><meta charset=utf-8><title>not found</title><h1>{err.status}</h1>"

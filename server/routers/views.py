@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
+import pyarrow.csv as pa_csv
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
 
 from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.store import aggregates
@@ -45,3 +49,53 @@ def rollup(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int 
     t0, t1 = _range(h, start_ns, end_ns)
     with h.cursor() as cur:
         return {"rows": aggregates.rollup(cur, t0, t1)}
+
+
+def _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc):
+    t0, t1 = _range(h, start_ns, end_ns)
+    return dict(t0=t0, t1=t1, tracks=track, lanes=lane, text=q or None, sort=sort, desc=desc)
+
+
+_SORT_PATTERN = "^(" + "|".join(aggregates.EVENT_SORTS) + ")$"
+
+
+@router.get("/{trace_id}/events", summary="Slices of a range, one sorted page (the events table)",
+            description="Every slice overlapping [start_ns, end_ns) (relative; the whole trace by default), on the "
+                        "given tracks and lanes, whose name contains q (case-insensitive), sorted by `sort` "
+                        f"({', '.join(aggregates.EVENT_SORTS)}), `desc` for descending; a page of at most "
+                        f"{aggregates.EVENTS_PAGE_MAX} rows {{slice_id, track_id, lane, track, ts (relative), dur, "
+                        "depth, name, category, bytes, args}} and the total that match.")
+def events(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int | None = Query(None, ge=1),
+           track: list[int] | None = Query(None, description="only these tracks (repeatable)"),
+           lane: list[str] | None = Query(None, description="only these lanes (repeatable)"),
+           q: str | None = Query(None, max_length=500), sort: str = Query("ts", pattern=_SORT_PATTERN),
+           desc: bool = False, offset: int = Query(0, ge=0),
+           limit: int = Query(200, ge=1, le=aggregates.EVENTS_PAGE_MAX),
+           state: AppState = Depends(get_state)) -> dict:
+    h = state.trace(trace_id)
+    f = _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc)
+    with h.cursor() as cur:
+        rows, total = aggregates.range_events(cur, f.pop("t0"), f.pop("t1"), offset=offset, limit=limit, **f)
+    for r in rows:
+        r["ts"] -= h.start_ns
+    return {"total": total, "offset": offset, "limit": limit, "rows": rows}
+
+
+@router.get("/{trace_id}/events.csv", summary="Slices of a range as CSV",
+            description="The rows of GET /events with the same filters and order, all of them up to "
+                        f"{aggregates.EVENTS_CSV_MAX:,} (ts relative), as text/csv with a header line; the "
+                        "X-Acceltrace-Truncated header is 'true' when more matched.",
+            response_class=Response)
+def events_csv(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int | None = Query(None, ge=1),
+               track: list[int] | None = Query(None), lane: list[str] | None = Query(None),
+               q: str | None = Query(None, max_length=500), sort: str = Query("ts", pattern=_SORT_PATTERN),
+               desc: bool = False, state: AppState = Depends(get_state)) -> Response:
+    h = state.trace(trace_id)
+    f = _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc)
+    with h.cursor() as cur:
+        table, truncated = aggregates.range_events_arrow(cur, f.pop("t0"), f.pop("t1"), h.start_ns, **f)
+    buf = io.BytesIO()
+    pa_csv.write_csv(table, buf)
+    return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"X-Acceltrace-Truncated": "true" if truncated else "false",
+                             "Content-Disposition": f'attachment; filename="{trace_id}-events.csv"'})

@@ -1,0 +1,286 @@
+"""Browser tests of the aggregate views page (/t/{id}/views): flame graph, call trees, rollup, events
+table and SQL page, on a real Kineto trace, each number checked against SQL written here.
+
+Debian's Chromium driven by Playwright against `acceltrace serve` on loopback (tests/conftest.py);
+screenshots land in test-output/ui/views-*.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-output" / "ui"
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, live_server_factory):
+    store = tmp_path_factory.mktemp("views-ui-store")
+    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--json", str(A100)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    live = live_server_factory(store)
+    yield live.url
+    live.stop()
+
+
+def _get_json(url):
+    with urllib.request.urlopen(url, timeout=20) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def trace(server):
+    tid = next(t["id"] for t in _get_json(f"{server}/api/traces")["traces"] if t["status"] == "ready")
+    meta = _get_json(f"{server}/api/traces/{tid}")
+    return {"id": tid, "start": int(meta["start_abs_ns"]), "duration": int(meta["duration_ns"])}
+
+
+def sql(server, trace, text):
+    req = urllib.request.Request(f"{server}/api/traces/{trace['id']}/query", data=json.dumps({"sql": text, "max_rows": 10000}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["rows"]
+
+
+@pytest.fixture(scope="module")
+def rng(trace):
+    """A range in the middle of the trace (relative ns) and its absolute bounds."""
+    a, b = trace["duration"] // 4, trace["duration"] * 3 // 5
+    return {"start_ns": a, "end_ns": b, "t0": trace["start"] + a, "t1": trace["start"] + b}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server)
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    ctx.close()
+    assert not errors, errors
+
+
+def shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"views-{name}.png"))
+
+
+def open_view(page, trace, view, wait, **params):
+    q = urllib.parse.urlencode({"view": view, **params}, doseq=True)
+    page.goto(f"/t/{trace['id']}/views?{q}")
+    page.wait_for_function(f"() => window.acceltrace && window.acceltrace.{wait} && window.acceltrace.{wait}.ready",
+                           timeout=20000)
+
+
+def clipped_cpu_total(server, trace, rng, depth0_only=True, name=None):
+    """Clipped time in the range of the CPU slices (depth 0: the tree's roots), by plain SQL."""
+    where = " AND s.depth = 0" if depth0_only else ""
+    if name is not None:
+        where += " AND s.name = '" + name.replace("'", "''") + "'"
+    (row,) = sql(server, trace, f"""
+        SELECT coalesce(sum(least(s.ts + s.dur, {rng['t1']}) - greatest(s.ts, {rng['t0']})), 0)
+        FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane = 'cpu' AND s.dur > 0 AND s.ts < {rng['t1']} AND s.ts + s.dur > {rng['t0']}{where}""")
+    return int(row[0])
+
+
+# -- flame graph ---------------------------------------------------------------------------------------
+def test_flame_graph_self_times_sum_to_the_range_total_and_zoom_lives_in_the_url(page, server, trace, rng):
+    open_view(page, trace, "flame", "flame", start_ns=rng["start_ns"], end_ns=rng["end_ns"])
+    f = page.evaluate("() => window.acceltrace.flame")
+    total = clipped_cpu_total(server, trace, rng)
+    assert total > 0
+    assert not f["truncated"]
+    assert f["root_total_ns"] == total
+    assert sum(r["self_ns"] for r in f["rects"]) == total  # every node's self time, root to leaves
+    # the drawn widths are proportional to total time: depth-1 nodes tile the width
+    width = page.evaluate("() => document.getElementById('flame-canvas').getBoundingClientRect().width")
+    assert abs(sum(r["w"] for r in f["rects"] if r["depth"] == 1) - width) < 1.0
+    # the canvas is really drawn (coloured pixels under the biggest node)
+    big = max((r for r in f["rects"] if r["depth"] == 1), key=lambda r: r["w"])
+    box = page.locator("#flame-canvas").bounding_box()
+    px = page.evaluate("""([x, y]) => { const c = document.getElementById('flame-canvas'); const d = devicePixelRatio;
+        const p = c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1).data;
+        return [p[0], p[1], p[2], p[3]]; }""", [big["x"] + 2, big["y"] + 9])
+    assert px[3] == 255 and max(px[:3]) - min(px[:3]) > 30, px
+    # hover: name, total, self, count in a tooltip
+    page.mouse.move(box["x"] + big["x"] + big["w"] / 2, box["y"] + big["y"] + 9)
+    tip = page.locator("#view-tooltip")
+    assert tip.is_visible() and big["name"] in tip.inner_text() and "self" in tip.inner_text()
+    # the timeline link frames the range
+    href = page.locator("#timeline-link").get_attribute("href")
+    assert href == f"/t/{trace['id']}#s={rng['start_ns']}&e={rng['end_ns']}"
+    shot(page, "flame")
+    # click zooms into the node: it spans the width, the URL names it, a reload restores it
+    page.mouse.click(box["x"] + big["x"] + big["w"] / 2, box["y"] + big["y"] + 9)
+    page.wait_for_function("(p) => window.acceltrace.flame.focus === p", arg=big["path"])
+    z = page.evaluate("() => window.acceltrace.flame")
+    assert z["focus_total_ns"] == big["total_ns"] and abs(z["rects"][0]["w"] - width) < 0.5
+    assert f"focus={big['path']}" in page.url
+    page.reload()
+    page.wait_for_function("(p) => window.acceltrace.flame && window.acceltrace.flame.ready && window.acceltrace.flame.focus === p",
+                           arg=big["path"], timeout=20000)
+    assert page.locator("#flame-crumbs a").count() == 2
+    shot(page, "flame-zoomed")
+    page.locator("#flame-crumbs a").first.click()
+    page.wait_for_function("() => window.acceltrace.flame.focus === ''")
+
+
+# -- call trees ----------------------------------------------------------------------------------------
+def test_top_down_and_bottom_up_trees_match_sql_and_restore_from_the_url(page, server, trace, rng):
+    open_view(page, trace, "tree", "tree", start_ns=rng["start_ns"], end_ns=rng["end_ns"])
+    root = page.evaluate("() => window.acceltrace.tree.root")
+    total = clipped_cpu_total(server, trace, rng)
+    assert sum(c["total_ns"] for c in root["children"]) == total
+    top = root["children"][0]
+    assert top["total_ns"] == clipped_cpu_total(server, trace, rng, name=top["name"])
+    # the table shows the roots, biggest total first, with mean = total / count
+    first = page.locator("#tree-table tbody tr").first
+    assert top["name"] in first.locator("td.name").inner_text()
+    assert int(first.locator("td").nth(1).get_attribute("data-ns")) == top["total_ns"]
+    # sort by count: the visible root rows are in descending count order
+    page.locator("#tree-table th[data-key='count']").click()
+    counts = [int(t.replace(",", "")) for t in page.locator("#tree-table tbody tr td:nth-child(4)").all_inner_texts()]
+    assert counts == sorted(counts, reverse=True)
+    # bottom-up with a search: every frame named X, its self time = SQL self time of X
+    page.select_option("#tree-mode", "bottom-up")
+    page.wait_for_function("() => window.acceltrace.tree.ready && window.acceltrace.tree.mode === 'bottom-up'")
+    bu = page.evaluate("() => window.acceltrace.tree.root")
+    assert sum(c["self_ns"] for c in bu["children"]) == total  # all self time in the range
+    page.fill("#tree-search", "cudaLaunchKernel")
+    page.wait_for_function("() => document.querySelectorAll('#tree-table tr.match').length > 0")
+    assert "mode=bottom-up" in page.url and "q=cudaLaunchKernel" in page.url
+    shot(page, "tree-bottom-up")
+    page.reload()
+    page.wait_for_function("() => window.acceltrace.tree && window.acceltrace.tree.ready", timeout=20000)
+    assert page.input_value("#tree-mode") == "bottom-up" and page.input_value("#tree-search") == "cudaLaunchKernel"
+    assert page.locator("#tree-table tr.match").count() > 0
+    assert all("cudalaunchkernel" in t.lower() for t in page.locator("#tree-table tr.match td.name").all_inner_texts())
+
+
+# -- rollup --------------------------------------------------------------------------------------------
+def test_rollup_device_time_equals_the_correlated_kernels_sum(page, server, trace):
+    open_view(page, trace, "rollup", "rollup")
+    rows = {r["name"]: r for r in page.evaluate("() => window.acceltrace.rollup.rows")}
+    want = dict(sql(server, trace, """
+        WITH calls AS (
+            SELECT s.name, s.corr_id FROM slices s JOIN tracks t USING (track_id)
+            WHERE t.lane = 'cpu' AND s.corr_id IS NOT NULL AND s.dur > 0
+            QUALIFY row_number() OVER (PARTITION BY s.corr_id ORDER BY s.ts) = 1)
+        SELECT c.name, sum(k.dur) FROM calls c JOIN slices k ON k.corr_id = c.corr_id
+        JOIN tracks kt ON kt.track_id = k.track_id WHERE kt.lane = 'eu' AND k.dur > 0 GROUP BY c.name"""))
+    launches = {n: v for n, v in want.items() if "aunch" in n}
+    assert launches
+    for name, dev in launches.items():
+        assert rows[name]["device_ns"] == dev, name
+    # the table: device time descending; a click on Host sorts by host time
+    names = page.locator("#rollup-table tbody tr").evaluate_all("trs => trs.map(t => t.dataset.name)")
+    assert [rows[n]["device_ns"] for n in names] == sorted((rows[n]["device_ns"] for n in names), reverse=True)
+    page.locator("#rollup-table th[data-key='host_ns']").click()
+    names = page.locator("#rollup-table tbody tr").evaluate_all("trs => trs.map(t => t.dataset.name)")
+    assert [rows[n]["host_ns"] for n in names] == sorted((rows[n]["host_ns"] for n in names), reverse=True)
+    shot(page, "rollup")
+
+
+# -- events table --------------------------------------------------------------------------------------
+def test_events_table_is_virtualised_sorted_filtered_and_exports_csv(page, server, trace, rng):
+    open_view(page, trace, "events", "events", start_ns=rng["start_ns"], end_ns=rng["end_ns"])
+    cond = f"s.ts < {rng['t1']} AND s.ts + s.dur >= {rng['t0']}"
+    ((n,),) = sql(server, trace, f"SELECT count(*) FROM slices s WHERE {cond}")
+    ev = page.evaluate("() => window.acceltrace.events")
+    assert ev["total"] == n and n > 1000
+    assert page.locator("#events-table tbody tr").count() < 60  # only the rows in view exist
+    # scroll to the middle: the rows shown are the SQL rows at that offset
+    page.locator("#events-scroll").evaluate("e => { e.scrollTop = e.scrollHeight / 2; }")
+    page.wait_for_function("() => window.acceltrace.events.ready && window.acceltrace.events.first > 100")
+    ev = page.evaluate("() => window.acceltrace.events")
+    ids = [r[0] for r in sql(server, trace, f"SELECT s.slice_id FROM slices s WHERE {cond} ORDER BY s.ts, s.slice_id "
+                                            f"LIMIT {len(ev['shown'])} OFFSET {ev['first']}")]
+    assert ev["shown"] == ids
+    # sort by duration, longest first
+    page.locator("#events-table th[data-key='dur']").click()  # a numeric column sorts descending first
+    page.wait_for_function("() => window.acceltrace.events.ready && window.acceltrace.events.sort.desc")
+    ev = page.evaluate("() => window.acceltrace.events")
+    ids = [r[0] for r in sql(server, trace, f"SELECT s.slice_id FROM slices s WHERE {cond} "
+                                            f"ORDER BY s.dur DESC, s.ts, s.slice_id LIMIT {len(ev['shown'])}")]
+    assert ev["first"] == 0 and ev["shown"] == ids
+    # filter by name
+    page.fill("#events-search", "memcpy")
+    page.wait_for_function(f"() => window.acceltrace.events.ready && window.acceltrace.events.total < {n}")
+    ((m,),) = sql(server, trace, f"SELECT count(*) FROM slices s WHERE {cond} AND s.name ILIKE '%memcpy%'")
+    assert page.evaluate("() => window.acceltrace.events.total") == m > 0
+    shot(page, "events")
+    # CSV export: the same rows, in the same order
+    href = page.locator("#events-csv").get_attribute("href")
+    r = page.request.get(href)
+    assert r.ok and r.headers["x-acceltrace-truncated"] == "false"
+    rows = list(csv.DictReader(io.StringIO(r.text())))
+    assert len(rows) == m and all("memcpy" in x["name"].lower() for x in rows)
+    assert list(rows[0]) == ["slice_id", "track_id", "lane", "track", "ts", "dur", "depth", "name", "category", "bytes", "args"]
+    durs = [int(x["dur"]) for x in rows]
+    assert durs == sorted(durs, reverse=True)
+    ((ts0,),) = sql(server, trace, f"SELECT ts - {trace['start']} FROM slices WHERE slice_id = {rows[0]['slice_id']}")
+    assert int(rows[0]["ts"]) == ts0  # relative ns
+    # a row click opens the slice on the timeline
+    first_id = page.evaluate("() => window.acceltrace.events.shown[0]")
+    page.locator("#events-table tbody tr").first.click()
+    page.wait_for_url(f"**/t/{trace['id']}#*sel={first_id}*")
+
+
+# -- SQL page ------------------------------------------------------------------------------------------
+def test_query_page_runs_sql_keeps_history_refuses_writes_and_a_row_opens_the_slice(page, server, trace):
+    page.goto(f"/t/{trace['id']}/views?view=query")
+    text = "SELECT slice_id, name, dur FROM slices ORDER BY dur DESC, slice_id LIMIT 7"
+    page.fill("#query-sql", text)
+    page.click("#query-run")
+    page.wait_for_function("() => window.acceltrace.query.ready")
+    q = page.evaluate("() => window.acceltrace.query")
+    assert q["error"] is None and q["rows"] == sql(server, trace, text)
+    assert page.locator("#query-table tbody tr").count() == 7
+    shot(page, "query")
+    # the history keeps it across a reload; the URL restores the open query
+    page.reload()
+    page.wait_for_function("() => window.acceltrace.query && window.acceltrace.query.ready", timeout=20000)
+    assert page.input_value("#query-sql") == text
+    assert page.locator("#query-history option").nth(1).get_attribute("title") == text
+    # the endpoint's refusals, shown as text
+    page.fill("#query-sql", "DROP TABLE slices")
+    page.click("#query-run")
+    page.wait_for_function("() => window.acceltrace.query.ready && window.acceltrace.query.error")
+    assert page.evaluate("() => window.acceltrace.query.error.code") == "query_refused"
+    assert "query_refused" in page.locator("#query-results").inner_text()
+    # a row with a slice_id jumps to that slice on the timeline
+    page.fill("#query-sql", text)
+    page.click("#query-run")
+    page.wait_for_function("() => window.acceltrace.query.ready && !window.acceltrace.query.error")
+    sid = page.evaluate("() => window.acceltrace.query.rows[2][0]")
+    page.locator("#query-table tbody tr").nth(2).click()
+    page.wait_for_url(f"**/t/{trace['id']}#*sel={sid}*")
+    page.wait_for_function("(id) => window.acceltrace && window.acceltrace.selected === id", arg=sid, timeout=20000)
