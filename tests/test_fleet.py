@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -232,6 +233,11 @@ def test_fleet_page_in_chromium(fleet_a, live_server_factory, tmp_path):
     with urllib.request.urlopen(f"{live.url}/api/fleets/{fid}", timeout=20) as r:
         api = json.loads(r.read())
     assert api["fleet"] == fid and api["step_hist"]["counts"]
+    with urllib.request.urlopen(f"{live.url}/api/fleets", timeout=20) as r:
+        assert fid in {f["id"] for f in json.loads(r.read())["fleets"]}
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{live.url}/api/fleets/AAAAAAAAAAAAAAAAAAAAAAA", timeout=20)
+    assert e.value.code == 404 and json.loads(e.value.read())["error"]["code"] == "not_found"
     slow = {s["rank"] for s in fleet_a["truth"]["slow_ranks"]}
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM,
