@@ -284,3 +284,13 @@ def test_query_page_runs_sql_keeps_history_refuses_writes_and_a_row_opens_the_sl
     page.locator("#query-table tbody tr").nth(2).click()
     page.wait_for_url(f"**/t/{trace['id']}#*sel={sid}*")
     page.wait_for_function("(id) => window.acceltrace && window.acceltrace.selected === id", arg=sid, timeout=20000)
+
+
+def test_the_trace_pages_views_button_opens_the_visible_range(page, trace, rng):
+    page.goto(f"/t/{trace['id']}#s={rng['start_ns']}&e={rng['end_ns']}")
+    page.wait_for_function("() => document.getElementById('timeline').dataset.state === 'idle'", timeout=20000)
+    frag = dict(urllib.parse.parse_qsl(page.evaluate("() => location.hash.slice(1)")))
+    page.click("#open-views")
+    page.wait_for_url(f"**/t/{trace['id']}/views?view=flame&start_ns={frag['s']}&end_ns={frag['e']}")
+    page.wait_for_function("() => window.acceltrace.flame && window.acceltrace.flame.ready", timeout=20000)
+    assert page.locator("#timeline-link").get_attribute("href") == f"/t/{trace['id']}#s={frag['s']}&e={frag['e']}"

@@ -80,7 +80,8 @@ export function mountQuery(container, { api, state, save }) {
   function resultTable(res) {
     const idCol = res.columns.indexOf("slice_id");
     const table = el("table", { class: "vt", id: "query-table" },
-      el("thead", {}, el("tr", {}, res.columns.map((c) => el("th", { text: c, title: c })))));
+      el("thead", {}, el("tr", {}, ...res.columns.map((c, i) => el("th", { text: c, title: c,
+        class: res.rows.length && typeof res.rows[0][i] === "number" ? "num" : null })))));
     const tbody = el("tbody");
     for (const row of res.rows) {
       const tr = el("tr", {}, row.map((v) => {

@@ -43,7 +43,7 @@ export function mountTree(container, { api, state, save }) {
     body.replaceChildren(status("loading the call tree…"));
     api.tree(state.mode).then((tree) => {
       root = tree;
-      expanded = new Set([""]);
+      expanded = new Set();
       body.replaceChildren(table);
       render();
     }).catch((e) => body.replaceChildren(status(`Could not load the call tree: ${e.message}`, true)));
@@ -77,18 +77,20 @@ export function mountTree(container, { api, state, save }) {
     const q = state.q.trim().toLowerCase();
     const m = q ? matches(q) : null;
     const rows = [];
-    const visit = (n, path, depth) => {
+    // under a search, the matches and their ancestors show; a row the user opens shows all its children
+    const visit = (n, path, depth, filtered) => {
       for (const [ch, i] of sortedKids(n)) {
         const p = path === "" ? String(i) : `${path}.${i}`;
-        if (m && !m.keep.has(p)) continue;
-        const open = m ? m.keep.has(p) && ch.children.some((_, j) => m.keep.has(`${p}.${j}`)) : expanded.has(p);
+        if (filtered && !m.keep.has(p)) continue;
+        const onPath = filtered && ch.children.some((_, j) => m.keep.has(`${p}.${j}`));
+        const open = expanded.has(p) || onPath;
         rows.push(rowOf(ch, p, depth, open, m && m.hit.has(p)));
-        if (open) visit(ch, p, depth + 1);
+        if (open) visit(ch, p, depth + 1, onPath && !expanded.has(p));
       }
     };
-    visit(root, "", 0);
+    visit(root, "", 0, !!m);
     tbody.replaceChildren(...rows);
-    info.textContent = `${fmtCount(rows.length)} rows · range total ${fmtDur(root.total_ns)}`
+    info.textContent = `${fmtCount(rows.length)} row${rows.length === 1 ? "" : "s"} · range total ${fmtDur(root.total_ns)}`
       + (root.truncated ? " · cut at the node limit" : "") + (m ? ` · ${fmtCount(m.hit.size)} matching nodes` : "");
     hook.ready = true;
     hook.mode = state.mode;
@@ -108,7 +110,6 @@ export function mountTree(container, { api, state, save }) {
     if (n.children.length) {
       tr.classList.add("link");
       tr.addEventListener("click", () => {
-        if (state.q) return;
         if (expanded.has(path)) expanded.delete(path); else expanded.add(path);
         render();
       });
@@ -127,6 +128,6 @@ export function mountTree(container, { api, state, save }) {
     const walk = (n, path) => n.children.forEach((ch, i) => { const p = path === "" ? String(i) : `${path}.${i}`; expanded.add(p); walk(ch, p); });
     walk(root, ""); render();
   });
-  collapseAll.addEventListener("click", () => { expanded = new Set([""]); render(); });
+  collapseAll.addEventListener("click", () => { expanded = new Set(); render(); });
   load();
 }
