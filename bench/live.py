@@ -288,7 +288,7 @@ def main() -> int:
     if fin:
         n = fin["native"]
         print(f"\nFinalisation of a {fin['events']:,}-event capture ({fin['file_mb']:.0f} MB, produced in "
-              f"{fin['produce_s']:.1f} s): daemon exit -> ready {fin['finalise_s']:.1f} s ({fin['status']}; includes "
+              f"{fin['produce_s']:.1f} s): file closed -> ready {fin['finalise_s']:.1f} s ({fin['status']}; includes "
               f"the analysis passes)")
         print(f"  anchor, same file, same run: native ingest {n['ingest']:.1f} s, native ingest + analysis "
               f"{n['ingest+analyze']:.1f} s; ratio finalise / (ingest + analysis) = "
