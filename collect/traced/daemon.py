@@ -138,6 +138,11 @@ class Daemon(Draining):
             self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e})")
             srv.close()
             self.socket_path.unlink(missing_ok=True)
+            if self.ring_dir and not self.conns:
+                try:
+                    os.rmdir(self.ring_dir)  # empty: no ring was made
+                except OSError:
+                    pass
             return 1
         self.sel = selectors.DefaultSelector()
         self.sel.register(srv, selectors.EVENT_READ, None)
