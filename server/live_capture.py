@@ -111,11 +111,17 @@ class LiveCapture:
         self.thread.start()
 
     def stop(self) -> None:
-        """The server is going: stop following (a build under way finishes on its thread)."""
+        """The server is going: stop following; a trace still live says why it ends there."""
         self.stop_event.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.thread.join(timeout=5)
+        if self.trace_id is not None and self.status == "live":
+            self.status = "failed"
+            self.store.fail(self.trace_id, None, f"the server stopped while {self.path.name} was being captured; "
+                                                 "ingest the file to see it")
         self._close_segments()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _run(self) -> None:
         last_catalog = 0.0

@@ -231,3 +231,18 @@ def test_a_server_behind_builds_the_newest_records_and_counts_what_it_left_out(t
         cap._pool.shutdown(wait=True)
         cap._close_segments()
         w.close()
+
+
+def test_a_server_stopping_mid_capture_says_so_and_leaves_no_segments(tmp_path, monkeypatch):
+    from acceltrace.store.catalog import Store
+
+    f = tmp_path / "cut.atrace"
+    w = AtraceWriter(f)
+    _spans(w, "step", 100, T0)
+    with TestClient(_live_app(tmp_path, monkeypatch, f)) as c:
+        tid = _wait(lambda: _live_row(c), what="the live row")["id"]
+    store = Store(tmp_path / "store")
+    row = store.get(tid)
+    assert row["status"] == "failed" and "the server stopped while cut.atrace was being captured" in row["error"]
+    assert not store.live_dir(tid).exists()
+    w.close()
