@@ -420,3 +420,11 @@ def test_native_sample_opens(store, ingested, path):
     res = ingested[_rel(path)]
     assert res.error is None, res.error
     assert res.counts["slices"] + res.counts["counters"] > 0
+
+
+def test_the_files_other_top_level_facts_are_kept(store, ingested):
+    path = SAMPLES / "chrome" / "kineto" / "h100-qwen-chat-inference.json.gz"
+    (doc,) = _docs(path)
+    meta = _meta(store.connect(ingested[_rel(path)].id))
+    extra = json.loads(meta["chrome_extra"], parse_float=Decimal)
+    assert extra["metadata"] == doc["metadata"]  # the 26 KB harness object, whole

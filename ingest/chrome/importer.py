@@ -35,6 +35,10 @@ _LANE_ORDER = {"cpu": 0, "driver": 1, "pcie": 2, "eu": 3, "counter": 4, "annotat
 _VERSION_KEYS = ("schemaVersion", "cupti_version", "cuda_runtime_version", "cuda_driver_version",
                  "roctracer_version", "hip_runtime_version", "hip_driver_version", "trace_id", "traceName",
                  "host_name", "with_stack", "profile_memory", "record_shapes", "with_flops", "with_modules")
+# top-level keys stored under their own trace_meta keys; the rest go to chrome_extra
+_STORED_KEYS = frozenset(_VERSION_KEYS) | {"traceEvents", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds",
+                                           "distributedInfo"}
+EXTRA_MAX_BYTES = 256 << 10
 _KIND_ORDER = {"global": 0, "process": 1, "thread": 2, "async": 3, "pcie": 4, "counter": 5, "memory": 6}
 
 
@@ -283,6 +287,28 @@ def _trace_meta(state) -> None:
     b.set_meta("profiler", profiler)
     if versions:
         b.set_meta("versions", json.dumps(versions, sort_keys=True))
+    # every other top-level fact the file carries (a harness's `metadata` object, host names, ...):
+    # kept, not dropped silently, up to EXTRA_MAX_BYTES of JSON per trace
+    extra = {}
+    for src in state.sources:
+        if isinstance(src.meta, dict):
+            rest = {k: v for k, v in src.meta.items() if k not in _STORED_KEYS}
+            if rest:
+                extra[src.name] = rest
+    if extra:
+        doc = extra if len(state.sources) > 1 else next(iter(extra.values()))
+        kept, left_out, used = {}, {}, 0
+        for key, value in doc.items():
+            size = len(json.dumps(value, default=str))
+            if used + size <= EXTRA_MAX_BYTES:
+                kept[key], used = value, used + size
+            else:
+                left_out[key] = size
+        if left_out:
+            kept["_left_out_bytes"] = left_out
+            b.warn(state.sources[0].name, f"top-level facts {sorted(left_out)} ({sum(left_out.values())} bytes of JSON)"
+                   f" exceed trace_meta chrome_extra's {EXTRA_MAX_BYTES} bytes and were not kept")
+        b.set_meta("chrome_extra", json.dumps(kept, default=str))
     n_mem = sum(s.memory_events for s in state.sources)
     if n_mem:
         b.set_meta("chrome_memory_events", str(n_mem))
