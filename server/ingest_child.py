@@ -1,9 +1,10 @@
 """Uploads' ingests, in processes of their own (docs/operations.md).
 
 A small pool of processes at lower CPU priority (os.nice), forked when the worker starts
-(before it has threads or DuckDB instances; spawned when the pool is rebuilt) and kept warm (imports done, memory handed back to the system after each ingest), so an ingest
-never runs in a server worker's event loop or thread pool and a small upload does not wait
-for a Python start-up. Each ingest fills the catalog row the server began (progress included, through the
+(before it has threads or DuckDB instances; spawned when the pool is rebuilt) and kept warm
+(imports done, memory handed back to the system after each ingest), so an ingest never runs
+in a server worker's event loop or thread pool and a small upload does not wait for a Python
+start-up. Each ingest fills the catalog row the server began (progress included, through the
 catalog like the CLI's) and runs the post-publish step; then the coarsest tiles of the new
 trace are prebuilt into the disk cache (tiles/disk.py), in a task of its own so the upload is
 answered first. A process that dies (killed, out of memory) fails only its own trace; the pool

@@ -84,7 +84,8 @@ async def receive(request, state: AppState, raw_name: str | None) -> Received:
         finally:
             sink.close()
         if sink.size == 0:
-            raise ApiError(400, "bad_request", "empty upload; expected a trace file in the body or multipart field 'file'")
+            raise ApiError(400, "bad_request",
+                           "empty upload; expected a trace file in the body or multipart field 'file'")
         return Received(sink.path, raw_name or name, sink.size, sink.hash.hexdigest(), work_dir)
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)

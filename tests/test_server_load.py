@@ -168,7 +168,8 @@ def strict_server(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        server = start_live_server(tmp_path_factory.mktemp("strict"), extra_args=["--workers", "1", "--max-inflight", "3"])
+        server = start_live_server(tmp_path_factory.mktemp("strict"),
+                                   extra_args=["--workers", "1", "--max-inflight", "3"])
     finally:
         for k, v in saved.items():
             if v is None:

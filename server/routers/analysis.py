@@ -42,10 +42,10 @@ def _json_value(v):
 
 
 @router.post("/{trace_id}/query", summary="Read-only SQL on one trace",
-             description="Runs one read-only statement on this trace only (tables of docs/schema.md, plus `findings`) in a "
-                         f"process of its own, with a {DEFAULT_TIMEOUT_S:g} s time limit, a memory cap and a row "
-                         "limit (truncated flagged). Writes, ATTACH, COPY, file readers, INSTALL/LOAD, SET, PRAGMA, "
-                         "several statements and the network are refused. 429 when this client already runs its "
+             description="Runs one read-only statement on this trace only (tables of docs/schema.md, plus "
+                         f"`findings`) in a process of its own, with a {DEFAULT_TIMEOUT_S:g} s time limit, a memory "
+                         "cap and a row limit (truncated flagged). Writes, ATTACH, COPY, file readers, INSTALL/LOAD, "
+                         "SET, PRAGMA, several statements and the network are refused. 429 when this client already runs its "
                          "share of queries, 503 when every query slot is busy (both with Retry-After).",
              responses={429: {"description": "too many queries from this client"},
                         503: {"description": "every query slot is busy"}})
