@@ -211,5 +211,5 @@ def range_events_arrow(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, start_n
     `start_ns` (for CSV export), and whether more matched."""
     rows_sql, _, params = _events_sql(t0, t1, tracks, text, sort, desc, lanes)
     rel = rows_sql.replace("s.ts, s.dur, s.depth", f"s.ts - {int(start_ns)} AS ts, s.dur, s.depth", 1)
-    table = cur.execute(f"{rel} LIMIT {int(limit) + 1}", params).to_arrow_table()
+    table = cur.sql(f"{rel} LIMIT {int(limit) + 1}", params=params).to_arrow_table()
     return table.slice(0, int(limit)), table.num_rows > int(limit)

@@ -93,7 +93,8 @@ def events_csv(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: 
     h = state.trace(trace_id)
     f = _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc)
     with h.cursor() as cur:
-        table, truncated = aggregates.range_events_arrow(cur, f.pop("t0"), f.pop("t1"), h.start_ns, **f)
+        table, truncated = aggregates.range_events_arrow(cur, f.pop("t0"), f.pop("t1"), h.start_ns,
+                                                              limit=aggregates.EVENTS_CSV_MAX, **f)
     buf = io.BytesIO()
     pa_csv.write_csv(table, buf)
     return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
