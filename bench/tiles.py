@@ -50,6 +50,8 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
         t0 = time.perf_counter()
         tid, info = build_trace(store, n, name=name, seed=seed)
         ingest_s = time.perf_counter() - t0
+    for f in store.traces_dir.glob(f"{tid}.tile.*"):  # cold must mean cold: no tile on disk (tiles/disk.py)
+        f.unlink()
     server = BenchServer(store.root)
     rows = []
     try:
