@@ -114,7 +114,8 @@ class LiveCapture:
         """The server is going: stop following; a trace still live says why it ends there."""
         self.stop_event.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self.thread.join(timeout=5)
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
         if self.trace_id is not None and self.status == "live":
             self.status = "failed"
             self.store.fail(self.trace_id, None, f"the server stopped while {self.path.name} was being captured; "
@@ -225,8 +226,10 @@ class LiveCapture:
         t0 = time.perf_counter()
         seg = self._ingest_window(ctx, recs, streams, base)
         self.build_ms.append((time.perf_counter() - t0) * 1000)
-        if seg is not None and self.status != "live":  # finalising or failed meanwhile
+        if seg is not None and self.status != "live":  # finalising, failed or stopped meanwhile
             seg.remove()
+            if self.status in ("final", "failed"):
+                shutil.rmtree(self.dir, ignore_errors=True)  # its folder went before this build ended
             return None
         if seg is not None:
             seg.order = base  # bases are reserved in read order

@@ -228,9 +228,9 @@ def test_a_server_behind_builds_the_newest_records_and_counts_what_it_left_out(t
         assert seg.n_slices == 400 and seg.info.start_ns == T0 + 20_000_000  # the newest read, not the backlog
         assert cap.counts()["not_shown"] == 800
     finally:
-        cap._pool.shutdown(wait=True)
-        cap._close_segments()
+        cap.stop()
         w.close()
+    assert not cap.dir.exists()
 
 
 def test_a_server_stopping_mid_capture_says_so_and_leaves_no_segments(tmp_path, monkeypatch):
