@@ -125,9 +125,14 @@ def real_cluster(tmp: Path):
                                "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     deadline = time.monotonic() + 60
-    while not sched_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    address = json.loads(sched_file.read_text())["address"]
+    while True:  # the file appears before it is complete
+        try:
+            address = json.loads(sched_file.read_text())["address"]
+            break
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     for _ in range(2):
         procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
                                        "--no-dashboard", "--host", "127.0.0.1"],

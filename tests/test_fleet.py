@@ -141,6 +141,17 @@ def test_rebuild_reads_no_trace_again(fleet_a, cluster):
     assert rows[0] == (10, 0)
 
 
+def _scheduler_address(sched_file: Path, timeout_s: float = 60.0) -> str:
+    """The address in the scheduler file once the scheduler has written all of it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(sched_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+    raise AssertionError(f"the dask scheduler wrote no address to {sched_file} within {timeout_s} s")
+
+
 def test_real_scheduler_and_workers_give_the_same_results(fleet_a, tmp_path):
     """`dask scheduler` and two `dask worker` processes on loopback: the cluster code path."""
     from acceltrace.fleet import layout
@@ -151,10 +162,7 @@ def test_real_scheduler_and_workers_give_the_same_results(fleet_a, tmp_path):
                                       "--scheduler-file", str(sched_file)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
+        address = _scheduler_address(sched_file)
         for _ in range(2):
             procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
                                            "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
