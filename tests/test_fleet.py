@@ -234,8 +234,6 @@ def test_fleet_page_in_chromium(fleet_a, live_server_factory, tmp_path):
         pytest.skip(f"chromium not found at {CHROMIUM}")
     from playwright.sync_api import sync_playwright
 
-    from acceltrace.server.app import create_app  # noqa: F401  (the server under test is this checkout's)
-
     live = live_server_factory(fleet_a["store"].root)
     fid = fleet_a["res"].fleet["id"]
     with urllib.request.urlopen(f"{live.url}/api/fleets/{fid}", timeout=20) as r:
