@@ -49,7 +49,9 @@ def _frames_sql(tracks: list[int] | None) -> tuple[str, list]:
 
 def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int] | None = None,
               mode: str = "top-down") -> dict:
-    """The tree of a range: {"name", "count", "total_ns", "self_ns", "children": [...]} under a root."""
+    """The tree of a range: {"name", "count", "total_ns", "self_ns", "p95_ns", "children": [...]} under a root.
+    p95_ns: the 95th percentile (nearest rank) of the node's per-slice time in the range: clipped
+    duration top-down, self time of the start frames bottom-up."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}")
     sql, params = _frames_sql(tracks)
@@ -65,7 +67,8 @@ def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int
                 FROM _frames f JOIN walk w ON f.parent = w.slice_id
                 WHERE w.lvl < {MAX_DEPTH}
             )
-            SELECT w.node, any_value(w.parent_node), any_value(w.name), count(*), sum(f.cdur), sum(f.self_dur)
+            SELECT w.node, any_value(w.parent_node), any_value(w.name), count(*), sum(f.cdur), sum(f.self_dur),
+                   quantile_disc(f.cdur, 0.95)
             FROM walk w JOIN _frames f USING (slice_id)
             GROUP BY w.node""").fetchall()
     else:
@@ -78,7 +81,8 @@ def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int
                 FROM up u JOIN _frames f ON f.slice_id = u.cur_id
                 WHERE u.lvl < {MAX_DEPTH}
             )
-            SELECT node, any_value(parent_node), any_value(name), count(*), sum(self_dur), sum(self_dur)
+            SELECT node, any_value(parent_node), any_value(name), count(*), sum(self_dur), sum(self_dur),
+                   quantile_disc(self_dur, 0.95)
             FROM up GROUP BY node""").fetchall()
     (total_self,) = cur.execute("SELECT coalesce(sum(self_dur), 0) FROM _frames").fetchone()
     (root_total,) = cur.execute("SELECT coalesce(sum(cdur), 0) FROM _frames WHERE parent IS NULL").fetchone()
@@ -87,9 +91,10 @@ def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int
 
 def _assemble(rows: list[tuple], root_total: int, root_self_total: int) -> dict:
     kids: dict = {}
-    for node, parent, name, count, total, self_ns in rows:
+    for node, parent, name, count, total, self_ns, p95 in rows:
         kids.setdefault(parent, []).append(
-            {"id": node, "name": name, "count": int(count), "total_ns": int(total or 0), "self_ns": int(self_ns or 0)})
+            {"id": node, "name": name, "count": int(count), "total_ns": int(total or 0), "self_ns": int(self_ns or 0),
+             "p95_ns": None if p95 is None else int(p95)})
     budget = [NODES_MAX]
 
     def build(parent) -> list[dict]:
@@ -100,7 +105,7 @@ def _assemble(rows: list[tuple], root_total: int, root_self_total: int) -> dict:
                 rest = level[i:]
                 out.append({"name": f"(other: {len(rest)} more)", "count": sum(r["count"] for r in rest),
                             "total_ns": sum(r["total_ns"] for r in rest), "self_ns": sum(r["self_ns"] for r in rest),
-                            "children": [], "truncated": True})
+                            "p95_ns": None, "children": [], "truncated": True})
                 break
             budget[0] -= 1
             node_id = n.pop("id")
@@ -110,7 +115,7 @@ def _assemble(rows: list[tuple], root_total: int, root_self_total: int) -> dict:
 
     children = build(None)
     return {"name": "(root)", "count": sum(c["count"] for c in children), "total_ns": root_total,
-            "self_ns": 0, "children": children, "self_total_ns": root_self_total,
+            "self_ns": 0, "p95_ns": None, "children": children, "self_total_ns": root_self_total,
             "truncated": budget[0] <= 0}
 
 

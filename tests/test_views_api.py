@@ -118,3 +118,13 @@ def test_rollup_on_a_real_trace_equals_the_correlated_kernels_sum(tmp_path):
         assert rows[name]["device_ns"] == dev, (name, rows[name], dev)
     total_kernel = sum(want.values())
     assert all(0 <= r["device_ns"] <= total_kernel and r["host_ns"] > 0 for r in rows.values())
+
+
+def test_tree_p95_is_the_nearest_rank_percentile_of_each_nodes_slices(client):
+    # bottom-up cudaLaunchKernel: two 5 us frames; top-down roots: one slice each
+    r = client.get(f"/api/traces/{client.trace_id}/tree", params={"mode": "bottom-up"})
+    top = {c["name"]: c for c in r.json()["children"]}
+    assert top["cudaLaunchKernel"]["p95_ns"] == 5 * US and top["aten::relu"]["p95_ns"] == 15 * US  # 20 - 5 of its launch
+    r = client.get(f"/api/traces/{client.trace_id}/tree")
+    step = r.json()["children"][0]
+    assert step["name"] == "step" and step["p95_ns"] == 100 * US and r.json()["p95_ns"] is None

@@ -174,6 +174,18 @@ def test_top_down_and_bottom_up_trees_match_sql_and_restore_from_the_url(page, s
     page.wait_for_function("() => window.acceltrace.tree.ready && window.acceltrace.tree.mode === 'bottom-up'")
     bu = page.evaluate("() => window.acceltrace.tree.root")
     assert sum(c["self_ns"] for c in bu["children"]) == total  # all self time in the range
+    # p95 of a frame's self time (nearest rank), from the raw slices: clipped time minus clipped children
+    launch = next(c for c in bu["children"] if c["name"] == "cudaLaunchKernel")
+    t0, t1 = rng["t0"], rng["t1"]
+    ((p95, n),) = sql(server, trace, f"""
+        WITH r AS (SELECT s.slice_id, s.track_id, s.ts, s.dur, s.depth, s.name,
+                          least(s.ts + s.dur, {t1}) - greatest(s.ts, {t0}) AS c
+                   FROM slices s JOIN tracks t USING (track_id)
+                   WHERE t.lane = 'cpu' AND s.dur > 0 AND s.ts < {t1} AND s.ts + s.dur > {t0})
+        SELECT quantile_disc(p.c - coalesce((SELECT sum(k.c) FROM r k WHERE k.track_id = p.track_id
+                   AND k.depth = p.depth + 1 AND k.ts >= p.ts AND k.ts < p.ts + p.dur), 0), 0.95), count(*)
+        FROM r p WHERE p.name = 'cudaLaunchKernel'""")
+    assert launch["count"] == n and launch["p95_ns"] == p95
     page.fill("#tree-search", "cudaLaunchKernel")
     page.wait_for_function("() => document.querySelectorAll('#tree-table tr.match').length > 0")
     assert "mode=bottom-up" in page.url and "q=cudaLaunchKernel" in page.url

@@ -130,7 +130,7 @@ export function mountFlame(container, { api, state, save }) {
     const n = r.node;
     showTip(ev.clientX, ev.clientY, [n.name,
       `total ${fmtDur(n.total_ns)} (${pct(n.total_ns, root.total_ns)} of the range)`,
-      `self  ${fmtDur(n.self_ns)}`, `count ${fmtCount(n.count)} · mean ${fmtDur(mean(n.total_ns, n.count))}`]);
+      `self  ${fmtDur(n.self_ns)}`, `count ${fmtCount(n.count)} · mean ${fmtDur(mean(n.total_ns, n.count))} · p95 ${fmtDur(n.p95_ns)}`]);
   });
   canvas.addEventListener("mouseleave", hideTip);
   canvas.addEventListener("click", (ev) => {

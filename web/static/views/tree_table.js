@@ -1,15 +1,16 @@
 // Top-down and bottom-up call trees of a range (GET /tree) as an expandable, sortable, searchable
-// table: total, self, count, mean (total / count) and the share of the range. Names are text nodes.
+// table: total, self, count, mean (total / count), p95 and the share of the range. Names are text nodes.
 
 import { el, fmtDur, fmtCount } from "../lib/util.js";
 import { status, pct, mean } from "./common.js";
 
 const COLUMNS = [
-  { key: "name", title: "Name", width: "46%" },
+  { key: "name", title: "Name", width: "42%" },
   { key: "total_ns", title: "Total", num: true, tip: "time in the range, children included" },
   { key: "self_ns", title: "Self", num: true, tip: "total minus the children's time" },
   { key: "count", title: "Count", num: true },
   { key: "mean_ns", title: "Mean", num: true, tip: "total / count" },
+  { key: "p95_ns", title: "p95", num: true, tip: "95th percentile (nearest rank) of one slice's time in the range (bottom-up: its self time)" },
   { key: "share", title: "% of range", num: true, tip: "total / the range's total" },
 ];
 
@@ -49,7 +50,7 @@ export function mountTree(container, { api, state, save }) {
     }).catch((e) => body.replaceChildren(status(`Could not load the call tree: ${e.message}`, true)));
   }
 
-  const value = (n, k) => (k === "mean_ns" ? mean(n.total_ns, n.count) : k === "share" ? n.total_ns : n[k]);
+  const value = (n, k) => (k === "mean_ns" ? mean(n.total_ns, n.count) : k === "share" ? n.total_ns : n[k] ?? -1);
   function sortedKids(n) {
     return [...n.children.map((ch, i) => [ch, i])].sort(([a], [b]) => {
       const va = value(a, sortKey), vb = value(b, sortKey);
@@ -106,6 +107,7 @@ export function mountTree(container, { api, state, save }) {
       el("td", { class: "num", text: fmtDur(n.self_ns), dataset: { ns: n.self_ns } }),
       el("td", { class: "num", text: fmtCount(n.count) }),
       el("td", { class: "num", text: fmtDur(mean(n.total_ns, n.count)) }),
+      el("td", { class: "num", text: fmtDur(n.p95_ns) }),
       el("td", { class: "num", text: pct(n.total_ns, root.total_ns) }));
     if (n.children.length) {
       tr.classList.add("link");
