@@ -69,7 +69,7 @@ export function mountEvents(container, { api, state, save }) {
   }
 
   function draw() {
-    const viewRows = Math.max(1, Math.ceil(scroll.clientHeight / ROW_PX));
+    const viewRows = Math.max(1, Math.ceil(scroll.clientHeight / ROW_PX) - 1); // one row's height is the header
     const fullPx = total * ROW_PX + ROW_PX * 2;
     const px = Math.min(fullPx, MAX_SCROLL_PX);
     spacer.style.height = `${px}px`;
