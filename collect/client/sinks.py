@@ -169,8 +169,6 @@ class RingWriter:
 
     def write_many(self, recs) -> None:
         """Copy a record array into the ring in at most two slices; what does not fit is counted lost."""
-        import numpy as np
-
         n = len(recs)
         w = self.w
         if self.limit < (1 << 62):  # discard mode: only what the ring has room for
@@ -352,9 +350,8 @@ class DaemonSink:
             if not self.lock.acquire(blocking=False):
                 return
             try:
-                # readable with nothing to read: the daemon's end is closed (replies are read under the
-                # lock, so nothing else is pending here); select first: the socket has a timeout, and a
-                # recv on it would wait for data
+                # readable with nothing to read: the daemon's end closed (select first: a recv on a
+                # socket with a timeout would wait for data)
                 if select.select([self.sock], [], [], 0)[0] and self.sock.recv(1, socket.MSG_PEEK) == b"":
                     self.dead = True
             except (OSError, ValueError):
@@ -375,8 +372,7 @@ class DaemonSink:
         except (OSError, P.ProtocolError):
             s.close()
             return False
-        if not reply or not reply.get("ok"):
-            # a daemon that does not know our stream (a new trace): our rings are not drained any more
+        if not reply or not reply.get("ok"):  # a daemon without our stream (a new trace): rings not drained
             s.close()
             return False
         with self.lock:
