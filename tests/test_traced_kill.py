@@ -9,6 +9,7 @@ event is in the file twice.
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from acceltrace.collect.traced.protocol import ctl
 from acceltrace.formats.atrace.reader import AtraceReader
 
 PY = sys.executable
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CC = shutil.which("cc") or shutil.which("gcc")
 
 
 def _daemon(sock, out, mode="discard", buffer_mb=8):
@@ -136,13 +139,27 @@ def test_sigkilled_discard_mode_producer_every_event_written_or_counted(tmp_path
     assert not os.path.exists(recover.ring_dir_path(out)) and not list(tmp_path.glob("out.atrace.state*"))
 
 
+def _c_producer(exe, sock, ctl_path, k):
+    with open(ctl_path, "wb") as f:
+        f.write(b"\0" * 64)
+    return subprocess.Popen([str(exe), str(ctl_path), str(k)], env={**os.environ, "ACCELTRACE_SOCKET": str(sock)})
+
+
 @pytest.mark.parametrize("mode", ["discard", "ring"])
-def test_sigkilled_daemon_restarted_on_the_same_socket_loses_nothing_uncounted(tmp_path, mode):
+def test_sigkilled_daemon_restarted_on_the_same_socket_loses_nothing_uncounted(tmp_path, mode, client_path):
     sock, out = tmp_path / "d.sock", tmp_path / "out.atrace"
-    proc = _daemon(sock, out, mode=mode)
     n = 3
     ctls = [tmp_path / f"ctl{k}" for k in range(n)]
-    ps = [_producer(sock, ctls[k], k + 1) for k in range(n)]
+    exe = None
+    if client_path == "compiled" and CC:
+        # with the compiled Python path, the third producer is the C client (it does not reconnect:
+        # the restarted daemon drains its ring anyway, and retires it once it has exited)
+        exe = tmp_path / "at_killable"
+        subprocess.run([CC, "-O2", "-Wall", "-Werror", "-pthread", "-I", os.path.join(ROOT, "collect/client"),
+                        os.path.join(ROOT, "tests/c/at_killable.c"), "-o", str(exe)], check=True)
+    proc = _daemon(sock, out, mode=mode)
+    ps = [_producer(sock, ctls[k], k + 1) if exe is None or k < n - 1 else _c_producer(exe, sock, ctls[k], k + 1)
+          for k in range(n)]
     _wait_for(lambda: all(_ctl(c)[0] > 10000 for c in ctls), what="every producer to emit")
     time.sleep(random.random() * 0.05)
     proc.send_signal(signal.SIGKILL)
