@@ -139,8 +139,9 @@ class Daemon(Draining, Recovering):
             self._print(f"acceltrace traced: cannot write {self.out_path} ({e.strerror or e})")
             srv.close()
             self.socket_path.unlink(missing_ok=True)
-            if self.ring_dir and not self.conns and not os.listdir(self.ring_dir):
-                os.rmdir(self.ring_dir)  # empty: no ring was made
+            if self.ring_dir and not self.conns and os.listdir(self.ring_dir) == ["trace"]:
+                os.unlink(os.path.join(self.ring_dir, "trace"))
+                os.rmdir(self.ring_dir)  # no ring was made
             return 1
         self.sel = selectors.DefaultSelector()
         self.sel.register(srv, selectors.EVENT_READ, None)
@@ -190,11 +191,9 @@ class Daemon(Draining, Recovering):
             self.writer.close(lost_events=lost, producers=producers)
             # the trace is complete: nothing to resume, no ring left (each was removed when retired)
             self.state_file.unlink(missing_ok=True)
-            if self.ring_dir:
-                try:
-                    os.rmdir(self.ring_dir)
-                except OSError:  # not empty: a ring not retired (it would be logged above); keep it
-                    pass
+            if self.ring_dir and os.listdir(self.ring_dir) == ["trace"]:  # every ring retired and removed
+                os.unlink(os.path.join(self.ring_dir, "trace"))
+                os.rmdir(self.ring_dir)
         except OSError as e:
             self._print(f"acceltrace traced: could not finish {self.out_path} ({e.strerror or e})")
             lost = -1

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 import zlib
 from pathlib import Path
 
@@ -53,7 +54,31 @@ def ring_dir(out: Path) -> str | None:
         # never a directory someone else made (or a link to one): rings would be theirs to read
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
             raise OSError(f"{p} is not a private directory of this user")
+    with open(os.path.join(d, "trace"), "w") as f:  # whose rings these are: lets other daemons sweep them
+        f.write(str(Path(out).resolve()))
+    _sweep_abandoned(os.path.dirname(d), d)
     return d
+
+
+def _sweep_abandoned(top: str, mine: str) -> None:
+    """Remove the ring directories of traces with no state file any more (the trace was deleted, or
+    finished): nothing can resume them. A running daemon always has its state file."""
+    for name in os.listdir(top):
+        d = os.path.join(top, name)
+        if d == mine:
+            continue
+        try:
+            owner = os.path.join(d, "trace")
+            if time.time() - os.stat(owner).st_mtime < 60:  # a daemon starting now may not have saved a state yet
+                continue
+            with open(owner) as f:
+                trace = f.read()
+            if not os.path.exists(trace + ".state"):
+                for f in os.listdir(d):
+                    os.unlink(os.path.join(d, f))
+                os.rmdir(d)
+        except OSError:  # no owner file, or another daemon sweeping too
+            continue
 
 
 def load(path: Path) -> dict | None:
