@@ -138,7 +138,15 @@ class TileFastPath:
         etag = tile_etag(trace_id, level, index, group, enc)
         out = [(b"etag", etag.encode()), (b"cache-control", IMMUTABLE.encode()), (b"vary", b"Accept-Encoding")]
         inm = headers.get(b"if-none-match")
-        if inm is not None and etag in [t.strip() for t in inm.decode("latin-1").split(",")]:
+        if inm is not None:
+            # either representation's tag: the client holds that one (as the route answers)
+            tags = [t.strip() for t in inm.decode("latin-1").split(",")]
+            held = next((t for t in (tile_etag(trace_id, level, index, group, e) for e in ("identity", "gzip"))
+                         if t in tags), None)
+        else:
+            held = None
+        if held is not None:
+            out[0] = (b"etag", held.encode())
             await send({"type": "http.response.start", "status": 304, "headers": out})
             await send({"type": "http.response.body", "body": b""})
             return True
