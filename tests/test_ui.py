@@ -402,6 +402,8 @@ def test_pinned_track_stays_on_top_while_tracks_scroll(page, trace_id):
     wait_idle(page)
     assert page.evaluate("() => window.acceltrace.timeline.scrollY") > 0
     assert next(r["y"] for r in lane_rows(page) if r["track_id"] == last) == pinned_y
+    # the URL follows the view after a short debounce: wait for it rather than race it
+    page.wait_for_function("(want) => location.hash.includes(want)", arg=f"pin={last}", timeout=5000)
     assert f"pin={last}" in page.url
 
 
