@@ -24,27 +24,27 @@ MAX_DEPTH = 512  # ancestor walks stop here (deeper stacks than any profiler wri
 _MODES = ("top-down", "bottom-up")
 
 
-def _frames_sql(tracks: list[int] | None) -> tuple[str, list]:
-    """Slices of the range (clipped), with their parent: a temp table `_frames`."""
-    where, params = "", []
-    if tracks:
-        where = f" AND s.track_id IN ({', '.join('?' for _ in tracks)})"
-        params = [int(t) for t in tracks]
-    return f"""
+def _build_frames(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int] | None) -> None:
+    """Temp table `_frames`: the CPU slices of [t0, t1), clipped, with their parent and self time."""
+    tracks = [int(t) for t in tracks or ()]
+    where = f" AND s.track_id IN ({', '.join(f'${i + 3}' for i in range(len(tracks)))})" if tracks else ""
+    cur.execute(f"""
         CREATE OR REPLACE TEMP TABLE _range AS
         SELECT s.slice_id, s.track_id, s.ts, s.depth, s.name,
-               least(s.ts + s.dur, $t1) - greatest(s.ts, $t0) AS cdur
+               least(s.ts + s.dur, $1) - greatest(s.ts, $2) AS cdur
         FROM slices s JOIN tracks t USING (track_id)
-        WHERE t.lane = 'cpu' AND s.dur > 0 AND s.ts < $t1 AND s.ts + s.dur > $t0{where};
+        WHERE t.lane = 'cpu' AND s.dur > 0 AND s.ts < $1 AND s.ts + s.dur > $2{where}""",
+                [int(t1), int(t0), *tracks])
+    cur.execute("""
         CREATE OR REPLACE TEMP TABLE _frames AS
         SELECT c.*, p.slice_id AS parent
         FROM _range c ASOF LEFT JOIN _range p
-          ON p.track_id = c.track_id AND p.depth = c.depth - 1 AND p.ts <= c.ts;
+          ON p.track_id = c.track_id AND p.depth = c.depth - 1 AND p.ts <= c.ts""")
+    cur.execute("""
         CREATE OR REPLACE TEMP TABLE _frames AS
         SELECT f.*, f.cdur - coalesce(k.child_dur, 0) AS self_dur
         FROM _frames f LEFT JOIN (SELECT parent, sum(cdur) AS child_dur FROM _frames
-                                  WHERE parent IS NOT NULL GROUP BY parent) k ON k.parent = f.slice_id;
-    """, params
+                                  WHERE parent IS NOT NULL GROUP BY parent) k ON k.parent = f.slice_id""")
 
 
 def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int] | None = None,
@@ -54,9 +54,7 @@ def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int
     duration top-down, self time of the start frames bottom-up."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}")
-    sql, params = _frames_sql(tracks)
-    for stmt in filter(str.strip, sql.split(";")):
-        cur.execute(stmt.replace("$t0", str(int(t0))).replace("$t1", str(int(t1))), params if "?" in stmt else [])
+    _build_frames(cur, t0, t1, tracks)
     if mode == "top-down":
         # path ids from the roots down: one recursive step per level
         rows = cur.execute(f"""
@@ -123,9 +121,7 @@ def rollup(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, limit: int = ROLLUP
     """Per CPU slice name: its count and host time in the range, and the device time, copy time and
     bytes of the device work launched from inside it ({"name", "lane", "count", "host_ns",
     "device_ns", "copy_ns", "bytes"}), largest device time first."""
-    sql, params = _frames_sql(None)
-    for stmt in filter(str.strip, sql.split(";")):
-        cur.execute(stmt.replace("$t0", str(int(t0))).replace("$t1", str(int(t1))), params if "?" in stmt else [])
+    _build_frames(cur, t0, t1, None)
     return [dict(zip(("name", "count", "host_ns", "device_ns", "copy_ns", "bytes", "kernels", "copies"), r))
             for r in cur.execute(f"""
         WITH RECURSIVE work AS (  -- device work of the range with its correlation id

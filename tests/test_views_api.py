@@ -128,3 +128,13 @@ def test_tree_p95_is_the_nearest_rank_percentile_of_each_nodes_slices(client):
     r = client.get(f"/api/traces/{client.trace_id}/tree")
     step = r.json()["children"][0]
     assert step["name"] == "step" and step["p95_ns"] == 100 * US and r.json()["p95_ns"] is None
+
+
+def test_the_track_filter_keeps_only_those_tracks(client):
+    whole = client.get(f"/api/traces/{client.trace_id}/tree").json()
+    tracks = client.get(f"/api/traces/{client.trace_id}").json()["tracks"]
+    cpu = [t["track_id"] for t in tracks if t["lane"] == "cpu"]
+    other = [t["track_id"] for t in tracks if t["lane"] != "cpu"]
+    assert client.get(f"/api/traces/{client.trace_id}/tree", params={"track": cpu}).json()["total_ns"] == \
+        whole["total_ns"] > 0
+    assert client.get(f"/api/traces/{client.trace_id}/tree", params={"track": other[:1]}).json()["total_ns"] == 0
