@@ -29,6 +29,16 @@ _TILE_PATH = re.compile(r"^/api/traces/([A-Za-z0-9_-]{1,64})/tiles/(\d{1,2})/(\d
 _GROUP_QS = re.compile(rb"^(?:group=(g\d{1,6}))?$")
 
 
+def held_etag(if_none_match: str | None, trace_id: str, level: int, index: int, group: str | None) -> str | None:
+    """The tag of If-None-Match that names this tile in either representation (the client holds that
+    one, whichever encoding it would get now), or None: the one 304 rule of the route and the fast path."""
+    if not if_none_match:
+        return None
+    tags = [t.strip() for t in if_none_match.split(",")]
+    return next((t for t in (tile_etag(trace_id, level, index, group, e) for e in ("identity", "gzip"))
+                 if t in tags), None)
+
+
 def tile_etag(trace_id: str, level: int, index: int, group: str | None, enc: str = "identity") -> str:
     """The strong ETag of one tile representation (the gzip one has its own)."""
     tag = hashlib.sha256(f"{trace_id}/{level}/{index}/{group}/lod{LOD_VERSION}/tile{TILE_FORMAT_VERSION}".encode()
@@ -138,13 +148,7 @@ class TileFastPath:
         etag = tile_etag(trace_id, level, index, group, enc)
         out = [(b"etag", etag.encode()), (b"cache-control", IMMUTABLE.encode()), (b"vary", b"Accept-Encoding")]
         inm = headers.get(b"if-none-match")
-        if inm is not None:
-            # either representation's tag: the client holds that one (as the route answers)
-            tags = [t.strip() for t in inm.decode("latin-1").split(",")]
-            held = next((t for t in (tile_etag(trace_id, level, index, group, e) for e in ("identity", "gzip"))
-                         if t in tags), None)
-        else:
-            held = None
+        held = held_etag(inm.decode("latin-1") if inm is not None else None, trace_id, level, index, group)
         if held is not None:
             out[0] = (b"etag", held.encode())
             await send({"type": "http.response.start", "status": 304, "headers": out})

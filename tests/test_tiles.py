@@ -243,3 +243,17 @@ def test_tiles_of_a_real_nsys_trace_match_brute_force(tmp_path):
             groups = [None] + [g["id"] for g in meta["groups"]]
             _check(client, con, meta, res.id, level, int(rng.integers(n_tiles)), groups[int(rng.integers(len(groups)))])
         con.close()
+
+
+def test_either_representations_tag_revalidates_on_the_route_and_the_fast_path(api, trace_store):
+    # the identity copy a client got before the gzip twin existed stays valid whatever it asks now
+    tid = trace_store.ids["synthetic"]
+    url = f"/api/traces/{tid}/tiles/8/3?group=g0"
+    plain = api.get(url, headers={"Accept-Encoding": "identity"})
+    assert plain.status_code == 200 and "content-encoding" not in plain.headers
+    tag = plain.headers["etag"]
+    for _ in range(3):  # first through the route, then from memory before routing
+        r = api.get(url, headers={"Accept-Encoding": "gzip", "If-None-Match": tag})
+        assert r.status_code == 304 and r.headers["etag"] == tag
+    r = api.get(url, headers={"Accept-Encoding": "gzip", "If-None-Match": '"other"'})
+    assert r.status_code == 200

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from acceltrace.server.deps import ApiError, AppState, get_state
-from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, tile_etag
+from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, held_etag, tile_etag
 from acceltrace.tiles import layout
 from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, empty_sections
 from acceltrace.tiles.query import MAX_LEVEL, build_tile
@@ -72,15 +72,10 @@ async def get_tile(
         grp, empty = await run_in_threadpool(_group_index, h, trace_id, group)
     if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
         empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
-    etag = tile_etag(trace_id, level, index, group)
     want_gzip = "gzip" in request.headers.get("accept-encoding", "")
-    inm = request.headers.get("if-none-match")
-    if inm:  # either representation's tag: the client holds that one
-        tags = [t.strip() for t in inm.split(",")]
-        for tag in (etag, etag[:-1] + '-gz"'):
-            if tag in tags:
-                return Response(status_code=304, headers={"ETag": tag, "Cache-Control": IMMUTABLE,
-                                                          "Vary": "Accept-Encoding"})
+    held = held_etag(request.headers.get("if-none-match"), trace_id, level, index, group)
+    if held is not None:
+        return Response(status_code=304, headers={"ETag": held, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"})
 
     def build() -> bytes:
         with h.cursor() as cur:
@@ -90,7 +85,7 @@ async def get_tile(
     body, enc = state.tile_bytes.in_memory(key, want_gzip)
     if body is None:
         body, enc = await run_in_threadpool(state.tile_bytes.get, key, want_gzip, build)
-    headers = {"ETag": etag if enc == "identity" else etag[:-1] + '-gz"', "Cache-Control": IMMUTABLE,
+    headers = {"ETag": tile_etag(trace_id, level, index, group, enc), "Cache-Control": IMMUTABLE,
                "Vary": "Accept-Encoding"}
     if enc == "gzip":
         headers["Content-Encoding"] = "gzip"
