@@ -45,16 +45,19 @@ class Graph:
     ekind: np.ndarray
     weight: np.ndarray
     index: dict = field(default_factory=dict)  # slice_id -> node
+    siblings: dict = field(default_factory=dict)  # device slice_id -> the nodes of its correlation id
 
     def copy(self) -> "Graph":
         return Graph(*(getattr(self, f).copy() for f in ("slice_id", "kind", "lane", "ts", "dur", "own", "slack",
-                                                          "src", "dst", "ekind", "weight")), index=self.index)
+                                                          "src", "dst", "ekind", "weight")),
+                     index=self.index, siblings=self.siblings)
 
 
 def build(con: duckdb.DuckDBPyConnection) -> Graph:
     """The graph of a trace whose connection already ran analysis/_common.sql (its _dev_work, _ready)."""
     dev = con.execute("""
         SELECT w.slice_id, w.lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice, w.track_id, w.dev,
+               coalesce(w.corr_id, -1) AS corr_id,
                coalesce(CASE WHEN r.kind IN ('dma', 'exec') THEN 'q' || r.src_track_id END,
                         'stream:' || coalesce(w.dev, '') || ':' || json_extract_string(s.args, '$.stream'),
                         't' || w.track_id) AS queue
@@ -137,6 +140,11 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
         JOIN _dev_work w ON w.corr_id = s.corr_id AND w.lane = 'pcie'
         WHERE t.lane = 'cpu' AND s.corr_id IS NOT NULL AND s.ts + s.dur >= w.end_ns AND s.ts <= w.ts""").fetchnumpy()
+    groups: dict = {}
+    for j, corr in enumerate(dev["corr_id"].tolist()):
+        if corr is not None and corr >= 0:
+            groups.setdefault(corr, []).append(nh + j)
+    g.siblings = {int(sid[n]): nodes for nodes in groups.values() for n in nodes}
     _add_waits(g, waits)
     _slack(g)
     _infer_device_dependencies(g, np.asarray(dev["dev"], dtype=object), nh)

@@ -37,12 +37,9 @@ class Fix:
     local_ns: int
 
 
-def _siblings(g: R.Graph, con, slice_id: int) -> list[int]:
+def _siblings(g: R.Graph, slice_id: int) -> list[int]:
     """The device-work nodes of one copy call: the DMAs sharing the slice's correlation id."""
-    rows = con.execute("""SELECT w.slice_id FROM _dev_work w
-                          WHERE w.corr_id = (SELECT corr_id FROM slices WHERE slice_id = ?)
-                             OR w.slice_id = ?""", [slice_id, slice_id]).fetchall()
-    return [g.index[r[0]] for r in rows if r[0] in g.index]
+    return g.siblings.get(slice_id) or [g.index[slice_id]]
 
 
 def _shrink(g: R.Graph, nodes: list[int], by_ns: int) -> None:
@@ -69,14 +66,14 @@ def _drop_edges(g: R.Graph, mask: np.ndarray) -> None:
     g.src, g.dst, g.ekind, g.weight = g.src[keep], g.dst[keep], g.ekind[keep], g.weight[keep]
 
 
-def apply(g: R.Graph, con, fix: Fix, link_speedup: float = 2.0) -> bool:
+def apply(g: R.Graph, fix: Fix, link_speedup: float = 2.0) -> bool:
     """Transform g in place for one fix; False when the graph has no node for it."""
     node = g.index.get(fix.slice_id)
     if node is None:
         return False
     p = fix.pass_id
     if p in ("pageable_memory", "redundant_transfers"):
-        dmas = _siblings(g, con, fix.slice_id)
+        dmas = _siblings(g, fix.slice_id)
         if p == "redundant_transfers":
             g.dur[dmas] = 0
             g.own[dmas] = 0
@@ -87,7 +84,7 @@ def apply(g: R.Graph, con, fix: Fix, link_speedup: float = 2.0) -> bool:
         m = (g.kind == R.DEVICE) & (g.lane == "pcie") & (g.ts >= fix.ts) & (g.ts < fix.ts + max(fix.dur, 1))
         _shrink(g, list(np.flatnonzero(m)), fix.local_ns)
     elif p == "copy_compute_serialization":
-        dmas = _siblings(g, con, fix.slice_id)
+        dmas = _siblings(g, fix.slice_id)
         # no order against the queue's kernels: drop the queue edges into and out of the copy
         # between a copy and a kernel (its engine keeps ordering it against other copies)
         d = np.isin(g.dst, dmas) | np.isin(g.src, dmas)
@@ -147,7 +144,7 @@ def whatif(store, trace_id: str, passes: list[str] | None = None, params: dict |
 
         def saving(fs: list[Fix]) -> int:
             h = g.copy()
-            applied = [apply(h, con, f, link_speedup) for f in fs]
+            applied = [apply(h, f, link_speedup) for f in fs]
             return base.makespan - R.replay(h).makespan if any(applied) else 0
 
         out_passes, out_findings, everything = [], [], []

@@ -75,7 +75,7 @@ def test_a_fixed_pageable_copy_saves_its_excess_and_its_call_no_longer_blocks(tm
     call = g.index[con.execute("SELECT slice_id FROM slices WHERE name = 'cudaMemcpy'").fetchone()[0]]
     assert ((g.src == dma) & (g.dst == call) & (g.ekind == R.WAIT)).any()  # the call waits for its DMA
     fix = W.Fix("pageable_memory", int(g.slice_id[dma]), 21_000, 100_000, 80_000)
-    assert W.apply(h, con, fix)
+    assert W.apply(h, fix)
     s = R.replay(h)
     assert s.end[dma] - s.start[dma] == 20_000
     # by hand: the call now returns 1 us after it started its DMA (its own time after the wait,
