@@ -229,16 +229,20 @@ class TraceBuilder:
         return self._next_slice
 
     # -- finish ----------------------------------------------------------------------------
-    def _drop_out_of_range(self, source_name: str) -> None:
-        """Times every format must respect: |ts| and ts + dur within 2^62 ns (146 years), so no
+    def _check_times(self, source_name: str) -> None:
+        """No negative durations; and times every format must respect: |ts| and ts + dur within 2^62 ns (146 years), so no
         sum or difference of two times can overflow int64 later (tiles, analysis, export). A
         slice outside is dropped and counted, and flows that touched it go with it; a counter
         sample likewise."""
         con, lim = self.con, TIME_LIMIT_NS
-        where = f"ts < -{lim} OR ts > {lim} OR dur > {lim} - ts"
-        (n,) = con.execute(f"SELECT count(*) FROM _slices_staging WHERE {where}").fetchone()
+        # the end in 128 bits: no stored ts or dur can overflow it
+        where = f"ts < -{lim} OR ts > {lim} OR ts::HUGEINT + dur > {lim}"
+        # one scan for both checks: negative durations (an ingester bug) and times out of range
+        neg, n, first = con.execute(f"SELECT count(*) FILTER (WHERE dur < 0), count(*) FILTER (WHERE {where}),"
+                                    f" min(ts) FILTER (WHERE {where}) FROM _slices_staging").fetchone()
+        if neg:
+            raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")
         if n:
-            (first,) = con.execute(f"SELECT min(ts) FROM _slices_staging WHERE {where}").fetchone()
             con.execute(f"DELETE FROM flows WHERE src_slice IN (SELECT slice_id FROM _slices_staging WHERE {where})"
                         f" OR dst_slice IN (SELECT slice_id FROM _slices_staging WHERE {where})")
             con.execute(f"DELETE FROM _slices_staging WHERE {where}")
@@ -268,10 +272,7 @@ class TraceBuilder:
                 why = (f"no event could be kept ({w.dropped_events} dropped, {w.total} warnings); "
                        f"nothing to show. First problems: {shown}")
             raise IngestError(source_name, why)
-        (neg,) = con.execute("SELECT count(*) FROM _slices_staging WHERE dur < 0").fetchone()
-        if neg:
-            raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")
-        self._drop_out_of_range(source_name)
+        self._check_times(source_name)
         self._write_tracks()
         depths = _assign_depths(con)
         cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth"
