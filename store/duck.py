@@ -4,7 +4,7 @@ DuckDB's defaults are 80 % of the machine's memory and, for an in-memory databas
 folder in the current working directory with no size cap: an analysis of a large trace could
 take most of the RAM and spill tens of GB into whatever directory the user ran the command
 from, and leave it behind after a kill. Here each connection gets a memory limit, a spill
-directory of its own inside the store's tmp/ (named `duck.<pid>.<n>`, so the store's sweep
+directory of its own inside the store's tmp/ (under `duck.<pid>.spill/`, so the store's sweep
 removes it once that process is gone; this process removes its own at exit) and a cap on it.
 
 Limits: ACCELTRACE_DUCKDB_MEMORY (default 2GB), ACCELTRACE_DUCKDB_TEMP_MAX (default 16GB),
@@ -26,20 +26,21 @@ DEFAULT_MEMORY = "2GB"
 DEFAULT_TEMP_MAX = "16GB"
 
 _seq = itertools.count()
-_mine: list[Path] = []
+_roots: set[Path] = set()  # this process's spill roots, one per store tmp/ it used
 _lock = threading.Lock()
 
 
 def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
     """The config of one new connection: a fresh spill directory under tmp_dir and the limits."""
-    spill = Path(tmp_dir) / f"duck.{os.getpid()}.{next(_seq)}"
+    root = Path(tmp_dir) / f"duck.{os.getpid()}.spill"
+    root.mkdir(parents=True, exist_ok=True)  # DuckDB makes the last level only
     with _lock:
-        if not _mine:
+        if not _roots:
             atexit.register(_cleanup)
-        _mine.append(spill)
+        _roots.add(root)
     cfg = {
         "memory_limit": memory_limit or os.environ.get("ACCELTRACE_DUCKDB_MEMORY", DEFAULT_MEMORY),
-        "temp_directory": str(spill),
+        "temp_directory": str(root / str(next(_seq))),
         "max_temp_directory_size": os.environ.get("ACCELTRACE_DUCKDB_TEMP_MAX", DEFAULT_TEMP_MAX),
     }
     if os.environ.get("ACCELTRACE_DUCKDB_THREADS"):
@@ -54,6 +55,7 @@ def memory_connection(tmp_dir: Path, memory_limit: str | None = None) -> duckdb.
 
 def _cleanup() -> None:
     with _lock:
-        dirs, _mine[:] = list(_mine), []
-    for d in dirs:
+        roots = list(_roots)
+        _roots.clear()
+    for d in roots:
         shutil.rmtree(d, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ def test_a_connection_has_a_memory_limit_and_a_spill_directory_in_the_store(tmp_
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     assert limit.replace(" ", "").upper() in ("286.1MIB", "300.0MB", "300MB", "286MIB"), limit
     tdir = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
-    assert tdir.parent == tmp_path and tdir.name.startswith("duck.")
+    assert tdir.parent.parent == tmp_path and tdir.parent.name == f"duck.{os.getpid()}.spill"
     con.close()
 
 
@@ -56,5 +57,17 @@ def test_the_store_connection_uses_the_bounds(tmp_path):
     store.publish(tid, tmp, "test", {})
     con = store.connect(tid)
     tdir = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
-    assert tdir.parent == store.tmp_dir
+    assert tdir.parent.parent == store.tmp_dir
     con.close()
+
+
+def test_a_dead_process_spill_root_is_swept_by_the_store(tmp_path):
+    from acceltrace.store.catalog import Store
+
+    store = Store(tmp_path / "s")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    root = store.tmp_dir / f"duck.{int(dead.stdout)}.spill" / "0"
+    root.mkdir(parents=True)
+    (root / "duckdb_temp_block-1.block").write_bytes(b"x" * 10)
+    Store(store.root)
+    assert not root.parent.exists()
