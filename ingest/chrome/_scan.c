@@ -453,6 +453,20 @@ static int arg_key(const unsigned char *k, size_t len) {
     return -1;
 }
 
+/* An object's key at s[i] and its ':': the key's bytes are s[*k0, *k1), *esc says it had escapes;
+ * leaves s[i] at the value. -1: not a key, or the chunk ends first. */
+static int scan_key(Scan *sc, size_t *k0, size_t *k1, int *esc) {
+    if (sc->i >= sc->n || sc->s[sc->i] != '"') return -1;
+    *k0 = sc->i + 1;
+    if (scan_string(sc, NULL, esc)) return -1;
+    *k1 = sc->i - 1;
+    skip_ws(sc);
+    if (sc->i >= sc->n || sc->s[sc->i] != ':') return -1;
+    sc->i++;
+    skip_ws(sc);
+    return sc->i >= sc->n ? -1 : 0;
+}
+
 /* The args object at s[i] == '{': skipped like any value, its top-level linking keys noted
  * (tag, integer, token). A repeated or escaped key there is left to msgspec. */
 static int scan_args(Scan *sc, uint8_t *atag, int64_t *aival, int64_t *aspan) {
@@ -460,16 +474,9 @@ static int scan_args(Scan *sc, uint8_t *atag, int64_t *aival, int64_t *aspan) {
     skip_ws(sc);
     if (sc->i < sc->n && sc->s[sc->i] == '}') { sc->i++; return 0; }
     for (;;) {
-        if (sc->i >= sc->n || sc->s[sc->i] != '"') return -1;
-        size_t k0 = sc->i + 1;
+        size_t k0, k1;
         int esc;
-        if (scan_string(sc, NULL, &esc)) return -1;
-        size_t k1 = sc->i - 1;
-        skip_ws(sc);
-        if (sc->i >= sc->n || sc->s[sc->i] != ':') return -1;
-        sc->i++;
-        skip_ws(sc);
-        if (sc->i >= sc->n) return -1;
+        if (scan_key(sc, &k0, &k1, &esc)) return -1;
         if (esc) return -1;
         int a = arg_key(sc->s + k0, k1 - k0);
         size_t v0 = sc->i;
@@ -525,16 +532,9 @@ static int scan_event(Scan *sc) {
         sc->i++;
     } else {
         for (;;) {
-            if (sc->i >= sc->n || sc->s[sc->i] != '"') return -1;
-            size_t k0 = sc->i + 1;
+            size_t k0, k1;
             int esc;
-            if (scan_string(sc, NULL, &esc)) return -1;
-            size_t k1 = sc->i - 1;
-            skip_ws(sc);
-            if (sc->i >= sc->n || sc->s[sc->i] != ':') return -1;
-            sc->i++;
-            skip_ws(sc);
-            if (sc->i >= sc->n) return -1;
+            if (scan_key(sc, &k0, &k1, &esc)) return -1;
             int f = esc ? -2 : field_of(sc->s + k0, k1 - k0);
             if (f == -2) return -1;  /* an escaped key might name a field: let msgspec decide */
             if (f < 0) {
