@@ -14,6 +14,8 @@ import { el, fmtCount } from "../lib/util.js";
 import { Cursor } from "../timeline/cursor.js";
 import { LiveFollower } from "../timeline/follow.js";
 import { installSideResize } from "../panels/resize.js";
+import { Bookmarks } from "../panels/bookmarks.js";
+import { installNav } from "./trace_nav.js";
 
 const $ = (id) => document.getElementById(id);
 const TOP_OVERLAYS = 3;           // passes whose overlay a fresh page shows: the biggest by total impact
@@ -70,7 +72,8 @@ async function main() {
   const tl = new Timeline(root, api, meta);
   const cursor = new Cursor(tl);
   const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings"),
-                  info: $("pane-info") };
+                  info: $("pane-info"), bookmarks: $("pane-bookmarks") };
+  const bookmarks = new Bookmarks(tl, panes.bookmarks, () => saveUrl()); // kept in the fragment (bm=)
   let analysis = null; // the /analysis answer once known: {state, version, passes}
   let selSeq = 0;
   let summaryLoaded = false;
@@ -131,7 +134,7 @@ async function main() {
     clearTimeout(urlTimer);
     urlTimer = setTimeout(() => writeFragment({
       start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
-      pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(),
+      pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(), bookmarks: bookmarks.list,
     }), 150);
   };
   tl.on("view", saveUrl);
@@ -144,6 +147,7 @@ async function main() {
   api.depths().then((d) => { tl.layout.applyDepthInfo(d.tracks); tl.relayout(); })
     .catch((e) => console.warn(`depth info unavailable: ${e.message}`));
   for (const p of frag.overlays) tl.overlays.add(p);
+  bookmarks.restore(frag.bookmarks);
   tl.relayout();
   // the shared view keeps its time range; the selection's track is scrolled into sight
   if (frag.selected !== null) select(frag.selected, { reveal: true });
@@ -223,7 +227,7 @@ async function main() {
 
   $("copy-link").addEventListener("click", async () => {
     writeFragment({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
-                    pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths() });
+                    pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(), bookmarks: bookmarks.list });
     const ok = await copyText(location.href);
     const b = $("copy-link");
     b.textContent = ok ? "Copied" : "Copy failed";
@@ -242,9 +246,17 @@ async function main() {
     if (!fresh && frag.start_ns !== null) follower.follow(false); // a shared view of a live trace stays put
   }
 
+  // bookmarks, measure, flow stepping ([ ]), the command palette and the keyboard help: one action table
+  const nav = installNav({
+    tl, bookmarks, select, clear, showTab, live: !!api.live,
+    passes: () => (groups?.passes || []).map((p) => p.pass),
+    toggleOverlay: (p) => { ontoggle(p, !tl.overlays.has(p)); showFindings(); },
+  });
+
   renderDetails(panes.details, null);
   showTab("details");
   exposeHooks(tl, select, follower, trace_id);
+  window.acceltrace.nav = nav.hooks;
 }
 
 function exposeHooks(tl, select, follower, trace_id) {

@@ -1,6 +1,7 @@
 // The side panels: details of the selection, area aggregate, summary, findings. DOM only, built with el()
 // (textContent), so names from traces are never parsed as markup.
 
+import { flowSection } from "./flows.js";
 import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES, displayName } from "../lib/util.js";
 
 function kv(rows) {
@@ -54,14 +55,8 @@ export function renderDetails(box, detail, onjump) {
       c.id === s.id ? el("b", { title: c.name }, displayName(c.name)) : sliceLink(c, onjump, displayName(c.name)),
       ` @ ${fmtTime(c.ts)}, ${fmtDur(c.dur)}${c.depth !== undefined && c.depth !== null ? `, depth ${c.depth}` : ""}`))));
   }
-  const direct = [...(detail.flows?.in || []), ...(detail.flows?.out || [])].filter((f) => f.kind === "dependency" || f.kind === "other");
-  if (direct.length) {
-    box.append(el("h4", {}, "Other flows"), el("ul", { class: "chain" }, direct.map((f) => {
-      const other = f.src_slice === s.id ? f.dst_slice : f.src_slice;
-      return el("li", {}, `${f.kind} (${f.raw_kind ?? ""}) ${f.src_slice === s.id ? "to" : "from"} `,
-        other === null || other === undefined ? "outside the trace" : sliceLink({ id: other, name: `slice ${other}` }, onjump));
-    })));
-  }
+  // every flow into or out of the slice, and [ / ] along the chain (panels/flows.js)
+  box.append(...flowSection(detail, onjump));
 }
 
 /** Aggregate table for an area selection (the aggregate route's answer). */

@@ -1,0 +1,320 @@
+"""Browser tests of the timeline's navigation (issue 16): bookmarks kept in the URL, the measure tool's
+snapping to slice edges, stepping a correlation chain with [ and ], the command palette and the keyboard
+help generated from the same action table.
+
+Debian's Chromium driven by Playwright against `acceltrace serve` on loopback (tests/conftest.py), on the
+real A100 Kineto sample; every number is checked against SQL written here (the /query endpoint), never
+against what the page computed. Screenshots land in test-output/ui/nav-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-output" / "ui"
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+NAMES_PX = 230  # web/static/timeline/layout.js NAMES_PX
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--no-first-run"]
+CHAIN_KINDS = "('submit', 'launch', 'dma', 'exec')"  # docs: the correlation chain never follows dependency flows
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, live_server_factory):
+    store = tmp_path_factory.mktemp("nav-ui-store")
+    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--json", str(A100)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    live = live_server_factory(store)
+    yield live.url
+    live.stop()
+
+
+def _get_json(url):
+    with urllib.request.urlopen(url, timeout=20) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def trace(server):
+    tid = next(t["id"] for t in _get_json(f"{server}/api/traces")["traces"] if t["status"] == "ready")
+    meta = _get_json(f"{server}/api/traces/{tid}")
+    return {"id": tid, "start": int(meta["start_abs_ns"]), "duration": int(meta["duration_ns"])}
+
+
+def sql(server, trace, text):
+    req = urllib.request.Request(f"{server}/api/traces/{trace['id']}/query", data=json.dumps({"sql": text}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["rows"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    ctx = browser.new_context(viewport={"width": 1500, "height": 900}, base_url=server)
+    pg = ctx.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    ctx.close()
+
+
+def shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"nav-{name}.png"))
+
+
+def wait_idle(page, timeout_ms=15000):
+    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
+    page.wait_for_function(js, timeout=timeout_ms)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.wait_for_function(js, timeout=timeout_ms)
+
+
+def open_trace(page, trace, fragment=""):
+    page.goto(f"/t/{trace['id']}{fragment}")
+    wait_idle(page)
+    page.wait_for_function("() => window.acceltrace && window.acceltrace.nav")
+
+
+def layer_pixels(page, x0, y0, x1, y1, rgb, tol=40):
+    """How many pixels of the nav layer (bookmarks, measurement) in a css-px box are close to `rgb`."""
+    return page.evaluate("""([x0, y0, x1, y1, rgb, tol]) => {
+        const c = document.querySelector('#timeline canvas.nav-layer'); const d = window.devicePixelRatio || 1;
+        const px = c.getContext('2d').getImageData(Math.round(x0 * d), Math.round(y0 * d),
+                                                   Math.max(1, Math.round((x1 - x0) * d)), Math.max(1, Math.round((y1 - y0) * d))).data;
+        let n = 0;
+        for (let i = 0; i < px.length; i += 4)
+            if (px[i + 3] > 200 && Math.abs(px[i] - rgb[0]) < tol && Math.abs(px[i + 1] - rgb[1]) < tol && Math.abs(px[i + 2] - rgb[2]) < tol) n++;
+        return n;
+    }""", [x0, y0, x1, y1, rgb, tol])
+
+
+# -- bookmarks --------------------------------------------------------------------------------------------
+
+def test_bookmarks_added_with_m_are_drawn_listed_and_restored_from_the_url(page, browser, trace):
+    open_trace(page, trace)
+    canvas = page.locator("#timeline canvas.tracks")
+    notes = ["warm-up, step #1 & <b>x</b> 50%: ok", "second"]
+    expected = []
+    for x, note in zip((500, 900), notes):
+        canvas.hover(position={"x": x, "y": 300})
+        want = page.evaluate(f"() => window.acceltrace.timeline.view.ns_at({x - NAMES_PX})")
+        page.keyboard.press("m")
+        field = page.locator("#pane-bookmarks input.bm-note:focus")
+        field.wait_for()
+        field.fill(note)
+        field.press("Enter")
+        expected.append((want, note))
+    marks = page.evaluate("() => window.acceltrace.nav.bookmarks")
+    assert [b["note"] for b in marks] == notes, marks
+    per_px = page.evaluate("() => window.acceltrace.timeline.view.ns_per_px")
+    for b, (want, _) in zip(marks, expected):
+        assert abs(b["ns"] - want) <= per_px, (b, want, per_px)
+    # drawn: a violet flag in the axis band at each bookmark's x
+    for b in marks:
+        x = NAMES_PX + page.evaluate(f"() => window.acceltrace.timeline.view.x_of({b['ns']})")
+        assert layer_pixels(page, x, 2, x + 12, 20, (124, 58, 237)) > 20, f"no flag drawn at x={x}"
+    # the note is text, never markup
+    assert page.locator("#pane-bookmarks b").count() == 0
+    shot(page, "bookmarks")
+    page.wait_for_function("() => location.hash.includes('bm=')")
+    page.wait_for_timeout(250)  # the URL is written 150 ms after the last change
+    url = page.url
+
+    other = browser.new_context(viewport={"width": 1500, "height": 900})
+    p2 = other.new_page()
+    p2.goto(url)
+    wait_idle(p2)
+    p2.wait_for_function("() => window.acceltrace && window.acceltrace.nav && window.acceltrace.nav.bookmarks.length === 2")
+    assert p2.evaluate("() => window.acceltrace.nav.bookmarks") == marks
+    p2.locator(".tabs button[data-tab=bookmarks]").click()
+    assert p2.locator("#pane-bookmarks input.bm-note").evaluate_all("(xs) => xs.map((x) => x.value)") == notes
+    # a click on a bookmark's time centres the (zoomed-in) view on it
+    p2.evaluate(f"() => window.acceltrace.timeline.view.set(0, {trace['duration'] // 50})")
+    p2.locator("#pane-bookmarks .bm-time").nth(1).click()
+    v = p2.evaluate("() => window.acceltrace.view")
+    assert abs((v["start_ns"] + v["end_ns"]) / 2 - marks[1]["ns"]) <= 1, (v, marks[1])
+    # delete the first: the list, the canvas and the URL follow
+    p2.locator("#pane-bookmarks .bm-del").first.click()
+    assert [b["note"] for b in p2.evaluate("() => window.acceltrace.nav.bookmarks")] == ["second"]
+    p2.wait_for_function("() => location.hash.includes('bm=') && !location.hash.includes('warm-up')")
+    other.close()
+    assert not page.errors, page.errors
+
+
+# -- measure ----------------------------------------------------------------------------------------------
+
+def test_measure_drag_snaps_to_the_slice_edges_the_store_has(page, server, trace):
+    kid, ts_abs, dur, track_id = sql(server, trace, """
+        SELECT s.slice_id, s.ts, s.dur, s.track_id FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane = 'eu' AND s.depth = 0 ORDER BY s.dur DESC, s.slice_id LIMIT 1""")[0]
+    ts = ts_abs - trace["start"]
+    open_trace(page, trace)
+    page.evaluate("(id) => window.acceltrace.select(id)", kid)
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=kid)
+    wait_idle(page)
+    x_of = lambda ns: NAMES_PX + page.evaluate(f"() => window.acceltrace.timeline.view.x_of({ns})")  # noqa: E731
+    y = page.evaluate(f"() => window.acceltrace.timeline.rowMidY({track_id}, 0).y")
+    xa, xb = x_of(ts), x_of(ts + dur)
+    assert xb - xa > 100, (xa, xb)
+    page.keyboard.press("r")
+    assert page.evaluate("() => window.acceltrace.nav.measureMode") is True
+    box = page.locator("#timeline canvas.tracks").bounding_box()
+    # grab 4 px inside each edge: the ends land on the edges themselves
+    page.mouse.move(box["x"] + xa + 4, box["y"] + y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + (xa + xb) / 2, box["y"] + y, steps=3)
+    page.mouse.move(box["x"] + xb - 4, box["y"] + y, steps=3)
+    page.mouse.up()
+    m = page.evaluate("() => window.acceltrace.nav.measure")
+    assert m is not None
+    assert m["snapped"] == [True, True], m
+    assert m["start_ns"] == ts and m["end_ns"] == ts + dur and m["dur_ns"] == dur, (m, ts, dur)
+    assert m["edges"] == ["start", "end"] and m["slice_ids"] == [kid, kid], m
+    # the drag measured rather than panned or selected something else
+    assert page.evaluate("() => window.acceltrace.selected") == kid
+    wait_idle(page)
+    # drawn: the teal lines at both ends and the duration label between them
+    assert layer_pixels(page, xa - 2, y + 20, xa + 3, y + 60, (15, 118, 110)) > 10
+    assert layer_pixels(page, (xa + xb) / 2 - 40, y - 22, (xa + xb) / 2 + 40, y - 2, (15, 118, 110)) > 200
+    shot(page, "measure")
+    # away from any edge the end is the pointer's own time, marked as not snapped
+    page.mouse.move(box["x"] + xa + 4, box["y"] + y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + (xa + xb) / 2, box["y"] + y, steps=2)
+    page.mouse.up()
+    m2 = page.evaluate("() => window.acceltrace.nav.measure")
+    assert m2["snapped"] == [True, False] and m2["start_ns"] == ts and ts < m2["end_ns"] < ts + dur, m2
+    page.keyboard.press("Escape")
+    assert page.evaluate("() => [window.acceltrace.nav.measure, window.acceltrace.nav.measureMode]") == [None, False]
+    assert page.evaluate("() => window.acceltrace.selected") == kid  # the first Esc leaves the selection alone
+    assert not page.errors, page.errors
+
+
+# -- flows ------------------------------------------------------------------------------------------------
+
+def test_brackets_step_along_the_correlation_chain_in_time_order(page, server, trace):
+    # the launch call with the most launches (at most 10: its chain is small enough to walk here)
+    src = sql(server, trace, f"""
+        SELECT src_slice FROM flows WHERE kind IN {CHAIN_KINDS} AND dst_slice IS NOT NULL
+        GROUP BY src_slice HAVING count(*) BETWEEN 2 AND 10 ORDER BY count(*) DESC, src_slice LIMIT 1""")[0][0]
+    chain = [r[0] for r in sql(server, trace, f"""
+        WITH RECURSIVE c(sid) AS (SELECT {int(src)}::BIGINT UNION
+            SELECT CASE WHEN f.src_slice = c.sid THEN f.dst_slice ELSE f.src_slice END FROM c JOIN flows f
+            ON (f.src_slice = c.sid OR f.dst_slice = c.sid) WHERE f.kind IN {CHAIN_KINDS}
+            AND f.src_slice IS NOT NULL AND f.dst_slice IS NOT NULL)
+        SELECT s.slice_id FROM slices s WHERE s.slice_id IN (SELECT sid FROM c) ORDER BY s.ts, s.slice_id""")]
+    assert len(chain) >= 3, chain
+    touching = sql(server, trace, f"SELECT count(*) FROM flows WHERE src_slice = {int(src)} OR dst_slice = {int(src)}")[0][0]
+    open_trace(page, trace)
+    start = chain.index(src)
+    page.evaluate("(id) => window.acceltrace.select(id)", src)
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=src)
+    # the Details tab lists every flow touching the slice, and where it is in the chain
+    assert page.locator("#pane-details table.flows tbody tr").count() == touching
+    assert f"link {start + 1} of {len(chain)}" in page.locator("#pane-details .flow-nav").inner_text()
+    shot(page, "flows-details")
+    page.locator("#timeline canvas.tracks").focus()
+    path = [src]
+    for key, d in (("]", 1), ("]", 1), ("[", -1)):
+        want_i = chain.index(path[-1]) + d
+        if not 0 <= want_i < len(chain):
+            continue
+        want = chain[want_i]
+        page.keyboard.press(key)
+        page.wait_for_function("(id) => window.acceltrace.selected === id", arg=want, timeout=10000)
+        path.append(want)
+        ts, dur = sql(server, trace, f"SELECT ts - {trace['start']}, dur FROM slices WHERE slice_id = {int(want)}")[0]
+        v = page.evaluate("() => window.acceltrace.view")
+        assert v["start_ns"] <= ts and ts + dur <= v["end_ns"], (v, ts, dur)  # centred on it (or framed when wider)
+    assert len(path) >= 3, path
+    wait_idle(page)
+    shot(page, "flows-stepped")
+    # at the chain's first link, [ does nothing
+    page.evaluate("(id) => window.acceltrace.select(id)", chain[0])
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=chain[0])
+    page.keyboard.press("[")
+    page.wait_for_timeout(200)
+    assert page.evaluate("() => window.acceltrace.selected") == chain[0]
+    assert not page.errors, page.errors
+
+
+# -- palette and help -------------------------------------------------------------------------------------
+
+def test_palette_filters_fuzzily_and_runs_the_chosen_action(page, trace):
+    open_trace(page, trace, f"#s={trace['duration'] // 3}&e={trace['duration'] // 2}")
+    page.keyboard.press("Control+k")
+    page.wait_for_function("() => window.acceltrace.nav.palette.open")
+    runnable = [a["id"] for a in page.evaluate("() => window.acceltrace.nav.actions") if not a["mouse"]]
+    assert page.evaluate("() => window.acceltrace.nav.palette.items") == runnable  # every action, table order
+    page.keyboard.type("zm fit")
+    items = page.evaluate("() => window.acceltrace.nav.palette.items")
+    assert items and items[0] == "zoom-fit", items
+    shot(page, "palette")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"() => window.acceltrace.view.start_ns === 0 && window.acceltrace.view.end_ns === {trace['duration']}")
+    assert page.evaluate("() => window.acceltrace.nav.palette.open") is False
+    # "/" opens it too; Esc closes it without running anything
+    page.keyboard.press("/")
+    page.wait_for_function("() => window.acceltrace.nav.palette.open")
+    page.keyboard.type("measure mode")
+    assert page.evaluate("() => window.acceltrace.nav.palette.items")[0] == "measure"
+    page.keyboard.press("Escape")
+    assert page.evaluate("() => [window.acceltrace.nav.palette.open, window.acceltrace.nav.measureMode]") == [False, False]
+    page.keyboard.press("/")
+    page.keyboard.type("qqqzzz")
+    assert page.evaluate("() => window.acceltrace.nav.palette.items") == []
+    assert "No command matches" in page.locator("#palette").inner_text()
+    assert not page.errors, page.errors
+
+
+def test_help_lists_every_shortcut_of_the_action_table(page, trace):
+    open_trace(page, trace)
+    page.keyboard.press("?")
+    help_box = page.locator("#help")
+    help_box.wait_for(state="visible")
+    rows = page.locator("#help-keys tr").evaluate_all(
+        "(trs) => trs.map((tr) => [tr.dataset.action, tr.querySelector('th').textContent, tr.querySelector('td').textContent])")
+    shown = {r[0]: r[1] for r in rows}
+    actions = page.evaluate("() => window.acceltrace.nav.actions")
+    with_keys = [a for a in actions if a["keys"] or a["mouse"]]
+    assert set(shown) == {a["id"] for a in with_keys}
+    labels = {"Escape": "Esc"}
+    for a in with_keys:
+        if a["keys"]:
+            assert shown[a["id"]] == " / ".join(labels.get(k, k) for k in a["keys"]), (a, shown[a["id"]])
+    for k in ("M", "R", "[", "]", "Ctrl+K / /", "?", "W", "F", "Esc"):
+        assert k in shown.values(), (k, sorted(shown.values()))
+    shot(page, "help")
+    page.keyboard.press("?")
+    help_box.wait_for(state="hidden")
+    # ? from the palette's own list runs the same action
+    page.keyboard.press("Control+k")
+    page.keyboard.type("keyboard help")
+    page.keyboard.press("Enter")
+    help_box.wait_for(state="visible")
+    page.keyboard.press("Escape")
+    help_box.wait_for(state="hidden")
+    assert not page.errors, page.errors
