@@ -40,6 +40,12 @@ export function readFragment(hash = location.hash) {
     // dep=<track_id>:<depths shown>,...: the user's choice of how deep each deep track is unfolded
     depths: list("dep").map((x) => x.split(":").map(Number)).filter((p) => p.length === 2 && p.every(Number.isFinite)),
     bookmarks: readBookmarks(hash),
+    // track control (docs/ui.md): f=<filter text>&hide=<id>,...&ord=<id>,...&nw=<names px>&pw=<side panel px>
+    filter: p.get("f") || "",
+    hidden: list("hide").map(Number).filter(Number.isFinite),
+    order: list("ord").map(Number).filter(Number.isFinite),
+    names_px: num("nw"),
+    panel_px: num("pw"),
   };
 }
 
@@ -51,6 +57,11 @@ export function writeFragment(state) {
   if (state.pinned?.length) p.set("pin", state.pinned.join(","));
   if (state.overlays?.length) p.set("ov", state.overlays.join(","));
   if (state.depths?.length) p.set("dep", state.depths.map(([id, n]) => `${id}:${n}`).join(","));
+  if (state.filter) p.set("f", state.filter);
+  if (state.hidden?.length) p.set("hide", state.hidden.join(","));
+  if (state.order?.length) p.set("ord", state.order.join(","));
+  if (state.names_px !== null && state.names_px !== undefined) p.set("nw", String(Math.round(state.names_px)));
+  if (state.panel_px !== null && state.panel_px !== undefined) p.set("pw", String(Math.round(state.panel_px)));
   const bm = state.bookmarks?.length ? `&bm=${bookmarksParam(state.bookmarks)}` : "";
   const url = `${location.pathname}${location.search}#${p.toString().replaceAll("%2C", ",").replaceAll("%3A", ":")}${bm}`;
   if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(null, "", url);

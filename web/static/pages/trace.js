@@ -13,7 +13,8 @@ import { showTooltip, hideTooltip, sliceTooltip } from "../panels/tooltip.js";
 import { el, fmtCount } from "../lib/util.js";
 import { Cursor } from "../timeline/cursor.js";
 import { LiveFollower } from "../timeline/follow.js";
-import { installSideResize } from "../panels/resize.js";
+import { installSideResize, sideWidth } from "../panels/resize.js";
+import { installTrackControls, applyTrackUrlState, trackUrlState, trackList, namesWidth } from "../panels/track_controls.js";
 import { Bookmarks } from "../panels/bookmarks.js";
 import { installNav } from "./trace_nav.js";
 
@@ -68,8 +69,10 @@ async function main() {
       : "This trace is still being ingested; the page reloads when it is ready.", meta.status === "ingesting");
   }
   const root = $("timeline");
-  installSideResize($("side-resize"), $("side")); // the timeline follows through its ResizeObserver
+  // the timeline follows the side panel through its ResizeObserver; pw= in the URL wins over localStorage
+  installSideResize($("side-resize"), $("side"), { initial_px: readFragment().panel_px, ondone: () => saveUrl() });
   const tl = new Timeline(root, api, meta);
+  installTrackControls(tl, () => saveUrl()); // filter, hide, reorder, depths, names width (f= hide= ord= nw=)
   const cursor = new Cursor(tl);
   const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings"),
                   info: $("pane-info"), bookmarks: $("pane-bookmarks") };
@@ -135,6 +138,7 @@ async function main() {
     urlTimer = setTimeout(() => writeFragment({
       start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
       pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(), bookmarks: bookmarks.list,
+      ...trackUrlState(tl), panel_px: sideWidth($("side")),
     }), 150);
   };
   tl.on("view", saveUrl);
@@ -143,6 +147,7 @@ async function main() {
   if (frag.start_ns !== null && frag.end_ns !== null && frag.end_ns > frag.start_ns) tl.view.set(frag.start_ns, frag.end_ns);
   if (frag.pinned.length) tl.layout.setPinned(frag.pinned);
   if (frag.depths.length) tl.layout.setChosenDepths(frag.depths);
+  applyTrackUrlState(tl, frag);
   // how deep each track is and where its launch calls are: the default fold of deep tracks
   api.depths().then((d) => { tl.layout.applyDepthInfo(d.tracks); tl.relayout(); })
     .catch((e) => console.warn(`depth info unavailable: ${e.message}`));
@@ -227,7 +232,8 @@ async function main() {
 
   $("copy-link").addEventListener("click", async () => {
     writeFragment({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
-                    pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(), bookmarks: bookmarks.list });
+                    pinned: tl.layout.pinned, overlays: [...tl.overlays], depths: tl.layout.chosenDepths(), bookmarks: bookmarks.list,
+                    ...trackUrlState(tl), panel_px: sideWidth($("side")) });
     const ok = await copyText(location.href);
     const b = $("copy-link");
     b.textContent = ok ? "Copied" : "Copy failed";
@@ -269,6 +275,9 @@ function exposeHooks(tl, select, follower, trace_id) {
   Object.defineProperty(hooks, "view", { enumerable: true, get: () => ({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns }) });
   Object.defineProperty(hooks, "selected", { enumerable: true, get: () => (tl.selected ? tl.selected.id : null) });
   Object.defineProperty(hooks, "flows", { enumerable: true, get: () => tl.drawnFlows.map((p) => [...p]) });
+  // every track in drawn order, [{id, name, lane, group, pinned, hidden, filtered, shown, depths, y, h}] (docs/ui.md)
+  Object.defineProperty(hooks, "tracks", { enumerable: true, get: () => trackList(tl) });
+  Object.defineProperty(hooks, "names_px", { enumerable: true, get: namesWidth }); // the names column's width now
   window.acceltrace = hooks;
 }
 

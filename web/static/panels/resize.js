@@ -1,30 +1,67 @@
-// The side panel's width: dragged on its left edge (#side-resize), kept in localStorage for the next page.
+// Widths the user drags: the side panel (its left edge, #side-resize) and the timeline's names column
+// (its right edge, #names-resize). Both are kept in the URL (pw=, nw=: lib/url_state.js); the side
+// panel's also in localStorage as the default for a page whose URL does not say.
 
-const KEY = "acceltrace.side_w";
-const MIN_PX = 240;
+const SIDE_KEY = "acceltrace.side_w";
+export const SIDE_MIN_PX = 240;
 
-/** Make `handle` resize `panel` (its CSS width); `onresize` runs after each change. */
-export function installSideResize(handle, panel, onresize) {
-  if (!handle || !panel) return;
-  const saved = Number(localStorage.getItem(KEY));
-  if (Number.isFinite(saved) && saved >= MIN_PX) panel.style.width = `${Math.min(saved, window.innerWidth * 0.8)}px`;
+/**
+ * Drag `handle` to change a width: `width()` reads it, `set(px)` applies it (clamping is the caller's),
+ * `grow` is +1 when dragging right widens (a column on the left), -1 when dragging left does (a panel on
+ * the right); `done(px)` runs once when the drag ends. Pointer events, captured on the handle.
+ */
+export function installDragResize(handle, { width, set, grow = 1, done }) {
+  if (!handle) return;
   let drag = null;
-  handle.addEventListener("mousedown", (e) => {
+  handle.addEventListener("pointerdown", (e) => {
     if (e.button !== 0) return;
     e.preventDefault();
-    drag = { x: e.clientX, w: panel.getBoundingClientRect().width };
+    e.stopPropagation();
+    drag = { x: e.clientX, w: width(), id: e.pointerId };
+    handle.setPointerCapture?.(e.pointerId);
     handle.classList.add("dragging");
   });
-  window.addEventListener("mousemove", (e) => {
-    if (!drag) return;
-    const w = Math.max(MIN_PX, Math.min(window.innerWidth * 0.8, drag.w + (drag.x - e.clientX)));
-    panel.style.width = `${Math.round(w)}px`;
-    onresize?.();
+  handle.addEventListener("pointermove", (e) => {
+    if (!drag || e.pointerId !== drag.id) return;
+    set(drag.w + grow * (e.clientX - drag.x));
   });
-  window.addEventListener("mouseup", () => {
-    if (!drag) return;
+  const end = (e) => {
+    if (!drag || e.pointerId !== drag.id) return;
     drag = null;
     handle.classList.remove("dragging");
-    localStorage.setItem(KEY, String(Math.round(panel.getBoundingClientRect().width)));
+    done?.(width());
+  };
+  handle.addEventListener("pointerup", end);
+  handle.addEventListener("pointercancel", end);
+}
+
+/** The side panel's width clamped to what the window allows. */
+function clampSide(px) { return Math.round(Math.max(SIDE_MIN_PX, Math.min(window.innerWidth * 0.8, px))); }
+
+/** Set the side panel's width (css px, clamped); the timeline follows through its ResizeObserver. */
+export function setSideWidth(panel, px) {
+  if (!panel || !Number.isFinite(Number(px))) return;
+  panel.style.width = `${clampSide(Number(px))}px`;
+}
+
+/** The side panel's width when the user set one (dragged, or from the URL / localStorage), else null. */
+export function sideWidth(panel) {
+  return panel && panel.style.width ? Math.round(panel.getBoundingClientRect().width) : null;
+}
+
+/**
+ * Make `handle` resize `panel`; `initial_px` (the URL's pw=) wins over the width saved in localStorage.
+ * `ondone(px)` runs after each drag.
+ */
+export function installSideResize(handle, panel, { initial_px = null, ondone } = {}) {
+  if (!handle || !panel) return;
+  const saved = Number(localStorage.getItem(SIDE_KEY));
+  if (initial_px !== null && initial_px !== undefined) setSideWidth(panel, initial_px);
+  else if (Number.isFinite(saved) && saved >= SIDE_MIN_PX) setSideWidth(panel, saved);
+  installDragResize(handle, {
+    width: () => panel.getBoundingClientRect().width,
+    set: (px) => setSideWidth(panel, px),
+    grow: -1,
+    done: (px) => { localStorage.setItem(SIDE_KEY, String(Math.round(px))); ondone?.(Math.round(px)); },
   });
 }

@@ -6,7 +6,8 @@ import { drawAxis, drawGrid } from "./axis.js";
 import { drawSliceTrack } from "../tracks/slices.js";
 import { drawCounterTrack, drawCounterLabels } from "../tracks/counters.js";
 import { LANE_ACCENT } from "../lib/util.js";
-import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX, sliceAreaHeight, shownDepths, depthCount, isFolded, defaultDepths, DEPTH_STEP } from "./layout.js";
+import { NAMES_PX, AXIS_PX, ROW_PX, TRACK_PAD_PX, STATUS_PX, MENU_RIGHT_PX, sliceAreaHeight, shownDepths, depthCount, isFolded, defaultDepths,
+  DEPTH_STEP } from "./layout.js";
 import { drawBandwidth, linkPeak, PCIE_GRAPH_PX } from "../tracks/pcie.js";
 
 export const THEME = {
@@ -31,12 +32,7 @@ export function renderFrame(tl) {
   ctx.fillRect(0, 0, W, H);
   const ticks = drawAxis(ctx, tl.view, NAMES_PX, AXIS_PX, th);
   ctx.fillStyle = th.namesBg;
-  ctx.fillRect(0, 0, NAMES_PX, AXIS_PX);
-  ctx.fillStyle = th.mutedText;
-  ctx.font = th.smallFont;
-  ctx.textBaseline = "middle";
-  const pending = tl.tiles.pendingCount(tl.visibleKeys);
-  ctx.fillText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible${pending ? ` · loading ${pending}` : ""}`, 8, AXIS_PX / 2);
+  ctx.fillRect(0, 0, NAMES_PX, AXIS_PX); // the track filter box sits over this cell (trace page)
 
   const rows = tl.visibleRows();
   const scrollTop = tl.scrollTop_px;
@@ -81,6 +77,16 @@ export function renderFrame(tl) {
   drawSelection(tl);
   ctx.restore();
   drawScrollbar(tl);
+  drawTrackDrag(tl);
+  // the status line at the foot of the names column (the layout leaves STATUS_PX below the last row)
+  ctx.fillStyle = th.namesBg;
+  ctx.fillRect(0, H - STATUS_PX, NAMES_PX - 1, STATUS_PX);
+  ctx.fillStyle = th.mutedText;
+  ctx.font = th.smallFont;
+  ctx.textBaseline = "middle";
+  const pending = tl.tiles.pendingCount(tl.visibleKeys);
+  ctx.fillText(clipText(`level ${tl.level()} · ${fmtSpan(tl.view.span_ns)} visible${pending ? ` · loading ${pending}` : ""}`, NAMES_PX - 12),
+               8, H - STATUS_PX / 2);
   // tiles that failed are not retried; say so instead of showing a silently empty stretch
   const failed = tl.visibleKeys.filter((k) => tl.tiles.errors.has(k));
   if (failed.length) {
@@ -114,7 +120,12 @@ function drawRow(tl, row, y) {
     const x = 10 + row.indent * 12;
     drawTriangle(ctx, x, y + row.h / 2, row.collapsed);
     ctx.fillStyle = th.text;
-    ctx.fillText(clipText(row.label, NAMES_PX - x - 18), x + 12, y + row.h / 2);
+    const label = clipText(row.label, NAMES_PX - x - 18 - (row.note ? row.note.length * 6.4 : 0));
+    ctx.fillText(label, x + 12, y + row.h / 2);
+    if (row.note) { // a group some of whose tracks are hidden or filtered out: "(n of m)"
+      ctx.fillStyle = th.mutedText;
+      ctx.fillText(row.note, x + 12 + ctx.measureText(label).width, y + row.h / 2);
+    }
     ctx.strokeStyle = th.border;
     ctx.beginPath();
     ctx.moveTo(0, y + row.h - 0.5);
@@ -132,7 +143,7 @@ function drawRow(tl, row, y) {
   ctx.font = th.font;
   ctx.textBaseline = "top";
   const x = 10 + row.indent * 12;
-  ctx.fillText(clipText(String(t.name), NAMES_PX - x - 22), x, y + 5);
+  ctx.fillText(clipText(String(t.name), NAMES_PX - x - MENU_RIGHT_PX - 4), x, y + 5);
   // second line: the unit of a counter, the group of a pinned track (it left its group's place)
   const sub = [row.pinned ? String(t.group_name) : null, t.unit].filter(Boolean).join(" · ");
   if (sub && row.h >= 30) {
@@ -141,10 +152,17 @@ function drawRow(tl, row, y) {
     ctx.fillText(clipText(sub, NAMES_PX - x - 22), x, y + 19);
   }
   if (t.lane !== "counter") drawDepthControls(tl, row, t, x, y, sub && row.h >= 30 ? 33 : 19);
-  // pin toggle at the right of the names column
+  // the track's menu (hide, depths, move: panels/track_menu.js) and the pin toggle at the right
+  ctx.fillStyle = "#8a919e";
+  ctx.font = th.boldFont;
+  ctx.fillText("\u22EE", NAMES_PX - MENU_RIGHT_PX + 3, y + 5);
   ctx.fillStyle = row.pinned ? "#2563eb" : "#b8bec9";
   ctx.font = th.font;
   ctx.fillText(row.pinned ? "\u25C6" : "\u25C7", NAMES_PX - 16, y + 5);
+  if (tl.trackDrag && tl.trackDrag.track_id === t.track_id && tl.trackDrag.moved) { // the row being dragged
+    ctx.fillStyle = "rgba(37,99,235,0.10)";
+    ctx.fillRect(0, y, NAMES_PX, row.h);
+  }
   // track area
   const pieces = tl.piecesFor(t.track_id);
   ctx.save();
@@ -360,6 +378,15 @@ function depthOf(tl, s) {
     for (let i = 0; i < tt.n; i++) if (tt.id[i] === s.id) return (s.depth = tt.depth[i]);
   }
   return 0;
+}
+
+/** While a track's name is dragged (timeline/track_drag.js): where it would land, a line across the names. */
+function drawTrackDrag(tl) {
+  const d = tl.trackDrag;
+  if (!d || !d.moved || d.line_y === null || d.line_y === undefined) return;
+  const ctx = tl.ctx;
+  ctx.fillStyle = "#2563eb";
+  ctx.fillRect(0, Math.round(d.line_y) - 1, NAMES_PX, 3);
 }
 
 function drawScrollbar(tl) {

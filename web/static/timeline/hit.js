@@ -104,7 +104,7 @@ export function tracksInSpan(tl, y0, y1) {
     // a collapsed header row stands for all of its tracks
     if (r.row.kind !== "track" && r.row.collapsed && r.y < hi && r.y + r.row.h > lo) {
       for (const t of tl.layout.tracks) {
-        if (t.lane !== r.row.lane) continue;
+        if (t.lane !== r.row.lane || !tl.layout.isShown(t.track_id)) continue; // hidden or filtered out: not in the area
         if (r.row.kind === "group" && String(t.group_name) !== r.row.label) continue;
         ids.push(t.track_id);
       }

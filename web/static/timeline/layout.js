@@ -3,15 +3,30 @@
 
 import { LANES, LANE_TITLES } from "../lib/util.js";
 import { PCIE_GRAPH_PX } from "../tracks/pcie.js";
+import { parseTrackFilter, trackMatches } from "./track_filter.js";
 
-export const NAMES_PX = 230;      // left column of track names
+export const NAMES_DEFAULT_PX = 230;
+export const NAMES_MIN_PX = 120;
+export const NAMES_MAX_PX = 640;
+// Left column of track names. A live binding (every module that imports it sees the new width): one
+// names column width per page, changed by dragging its edge (setNamesWidth; the URL's nw=).
+export let NAMES_PX = NAMES_DEFAULT_PX;
+
+/** Set the names column's width (clamped to NAMES_MIN_PX..NAMES_MAX_PX); returns the width set. */
+export function setNamesWidth(px) {
+  const w = Number(px);
+  NAMES_PX = Number.isFinite(w) ? Math.round(Math.max(NAMES_MIN_PX, Math.min(NAMES_MAX_PX, w))) : NAMES_DEFAULT_PX;
+  return NAMES_PX;
+}
 export const AXIS_PX = 26;        // time axis band
 export const ROW_PX = 18;          // one depth level of a slice track
 export const HEADER_PX = 22;       // lane and group header rows
 export const COUNTER_PX = 46;      // a counter graph
 export const TRACK_PAD_PX = 3;     // space above and below a track's slices
 export const DEFAULT_ROWS = 24;    // a track without launch calls shows this many depths at first (the rest folded)
-export const DEPTH_STEP = 8;       // what the names column's - / + change the shown depths by
+export const DEPTH_STEP = 8;
+export const STATUS_PX = 16;       // the status line at the foot of the names column (level, span, loading)
+export const MENU_RIGHT_PX = 36;   // a track's ⋮ menu button starts this far left of the names column's edge       // what the names column's - / + change the shown depths by
 
 // Every depth of a track is drawn: `shown_rows` depths exactly, and every slice deeper than that in one
 // "fold" row under them (their coverage, in the merged shade), which says how many levels it holds; the
@@ -75,16 +90,130 @@ export function orderTracks(tracks) {
     || a.track_id - b.track_id);
 }
 
+// Track control (the user's, kept in the URL): a filter (track_filter.js), tracks hidden one by one, and
+// an order per group (userOrder: each reordered group's tracks in full, in their order). Both are
+// applied here when they change, in one pass over the tracks, never per frame. Pinned tracks ignore the
+// filter (pinning is an explicit choice); hiding a pinned track unpins it. A track the user goes to (a
+// search hit, an arrow, a finding) is shown again: unhidden, or let through the filter (`revealed`) until
+// the filter changes. Counts of what is hidden or filtered out are in `counts`, and each lane and group
+// header says "n of m", so nothing disappears silently.
+
 export class Layout {
   constructor(tracks) {
-    this.tracks = orderTracks(tracks);
+    this.defaultOrder = orderTracks(tracks);
+    this.tracks = this.defaultOrder;
     this.byId = new Map(this.tracks.map((t) => [t.track_id, t]));
     this.collapsed = new Set(); // keys "lane:<lane>" or "group:<lane>\0<group>"
     this.pinned = [];           // track ids, in pin order
     this.rows = [];             // scrolled rows
     this.pinnedRows = [];
     this.depthChosen = new Map(); // track id -> depths shown, as the user chose (the URL's dep=)
+    this.hidden = new Set();    // track ids the user hid (the URL's hide=)
+    this.userOrder = [];        // track ids of reordered groups, each group complete (the URL's ord=)
+    this.filter = parseTrackFilter("");
+    this.filteredOut = new Set(); // track ids the filter excludes
+    this.revealed = new Set();  // excluded by the filter, but shown because the user went to them
+    this.counts = { total: this.tracks.length, shown: this.tracks.length, hidden: 0, filtered: 0 };
     for (const t of this.tracks) if (t.lane !== "counter") t.shown_rows = defaultDepths(t);
+    this.build();
+  }
+
+  /** Whether a track has a row (pinned, or not hidden and through the filter); collapsed headers aside. */
+  isShown(track_id) {
+    if (this.hidden.has(track_id)) return false;
+    return this.pinned.includes(track_id) || !this.filteredOut.has(track_id) || this.revealed.has(track_id);
+  }
+
+  /** Filter the tracks by `text` (track_filter.js); returns the parsed filter. */
+  setFilter(text) {
+    this.filter = parseTrackFilter(text);
+    this.filteredOut = new Set();
+    for (const t of this.tracks) if (!trackMatches(this.filter, t)) this.filteredOut.add(t.track_id);
+    this.revealed.clear();
+    this.build();
+    return this.filter;
+  }
+
+  hideTrack(track_id) {
+    if (!this.byId.has(track_id)) return;
+    this.hidden.add(track_id);
+    this.pinned = this.pinned.filter((id) => id !== track_id);
+    this.build();
+  }
+
+  showTrack(track_id) { this.hidden.delete(track_id); this.build(); }
+
+  showAll() { this.hidden.clear(); this.build(); }
+
+  setHidden(ids) {
+    this.hidden = new Set(ids.filter((id) => this.byId.has(id)));
+    this.pinned = this.pinned.filter((id) => !this.hidden.has(id));
+    this.build();
+  }
+
+  /** Make a track the user goes to visible again; true when that changed anything. */
+  reveal(track_id) {
+    if (!this.byId.has(track_id) || this.isShown(track_id)) return false;
+    this.hidden.delete(track_id);
+    if (this.filteredOut.has(track_id)) this.revealed.add(track_id);
+    this.build();
+    return true;
+  }
+
+  /** Tracks of the group of `t` (same lane and group name), in the current order. */
+  groupTracks(t) {
+    return this.tracks.filter((x) => x.lane === t.lane && x.group_name === t.group_name);
+  }
+
+  /**
+   * Move a track within its group to just before `before_id` (null or another group's track: to the
+   * group's end). A pinned track moves within the pinned band instead.
+   */
+  moveTrack(track_id, before_id) {
+    const t = this.byId.get(track_id);
+    if (!t || track_id === before_id) return;
+    if (this.pinned.includes(track_id)) {
+      const rest = this.pinned.filter((id) => id !== track_id);
+      const at = rest.indexOf(before_id);
+      rest.splice(at < 0 ? rest.length : at, 0, track_id);
+      this.pinned = rest;
+      this.build();
+      return;
+    }
+    const ids = this.groupTracks(t).map((x) => x.track_id).filter((id) => id !== track_id);
+    const at = ids.indexOf(before_id);
+    ids.splice(at < 0 ? ids.length : at, 0, track_id);
+    const inGroup = new Set(ids);
+    this.userOrder = this.userOrder.filter((id) => !inGroup.has(id));
+    const dflt = this.defaultOrder.filter((x) => inGroup.has(x.track_id)).map((x) => x.track_id);
+    if (ids.some((id, i) => id !== dflt[i])) this.userOrder.push(...ids); // the default order needs no entry
+    this.applyOrder();
+  }
+
+  /** Restore a user order (the URL's ord=): ids of unknown tracks are dropped. */
+  setOrder(ids) {
+    this.userOrder = [...new Set(ids)].filter((id) => this.byId.has(id));
+    this.applyOrder();
+  }
+
+  /** this.tracks: the default order with each group's tracks named in userOrder sorted by it (stable). */
+  applyOrder() {
+    const rank = new Map(this.userOrder.map((id, i) => [id, i]));
+    const out = [];
+    let run = [];
+    const flush = () => {
+      if (run.some((t) => rank.has(t.track_id))) {
+        run = run.map((t, i) => [rank.get(t.track_id) ?? Infinity, i, t]).sort((a, b) => a[0] - b[0] || a[1] - b[1]).map((x) => x[2]);
+      }
+      out.push(...run);
+      run = [];
+    };
+    for (const t of this.defaultOrder) {
+      if (run.length && (run[0].lane !== t.lane || run[0].group_name !== t.group_name)) flush();
+      run.push(t);
+    }
+    flush();
+    this.tracks = out;
     this.build();
   }
 
@@ -131,7 +260,7 @@ export class Layout {
   }
 
   setPinned(ids) {
-    this.pinned = ids.filter((id) => this.byId.has(id));
+    this.pinned = ids.filter((id) => this.byId.has(id) && !this.hidden.has(id));
     this.build();
   }
 
@@ -144,6 +273,7 @@ export class Layout {
   build() {
     this.pinnedRows = [];
     let y = 0;
+    const pinned = new Set(this.pinned);
     for (const id of this.pinned) {
       const t = this.byId.get(id);
       const h = trackHeight(t);
@@ -152,23 +282,40 @@ export class Layout {
     }
     this.pinnedHeight = y;
 
+    // one pass: which tracks get a row, and per lane and group how many of how many
+    const shown = [];
+    const total = new Map(), kept = new Map();
+    const bump = (m, k) => m.set(k, (m.get(k) || 0) + 1);
+    let hidden = 0, filtered = 0;
+    for (const t of this.tracks) {
+      const gk = `${t.lane}\u0000${t.group_name}`;
+      bump(total, t.lane); bump(total, gk);
+      if (this.hidden.has(t.track_id)) { hidden++; continue; }
+      if (pinned.has(t.track_id)) { bump(kept, t.lane); bump(kept, gk); continue; } // drawn in the pinned band
+      if (this.filteredOut.has(t.track_id) && !this.revealed.has(t.track_id)) { filtered++; continue; }
+      bump(kept, t.lane); bump(kept, gk);
+      shown.push(t);
+    }
+    this.counts = { total: this.tracks.length, shown: this.tracks.length - hidden - filtered, hidden, filtered };
+    const of = (k) => { const n = total.get(k) || 0, m = kept.get(k) || 0; return m === n ? `${n}` : `${m} of ${n}`; };
+
     this.rows = [];
     y = 0;
     let lane = null, group = null;
-    for (const t of this.tracks) {
-      if (this.pinned.includes(t.track_id)) continue;
+    for (const t of shown) {
       if (t.lane !== lane) {
         lane = t.lane; group = null;
         const key = `lane:${lane}`;
-        const n = this.tracks.filter((x) => x.lane === lane).length;
-        this.rows.push({ kind: "lane", key, label: `${LANE_TITLES[lane] || lane}  (${n})`, lane, y, h: HEADER_PX, indent: 0, collapsed: this.collapsed.has(key) });
+        this.rows.push({ kind: "lane", key, label: `${LANE_TITLES[lane] || lane}  (${of(lane)})`, lane, y, h: HEADER_PX, indent: 0, collapsed: this.collapsed.has(key) });
         y += HEADER_PX;
       }
       if (this.collapsed.has(`lane:${lane}`)) continue;
       if (t.group_name !== group) {
         group = t.group_name;
         const key = `group:${lane}\u0000${group}`;
-        this.rows.push({ kind: "group", key, label: String(group), lane, y, h: HEADER_PX, indent: 1, collapsed: this.collapsed.has(key) });
+        const gk = `${lane}\u0000${group}`;
+        const part = (kept.get(gk) || 0) !== (total.get(gk) || 0) ? `  (${of(gk)})` : "";
+        this.rows.push({ kind: "group", key, label: String(group), note: part, lane, y, h: HEADER_PX, indent: 1, collapsed: this.collapsed.has(key) });
         y += HEADER_PX;
       }
       if (this.collapsed.has(`group:${lane}\u0000${group}`)) continue;
@@ -183,7 +330,7 @@ export class Layout {
   placeOf(track_id) {
     for (const r of this.pinnedRows) if (r.track.track_id === track_id) return { pinned: true, row: r, exact: true };
     const t = this.byId.get(track_id);
-    if (!t) return null;
+    if (!t || !this.isShown(track_id)) return null; // hidden or filtered out: not drawn anywhere
     let best = null;
     for (const r of this.rows) {
       if (r.kind === "track" && r.track.track_id === track_id) return { pinned: false, row: r, exact: true };

@@ -4,7 +4,7 @@
 // visible tile is pending, "idle" when everything visible is drawn.
 
 import { View } from "./view.js";
-import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, rowOfDepth, shownDepths } from "./layout.js";
+import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, STATUS_PX, rowOfDepth, shownDepths } from "./layout.js";
 import { TileStore, tileRange } from "../tiles/cache.js";
 import { renderFrame } from "./frame.js";
 
@@ -34,7 +34,7 @@ export class Timeline {
     this.overlays = new Set(); // analysis passes whose regions are shaded
     this.visibleKeys = [];
     this.framePending = false;
-    this.listeners = { select: [], view: [], area: [], frame: [] };
+    this.listeners = { select: [], view: [], area: [], frame: [], layout: [] };
     this.bandwidth = new Map(); // pcie track id -> GB/s per css-px column, as last drawn
     this.frameTimes = [];      // ms per frame for the benchmark (bounded ring)
     this.view.onchange = () => { this.requestDraw(); this.emit("view"); };
@@ -65,7 +65,7 @@ export class Timeline {
   get scrollArea_px() { return Math.max(0, this.height_css_px - this.scrollTop_px); }
 
   clampScroll() {
-    const max = Math.max(0, this.layout.height - this.scrollArea_px);
+    const max = Math.max(0, this.layout.height + STATUS_PX - this.scrollArea_px); // the last row clears the status line
     this.scrollY = Math.min(Math.max(0, this.scrollY), max);
   }
 
@@ -81,6 +81,7 @@ export class Timeline {
     this.clampScroll();
     this.requestDraw();
     this.emit("view");
+    this.emit("layout");
   }
 
   requestDraw() {
@@ -180,6 +181,7 @@ export class Timeline {
    * this depth's row of the track is (a deep track can be taller than the screen).
    */
   revealTrack(track_id, depth) {
+    if (this.layout.reveal(track_id)) this.emit("layout"); // a hidden or filtered-out track is shown again
     const place = this.layout.placeOf(track_id);
     if (!place || place.pinned) return;
     for (const key of [`lane:${place.row.lane}`]) if (this.layout.collapsed.has(key)) this.layout.collapsed.delete(key);

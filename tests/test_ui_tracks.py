@@ -1,0 +1,346 @@
+"""Browser tests of track control on the timeline (issue 16): filter, hide and show, reorder by drag,
+collapse to a depth, resize the names column and the side panel, and the URL restoring all of it.
+
+Real Chromium (Playwright) against `acceltrace serve` on loopback, on the real A100 Kineto sample
+(15 tracks: a process with six threads, five streams and two PCIe tracks of GPU 0). What is drawn is
+read through the documented hooks (window.acceltrace.tracks, timeline.visibleRows()) and the canvas
+pixels; the expected tracks come from SQL on the trace, not from the page. Screenshots land in
+test-output/ui/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-output" / "ui"
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+DEFAULT_NAMES_PX = 230  # web/static/timeline/layout.js NAMES_DEFAULT_PX
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+EU_ACCENT = (0xB3, 0x47, 0x9E)  # web/static/lib/util.js LANE_ACCENT.eu: the stripe left of an EU track's name
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
+
+
+def _sql(server, trace_id, sql):
+    req = urllib.request.Request(f"{server}/api/traces/{trace_id}/query", data=json.dumps({"sql": sql}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["rows"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, live_server_factory):
+    assert A100.exists(), f"missing sample trace {A100}"
+    store = tmp_path_factory.mktemp("ui-tracks-store")
+    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--no-analyze", "--json", str(A100)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    live = live_server_factory(store)
+    yield live.url
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def trace_id(server):
+    with urllib.request.urlopen(f"{server}/api/traces", timeout=10) as r:
+        return next(t["id"] for t in json.loads(r.read())["traces"] if t["status"] == "ready")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    ctx = browser.new_context(viewport={"width": 1500, "height": 900}, base_url=server)
+    pg = ctx.new_page()
+    pg.set_default_timeout(15000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    ctx.close()
+
+
+def shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def wait_idle(page):
+    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
+    page.wait_for_function(js)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.wait_for_function(js)
+
+
+def open_trace(page, trace_id, fragment=""):
+    page.goto(f"/t/{trace_id}{fragment}")
+    wait_idle(page)
+
+
+def tracks(page):
+    return page.evaluate("() => window.acceltrace.tracks")
+
+
+def drawn_track_ids(page):
+    """Track ids of the rows the last frame drew, top to bottom (timeline.visibleRows(), what frame.js draws)."""
+    return page.evaluate("() => window.acceltrace.timeline.visibleRows().filter(r => r.row.kind === 'track').map(r => r.row.track.track_id)")
+
+
+def wait_hash(page, part):
+    page.wait_for_function("(s) => location.hash.includes(s)", arg=part)
+
+
+def pixel(page, x, y):
+    return tuple(page.evaluate("""([x, y]) => {
+        const c = document.querySelector('#timeline canvas.tracks'), d = window.devicePixelRatio || 1;
+        return Array.from(c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1).data.slice(0, 3)); }""", [x, y]))
+
+
+def canvas_box(page):
+    return page.evaluate("() => { const r = document.querySelector('#timeline canvas.tracks').getBoundingClientRect(); return [r.left, r.top]; }")
+
+
+def row_of(page, track_id):
+    return next(t for t in tracks(page) if t["id"] == track_id)
+
+
+def open_menu(page, track_id):
+    """Click the ⋮ button of a track's row in the names column."""
+    r = row_of(page, track_id)
+    assert r["shown"], r
+    left, top = canvas_box(page)
+    names = page.evaluate("() => window.acceltrace.names_px")
+    page.mouse.click(left + names - 30, top + r["y"] + 9)
+    page.locator("#track-pop .menu-item").first.wait_for()
+
+
+def test_filter_by_lane_device_and_process_matches_sql_and_draws_only_those(page, server, trace_id):
+    open_trace(page, trace_id)
+    assert all(t["shown"] for t in tracks(page))
+    assert page.locator("#track-count").is_hidden()  # nothing hidden: no badge
+    eu = {r[0] for r in _sql(server, trace_id, "SELECT track_id FROM tracks WHERE lane = 'eu'")}
+    page.fill("#track-filter", "lane:eu")
+    wait_hash(page, "f=lane:eu")
+    wait_idle(page)
+    shot(page, "tracks-filter-eu")
+    assert {t["id"] for t in tracks(page) if t["shown"]} == eu
+    assert set(drawn_track_ids(page)) == eu
+    assert page.locator("#track-count").inner_text() == f"{len(eu)} of 15"
+    # every drawn track row carries the EU lane's stripe at the names column's left edge
+    for t in tracks(page):
+        if t["shown"]:
+            assert pixel(page, 1, t["y"] + t["h"] / 2) == EU_ACCENT, t
+    # device and process keys, a negation and a quoted name, each against SQL
+    cases = {
+        "dev:0": "SELECT track_id FROM tracks WHERE device = 0",
+        "proc:4515 -thread:4515": "SELECT track_id FROM tracks WHERE process = '4515' AND thread IS DISTINCT FROM '4515'",
+        'lane:pcie,eu "stream 2"': "SELECT track_id FROM tracks WHERE lane IN ('pcie', 'eu') AND name ILIKE '%stream 2%'",
+    }
+    for text, sql in cases.items():
+        want = {r[0] for r in _sql(server, trace_id, sql)}
+        assert want, sql
+        page.fill("#track-filter", text)
+        page.wait_for_function("(n) => window.acceltrace.tracks.filter(t => t.shown).length === n", arg=len(want))
+        wait_idle(page)
+        assert {t["id"] for t in tracks(page) if t["shown"]} == want, text
+        assert set(drawn_track_ids(page)) == want, text
+    # a filter that matches nothing says so; clearing it brings every track back
+    page.fill("#track-filter", "no-such-track-anywhere")
+    page.wait_for_function("() => document.getElementById('track-filter').classList.contains('no-match')")
+    assert page.locator("#track-count").inner_text() == "0 of 15"
+    page.fill("#track-filter", "")
+    page.wait_for_function("() => window.acceltrace.tracks.every(t => t.shown)")
+    assert not page.errors, page.errors
+
+
+def test_hide_from_the_track_menu_counts_it_and_show_all_brings_it_back(page, trace_id):
+    open_trace(page, trace_id)
+    before = [t["id"] for t in tracks(page)]
+    victim = next(t for t in tracks(page) if t["name"] == "stream 7")
+    open_menu(page, victim["id"])
+    shot(page, "tracks-menu")
+    page.click("#track-pop [data-act=hide]")
+    wait_hash(page, f"hide={victim['id']}")
+    wait_idle(page)
+    t = row_of(page, victim["id"])
+    assert t["hidden"] and not t["shown"] and t["y"] is None
+    assert victim["id"] not in drawn_track_ids(page)
+    assert page.locator("#track-count").inner_text() == "14 of 15 · 1 hidden"
+    # hide a second one, then list the hidden tracks: each has its own "show"
+    second = next(t for t in tracks(page) if t["name"] == "PCIe HtoD")
+    open_menu(page, second["id"])
+    page.click("#track-pop [data-act=hide]")
+    page.wait_for_function("() => window.acceltrace.tracks.filter(t => t.hidden).length === 2")
+    page.click("#track-count")
+    page.locator("#track-pop .hidden-list li").nth(1).wait_for()
+    shot(page, "tracks-hidden-list")
+    assert page.locator("#track-pop .hidden-list li").count() == 2
+    page.click(f"#track-pop button.show-track[data-track='{second['id']}']")
+    page.wait_for_function("(id) => window.acceltrace.tracks.find(t => t.id === id).shown", arg=second["id"])
+    assert page.locator("#track-pop .hidden-list li").count() == 1  # the open list follows
+    page.click("#show-all-tracks")
+    page.wait_for_function("() => window.acceltrace.tracks.every(t => t.shown && !t.hidden)")
+    page.wait_for_function("() => !location.hash.includes('hide=')")
+    assert [t["id"] for t in tracks(page)] == before
+    assert page.locator("#track-count").is_hidden()
+    assert not page.errors, page.errors
+
+
+def test_dragging_a_track_name_reorders_it_within_its_group(page, trace_id):
+    open_trace(page, trace_id)
+    cpu = [t for t in tracks(page) if t["group"] == "pyper:trainer:0:0 (4515)"]
+    assert len(cpu) >= 3
+    others_before = [t["id"] for t in tracks(page) if t["group"] != cpu[0]["group"]]
+    first, third = cpu[0], cpu[2]
+    left, top = canvas_box(page)
+    page.mouse.move(left + 60, top + first["y"] + 8)
+    page.mouse.down()
+    page.mouse.move(left + 60, top + first["y"] + 30, steps=4)
+    target_y = third["y"] + third["h"] * 0.75  # the lower half of the third row: after it
+    page.mouse.move(left + 60, top + target_y, steps=6)
+    shot(page, "tracks-dragging")
+    page.mouse.up()
+    page.wait_for_function("() => location.hash.includes('ord=')")
+    wait_idle(page)
+    after = [t["id"] for t in tracks(page) if t["group"] == first["group"]]
+    want = [cpu[1]["id"], cpu[2]["id"], first["id"]] + [t["id"] for t in cpu[3:]]
+    assert after == want
+    drawn = [i for i in drawn_track_ids(page) if i in set(want)]
+    assert drawn == want[:len(drawn)] and len(drawn) >= 3
+    # the tracks of other groups did not move
+    assert [t["id"] for t in tracks(page) if t["group"] != first["group"]] == others_before
+    assert f"ord={','.join(map(str, want))}" in page.url
+    # a drag onto another group's rows keeps the track in its own group
+    stream = next(t for t in tracks(page) if t["lane"] == "eu")
+    eu_before = [t["id"] for t in tracks(page) if t["lane"] == "eu"]
+    moved = row_of(page, want[0])
+    page.mouse.move(left + 60, top + moved["y"] + 8)
+    page.mouse.down()
+    page.mouse.move(left + 60, top + stream["y"] + 8, steps=8)
+    page.mouse.up()
+    wait_idle(page)
+    ids = [t["id"] for t in tracks(page)]
+    assert ids.index(want[0]) > ids.index(want[-1])  # dropped below its group's rows: to the group's end
+    assert row_of(page, want[0])["group"] == first["group"]
+    assert [t["id"] for t in tracks(page) if t["lane"] == "eu"] == eu_before
+    assert not page.errors, page.errors
+
+
+def test_collapse_a_thread_to_a_chosen_depth_from_its_menu(page, server, trace_id):
+    (tid, max_depth), = _sql(server, trace_id, """SELECT track_id, max(depth) FROM slices JOIN tracks USING (track_id)
+        WHERE lane = 'cpu' GROUP BY track_id ORDER BY max(depth) DESC LIMIT 1""")
+    assert max_depth >= 5
+    open_trace(page, trace_id)
+    full = row_of(page, tid)
+    open_menu(page, tid)
+    page.fill("#track-depths", "3")
+    page.click("#track-pop [data-act=depths]")
+    wait_hash(page, f"dep={tid}:3")
+    wait_idle(page)
+    t = row_of(page, tid)
+    assert t["depths"] == 3
+    # three depth rows plus the fold row (18 px each) and the 3 px pads: the row really shrank
+    assert t["h"] == 4 * 18 + 6 < full["h"], (t, full)
+    shot(page, "tracks-collapsed")
+    # a bad depth is refused in place, not applied
+    open_menu(page, tid)
+    page.fill("#track-depths", "0")
+    page.click("#track-pop [data-act=depths]")
+    assert page.locator("#track-pop").is_visible()
+    assert row_of(page, tid)["depths"] == 3
+    page.keyboard.press("Escape")
+    assert not page.errors, page.errors
+
+
+def test_names_column_and_side_panel_resize_by_drag(page, trace_id):
+    open_trace(page, trace_id)
+    assert page.evaluate("() => window.acceltrace.names_px") == DEFAULT_NAMES_PX
+    view_w = page.evaluate("() => window.acceltrace.timeline.view.width_css_px")
+    h = page.locator("#names-resize").bounding_box()
+    page.mouse.move(h["x"] + 3, h["y"] + 300)
+    page.mouse.down()
+    page.mouse.move(h["x"] + 103, h["y"] + 300, steps=5)
+    page.mouse.up()
+    wait_hash(page, "nw=330")
+    wait_idle(page)
+    assert page.evaluate("() => window.acceltrace.names_px") == 330
+    assert page.evaluate("() => window.acceltrace.timeline.view.width_css_px") == view_w - 100
+    # the names column's border is drawn at the new width, and the filter bar follows it
+    first = next(t for t in tracks(page) if t["shown"])
+    assert pixel(page, 329, first["y"] + 5) == (0xD5, 0xD8, 0xDE)
+    assert page.locator("#track-bar").bounding_box()["width"] == 330
+    side = page.locator("#side").bounding_box()["width"]
+    s = page.locator("#side-resize").bounding_box()
+    page.mouse.move(s["x"] + 2, s["y"] + 300)
+    page.mouse.down()
+    page.mouse.move(s["x"] - 118, s["y"] + 300, steps=5)
+    page.mouse.up()
+    wait_hash(page, f"pw={round(side + 120)}")
+    assert abs(page.locator("#side").bounding_box()["width"] - (side + 120)) <= 1
+    shot(page, "tracks-resized")
+    assert not page.errors, page.errors
+
+
+def test_the_url_restores_filter_hidden_order_depths_and_widths(page, browser, server, trace_id):
+    open_trace(page, trace_id)
+    cpu = [t for t in tracks(page) if t["group"] == "pyper:trainer:0:0 (4515)"]
+    deep = max(cpu, key=lambda t: t["depths"])
+    hidden = next(t for t in tracks(page) if t["name"] == "PCIe DtoH")
+    order = [cpu[1]["id"], cpu[0]["id"]] + [t["id"] for t in cpu[2:]]
+    # build the state through the page, then read the URL it wrote
+    page.evaluate("""([order, hide, deep]) => { const tl = window.acceltrace.timeline;
+        tl.layout.setOrder(order); tl.layout.hideTrack(hide); tl.setDepths(deep, 2); }""", [order, hidden["id"], deep["id"]])
+    page.fill("#track-filter", "-thread:228591168")
+    wait_hash(page, "f=")
+    h = page.locator("#names-resize").bounding_box()
+    page.mouse.move(h["x"] + 3, h["y"] + 300)
+    page.mouse.down()
+    page.mouse.move(h["x"] + 63, h["y"] + 300, steps=4)
+    page.mouse.up()
+    s = page.locator("#side-resize").bounding_box()
+    page.mouse.move(s["x"] + 2, s["y"] + 300)
+    page.mouse.down()
+    page.mouse.move(s["x"] - 80, s["y"] + 300, steps=4)
+    page.mouse.up()
+    side = page.locator("#side").bounding_box()["width"]
+    wait_hash(page, f"pw={round(side)}")
+    wait_idle(page)
+    url = page.url
+    for key in ("f=", "hide=", "ord=", "dep=", "nw=290", "pw="):
+        assert key in url, (key, url)
+    state = tracks(page)
+    # a teammate opens the same URL in a fresh browser context (no localStorage): the same tracks, in the same order
+    ctx = browser.new_context(viewport={"width": 1500, "height": 900}, base_url=server)
+    other = ctx.new_page()
+    try:
+        other.goto(url)
+        wait_idle(other)
+        shot(other, "tracks-restored")
+        again = tracks(other)
+        assert [(t["id"], t["hidden"], t["filtered"], t["shown"], t["depths"], t["y"]) for t in again] == \
+               [(t["id"], t["hidden"], t["filtered"], t["shown"], t["depths"], t["y"]) for t in state]
+        assert other.locator("#track-filter").input_value() == "-thread:228591168"
+        assert other.evaluate("() => window.acceltrace.names_px") == 290
+        assert abs(other.locator("#side").bounding_box()["width"] - side) <= 1
+        assert other.locator("#track-count").inner_text() == "13 of 15 · 1 hidden"
+        assert drawn_track_ids(other) == [t["id"] for t in state if t["shown"] and t["id"] in set(drawn_track_ids(other))]
+    finally:
+        ctx.close()
+    assert not page.errors, page.errors
