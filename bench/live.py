@@ -39,20 +39,21 @@ TARGET_P95_S = 1.0
 
 # `rate` events/s for `seconds` (or `total` events as fast as it goes when rate is 0), in 10 ms batches
 # with timestamps spread over each batch's span and never in the future. Through the daemon with the
-# Python client's per-event call (t.complete); with a file path instead of a socket, straight into a
-# growing .atrace with the format's writer (the daemon's own writer), for rates no Python per-event
-# call reaches. (Bulk t.write_records batches did not reach the daemon's file before the producer
-# closed in this checkout, so they are not used.)
+# Python client's per-event call (t.complete) up to BULK_ABOVE events/s, and its bulk path
+# (t.write_records, one RECORD_DTYPE batch per 10 ms) above; with a file path instead of a socket,
+# straight into a growing .atrace with the format's writer (the daemon's own writer).
 PRODUCER = textwrap.dedent("""
     import sys, time
     import numpy as np
     from acceltrace.formats import record as R
     target, rate, seconds, total = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
     daemon = target.endswith(".sock")
+    bulk = not daemon or rate > 50_000 or not rate
     if daemon:
         from acceltrace.collect import client
         t = client.connect(target)
         t.name_process("bench")
+        names = np.asarray([t.intern(n) for n in ("step", "gemm", "copy", "wait")], np.uint32)
     else:
         from acceltrace.formats.atrace.writer import AtraceWriter
         w = AtraceWriter(target)
@@ -68,15 +69,19 @@ PRODUCER = textwrap.dedent("""
         last = t0
         ts = t0 - span + (np.arange(n, dtype=np.int64) * span) // n
         dur = max(1, (span * 8 // 10) // n)
-        if daemon:
+        if not bulk:
             for i, x in enumerate(ts.tolist()):
                 t.complete(texts[i & 3], ts=x, dur=dur)
         else:
             recs = np.zeros(n, R.RECORD_DTYPE)
-            recs["kind"], recs["ts"], recs["dur"], recs["tid"], recs["pid"] = R.COMPLETE, ts, dur, np.arange(n) % 8, 1
+            recs["kind"], recs["ts"], recs["dur"], recs["tid"] = R.COMPLETE, ts, dur, np.arange(n) % 8
             recs["name"] = names[np.arange(n) % 4]
-            w.add_records(recs)
-            w.flush()
+            if daemon:
+                t.write_records(recs)
+            else:
+                recs["pid"] = 1
+                w.add_records(recs)
+                w.flush()
             if not rate and sent == 0:
                 time.sleep(1.5)  # the server finds the file while it grows: a live capture
         sent += n
@@ -93,8 +98,10 @@ PRODUCER = textwrap.dedent("""
 
 RECORDER = """() => { window.__frames = []; const tick = () => {
     const l = window.acceltrace && window.acceltrace.live;
-    if (l && l.drawn_head_ns !== null) window.__frames.push([performance.timeOrigin + performance.now(), l.drawn_head_ns]);
+    if (l && l.drawn_head_ns !== null)
+      window.__frames.push([performance.timeOrigin + performance.now(), l.drawn_head_ns, l.head_ns]);
     requestAnimationFrame(tick); }; requestAnimationFrame(tick); }"""
+STAGES = ("file", "queue", "build", "announce", "push", "draw")
 
 
 def _json(url: str):
@@ -153,6 +160,37 @@ def _producer(target: str, rate: float, seconds: float, total: int = 0) -> subpr
                             stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
+def _collect_stages(srv: BenchServer, tid: str, seen: dict) -> None:
+    """The server's per-delta stamps (GET /api/live/{id} keeps the newest 50): gathered as the run goes."""
+    try:
+        for st in _json(f"{srv.url}/api/live/{tid}")["live"].get("stages", []):
+            seen[st["announced_ns"]] = st
+    except (OSError, KeyError, ValueError):
+        pass
+
+
+def stage_breakdown(stages: list[dict], frames: list, start_abs: int, mono_to_wall_ms: float) -> dict:
+    """Per delta, where the time from its newest event to the screen went, in s (median, p95 of each):
+    file = the event's time to the server reading it (producer batch, ring, daemon drain, file,
+    follower poll), queue = read to its build starting, build, announce = built to the push sent,
+    push = sent to the page holding it (head_ns), draw = the page holding it to a frame drawing it
+    (tile fetch, decode, draw)."""
+    per = {k: [] for k in STAGES + ("total",)}
+    fr = [((w - mono_to_wall_ms) * 1e6, d, h) for w, d, h in frames]  # monotonic ns
+    for st in stages:
+        ev = start_abs + st["hi_ns"]
+        got = next((t for t, _, h in fr if h is not None and h >= st["hi_ns"]), None)
+        drawn = next((t for t, d, _ in fr if d >= st["hi_ns"]), None)
+        if got is None or drawn is None or got < st["announced_ns"] - 5e7:
+            continue  # before the recorder started, or never drawn
+        got = max(got, st["announced_ns"])
+        marks = [ev, st["read_ns"], st["start_ns"], st["built_ns"], st["announced_ns"], got, max(drawn, got)]
+        for k, a, b in zip(STAGES, marks, marks[1:]):
+            per[k].append((b - a) / 1e9)
+        per["total"].append((marks[-1] - ev) / 1e9)
+    return {k: (_pct(v, 50), _pct(v, 95)) for k, v in per.items()} | {"deltas": len(per["total"])}
+
+
 def _ready(srv: BenchServer, tid: str) -> str:
     while (status := _json(f"{srv.url}/api/traces/{tid}")["status"]) not in ("ready", "failed"):
         time.sleep(0.05)
@@ -170,7 +208,7 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> d
         tid = _live_id(srv)
         start_abs = int(_json(f"{srv.url}/api/live/{tid}")["start_abs_ns"])
         mono_to_wall_ms = (time.time_ns() - time.monotonic_ns()) / 1e6
-        frames = []
+        frames, stages = [], {}
         cpu0, w0 = _cpu_s(srv.proc.pid), time.monotonic()
         if browser:
             from playwright.sync_api import sync_playwright
@@ -182,7 +220,9 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> d
                 page.goto(f"{srv.url}/t/{tid}")
                 page.wait_for_function("() => window.acceltrace && window.acceltrace.live", timeout=30_000)
                 page.evaluate(RECORDER)
-                prod.wait()
+                while prod.poll() is None:
+                    _collect_stages(srv, tid, stages)
+                    time.sleep(0.8)
                 cpu1, w1 = _cpu_s(srv.proc.pid), time.monotonic()
                 time.sleep(2.0)  # the last events reach the screen
                 frames = page.evaluate("() => window.__frames")
@@ -199,6 +239,11 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> d
         if "live" in meta:
             res["segments"], res["events_seen_live"] = meta["live"]["segments"], meta["live"]["events"]
             res["build_ms"] = meta["live"]["build_ms"]
+            res["delta_budget"] = meta["live"].get("delta_budget")
+            res["not_shown"] = meta["counts"].get("not_shown")
+            res["lost"] = meta["live"]["lost_events"]
+            for st in meta["live"].get("stages", []):
+                stages[st["announced_ns"]] = st
         res["frames"] = len(frames)
         if frames:
             lat = []
@@ -211,6 +256,8 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> d
                     break
                 lat.append((frames[j][0] - (start_abs + e) / 1e6 - mono_to_wall_ms) / 1000)
             res["latency_p50_s"], res["latency_p95_s"], res["samples"] = _pct(lat, 50), _pct(lat, 95), len(lat)
+            res["stages"] = stage_breakdown(sorted(stages.values(), key=lambda s: s["announced_ns"]), frames,
+                                            start_abs, mono_to_wall_ms)
         t0 = time.monotonic()  # finalisation of this capture
         if dproc is not None:
             dproc.send_signal(signal.SIGTERM)
@@ -259,7 +306,7 @@ def main() -> int:
                     help="events/s; up to 50000 through the daemon (Python per-event calls), above through a growing file")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--via", choices=("auto", "daemon", "file"), default="auto",
-                    help="auto: the daemon up to 50 k/s, a growing file above")
+                    help="auto: the daemon (per-event calls up to 50 k/s, its bulk path above)")
     ap.add_argument("--final-events", type=int, default=2_000_000)
     ap.add_argument("--no-browser", action="store_true")
     args = ap.parse_args()
@@ -268,7 +315,7 @@ def main() -> int:
         for i, rate in enumerate(float(r) for r in args.rates.split(",") if r):
             tmp = Path(d) / f"follow{i}"
             tmp.mkdir()
-            via = args.via if args.via != "auto" else ("daemon" if rate <= 50_000 else "file")
+            via = args.via if args.via != "auto" else "daemon"
             rows.append(follow(rate, args.seconds, not args.no_browser, via, tmp))
             print("measured:", {k: v for k, v in rows[-1].items() if k != "file"}, flush=True)
         fin = None
@@ -285,6 +332,17 @@ def main() -> int:
         print(f"{r['rate']:>10.0f} {r['via']:>6} {r['produced']:>10} {r.get('events_seen_live', -1):>10} {r.get('segments', -1):>8} "
               f"{r.get('latency_p50_s', float('nan')):>7.2f} {r.get('latency_p95_s', float('nan')):>7.2f} "
               f"{r.get('samples', 0):>7} {r['server_cpu_cores']:>12.2f} {r['finalise_s']:>10.2f}")
+    print("\nWhere the time goes: per delta, its newest event to the screen, s (median / p95); "
+          "file = producer, ring, daemon, file, follower")
+    print(f"{'rate ev/s':>10} {'deltas':>6} " + " ".join(f"{k:>13}" for k in STAGES + ("total",)) + f" {'delta cap':>9}")
+    for r in rows:
+        st = r.get("stages")
+        if st:
+            print(f"{r['rate']:>10.0f} {st['deltas']:>6} "
+                  + " ".join(f"{st[k][0]:>6.3f}/{st[k][1]:<6.3f}" for k in STAGES + ("total",))
+                  + f" {r.get('delta_budget') or 0:>9}")
+    for r in rows:
+        print(f"{r['rate']:>10.0f} ev/s: lost by the daemon {r.get('lost', 0)}, not drawn live {r.get('not_shown', 0)}")
     if fin:
         n = fin["native"]
         print(f"\nFinalisation of a {fin['events']:,}-event capture ({fin['file_mb']:.0f} MB, produced in "

@@ -23,6 +23,7 @@ from acceltrace.tiles.query import MAX_LEVEL
 
 DAEMON_TIMEOUT_S = 2.0
 DISCOVER_S = 0.5          # how often the sources are looked at
+STAGES_SENT = 50
 
 
 def live_sources(app) -> list[dict]:
@@ -80,7 +81,10 @@ def live_metadata(self: LiveCapture) -> dict:
         "live": {"head_ns": head, "events": self.events, "rate_per_s": round(self.rate_per_s(), 1),
                  "lost_events": lost, "segments": len(segs), "layout_version": version, "seq": self.seq,
                  "file": self.path.name, "compactions": self.compactions,
-                 "build_ms": [round(x) for x in list(self.build_ms)[-10:]]},
+                 "build_ms": [round(x) for x in list(self.build_ms)[-10:]],
+                 # where the time goes (bench/live.py): per recent delta, monotonic ns of its newest
+                 # record read, its build's start and end, and its announcement to the pages
+                 "stages": list(self.stages)[-STAGES_SENT:], "delta_budget": self.budget.records()},
     }
 
 def push_message(self: LiveCapture, seq: int, since: int) -> dict:

@@ -1,17 +1,14 @@
 """One live capture: a growing .atrace shown as a trace while it grows, then published under its id.
 
-The capture follows the file with the .atrace follower. Every BUILD_S (while fewer than
-BUILD_WORKERS builds run) the records read since the last build are written out as a
-window file (formats/atrace/window.py: the file's header, metadata, strings and clock pairs plus
-those records) and ingested with the native importer and the builder into a small DuckDB file with
-its LOD tables, with the capture's start as the time origin: a delta segment, immutable from then on
-(its tile parts are cached, tiles/live.py). Each build announces the time range it touched to the
-page's websocket. So that the segment count stays small and what crosses a delta boundary (a
-begin/end pair, a correlation) joins up, the deltas of the last SEAL_S seconds (or SEAL_EVENTS
-records) are compacted on a second thread into one segment of all their records, which replaces
-them. When the file gets its trailer (the daemon stopped), the whole file is ingested under the same
-id, analysed, and the row becomes an ordinary ready trace; the segments go. server/live.py finds the
-files and runs one capture each.
+The capture follows the file with the .atrace follower. Every BUILD_S (while fewer than BUILD_WORKERS
+builds run) the records read since the last build become a delta segment (server/live_build.py: a
+small DuckDB file with its LOD tables, the capture's start as time origin), immutable from then on
+(its tile parts are cached, tiles/live.py), and its time range is announced to the page's websocket.
+So that the segment count stays small and what crosses a delta boundary (a begin/end pair, a
+correlation) joins up, the deltas of the last SEAL_S seconds (or SEAL_EVENTS records) are compacted
+on a second thread into one segment, unless the server was behind (then the deltas stay, up to
+MAX_SEGMENTS). When the file gets its trailer (the daemon stopped), the whole file is ingested under
+the same id, analysed, and the row becomes an ordinary ready trace; the segments go.
 """
 
 from __future__ import annotations
@@ -32,15 +29,14 @@ import numpy as np
 from acceltrace.formats import record as R
 from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.layout import AtraceError
-from acceltrace.formats.atrace.window import snapshot, write_window
-from acceltrace.ingest.builder import TraceBuilder
-from acceltrace.ingest.native.atrace import ingest_atrace
+from acceltrace.formats.atrace.window import snapshot
 from acceltrace.ingest.pipeline import ingest_one
+from acceltrace.server.live_build import DeltaBudget, build_segment
 from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
 from acceltrace.store.errors import IngestError
 from acceltrace.tiles.layout import NAMES_TABLE
-from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile, segment_facts, unlink_duckdb
+from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile, segment_facts
 from acceltrace.tiles.query import LodInfo
 
 log = logging.getLogger("acceltrace.live")
@@ -50,7 +46,8 @@ BUILD_S = 0.1             # a delta is started at most this often
 BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))  # ... with at most this many building at once
 SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into one segment
 SEAL_S = 2.0              # ... or once the oldest of them is this old
-MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many, not its whole backlog
+MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many (or what DeltaBudget allows)
+MAX_SEGMENTS = 64         # a server behind compacts only once it holds this many segments
 RATE_WINDOW_S = 2.0
 RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
 CATALOG_EVERY_S = 1.0
@@ -101,6 +98,12 @@ class LiveCapture:
         self.lock = threading.RLock()  # segments and layout, read by requests, changed by builds
         self.stop_event = threading.Event()
         self.build_ms: deque[float] = deque(maxlen=50)
+        # per built delta, monotonic ns: its newest record read, build started, built, announced
+        self.stages: deque[dict] = deque(maxlen=200)
+        self.budget = DeltaBudget(MAX_DELTA_RECORDS)
+        self._read_ns = 0
+        self._lost_seen = 0
+        self._behind_since_compaction = False
         self._retired: deque[tuple[float, Segment]] = deque()  # compacted deltas, closed a little later
         self._first_seen: float | None = None
         self.finalise_s: float | None = None
@@ -135,7 +138,7 @@ class LiveCapture:
                 if got:
                     self._take(recs, streams)
                 now = time.monotonic()
-                caught_up = not got or self.tail.offset >= _size(self.path)
+                caught_up = not got or self.tail.offset >= (self.path.stat().st_size if self.path.exists() else 0)
                 if self.trace_id is None and self.tail.trailer is not None and caught_up:
                     self.status = "abandoned"  # complete when found: an ordinary file to ingest, not a capture
                     return
@@ -143,6 +146,10 @@ class LiveCapture:
                     self._build_delta()
                 if self._window_n and (self._window_n >= self.seal_events or now - self._window_since >= self.seal_s):
                     self._start_compaction()
+                lost = self.tail.lost_events()[0]
+                if lost != self._lost_seen and self.trace_id is not None:
+                    self._lost_seen = lost  # the page hears of a loss at once, data or not
+                    self._announce("counts")
                 if self.trace_id is not None and now - last_catalog >= CATALOG_EVERY_S:
                     self.store.set_live_counts(self.trace_id, self.counts(), self.tail.offset)
                     last_catalog = now
@@ -167,6 +174,7 @@ class LiveCapture:
         n = int(np.isin(recs["kind"], R.EVENT_KINDS).sum())
         self._pending.append((recs, streams))
         self.events += n
+        self._read_ns = time.monotonic_ns()
         now = time.monotonic()
         if self._first_seen is None:
             self._first_seen = now
@@ -193,11 +201,17 @@ class LiveCapture:
         """The records read since the last build become a segment of their own (immutable), built on
         one of BUILD_WORKERS threads, so a slow build does not hold back the next one."""
         pending, self._pending = self._pending, []
-        while len(pending) > 1 and sum(len(r) for r, _ in pending) > MAX_DELTA_RECORDS:
+        limit = min(MAX_DELTA_RECORDS, self.budget.records())
+        while sum(len(r) for r, _ in pending) > limit:
             # behind: the live view follows the present and says what it left out (the published
-            # trace has it all)
-            r, _ = pending.pop(0)
-            self.not_shown += int(np.isin(r["kind"], R.EVENT_KINDS).sum())
+            # trace has it all); the oldest reads go first, then the oldest part of the newest
+            r, s = pending[0]
+            cut = len(r) if len(pending) > 1 else len(r) - limit
+            pending[0] = (r[cut:], s[cut:])
+            if cut == len(r):
+                pending.pop(0)
+            self.not_shown += int(np.isin(r[:cut]["kind"], R.EVENT_KINDS).sum())
+            self._behind_since_compaction = True
         recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
         streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])
         if self.trace_id is None:  # the first data: the capture enters the catalog
@@ -208,7 +222,7 @@ class LiveCapture:
         # ids: a segment of n records holds at most n slices, so a range of n ids is its for good; a
         # compaction takes a fresh range, so an id never names two slices (a replaced one answers 404)
         base, self._next_base = self._next_base, self._next_base + len(recs)
-        fut = self._pool.submit(self._delta_job, snapshot(self.tail), recs, streams, base)
+        fut = self._pool.submit(self._delta_job, snapshot(self.tail), recs, streams, base, self._read_ns)
         self._next_build = time.monotonic() + BUILD_S
         if not self._window_n:
             self._window_since = time.monotonic()
@@ -222,10 +236,12 @@ class LiveCapture:
                 raise f.exception()
         return sum(not f.done() for f in self._window_futs)
 
-    def _delta_job(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
-        t0 = time.perf_counter()
+    def _delta_job(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int, read_ns: int) -> Segment | None:
+        start_ns = time.monotonic_ns()
         seg = self._ingest_window(ctx, recs, streams, base)
-        self.build_ms.append((time.perf_counter() - t0) * 1000)
+        built_ns = time.monotonic_ns()
+        self.build_ms.append((built_ns - start_ns) / 1e6)
+        self.budget.observe(len(recs), (built_ns - start_ns) / 1e9)
         if seg is not None and self.status != "live":  # finalising, failed or stopped meanwhile
             seg.remove()
             if self.status in ("final", "failed"):
@@ -237,6 +253,8 @@ class LiveCapture:
                 at = next((i for i, s in enumerate(self.sealed) if s.order > seg.order), len(self.sealed))
                 self.sealed.insert(at, seg)
             self._announce("data", seg.lo_ns, seg.hi_ns)
+            self.stages.append({"hi_ns": seg.hi_ns, "records": len(recs), "read_ns": read_ns, "start_ns": start_ns,
+                                "built_ns": built_ns, "announced_ns": time.monotonic_ns()})
         return seg
 
     def _start_compaction(self) -> None:
@@ -244,6 +262,13 @@ class LiveCapture:
         (begin/end pairs and correlation flows that crossed delta boundaries now join up)."""
         if self._compactor is not None and self._compactor.is_alive():
             return
+        if self._behind_since_compaction and len(self.sealed) < MAX_SEGMENTS:
+            # behind, a compaction would build the same records a second time and halve what is
+            # drawn live; nothing crosses a delta boundary anyway (the records between are not shown)
+            self._window_futs, self._window, self._window_n = [], [], 0
+            self._behind_since_compaction = False
+            return
+        self._behind_since_compaction = False
         futs, window = self._window_futs, self._window
         self._window_futs, self._window, self._window_n = [], [], 0
         if len(futs) < 2:
@@ -289,24 +314,8 @@ class LiveCapture:
         with self.lock:
             self._files += 1
             seg_path = self.dir / f"seg-{self._files:06d}.duckdb"
-        win = seg_path.with_suffix(".atrace")
-        tmp = seg_path.with_suffix(".tmp")
-        write_window(ctx, recs, streams, win)
-        b = TraceBuilder(tmp, memory_limit="512MB", threads=1)
-        try:
-            ingest_atrace(win, b, label=self.path.name)
-            if b.n_slices == 0 and b.n_counters == 0:  # nothing drawable yet (names, unmapped device events)
-                b.abort()
-                unlink_duckdb(tmp)
-                return None
-            b.finish("atrace", self.path.name, start_ns=self.start_abs_ns)
-        except BaseException:
-            b.abort()
-            unlink_duckdb(tmp)
-            raise
-        finally:
-            win.unlink(missing_ok=True)
-        os.replace(tmp, seg_path)
+        if not build_segment(ctx, recs, streams, seg_path, self.path.name, self.start_abs_ns):
+            return None
         return self._open_segment(seg_path, base)
 
     def _open_segment(self, path: Path, base: int) -> Segment:
@@ -377,10 +386,7 @@ class LiveCapture:
             segs += [r for _, r in self._retired]
             self._retired.clear()
         for s in segs:
-            try:
-                s.con.close()
-            except duckdb.Error:
-                pass
+            s.close()
 
     # -- what requests read -----------------------------------------------------------------------
     def segments(self) -> list[Segment]:
@@ -411,6 +417,3 @@ class LiveCapture:
     def search(self, q: str, offset: int, limit: int) -> dict:
         return SL.search(self.segments(), q, offset, limit, self.start_abs_ns or 0, names=NAMES_TABLE)
 
-
-def _size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0

@@ -44,6 +44,22 @@ PRODUCER = textwrap.dedent("""
 """)
 
 
+# a producer whose ring (1,024 records) overflows: bursts of 6,000 events faster than the daemon drains,
+# so the daemon (discard mode) drops and counts them while the capture runs
+LOSSY = textwrap.dedent("""
+    import sys, time
+    from acceltrace.collect import client
+    t = client.connect(sys.argv[1], ring_records=1024)
+    for _ in range(3):
+        now = time.monotonic_ns()
+        for j in range(6000):
+            t.complete("burst", ts=now + j * 100, dur=50)
+        time.sleep(0.3)
+    print("done", flush=True)
+    sys.stdin.readline()
+""")
+
+
 def _json(url):
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())
@@ -101,13 +117,22 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
             assert lanes == ["counter", "cpu", "eu", "pcie"], lanes
             assert page.get_attribute("#follow", "aria-pressed") == "true"
             assert page.text_content("#live-lost") == "lost 0"
+            # loss is shown as it happens: a producer overflowing its ring, counted in the page while live
+            lossy = subprocess.Popen([PY, "-c", LOSSY, str(sock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+            assert lossy.stdout.readline().strip() == "done"
+            page.wait_for_function("() => document.querySelector('#live-lost').textContent !== 'lost 0'", timeout=15_000)
+            shown = int(page.text_content("#live-lost").removeprefix("lost ").replace(",", ""))
+            assert 0 < shown <= 3 * 6000 - 1024 and page.evaluate("() => window.acceltrace.live.head_ns") is not None
+            lossy.communicate("\n", timeout=20)
             # scrolling back stops following; End resumes
             page.mouse.move(600, 300)
             page.keyboard.down("a"); time.sleep(0.4); page.keyboard.up("a")
             page.wait_for_function("() => document.querySelector('#follow').getAttribute('aria-pressed') === 'false'")
             page.keyboard.press("End")
             page.wait_for_function("() => document.querySelector('#follow').getAttribute('aria-pressed') === 'true'")
-            # the capture stops: the page becomes the published trace, analysed, at the same URL
+            # the capture stops: the page becomes the published trace, analysed, at the same URL, without a reload
+            page.evaluate("() => { window.__same_page = true; }")
             producer.send_signal(signal.SIGTERM)
             producer.wait(10)
             producer = None
@@ -116,10 +141,25 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
             page.wait_for_function("() => window.acceltrace && window.acceltrace.live && window.acceltrace.live.head_ns === null"
                                    " && document.querySelector('#live-status').hidden", timeout=30_000)
             assert f"/t/{tid}" in page.url
-            page.wait_for_function("() => document.querySelector('#findings-count').textContent !== ''", timeout=15_000)
+            page.wait_for_function("() => document.querySelector('#findings-count').textContent !== ''", timeout=30_000)
+            assert page.evaluate("() => window.__same_page === true")  # no reload: the open page changed
             assert _json(f"{srv.url}/api/traces/{tid}")["status"] == "ready"
-            passes = {f["pass"] for f in _json(f"{srv.url}/api/traces/{tid}/findings")["findings"]}
-            assert "pageable_memory" in passes, passes
+            findings = _json(f"{srv.url}/api/traces/{tid}/findings")["findings"]
+            assert "pageable_memory" in {f["pass"] for f in findings}
+            # the findings are in the page: their count, the pageable-memory group in the Findings tab
+            assert page.text_content("#findings-count") == str(len(findings))
+            page.click(".tabs button[data-tab=findings]")
+            page.wait_for_function("() => /pageable/i.test(document.querySelector('#pane-findings').textContent)",
+                                   timeout=10_000)
+            # and the summary of the finished trace (a live one has none)
+            page.click(".tabs button[data-tab=summary]")
+            page.wait_for_function("() => /memcpy/.test(document.querySelector('#pane-summary').textContent)",
+                                   timeout=10_000)
+            assert page.evaluate("() => window.acceltrace.live.drawn_head_ns") is None
+            assert _json(f"{srv.url}/api/traces/{tid}")["lost_events"] >= shown  # the trailer's count
+            # the timeline draws the published trace's tiles now
+            page.wait_for_function("() => window.acceltrace.timeline.visibleKeys.some((k) =>"
+                                   " window.acceltrace.timeline.tiles.tiles.get(k))", timeout=10_000)
             assert not errors, errors
             browser.close()
     finally:

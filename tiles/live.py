@@ -58,12 +58,15 @@ class Segment:
             path = Path(self.con.execute("PRAGMA database_list").fetchone()[2])
         except duckdb.Error:
             pass
+        self.close()
+        if path is not None:
+            unlink_duckdb(path)
+
+    def close(self) -> None:
         try:
             self.con.close()
         except duckdb.Error:
             pass
-        if path is not None:
-            unlink_duckdb(path)
 
 
 def unlink_duckdb(path: Path) -> None:

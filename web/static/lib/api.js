@@ -38,6 +38,9 @@ export class Api {
     this.dataBase = `/api/live/${encodeURIComponent(this.id)}`;
   }
 
+  /** The capture stopped and was published under the same id: read it as any trace from now on. */
+  goFinal() { this.live = false; }
+
   get data() { return this.live ? this.dataBase : this.base; }
 
   meta() { return getJson(this.data); }
@@ -63,7 +66,7 @@ export class Api {
     });
   }
 
-  // while live there are no findings yet (the passes run when the capture stops; the page then reloads)
+  // while live there are no findings yet (the passes run when the capture stops, then the page shows them)
   findings() { return this.live ? Promise.resolve({ findings: [], live: true }) : getJson(`${this.base}/findings`); }
   summary() {
     if (this.live) return Promise.reject(new Error("the summary is computed once the capture stops"));

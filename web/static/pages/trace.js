@@ -245,9 +245,21 @@ async function main() {
 
   let follower = null;
   if (api.live) {
+    // the capture stopped and was published under this id: this page becomes the analysed trace, in place
+    const published = async () => {
+      api.goFinal();
+      meta = await api.meta();
+      clear(); // live slice ids are not the published trace's
+      follower.publish(meta);
+      summaryLoaded = false;
+      if (!panes.summary.hidden) showTab("summary");
+      panes.findings.replaceChildren();
+      followAnalysis(api, onAnalysis);
+      api.depths().then((d) => { tl.layout.applyDepthInfo(d.tracks); tl.relayout(); }).catch(() => {});
+    };
     follower = new LiveFollower(tl, api, meta, {
       status: $("live-status"), button: $("follow"),
-      onfinal: (m) => { if (m.status === "ready") setTimeout(() => location.reload(), 300); },
+      onfinal: (m) => { if (m.status === "ready") published().catch(() => location.reload()); },
     });
     if (!fresh && frag.start_ns !== null) follower.follow(false); // a shared view of a live trace stays put
   }

@@ -2,7 +2,8 @@
 // data touched; this grows the timeline's duration, marks the tiles over that range stale (they are
 // refetched and redrawn, every other tile stays as it is) and, while following, keeps the newest time
 // at the right edge. Scrolling back stops following; End (or the Follow button) resumes. When the
-// capture stops and the trace is published under the same id, the page reloads as an ordinary trace.
+// capture stops and the trace is published under the same id, `publish` turns the timeline into the
+// ordinary trace's in place (the page's onfinal calls it; no reload: the URL and the view stay).
 //
 // Test hook (docs/ui.md): window.acceltrace.live = {trace_id, head_ns, drawn_head_ns}: the newest event
 // time the server has told the page of and the newest one drawn, ns relative to the trace start; both
@@ -85,6 +86,25 @@ export class LiveFollower {
     tl.groupOf = new Map((meta.tracks || []).map((t) => [t.track_id, t.group ?? null]));
     tl.tiles.clear();
     tl.relayout();
+  }
+
+  /** The capture is a published trace now: its metadata (tracks, ids, levels) and tiles replace the
+   *  live ones; the view stays where it is, the live controls go. */
+  publish(meta) {
+    const tl = this.tl;
+    const pinned = tl.layout.pinned;
+    tl.meta = meta;
+    tl.layout = new Layout(meta.tracks || []);
+    tl.layout.setPinned(pinned);
+    tl.groupOf = new Map((meta.tracks || []).map((t) => [t.track_id, t.group ?? null]));
+    const lv = meta.levels || {};
+    tl.minLevel = lv.min ?? 0;
+    tl.maxLevel = lv.max ?? 62;
+    tl.view.duration_ns = Math.max(1, meta.duration_ns || 1);
+    tl.tiles.clear();
+    tl.relayout();
+    this.button.hidden = true;
+    this.statusEl.hidden = true;
   }
 
   /** The trace now ends at head_ns: widen the timeline and, while following, move the view along. */
