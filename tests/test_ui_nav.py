@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-output" / "ui"
 A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
-NAMES_PX = 230  # web/static/timeline/layout.js NAMES_PX
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                "--disable-sync", "--no-first-run"]
 CHAIN_KINDS = "('submit', 'launch', 'dma', 'exec')"  # docs: the correlation chain never follows dependency flows
@@ -98,6 +98,11 @@ def open_trace(page, trace, fragment=""):
     page.wait_for_function("() => window.acceltrace && window.acceltrace.nav")
 
 
+def names_px(page):
+    """The names column's width (resizable): the canvas width less the tracks area's."""
+    return page.evaluate("() => { const t = window.acceltrace.timeline; return t.width_css_px - t.view.width_css_px; }")
+
+
 def layer_pixels(page, x0, y0, x1, y1, rgb, tol=40):
     """How many pixels of the nav layer (bookmarks, measurement) in a css-px box are close to `rgb`."""
     return page.evaluate("""([x0, y0, x1, y1, rgb, tol]) => {
@@ -115,12 +120,13 @@ def layer_pixels(page, x0, y0, x1, y1, rgb, tol=40):
 
 def test_bookmarks_added_with_m_are_drawn_listed_and_restored_from_the_url(page, browser, trace):
     open_trace(page, trace)
+    left = names_px(page)
     canvas = page.locator("#timeline canvas.tracks")
     notes = ["warm-up, step #1 & <b>x</b> 50%: ok", "second"]
     expected = []
     for x, note in zip((500, 900), notes):
         canvas.hover(position={"x": x, "y": 300})
-        want = page.evaluate(f"() => window.acceltrace.timeline.view.ns_at({x - NAMES_PX})")
+        want = page.evaluate(f"() => window.acceltrace.timeline.view.ns_at({x - left})")
         page.keyboard.press("m")
         field = page.locator("#pane-bookmarks input.bm-note:focus")
         field.wait_for()
@@ -134,7 +140,7 @@ def test_bookmarks_added_with_m_are_drawn_listed_and_restored_from_the_url(page,
         assert abs(b["ns"] - want) <= per_px, (b, want, per_px)
     # drawn: a violet flag in the axis band at each bookmark's x
     for b in marks:
-        x = NAMES_PX + page.evaluate(f"() => window.acceltrace.timeline.view.x_of({b['ns']})")
+        x = left + page.evaluate(f"() => window.acceltrace.timeline.view.x_of({b['ns']})")
         assert layer_pixels(page, x, 2, x + 12, 20, (124, 58, 237)) > 20, f"no flag drawn at x={x}"
     # the note is text, never markup
     assert page.locator("#pane-bookmarks b").count() == 0
@@ -164,6 +170,20 @@ def test_bookmarks_added_with_m_are_drawn_listed_and_restored_from_the_url(page,
     assert not page.errors, page.errors
 
 
+def test_a_malformed_bookmark_list_in_the_url_keeps_its_valid_entries(page, trace):
+    # not a number, a broken %-escape, an empty entry, a note with every separator encoded
+    note = "a,b:c&d#e%f <i>g</i>"
+    frag = "#s=0&e=%d&bm=abc:x,%d:%%E0%%A4%%A,,%d:%s" % (
+        trace["duration"], trace["duration"] // 3, trace["duration"] // 2, urllib.parse.quote(note, safe=""))
+    open_trace(page, trace, frag)
+    marks = page.evaluate("() => window.acceltrace.nav.bookmarks")
+    assert marks == [{"ns": trace["duration"] // 3, "note": "%E0%A4%A"}, {"ns": trace["duration"] // 2, "note": note}], marks
+    page.locator(".tabs button[data-tab=bookmarks]").click()
+    assert page.locator("#pane-bookmarks i").count() == 0
+    assert page.locator("#pane-bookmarks input.bm-note").nth(1).input_value() == note
+    assert not page.errors, page.errors
+
+
 # -- measure ----------------------------------------------------------------------------------------------
 
 def test_measure_drag_snaps_to_the_slice_edges_the_store_has(page, server, trace):
@@ -175,7 +195,8 @@ def test_measure_drag_snaps_to_the_slice_edges_the_store_has(page, server, trace
     page.evaluate("(id) => window.acceltrace.select(id)", kid)
     page.wait_for_function("(id) => window.acceltrace.selected === id", arg=kid)
     wait_idle(page)
-    x_of = lambda ns: NAMES_PX + page.evaluate(f"() => window.acceltrace.timeline.view.x_of({ns})")  # noqa: E731
+    left = names_px(page)
+    x_of = lambda ns: left + page.evaluate(f"() => window.acceltrace.timeline.view.x_of({ns})")  # noqa: E731
     y = page.evaluate(f"() => window.acceltrace.timeline.rowMidY({track_id}, 0).y")
     xa, xb = x_of(ts), x_of(ts + dur)
     assert xb - xa > 100, (xa, xb)

@@ -2,7 +2,6 @@
 // palette and the keyboard help, all driven by one action table (panels/actions.js). Returns the test hooks
 // documented in docs/ui.md (window.acceltrace.nav).
 
-import { NAMES_PX } from "../timeline/layout.js";
 import { NavLayer } from "../timeline/nav_layer.js";
 import { Measure } from "../timeline/measure.js";
 import { stepTarget } from "../panels/flows.js";
@@ -33,7 +32,7 @@ export function installNav(page) {
   const help = $("help");
   let lastFlowStep = null; // {from, to} of the last [ / ] press, for the hook
   const app = {
-    tl, bookmarks, measure, namesPx: NAMES_PX, live: page.live,
+    tl, bookmarks, measure, live: page.live,
     showTab: page.showTab,
     passes: page.passes,
     toggleOverlay: page.toggleOverlay,

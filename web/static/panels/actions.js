@@ -4,14 +4,18 @@
 // is held (smooth zoom and pan); the dispatcher leaves those keys alone. Entries with `mouse` are gestures,
 // listed in the help only.
 
+import { NAMES_PX } from "../timeline/layout.js";
+
 const SECTIONS = ["Navigate", "Select and flows", "Bookmarks and measure", "Panels and sharing", "Mouse"];
 
 /** A keydown as the table writes keys: "M", "[", "?", "Ctrl+K", "Escape". */
 export function keyOf(e) {
   const k = e.key.length === 1 ? e.key.toUpperCase() : e.key;
   const mods = [];
-  if (e.ctrlKey || e.metaKey) mods.push("Ctrl");
-  if (e.altKey) mods.push("Alt");
+  // AltGr (Ctrl+Alt on some layouts) types [ ] / ? itself: not a modifier of the key it makes
+  const altGr = e.getModifierState?.("AltGraph");
+  if ((e.ctrlKey || e.metaKey) && !altGr) mods.push("Ctrl");
+  if (e.altKey && !altGr) mods.push("Alt");
   return [...mods, k].join("+");
 }
 
@@ -64,12 +68,12 @@ export function renderHelp(box, actions) {
  */
 export function traceActions(app) {
   const tl = app.tl, v = tl.view;
-  const hoverNs = () => (tl.hover && tl.hover.x > app.namesPx ? v.ns_at(tl.hover.x - app.namesPx) : null);
+  const hoverNs = () => (tl.hover && tl.hover.x > NAMES_PX ? v.ns_at(tl.hover.x - NAMES_PX) : null);
   const step = 0.2; // one press of W/S/A/D (timeline/input.js KEY_STEP)
   const list = [
-    { id: "zoom-in", title: "Zoom in", keys: ["W"], held: true, section: "Navigate", help: "zoom in (about the mouse; hold to keep zooming)",
+    { id: "zoom-in", title: "Zoom in", keys: ["W"], held: true, section: "Navigate", help: "Zoom in (about the mouse; hold to keep zooming)",
       run: () => v.zoomAbout(v.width_css_px / 2, 1 - step) },
-    { id: "zoom-out", title: "Zoom out", keys: ["S"], held: true, section: "Navigate", help: "zoom out (about the mouse)",
+    { id: "zoom-out", title: "Zoom out", keys: ["S"], held: true, section: "Navigate", help: "Zoom out (about the mouse)",
       run: () => v.zoomAbout(v.width_css_px / 2, 1 / (1 - step)) },
     { id: "pan-left", title: "Pan left", keys: ["A"], held: true, section: "Navigate", run: () => v.panPx(-step * v.width_css_px) },
     { id: "pan-right", title: "Pan right", keys: ["D"], held: true, section: "Navigate", run: () => v.panPx(step * v.width_css_px) },
