@@ -344,3 +344,26 @@ def test_the_url_restores_filter_hidden_order_depths_and_widths(page, browser, s
     finally:
         ctx.close()
     assert not page.errors, page.errors
+
+
+def test_going_to_a_slice_on_a_hidden_or_filtered_out_track_shows_that_track(page, server, trace_id):
+    (kernel, track), = _sql(server, trace_id, """SELECT s.slice_id, s.track_id FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane = 'eu' ORDER BY s.dur DESC, s.slice_id LIMIT 1""")
+    open_trace(page, trace_id, f"#s=0&e=1000000000&hide={track}")
+    assert row_of(page, track)["hidden"]
+    page.evaluate("(id) => window.acceltrace.select(id)", kernel)
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=kernel)
+    page.wait_for_function("(id) => window.acceltrace.tracks.find(t => t.id === id).shown", arg=track)
+    page.wait_for_function("() => !location.hash.includes('hide=')")
+    assert page.locator("#track-count").is_hidden()
+    # filtered out: let through the filter (the filter stays), counted as shown
+    page.fill("#track-filter", "lane:cpu")
+    page.wait_for_function("(id) => !window.acceltrace.tracks.find(t => t.id === id).shown", arg=track)
+    shown_before = sum(t["shown"] for t in tracks(page))
+    page.evaluate("(id) => window.acceltrace.select(id)", kernel)
+    page.wait_for_function("(id) => window.acceltrace.tracks.find(t => t.id === id).shown", arg=track)
+    wait_idle(page)
+    assert sum(t["shown"] for t in tracks(page)) == shown_before + 1
+    assert track in drawn_track_ids(page)
+    assert page.locator("#track-filter").input_value() == "lane:cpu"
+    assert not page.errors, page.errors
