@@ -286,6 +286,8 @@ def test_brackets_step_along_the_correlation_chain_in_time_order(page, server, t
 
 def test_palette_filters_fuzzily_and_runs_the_chosen_action(page, trace):
     open_trace(page, trace, f"#s={trace['duration'] // 3}&e={trace['duration'] // 2}")
+    # the findings loaded (the palette has one overlay toggle per pass)
+    page.wait_for_function("() => Number(document.getElementById('timeline').dataset.findings) > 0", timeout=20000)
     page.keyboard.press("Control+k")
     page.wait_for_function("() => window.acceltrace.nav.palette.open")
     runnable = [a["id"] for a in page.evaluate("() => window.acceltrace.nav.actions") if not a["mouse"]]
@@ -304,6 +306,22 @@ def test_palette_filters_fuzzily_and_runs_the_chosen_action(page, trace):
     assert page.evaluate("() => window.acceltrace.nav.palette.items")[0] == "measure"
     page.keyboard.press("Escape")
     assert page.evaluate("() => [window.acceltrace.nav.palette.open, window.acceltrace.nav.measureMode]") == [False, False]
+    # an analysis pass's overlay, toggled from the palette: the timeline and the URL follow
+    page.keyboard.press("Control+k")
+    page.keyboard.type("toggle overlay")
+    first = page.evaluate("() => window.acceltrace.nav.palette.items")[0]
+    assert first.startswith("overlay-"), first
+    p = first[len("overlay-"):]
+    was = page.evaluate("(p) => window.acceltrace.timeline.overlays.has(p)", p)
+    page.keyboard.press("Enter")
+    assert page.evaluate("(p) => window.acceltrace.timeline.overlays.has(p)", p) is (not was)
+    if was:
+        page.wait_for_function("(p) => !(new URLSearchParams(location.hash.slice(1)).get('ov') || '').split(',').includes(p)", arg=p)
+    else:
+        page.wait_for_function("(p) => (new URLSearchParams(location.hash.slice(1)).get('ov') || '').split(',').includes(p)", arg=p)
+    # the Findings tab's checkbox of that pass says the same
+    assert page.evaluate("(p) => [...document.querySelectorAll('#pane-findings input[type=checkbox]')]"
+                         ".find((c) => c.dataset.pass === p).checked", p) is (not was)
     page.keyboard.press("/")
     page.keyboard.type("qqqzzz")
     assert page.evaluate("() => window.acceltrace.nav.palette.items") == []

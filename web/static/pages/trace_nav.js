@@ -25,6 +25,7 @@ export function installNav(page) {
   });
   layer.add((ctx) => bookmarks.paint(ctx, tl));
   layer.add((ctx) => measure.paint(ctx, tl));
+  bookmarks.repaint = measure.repaint = () => layer.draw(); // never a redraw of the tracks
   // a double-click in measure mode is two measuring clicks, not a zoom
   tl.canvas.addEventListener("dblclick", (e) => { if (measure.mode) e.stopImmediatePropagation(); }, true);
   if (measureButton) measureButton.addEventListener("click", () => measure.setMode(!measure.mode));

@@ -19,6 +19,7 @@ export class Bookmarks {
     this.box = box;
     this.onchange = onchange;
     this.list = []; // [{ns, note}] sorted by time
+    this.repaint = () => tl.requestDraw(); // the nav layer alone once it exists (pages/trace_nav.js)
   }
 
   restore(list) {
@@ -58,7 +59,7 @@ export class Bookmarks {
 
   changed(save = true) {
     this.render();
-    this.tl.requestDraw();
+    this.repaint();
     if (save) this.onchange();
   }
 

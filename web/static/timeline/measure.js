@@ -42,6 +42,8 @@ export class Measure {
     this.mode = false;
     this.m = null;          // {a, b: snapAt results, y: css px of the drag in the scrolled area, scroll0}
     this.dragging = false;
+    // what a change repaints: the nav layer alone once it exists (trace_nav.js), so a drag never redraws the tracks
+    this.repaint = () => tl.requestDraw();
     const cv = tl.canvas;
     const pos = (e) => { const r = cv.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; };
     cv.addEventListener("mousedown", (e) => {
@@ -53,19 +55,19 @@ export class Measure {
       const a = snapAt(tl, x, y);
       this.m = { a, b: a, y, scroll0: tl.scrollY };
       this.dragging = true;
-      tl.requestDraw();
+      this.repaint();
     }, true);
     window.addEventListener("mousemove", (e) => {
       if (!this.dragging) return;
       const [x, y] = pos(e);
       this.m.b = snapAt(tl, Math.max(NAMES_PX, Math.min(tl.width_css_px, x)), y);
-      tl.requestDraw();
+      this.repaint();
     });
     window.addEventListener("mouseup", () => {
       if (!this.dragging) return;
       this.dragging = false;
       if (this.m.a.ns === this.m.b.ns) this.m = null; // a click, not a measurement
-      tl.requestDraw();
+      this.repaint();
       this.onchange(this.state);
     });
   }
@@ -80,7 +82,7 @@ export class Measure {
     const had = this.m !== null;
     this.m = null;
     this.dragging = false;
-    this.tl.requestDraw();
+    this.repaint();
     if (had) this.onchange(this.state);
     return had;
   }
