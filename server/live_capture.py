@@ -202,11 +202,11 @@ class LiveCapture:
         one of BUILD_WORKERS threads, so a slow build does not hold back the next one."""
         pending, self._pending = self._pending, []
         limit = min(MAX_DELTA_RECORDS, self.budget.records())
-        while sum(len(r) for r, _ in pending) > limit:
+        while (excess := sum(len(r) for r, _ in pending) - limit) > 0:
             # behind: the live view follows the present and says what it left out (the published
-            # trace has it all); the oldest reads go first, then the oldest part of the newest
+            # trace has it all): the oldest records read go, whole reads first
             r, s = pending[0]
-            cut = len(r) if len(pending) > 1 else len(r) - limit
+            cut = min(len(r), excess)
             pending[0] = (r[cut:], s[cut:])
             if cut == len(r):
                 pending.pop(0)

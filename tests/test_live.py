@@ -85,11 +85,12 @@ def test_a_growing_file_is_a_live_trace_then_a_published_one_under_the_same_id(t
             assert hits["total"] == 2000 and hits["results"][0]["ts"] == 0
             d = c.get(f"/api/live/{tid}/slices/{hits['results'][0]['id']}").json()
             assert d["slice"]["name"] == "step" and d["slice"]["track"]["name"] == "thread 1"
-            # events the daemon dropped (its periodic loss chunks) reach the page with the next push
+            # events the daemon dropped (its periodic loss chunks) reach the page at once, new data or not
             w.add_loss({0: 37})
-            _spans(w, "step", 10, T0 + 40_000_000)
+            w.flush()
             lost = _wait(lambda: (m := ws.receive_json()) and m["lost_events"] == 37 and m, what="the loss")
-            assert lost["type"] == "data"
+            assert lost["type"] == "data" and lost["t0_ns"] is None  # no tile to refetch
+            _spans(w, "step", 10, T0 + 40_000_000)
             assert c.get("/api/traces").json()["traces"][0]["counts"]["lost_events"] in (0, 37)  # catalog: once a second
             w.close()
             final = _wait(lambda: (m := ws.receive_json()) and m["type"] == "final" and m, timeout_s=60,
@@ -224,9 +225,10 @@ def test_a_server_behind_builds_the_newest_records_and_counts_what_it_left_out(t
             cap._take(*cap.tail.poll())
         cap._build_delta()
         seg = cap._window_futs[-1].result(timeout=60)
-        assert cap.not_shown == 800  # said on the page as "800 not drawn live"
-        assert seg.n_slices == 400 and seg.info.start_ns == T0 + 20_000_000  # the newest read, not the backlog
-        assert cap.counts()["not_shown"] == 800
+        assert cap.not_shown == 700  # said on the page as "700 not drawn live"
+        # the newest 500 records read, not the backlog: all of the last read and the end of the one before
+        assert seg.n_slices == 500 and seg.info.start_ns == T0 + 10_000_000 + 300 * 10_000
+        assert cap.counts()["not_shown"] == 700
     finally:
         cap.stop()
         w.close()
@@ -246,3 +248,47 @@ def test_a_server_stopping_mid_capture_says_so_and_leaves_no_segments(tmp_path, 
     assert row["status"] == "failed" and "the server stopped while cut.atrace was being captured" in row["error"]
     assert not store.live_dir(tid).exists()
     w.close()
+
+
+def test_a_delta_is_sized_to_what_the_server_builds_within_the_target():
+    from acceltrace.server.live_build import MIN_DELTA_RECORDS, DeltaBudget
+
+    b = DeltaBudget(500_000, target_s=0.3)
+    assert b.records() == 500_000  # nothing measured yet: the fixed ceiling
+    b.observe(1_000, 0.2)  # a small build is mostly fixed cost: it teaches nothing
+    assert b.records() == 500_000
+    b.observe(400_000, 1.2)  # 3 us a record
+    assert b.records() == 100_000
+    for _ in range(20):  # a faster server (1 us a record) gets bigger deltas, up to the ceiling
+        b.observe(300_000, 0.3)
+    assert 280_000 <= b.records() <= 300_000
+    for _ in range(20):  # a starved one never goes below the floor: a modest rate is never dropped
+        b.observe(100_000, 5.0)
+    assert b.records() == MIN_DELTA_RECORDS
+
+
+def test_a_server_behind_does_not_compact_and_keeps_drawing_the_newest(tmp_path, monkeypatch):
+    from acceltrace.server.live_capture import LiveCapture
+    from acceltrace.store.catalog import Store
+
+    monkeypatch.setattr("acceltrace.server.live_capture.MAX_DELTA_RECORDS", 500)
+    f = tmp_path / "fast.atrace"
+    w = AtraceWriter(f)
+    cap = LiveCapture(Store(tmp_path / "store"), f, "fast", seal_events=600)
+    try:
+        for k in range(3):  # each build finds more than it may build: it is behind
+            for j in range(2):
+                _spans(w, "step", 400, T0 + (2 * k + j) * 10_000_000)
+                cap._take(*cap.tail.poll())
+            cap._build_delta()
+            cap._window_futs[-1].result(timeout=60)
+            cap._start_compaction()
+        assert cap.compactions == 0 and cap._compactor is None  # no compaction thread was started
+        assert cap.not_shown == 3 * 300 and len(cap.segments()) == 3
+        assert [s.n_slices for s in cap.segments()] == [500, 500, 500]
+        stages = list(cap.stages)
+        assert len(stages) == 3 and all(s["read_ns"] <= s["start_ns"] <= s["built_ns"] <= s["announced_ns"]
+                                        for s in stages)
+    finally:
+        cap.stop()
+        w.close()

@@ -32,6 +32,7 @@ export class LiveFollower {
     this.finalising = false;
     this.final = false;
     this.settingView = false;
+    this.inbox = Promise.resolve();
     this.grow(meta.live.head_ns);
     this.showFollow();
     this.showStatus();
@@ -48,7 +49,10 @@ export class LiveFollower {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${proto}://${location.host}/api/live/ws?trace=${encodeURIComponent(this.api.id)}`);
     this.ws = ws;
-    ws.onmessage = (e) => this.message(JSON.parse(e.data));
+    // one message at a time, in order: a layout change awaits the metadata, and the pushes after it
+    // must not start a second re-layout meanwhile (nor overtake it)
+    ws.onmessage = (e) => { this.inbox = this.inbox.then(() => this.message(JSON.parse(e.data)))
+      .catch((err) => console.warn(`live push: ${err.message}`)); };
     ws.onclose = () => { if (!this.final) setTimeout(() => this.connect(), RECONNECT_MS); };
   }
 
