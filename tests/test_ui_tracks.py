@@ -367,3 +367,23 @@ def test_going_to_a_slice_on_a_hidden_or_filtered_out_track_shows_that_track(pag
     assert track in drawn_track_ids(page)
     assert page.locator("#track-filter").input_value() == "lane:cpu"
     assert not page.errors, page.errors
+
+
+def test_a_replaced_layout_keeps_the_users_track_choices(page, trace_id):
+    """A live trace's new tracks replace the layout (timeline/follow.js does so): filter, hidden, order and depths carry over."""
+    open_trace(page, trace_id)
+    cpu = [t for t in tracks(page) if t["group"] == "pyper:trainer:0:0 (4515)"]
+    deep = max(cpu, key=lambda t: t["depths"])
+    hide = next(t for t in tracks(page) if t["name"] == "stream 27")
+    page.evaluate("""([a, b, hide, deep]) => { const l = window.acceltrace.timeline.layout;
+        l.moveTrack(a, b); l.hideTrack(hide); l.setDepths(deep, 4); l.setFilter('-"stream 84"'); window.acceltrace.timeline.relayout(); }""",
+                  [cpu[-1]["id"], cpu[0]["id"], hide["id"], deep["id"]])
+    before = tracks(page)
+    page.evaluate("""() => { const tl = window.acceltrace.timeline, Old = tl.layout;
+        tl.layout = new Old.constructor(tl.meta.tracks); tl.relayout(); window.__replaced = tl.layout !== Old; }""")
+    assert page.evaluate("() => window.__replaced")
+    wait_idle(page)
+    after = tracks(page)
+    assert [(t["id"], t["hidden"], t["filtered"], t["depths"]) for t in after] == [(t["id"], t["hidden"], t["filtered"], t["depths"]) for t in before]
+    assert page.locator("#track-count").inner_text() == "13 of 15 · 1 hidden"
+    assert not page.errors, page.errors

@@ -100,7 +100,19 @@ export function installTrackControls(tl, onchange) {
     }
     if (!pop.hidden && pop.dataset.kind === "hidden") openHiddenList(); // keep an open list current
   };
-  tl.on("layout", showCounts);
+  // a live trace's new tracks replace the layout (timeline/follow.js): the user's choices carry over
+  let known = tl.layout;
+  tl.on("layout", () => {
+    if (tl.layout !== known) {
+      const prev = known;
+      known = tl.layout;
+      tl.layout.adoptChoices(prev);
+      tl.relayout();
+      return;
+    }
+    showCounts();
+  });
+  tl.trackMenus = true; // frame.js draws each track's ⋮ button
 
   let timer = 0;
   input?.addEventListener("input", () => {

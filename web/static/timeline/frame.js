@@ -153,9 +153,11 @@ function drawRow(tl, row, y) {
   }
   if (t.lane !== "counter") drawDepthControls(tl, row, t, x, y, sub && row.h >= 30 ? 33 : 19);
   // the track's menu (hide, depths, move: panels/track_menu.js) and the pin toggle at the right
-  ctx.fillStyle = "#8a919e";
-  ctx.font = th.boldFont;
-  ctx.fillText("\u22EE", NAMES_PX - MENU_RIGHT_PX + 3, y + 5);
+  if (tl.trackMenus) { // a page with track control (panels/track_controls.js)
+    ctx.fillStyle = "#8a919e";
+    ctx.font = th.boldFont;
+    ctx.fillText("\u22EE", NAMES_PX - MENU_RIGHT_PX + 3, y + 5);
+  }
   ctx.fillStyle = row.pinned ? "#2563eb" : "#b8bec9";
   ctx.font = th.font;
   ctx.fillText(row.pinned ? "\u25C6" : "\u25C7", NAMES_PX - 16, y + 5);
