@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from acceltrace.store import schema
+from acceltrace.store import aggregates, schema
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import assign_depths as _assign_depths
 from acceltrace.tiles.build import build as build_lod
@@ -310,6 +310,7 @@ class TraceBuilder:
         con.executemany("INSERT INTO trace_meta VALUES (?, ?)", sorted(meta.items()))
 
         build_lod(con)  # every published trace carries its level-of-detail tables
+        aggregates.build(con)  # and its whole-trace call trees and rollup (the views' first answer)
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from acceltrace.ingest.pipeline import ingest_paths
 from acceltrace.server.app import create_app
-from acceltrace.store import aggregates
+from acceltrace.store import range_events
 from acceltrace.store.catalog import Store
 
 US = 1000
@@ -77,7 +77,7 @@ def test_events_csv_holds_every_row_in_order_and_says_when_cut(client, monkeypat
     assert r.headers["content-type"].startswith("text/csv") and r.headers["x-acceltrace-truncated"] == "false"
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert [x["name"] for x in rows] == sorted(e["name"] for e in EVENTS)
-    assert list(rows[0]) == list(aggregates.EVENT_COLUMNS)
-    monkeypatch.setattr(aggregates, "EVENTS_CSV_MAX", 5)
+    assert list(rows[0]) == list(range_events.EVENT_COLUMNS)
+    monkeypatch.setattr(range_events, "EVENTS_CSV_MAX", 5)
     r = _get(client, "events.csv")
     assert r.headers["x-acceltrace-truncated"] == "true" and len(list(csv.DictReader(io.StringIO(r.text)))) == 5

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from acceltrace.server.deps import ApiError, AppState, get_state
-from acceltrace.store import aggregates
+from acceltrace.store import aggregates, range_events
 
 router = APIRouter(prefix="/api/traces", tags=["views"])
 
@@ -23,19 +23,22 @@ def _range(h, start_ns: int | None, end_ns: int | None) -> tuple[int, int]:
     return t0, t1
 
 
-@router.get("/{trace_id}/tree", summary="Call tree of a range (top-down or bottom-up)",
+@router.get("/{trace_id}/tree", summary="Call tree of a range (top-down or bottom-up; CPU stacks or device work)",
             description="CPU slices of [start_ns, end_ns) (relative; the whole trace by default), clipped to it, "
-                        "as a tree of nodes {name, count, total_ns, self_ns, children} under a root. top-down: "
-                        "paths from depth 0 down; bottom-up: each frame's self time up through its callers. At "
+                        "as a tree of nodes {name, count, total_ns, self_ns, p95_ns, slice_id, lane, children} "
+                        "under a root. top-down: paths from depth 0 down; bottom-up: each frame's self time up "
+                        "through its callers. source=device: the kernels, memsets and copies of the range as "
+                        "leaves under the CPU call that launched them (correlation id) and its callers. At "
                         f"most {aggregates.NODES_MAX} nodes; the rest of a level is one '(other: N more)' node.")
 def tree(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int | None = Query(None, ge=1),
          track: list[int] | None = Query(None, description="only these tracks (repeatable)"),
          mode: str = Query("top-down", pattern="^(top-down|bottom-up)$"),
+         source: str = Query("cpu", pattern="^(cpu|device)$"),
          state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     t0, t1 = _range(h, start_ns, end_ns)
     with h.cursor() as cur:
-        return aggregates.call_tree(cur, t0, t1, track, mode)
+        return aggregates.call_tree(cur, t0, t1, track, mode, source)
 
 
 @router.get("/{trace_id}/rollup", summary="Op-to-device rollup of a range",
@@ -56,26 +59,26 @@ def _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc):
     return dict(t0=t0, t1=t1, tracks=track, lanes=lane, text=q or None, sort=sort, desc=desc)
 
 
-_SORT_PATTERN = "^(" + "|".join(aggregates.EVENT_SORTS) + ")$"
+_SORT_PATTERN = "^(" + "|".join(range_events.EVENT_SORTS) + ")$"
 
 
 @router.get("/{trace_id}/events", summary="Slices of a range, one sorted page (the events table)",
             description="Every slice overlapping [start_ns, end_ns) (relative; the whole trace by default), on the "
                         "given tracks and lanes, whose name contains q (case-insensitive), sorted by `sort` "
-                        f"({', '.join(aggregates.EVENT_SORTS)}), `desc` for descending; a page of at most "
-                        f"{aggregates.EVENTS_PAGE_MAX} rows {{slice_id, track_id, lane, track, ts (relative), dur, "
+                        f"({', '.join(range_events.EVENT_SORTS)}), `desc` for descending; a page of at most "
+                        f"{range_events.EVENTS_PAGE_MAX} rows {{slice_id, track_id, lane, track, ts (relative), dur, "
                         "depth, name, category, bytes, args}} and the total that match.")
 def events(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int | None = Query(None, ge=1),
            track: list[int] | None = Query(None, description="only these tracks (repeatable)"),
            lane: list[str] | None = Query(None, description="only these lanes (repeatable)"),
            q: str | None = Query(None, max_length=500), sort: str = Query("ts", pattern=_SORT_PATTERN),
            desc: bool = False, offset: int = Query(0, ge=0),
-           limit: int = Query(200, ge=1, le=aggregates.EVENTS_PAGE_MAX),
+           limit: int = Query(200, ge=1, le=range_events.EVENTS_PAGE_MAX),
            state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     f = _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc)
     with h.cursor() as cur:
-        rows, total = aggregates.range_events(cur, f.pop("t0"), f.pop("t1"), offset=offset, limit=limit, **f)
+        rows, total = range_events.range_events(cur, f.pop("t0"), f.pop("t1"), offset=offset, limit=limit, **f)
     for r in rows:
         r["ts"] -= h.start_ns
     return {"total": total, "offset": offset, "limit": limit, "rows": rows}
@@ -83,7 +86,7 @@ def events(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int 
 
 @router.get("/{trace_id}/events.csv", summary="Slices of a range as CSV",
             description="The rows of GET /events with the same filters and order, all of them up to "
-                        f"{aggregates.EVENTS_CSV_MAX:,} (ts relative), as text/csv with a header line; the "
+                        f"{range_events.EVENTS_CSV_MAX:,} (ts relative), as text/csv with a header line; the "
                         "X-Acceltrace-Truncated header is 'true' when more matched.",
             response_class=Response)
 def events_csv(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int | None = Query(None, ge=1),
@@ -93,8 +96,8 @@ def events_csv(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: 
     h = state.trace(trace_id)
     f = _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc)
     with h.cursor() as cur:
-        table, truncated = aggregates.range_events_arrow(cur, f.pop("t0"), f.pop("t1"), h.start_ns,
-                                                              limit=aggregates.EVENTS_CSV_MAX, **f)
+        table, truncated = range_events.range_events_arrow(cur, f.pop("t0"), f.pop("t1"), h.start_ns,
+                                                              limit=range_events.EVENTS_CSV_MAX, **f)
     buf = io.BytesIO()
     pa_csv.write_csv(table, buf)
     return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
