@@ -138,3 +138,99 @@ def test_the_track_filter_keeps_only_those_tracks(client):
     assert client.get(f"/api/traces/{client.trace_id}/tree", params={"track": cpu}).json()["total_ns"] == \
         whole["total_ns"] > 0
     assert client.get(f"/api/traces/{client.trace_id}/tree", params={"track": other[:1]}).json()["total_ns"] == 0
+
+
+def test_device_tree_puts_each_kernel_under_the_op_that_launched_it(client):
+    r = client.get(f"/api/traces/{client.trace_id}/tree", params={"source": "device"})
+    assert r.status_code == 200, r.text
+    tree = r.json()
+    nodes = {p[1:]: n for p, n in _walk(tree) if len(p) > 1}
+    chain = ("step", "aten::linear", "aten::addmm", "cudaLaunchKernel", "k1")
+    assert nodes[chain]["total_ns"] == nodes[chain]["self_ns"] == 50 * US and nodes[chain]["lane"] == "eu"
+    assert nodes[chain[:-1]]["total_ns"] == 50 * US and nodes[chain[:-1]]["self_ns"] == 0
+    assert nodes[("step", "cudaMemcpyAsync", "Memcpy HtoD (Pinned -> Device)")]["lane"] == "pcie"
+    assert nodes[("step",)]["total_ns"] == tree["total_ns"] == (50 + 12 + 8) * US
+    # self time lives only at the leaves, and the leaves' self times sum to the root's total
+    assert sum(n["self_ns"] for p, n in _walk(tree) if len(p) > 1) == tree["total_ns"]
+    # the node's longest slice links to the timeline: k1's own slice
+    k1 = client.get(f"/api/traces/{client.trace_id}/slices/{nodes[chain]['slice_id']}").json()["slice"]
+    assert k1["name"] == "k1"
+    # bottom-up: the kernel first, then the calls that launched it
+    bu = client.get(f"/api/traces/{client.trace_id}/tree", params={"source": "device", "mode": "bottom-up"}).json()
+    k1_bu = next(c for c in bu["children"] if c["name"] == "k1")
+    assert k1_bu["self_ns"] == 50 * US and [c["name"] for c in k1_bu["children"]] == ["cudaLaunchKernel"]
+    assert k1_bu["p95_ns"] == 50 * US
+
+
+def test_device_tree_of_a_window_keeps_work_launched_before_it(client):
+    # k2 runs [80, 92) us, launched at 65 us: a window [75, 95) holds k2, k1's last 5 us and the
+    # memcpy's first 5 us
+    r = client.get(f"/api/traces/{client.trace_id}/tree", params={"source": "device", "start_ns": 75 * US,
+                                                                  "end_ns": 95 * US})
+    nodes = {p[1:]: n for p, n in _walk(r.json()) if len(p) > 1}
+    assert nodes[("step", "aten::relu", "cudaLaunchKernel", "k2")]["total_ns"] == 12 * US
+    assert nodes[("step", "cudaMemcpyAsync", "Memcpy HtoD (Pinned -> Device)")]["total_ns"] == 5 * US
+    assert nodes[("step", "aten::linear", "aten::addmm", "cudaLaunchKernel", "k1")]["total_ns"] == 5 * US
+    assert r.json()["total_ns"] == 22 * US
+
+
+def test_a_driver_lane_launch_sits_under_the_cpu_op_it_ran_inside(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 30,
+         "args": {"correlation": 9, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7, "ts": 60, "dur": 4,
+         "args": {"correlation": 77, "device": 0, "stream": 7}},
+    ]
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [path])
+    assert res.error is None, res.error
+    with TestClient(create_app(store.root)) as c:
+        tree = c.get(f"/api/traces/{res.id}/tree", params={"source": "device"}).json()
+        rows = {r["name"]: r for r in c.get(f"/api/traces/{res.id}/rollup").json()["rows"]}
+    nodes = {p[1:]: n for p, n in _walk(tree) if len(p) > 1}
+    assert nodes[("aten::mm", "cuLaunchKernelEx", "gemm")]["total_ns"] == 30 * US
+    assert nodes[("aten::mm", "cuLaunchKernelEx")]["lane"] == "driver"
+    assert nodes[("(no launching call)", "orphan")]["total_ns"] == 4 * US
+    assert rows["aten::mm"]["device_ns"] == 30 * US and rows["cuLaunchKernelEx"]["host_ns"] == 5 * US
+
+
+def test_the_precomputed_whole_trace_equals_the_trees_computed_from_the_slices(tmp_path):
+    from pathlib import Path
+
+    from acceltrace.store import aggregates
+
+    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "b200-eager-rank0.json.gz"
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [sample])
+    assert res.error is None, res.error
+    con = store.connect(res.id)
+    (t0, t1) = con.execute("SELECT min(ts), max(ts + dur) + 1 FROM slices").fetchone()
+
+    def strip(n):
+        return (n["name"], n["count"], n["total_ns"], n["self_ns"], n["p95_ns"], tuple(map(strip, n["children"])))
+
+    for source in aggregates.SOURCES:
+        for mode in aggregates.MODES:
+            pre = aggregates.call_tree(con, t0, t1, mode=mode, source=source)
+            live = aggregates.call_tree(con, t0, t1, mode=mode, source=source, precomputed=False)
+            assert pre["total_ns"] == live["total_ns"] > 0 and strip(pre) == strip(live), (source, mode)
+    assert aggregates.rollup(con, t0, t1) == aggregates.rollup(con, t0, t1, precomputed=False)
+    # the device tree's total is every kernel, memset and copy of the trace, by plain SQL
+    (want,) = con.execute("SELECT sum(s.dur) FROM slices s JOIN tracks t USING (track_id)"
+                          " WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0").fetchone()
+    assert aggregates.call_tree(con, t0, t1, source="device")["total_ns"] == want
+    # a trace stored before the precompute (no agg_* tables) answers the same from its slices
+    want_tree = strip(aggregates.call_tree(con, t0, t1, source="device"))
+    con.close()
+    import duckdb
+
+    old = duckdb.connect(str(store.trace_path(res.id)))
+    old.execute("DROP TABLE agg_info")
+    old.execute("DROP TABLE agg_tree")
+    assert strip(aggregates.call_tree(old, t0, t1, source="device")) == want_tree
+    old.close()
