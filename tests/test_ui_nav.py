@@ -279,6 +279,10 @@ def test_brackets_step_along_the_correlation_chain_in_time_order(page, server, t
     page.keyboard.press("[")
     page.wait_for_timeout(200)
     assert page.evaluate("() => window.acceltrace.selected") == chain[0]
+    # the Details tab's buttons step the same way
+    assert page.locator("#pane-details .flow-step").first.is_disabled()
+    page.locator("#pane-details .flow-step").last.click()
+    page.wait_for_function("(id) => window.acceltrace.selected === id", arg=chain[1])
     assert not page.errors, page.errors
 
 

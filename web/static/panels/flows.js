@@ -19,25 +19,24 @@ export function stepTarget(detail, dir) {
   return order[i + dir] || null;
 }
 
-/**
- * The Details tab's flow section: the chain position with previous / next, then every flow into or out of
- * the slice (kind, the source's own kind, the other end; a link jumps to it).
- */
-export function flowSection(detail, onjump) {
+/** The chain position with previous / next buttons ([ / ]), or nothing when the chain is the slice alone. */
+export function flowNav(detail, onjump) {
+  const order = chainOrder(detail);
+  if (order.length < 2) return [];
+  const i = order.findIndex((c) => c.id === detail.slice.id);
+  const prev = order[i - 1], next = order[i + 1];
+  const step = (c, text, key) => el("button", { class: "flow-step", disabled: !c, title: c ? `${key}: ${c.name}` : `${key}: none`,
+                                                onclick: () => c && onjump(c.id) }, text);
+  return [el("p", { class: "flow-nav" }, step(prev, "\u25c0 previous", "["), ` link ${i + 1} of ${order.length} `,
+             step(next, "next \u25b6", "]"))];
+}
+
+/** Every flow into or out of the slice: direction, kind (and the source's own kind), the other end (a link to it). */
+export function flowTable(detail, onjump) {
   const s = detail.slice;
   const flows = [...(detail.flows?.in || []), ...(detail.flows?.out || [])];
-  const order = chainOrder(detail);
-  const known = new Map(order.map((c) => [c.id, c]));
-  const out = [];
-  if (order.length > 1) {
-    const i = order.findIndex((c) => c.id === s.id);
-    const prev = order[i - 1], next = order[i + 1];
-    const step = (c, text, key) => el("button", { class: "flow-step", disabled: !c, title: c ? `${key}: ${c.name}` : `${key}: none`,
-                                                  onclick: () => c && onjump(c.id) }, text);
-    out.push(el("p", { class: "flow-nav" }, step(prev, "\u25c0 previous", "["), ` link ${i + 1} of ${order.length} `,
-                step(next, "next \u25b6", "]")));
-  }
-  out.push(el("h4", {}, `Flows (${flows.length})`));
+  const known = new Map(chainOrder(detail).map((c) => [c.id, c]));
+  const out = [el("h4", {}, `Flows (${flows.length})`)];
   if (!flows.length) { out.push(el("p", { class: "muted" }, "No flow starts or ends at this slice.")); return out; }
   out.push(el("table", { class: "grid flows" },
     el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "kind"), el("th", {}, "other end"))),

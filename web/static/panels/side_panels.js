@@ -1,7 +1,7 @@
 // The side panels: details of the selection, area aggregate, summary, findings. DOM only, built with el()
 // (textContent), so names from traces are never parsed as markup.
 
-import { flowSection } from "./flows.js";
+import { flowNav, flowTable } from "./flows.js";
 import { el, fmtDur, fmtTime, fmtBytes, fmtGbps, gbps, fmtCount, LANES, LANE_TITLES, displayName } from "../lib/util.js";
 
 function kv(rows) {
@@ -47,6 +47,7 @@ export function renderDetails(box, detail, onjump) {
                                 return [k, t.length > 200 ? el("span", { class: "long" }, t) : t]; })));
   }
   const chain = detail.chain;
+  box.append(...flowNav(detail, onjump)); // [ / ] along the chain (panels/flows.js), above its list
   if (chain && chain.slices && chain.slices.length > 1) {
     box.append(el("h4", {}, `Correlation chain (${chain.slices.length} slices${chain.truncated ? ", truncated" : ""})`));
     const sorted = [...chain.slices].sort((a, b) => a.ts - b.ts);
@@ -55,8 +56,8 @@ export function renderDetails(box, detail, onjump) {
       c.id === s.id ? el("b", { title: c.name }, displayName(c.name)) : sliceLink(c, onjump, displayName(c.name)),
       ` @ ${fmtTime(c.ts)}, ${fmtDur(c.dur)}${c.depth !== undefined && c.depth !== null ? `, depth ${c.depth}` : ""}`))));
   }
-  // every flow into or out of the slice, and [ / ] along the chain (panels/flows.js)
-  box.append(...flowSection(detail, onjump));
+  // every flow into or out of the slice (panels/flows.js)
+  box.append(...flowTable(detail, onjump));
 }
 
 /** Aggregate table for an area selection (the aggregate route's answer). */
