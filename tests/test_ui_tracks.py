@@ -387,3 +387,23 @@ def test_a_replaced_layout_keeps_the_users_track_choices(page, trace_id):
     assert [(t["id"], t["hidden"], t["filtered"], t["depths"]) for t in after] == [(t["id"], t["hidden"], t["filtered"], t["depths"]) for t in before]
     assert page.locator("#track-count").inner_text() == "13 of 15 · 1 hidden"
     assert not page.errors, page.errors
+
+
+def test_filter_language_on_merged_job_tracks_and_names_with_colons(page, trace_id):
+    """track_filter.js on hand-made tracks of a merged job (devices "rank 2/0"), as the page runs it."""
+    open_trace(page, trace_id)
+    got = page.evaluate("""async () => {
+        const { parseTrackFilter, trackMatches } = await import('/static/timeline/track_filter.js');
+        const T = (id, lane, group_name, name, device, process, thread) => ({ track_id: id, lane, group_name, name, device, process, thread });
+        const tracks = [T(1, 'eu', 'rank 2', 'GPU 0 / stream 7', 'rank 2/0', '2', '7'), T(2, 'eu', 'rank 3', 'GPU 0 / stream 7', 'rank 3/0', '3', '7'),
+                        T(3, 'cpu', 'rank 2', 'python3 (59813) / thread 59813', null, '59813', '59813'), T(4, 'pcie', 'rank 12', 'GPU 1 / PCIe HtoD', 'rank 12/1', '12', null),
+                        T(5, 'cpu', 'trace', 'aten::mm worker', null, null, null)];
+        const run = (text) => tracks.filter((t) => trackMatches(parseTrackFilter(text), t)).map((t) => t.track_id);
+        return Object.fromEntries(['dev:0', 'rank:2', 'rank:1', 'rank:12 lane:device', 'aten::mm', '-lane:host', 'lane:exec,pci',
+                                   'proc:59813', 'thread:7 -rank:3', '"stream 7" rank:3', 'DEVICE:1', 'lane:', '-'].map((q) => [q, run(q)]));
+    }""")
+    assert got == {
+        "dev:0": [1, 2], "rank:2": [1, 3], "rank:1": [], "rank:12 lane:device": [4], "aten::mm": [5], "-lane:host": [1, 2, 4],
+        "lane:exec,pci": [1, 2, 4], "proc:59813": [3], "thread:7 -rank:3": [1], '"stream 7" rank:3': [2], "DEVICE:1": [4],
+        "lane:": [1, 2, 3, 4, 5], "-": [1, 2, 3, 4, 5],
+    }, got

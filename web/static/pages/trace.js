@@ -171,7 +171,8 @@ async function main() {
     },
     hoverAt: (item, cx, cy, nameRow) => {
       cursor.draw(tl.hover && !nameRow && cx !== undefined ? tl.hover.x : null);
-      if (item) sliceTooltip(api, item, cx, cy);
+      if (!$("track-pop").hidden) hideTooltip(); // a track's menu or the hidden list is open over the tracks
+      else if (item) sliceTooltip(api, item, cx, cy);
       else if (nameRow && nameRow.row.kind === "track" && !tl.trackDrag) { // not while a track is dragged (timeline/track_drag.js)
         showTooltip([[nameRow.row.track.name, "b"], [`${nameRow.row.track.group_name}`], ["drag to reorder · ⋮ or right-click: hide, depths, move · ◇ pins"]], cx, cy);
       }

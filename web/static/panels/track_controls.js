@@ -9,6 +9,7 @@ import { NAMES_PX, NAMES_DEFAULT_PX, setNamesWidth, depthCount, shownDepths, MEN
 import { rowAt } from "../timeline/hit.js";
 import { attachTrackDrag } from "../timeline/track_drag.js";
 import { installDragResize } from "./resize.js";
+import { hideTooltip } from "./tooltip.js";
 
 const FILTER_DEBOUNCE_MS = 120;
 
@@ -126,6 +127,7 @@ export function installTrackControls(tl, onchange) {
 
   const closePop = () => { pop.hidden = true; pop.replaceChildren(); delete pop.dataset.kind; };
   const openAt = (kind, x, y, children) => {
+    hideTooltip();
     pop.replaceChildren(...children);
     pop.dataset.kind = kind;
     pop.hidden = false;

@@ -20,7 +20,10 @@ function laneIs(lane, v) {
 const FIELDS = {
   name: (t, v) => low(t.name).includes(v),
   lane: (t, v) => laneIs(t.lane, v),
-  dev: (t, v) => t.device !== null && t.device !== undefined && low(t.device) === v,
+  // a merged job's device is "rank 2/0": dev:0 is device 0 of every rank, dev:"rank 2/0" one of them
+  dev: (t, v) => t.device !== null && t.device !== undefined && (low(t.device) === v || low(t.device).split("/").pop().trim() === v),
+  // a merged job's ranks are its groups ("rank 3"), their devices "rank 3/..."
+  rank: (t, v) => low(t.group_name) === `rank ${v}` || low(t.device).startsWith(`rank ${v}/`),
   proc: (t, v) => low(t.process) === v || low(t.group_name).includes(v),
   thread: (t, v) => low(t.thread) === v || low(t.name).includes(v),
   group: (t, v) => low(t.group_name).includes(v),
