@@ -204,7 +204,7 @@ def _analysed(srv: BenchServer, tid: str) -> str:
     return state
 
 
-def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> dict:
+def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path, shot: Path | None = None) -> dict:
     """One capture at `rate` events/s followed by one page: latency, CPU, then finalisation."""
     dproc, target, out = _start(via, tmp)
     (tmp / "store").mkdir()
@@ -233,6 +233,8 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path) -> d
                 cpu1, w1 = _cpu_s(srv.proc.pid), time.monotonic()
                 time.sleep(2.0)  # the last events reach the screen
                 frames = page.evaluate("() => window.__frames")
+                if shot is not None:
+                    page.screenshot(path=str(shot / f"live-{int(rate)}.png"))
                 b.close()
         else:
             prod.wait()
@@ -320,6 +322,7 @@ def main() -> int:
                     help="auto: the daemon (per-event calls up to 50 k/s, its bulk path above)")
     ap.add_argument("--final-events", type=int, default=2_000_000)
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--screenshot", type=Path, help="a folder: the page at the end of each rate's following")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-live-") as d:
@@ -327,7 +330,7 @@ def main() -> int:
             tmp = Path(d) / f"follow{i}"
             tmp.mkdir()
             via = args.via if args.via != "auto" else "daemon"
-            rows.append(follow(rate, args.seconds, not args.no_browser, via, tmp))
+            rows.append(follow(rate, args.seconds, not args.no_browser, via, tmp, args.screenshot))
             print("measured:", {k: v for k, v in rows[-1].items() if k != "file"}, flush=True)
         fin = None
         if args.final_events:
@@ -353,7 +356,10 @@ def main() -> int:
                   + " ".join(f"{st[k][0]:>6.3f}/{st[k][1]:<6.3f}" for k in STAGES + ("total",))
                   + f" {r.get('delta_budget') or 0:>9}")
     for r in rows:
-        print(f"{r['rate']:>10.0f} ev/s: lost by the daemon {r.get('lost', 0)}, not drawn live {r.get('not_shown', 0)}")
+        seen = r.get("events_seen_live") or 0
+        share = 1 - (r.get("not_shown") or 0) / seen if seen else float("nan")
+        print(f"{r['rate']:>10.0f} ev/s: lost by the daemon {r.get('lost', 0)}, not drawn live {r.get('not_shown', 0)} "
+              f"({share:.0%} of the events read were drawn live)")
     if fin:
         n = fin["native"]
         print(f"\nFinalisation of a {fin['events']:,}-event capture ({fin['file_mb']:.0f} MB, produced in "

@@ -19,11 +19,14 @@ from acceltrace.server.live_capture import AfterPublish, LiveCapture
 from acceltrace.server.metadata import link_peaks
 from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
+from acceltrace.tiles.build import TILE_BUCKETS_LOG2
+from acceltrace.tiles.live import compose_tile
 from acceltrace.tiles.query import MAX_LEVEL
 
 DAEMON_TIMEOUT_S = 2.0
 DISCOVER_S = 0.5          # how often the sources are looked at
 STAGES_SENT = 50
+NOT_DRAWN_SENT = 20
 
 
 def live_sources(app) -> list[dict]:
@@ -84,8 +87,27 @@ def live_metadata(self: LiveCapture) -> dict:
                  "build_ms": [round(x) for x in list(self.build_ms)[-10:]],
                  # where the time goes (bench/live.py): per recent delta, monotonic ns of its newest
                  # record read, its build's start and end, and its announcement to the pages
-                 "stages": list(self.stages)[-STAGES_SENT:], "delta_budget": self.budget.records()},
+                 "stages": list(self.stages)[-STAGES_SENT:], "delta_budget": self.budget.records(),
+                 "not_drawn": self.gaps.relative(self.start_abs_ns or 0)},
     }
+
+def tile(self: LiveCapture, level: int, index: int, grp: int) -> bytes:
+    """One encoded tile of a tile group, composed from the segments (their cached parts)."""
+    with self.lock:
+        segs = list(self.sealed)
+        tracks = self.layout.group_tracks(grp)
+        g = self.layout.groups[grp]
+        names = list(self.names)
+    label = f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"]
+    return compose_tile(segs, self.parts, level, index, tracks, label, names)
+
+
+def tile_etag_key(self: LiveCapture, level: int, index: int, grp: int) -> str:
+    """What a tile's content depends on: the segments overlapping it and the layout."""
+    t0, t1 = index << (level + TILE_BUCKETS_LOG2), (index + 1) << (level + TILE_BUCKETS_LOG2)
+    keys = [s.key for s in self.segments() if s.overlaps(t0, t1)]
+    return f"{self.trace_id}/{level}/{index}/{grp}/{self.layout.version}/{','.join(keys)}"
+
 
 def push_message(self: LiveCapture, seq: int, since: int) -> dict:
     """The websocket message for changes after `since` up to `seq`: the time range they touched."""
@@ -98,7 +120,10 @@ def push_message(self: LiveCapture, seq: int, since: int) -> dict:
            "head_ns": self.head_ns() if status not in ("final", "failed") else None,
            "t0_ns": min((c["t0_ns"] for c in data), default=None),
            "t1_ns": max((c["t1_ns"] for c in data), default=None),
-           "layout_version": self.layout.version, **{k: v for k, v in self.counts().items()}}
+           "layout_version": self.layout.version, **{k: v for k, v in self.counts().items()},
+           # the newest spans not drawn live (the server fell behind), relative; the page keeps them by start
+           "not_drawn": [] if status in ("final", "failed") else
+           self.gaps.relative(self.start_abs_ns or 0)[-NOT_DRAWN_SENT:]}
     return msg
 
 

@@ -12,10 +12,12 @@ drawn live (the finished trace has every one).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
 
+from acceltrace.formats import record as R
 from acceltrace.formats.atrace.window import write_window
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.native.atrace import ingest_atrace
@@ -56,7 +58,7 @@ class DeltaBudget:
     The cost per record is a moving average of build time / records over the builds of at least
     MEASURED_RECORDS (smaller ones are mostly fixed cost and a capture that small is never behind).
     It includes the fixed part, so the size this gives converges to the one built in BUILD_TARGET_S.
-    Until such a build was measured, `ceiling` (the fixed limit) holds.
+    Until such a build was measured, the floor holds (a first build of the ceiling's size takes seconds).
     """
 
     def __init__(self, ceiling: int, target_s: float = BUILD_TARGET_S):
@@ -70,5 +72,32 @@ class DeltaBudget:
 
     def records(self) -> int:
         if not self.per_record_s:
-            return self.ceiling
+            return min(self.ceiling, MIN_DELTA_RECORDS)
         return int(max(MIN_DELTA_RECORDS, min(self.ceiling, self.target_s / self.per_record_s)))
+
+
+class Gaps:
+    """The time spans a server behind left undrawn: the host-clock span of each run of records it
+    did not build, merged where they touch, the newest `keep`. [lo, hi] absolute ns."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.spans: list[list[int]] = []
+        self._lock = threading.Lock()
+
+    def add(self, dropped: np.ndarray) -> None:
+        ev = dropped[np.isin(dropped["kind"], R.EVENT_KINDS) & (dropped["clock"] == R.HOST_CLOCK)]
+        if not len(ev):
+            return
+        ends = np.where(ev["kind"] == R.COMPLETE, ev["ts"] + np.maximum(ev["dur"], 0), ev["ts"])
+        lo, hi = int(ev["ts"].min()), int(ends.max())
+        with self._lock:
+            if self.spans and lo <= self.spans[-1][1]:
+                self.spans[-1][1] = max(self.spans[-1][1], hi)
+            else:
+                self.spans.append([lo, hi])
+            del self.spans[:-self.keep]
+
+    def relative(self, origin_ns: int) -> list[list[int]]:
+        with self._lock:
+            return [[lo - origin_ns, hi - origin_ns] for lo, hi in self.spans]

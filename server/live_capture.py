@@ -31,12 +31,12 @@ from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.layout import AtraceError
 from acceltrace.formats.atrace.window import snapshot
 from acceltrace.ingest.pipeline import ingest_one
-from acceltrace.server.live_build import DeltaBudget, build_segment
+from acceltrace.server.live_build import DeltaBudget, Gaps, build_segment
 from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
 from acceltrace.store.errors import IngestError
 from acceltrace.tiles.layout import NAMES_TABLE
-from acceltrace.tiles.live import LiveLayout, PartCache, Segment, compose_tile, segment_facts
+from acceltrace.tiles.live import LiveLayout, PartCache, Segment, segment_facts
 from acceltrace.tiles.query import LodInfo
 
 log = logging.getLogger("acceltrace.live")
@@ -48,6 +48,7 @@ SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into 
 SEAL_S = 2.0              # ... or once the oldest of them is this old
 MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many (or what DeltaBudget allows)
 MAX_SEGMENTS = 64         # a server behind compacts only once it holds this many segments
+MAX_GAPS = 1000           # not-drawn spans kept (the newest)
 RATE_WINDOW_S = 2.0
 RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
 CATALOG_EVERY_S = 1.0
@@ -86,6 +87,7 @@ class LiveCapture:
         self._compactor: threading.Thread | None = None
         self.compactions = 0
         self.not_shown = 0  # events left out of the live view because the server fell behind
+        self.gaps = Gaps(MAX_GAPS)  # ... and their time spans
         self.start_abs_ns: int | None = None
         self.events = 0
         self._rate: deque[tuple[float, int]] = deque()
@@ -211,6 +213,7 @@ class LiveCapture:
             if cut == len(r):
                 pending.pop(0)
             self.not_shown += int(np.isin(r[:cut]["kind"], R.EVENT_KINDS).sum())
+            self.gaps.add(r[:cut])
             self._behind_since_compaction = True
         recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
         streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])
@@ -395,21 +398,6 @@ class LiveCapture:
 
     def head_ns(self) -> int:
         return max((s.hi_ns for s in self.segments()), default=0)
-
-    def tile(self, level: int, index: int, grp: int) -> bytes:
-        with self.lock:
-            segs = list(self.sealed)
-            tracks = self.layout.group_tracks(grp)
-            g = self.layout.groups[grp]
-            names = list(self.names)
-        label = f"{g['lane']} · {g['group_name']}" if g["group_name"] else g["lane"]
-        return compose_tile(segs, self.parts, level, index, tracks, label, names)
-
-    def tile_etag_key(self, level: int, index: int, grp: int) -> str:
-        """What a tile's content depends on: the segments overlapping it and the layout."""
-        t0, t1 = index << (level + 10), (index + 1) << (level + 10)
-        keys = [s.key for s in self.segments() if s.overlaps(t0, t1)]
-        return f"{self.trace_id}/{level}/{index}/{grp}/{self.layout.version}/{','.join(keys)}"
 
     def slice_detail(self, slice_id: int) -> dict | None:
         return SL.slice_detail(self.segments(), slice_id, self.start_abs_ns or 0)

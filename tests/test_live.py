@@ -254,9 +254,9 @@ def test_a_delta_is_sized_to_what_the_server_builds_within_the_target():
     from acceltrace.server.live_build import MIN_DELTA_RECORDS, DeltaBudget
 
     b = DeltaBudget(500_000, target_s=0.3)
-    assert b.records() == 500_000  # nothing measured yet: the fixed ceiling
+    assert b.records() == MIN_DELTA_RECORDS  # nothing measured yet: the floor (not seconds of a first build)
     b.observe(1_000, 0.2)  # a small build is mostly fixed cost: it teaches nothing
-    assert b.records() == 500_000
+    assert b.records() == MIN_DELTA_RECORDS
     b.observe(400_000, 1.2)  # 3 us a record
     assert b.records() == 100_000
     for _ in range(20):  # a faster server (1 us a record) gets bigger deltas, up to the ceiling
@@ -286,6 +286,10 @@ def test_a_server_behind_does_not_compact_and_keeps_drawing_the_newest(tmp_path,
         assert cap.compactions == 0 and cap._compactor is None  # no compaction thread was started
         assert cap.not_shown == 3 * 300 and len(cap.segments()) == 3
         assert [s.n_slices for s in cap.segments()] == [500, 500, 500]
+        # where nothing is drawn, said: the span of each run of records left out (hatched on the page)
+        origin = T0 + 300 * 10_000  # the capture starts at the first record built
+        assert cap.gaps.relative(origin) == [[2 * k * 10_000_000 - 3_000_000, 2 * k * 10_000_000 - 6_000]
+                                             for k in range(3)]
         stages = list(cap.stages)
         assert len(stages) == 3 and all(s["read_ns"] <= s["start_ns"] <= s["built_ns"] <= s["announced_ns"]
                                         for s in stages)

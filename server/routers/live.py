@@ -80,12 +80,12 @@ def live_tile(request: Request, trace_id: str,
     if not (group.startswith("g") and group[1:].isdigit() and int(group[1:]) < ngroups):
         raise ApiError(404, "not_found", f"no tile group {group!r} in live trace {trace_id!r}")
     grp = int(group[1:])
-    etag = '"' + hashlib.sha256(cap.tile_etag_key(level, index, grp).encode()).hexdigest()[:32] + '"'
+    etag = '"' + hashlib.sha256(live.tile_etag_key(cap, level, index, grp).encode()).hexdigest()[:32] + '"'
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     inm = request.headers.get("if-none-match")
     if inm and etag in [t.strip() for t in inm.split(",")]:
         return Response(status_code=304, headers=headers)
-    return Response(cap.tile(level, index, grp), media_type=TILE_MEDIA_TYPE, headers=headers)
+    return Response(live.tile(cap, level, index, grp), media_type=TILE_MEDIA_TYPE, headers=headers)
 
 
 @router.get("/api/live/{trace_id}/slices/{slice_id}", summary="Slice details of a live trace",

@@ -5,12 +5,13 @@
 // capture stops and the trace is published under the same id, `publish` turns the timeline into the
 // ordinary trace's in place (the page's onfinal calls it; no reload: the URL and the view stay).
 //
-// Test hook (docs/ui.md): window.acceltrace.live = {trace_id, head_ns, drawn_head_ns}: the newest event
-// time the server has told the page of and the newest one drawn, ns relative to the trace start; both
-// null once the trace is final.
+// Test hook (docs/ui.md): window.acceltrace.live = {trace_id, head_ns, drawn_head_ns, not_drawn}: the
+// newest event time the server has told the page of and the newest one drawn, ns relative to the trace
+// start (both null once the trace is final), and the spans a server behind left undrawn ([t0, t1] ns,
+// drawn hatched over the tracks; empty once final).
 
 import { fmtCount } from "../lib/util.js";
-import { Layout } from "./layout.js";
+import { Layout, NAMES_PX, AXIS_PX } from "./layout.js";
 
 const HEAD_MARGIN = 0.04; // share of the view kept empty right of the newest event while following
 const RECONNECT_MS = 1000;
@@ -25,7 +26,9 @@ export class LiveFollower {
     this.onfinal = onfinal;
     this.following = true;
     this.headBySeq = new Map([[0, meta.live.head_ns]]);
-    this.state = { trace_id: api.id, head_ns: meta.live.head_ns, drawn_head_ns: null };
+    this.state = { trace_id: api.id, head_ns: meta.live.head_ns, drawn_head_ns: null, not_drawn: [] };
+    this.gaps = new Map(); // start ns -> end ns of the spans not drawn live (a span's end may grow)
+    this.addGaps(meta.live.not_drawn);
     this.layoutVersion = meta.live.layout_version;
     this.counts = { events: meta.live.events, rate_per_s: meta.live.rate_per_s, lost_events: meta.live.lost_events,
                     not_shown: meta.counts ? meta.counts.not_shown : 0 };
@@ -64,6 +67,8 @@ export class LiveFollower {
       this.final = true;
       this.state.head_ns = null;
       this.state.drawn_head_ns = null;
+      this.gaps.clear();
+      this.state.not_drawn = [];
       this.showStatus(m.status === "failed" ? `capture failed: ${m.error || ""}` : "finished: opening the analysed trace…");
       if (this.onfinal) this.onfinal(m);
       return;
@@ -72,6 +77,7 @@ export class LiveFollower {
     this.headBySeq.set(m.seq, m.head_ns);
     if (this.headBySeq.size > SEQ_HEADS_KEPT) this.headBySeq.delete(this.headBySeq.keys().next().value);
     this.state.head_ns = m.head_ns;
+    this.addGaps(m.not_drawn);
     this.grow(m.head_ns);
     this.tl.tiles.invalidate(m.t0_ns, m.t1_ns, m.seq);
     this.tl.requestDraw();
@@ -141,8 +147,40 @@ export class LiveFollower {
     if (on && this.state.head_ns !== null) this.grow(this.state.head_ns);
   }
 
+  addGaps(spans) {
+    if (!spans || !spans.length) return;
+    for (const [lo, hi] of spans) this.gaps.set(lo, Math.max(hi, this.gaps.get(lo) ?? hi));
+    this.state.not_drawn = [...this.gaps].sort((a, b) => a[0] - b[0]);
+  }
+
+  /** Hatch the spans not drawn live over the tracks area, so that no one reads them as idle time. */
+  drawGaps() {
+    const tl = this.tl, v = tl.view, ctx = tl.ctx;
+    const w = tl.width_css_px - NAMES_PX, h = tl.height_css_px - AXIS_PX;
+    if (!this.gaps.size || w <= 0 || h <= 0) return;
+    if (!this.hatch) {
+      const c = document.createElement("canvas");
+      c.width = c.height = 8;
+      const g = c.getContext("2d");
+      g.strokeStyle = "rgba(120,120,120,0.55)";
+      g.beginPath(); g.moveTo(0, 8); g.lineTo(8, 0); g.stroke();
+      this.hatch = ctx.createPattern(c, "repeat");
+    }
+    ctx.save();
+    ctx.setTransform(tl.dpr, 0, 0, tl.dpr, 0, 0);
+    ctx.beginPath(); ctx.rect(NAMES_PX, AXIS_PX, w, h); ctx.clip();
+    ctx.fillStyle = this.hatch;
+    for (const [lo, hi] of this.gaps) {
+      if (hi < v.start_ns || lo > v.end_ns) continue;
+      const a = NAMES_PX + v.x_of(lo), b = NAMES_PX + v.x_of(hi);
+      ctx.fillRect(a, AXIS_PX, Math.max(1, b - a), h);
+    }
+    ctx.restore();
+  }
+
   afterFrame() {
     if (this.final) return;
+    this.drawGaps();
     const seq = this.tl.tiles.completeSeq(this.tl.visibleKeys);
     if (seq < 0) return;
     const head = this.headBySeq.get(seq);
@@ -174,7 +212,8 @@ export class LiveFollower {
       behind.className = "lost";
       behind.id = "live-behind";
       behind.textContent = `${fmtCount(c.not_shown)} not drawn live`;
-      behind.title = "the server fell behind the capture and drew the newest events; the finished trace holds every one";
+      behind.title = "the server fell behind the capture and drew the newest events (the hatched spans are not drawn);"
+        + " the finished trace holds every one";
       parts.push(behind);
     }
     el.replaceChildren(...parts);
