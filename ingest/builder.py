@@ -294,6 +294,12 @@ class TraceBuilder:
             "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM slices"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
+        if start is None or end is None:  # every event was dropped on the way: nothing to show
+            dropped = self.warnings.dropped_events
+            raise IngestError(source_name, "no slice or counter sample is left to show"
+                              + (f" ({dropped} events were dropped: {self.warnings.kept[0]})"
+                                 if dropped and self.warnings.kept else "")
+                              + "; expected at least one event with a valid time")
         if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
             (longest,) = con.execute("SELECT max(dur) FROM slices").fetchone()
             self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"

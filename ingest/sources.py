@@ -266,8 +266,14 @@ def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
     budget = Budget(size)  # the archive's bytes on disk, not the sizes its directory claims
     for info in infos:
         def member_opener(info=info):
-            z = zipfile.ZipFile(path)
-            inner = z.open(info)
+            try:  # the central directory can point at bytes that are not a member's header
+                z = zipfile.ZipFile(path)
+                inner = z.open(info)
+            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as e:
+                raise IngestError(
+                    label, f"member '{info.filename}' cannot be opened ({e}); expected a zip member's local header",
+                    f"byte {info.header_offset}",
+                ) from None
             if info.filename.lower().endswith(".gz"):
                 inner = gzip.GzipFile(fileobj=inner)
             return io.BufferedReader(

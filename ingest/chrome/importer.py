@@ -265,14 +265,16 @@ def _rank_names(state) -> dict[int, str]:
 def _trace_meta(state) -> None:
     b = state.builder
     metas = [s.meta for s in state.sources if isinstance(s.meta, dict)]
-    devices = []
-    for m in metas:
-        for d in m.get("deviceProperties") or []:
-            if isinstance(d, dict) and d.get("name"):
-                devices.append(str(d["name"]))
+    # deviceProperties is a list of objects in Kineto; anything else in its place is said and ignored
+    for s in state.sources:
+        if isinstance(s.meta, dict) and "deviceProperties" in s.meta and not isinstance(s.meta["deviceProperties"], list):
+            b.warn(s.name, f"deviceProperties is {type(s.meta['deviceProperties']).__name__}, expected a list of"
+                           " objects; the device properties are left out")
+    props = [d for m in metas if isinstance(m.get("deviceProperties"), list)
+             for d in m["deviceProperties"] if isinstance(d, dict)]
+    devices = [str(d["name"]) for d in props if d.get("name")]
     if devices:
         b.set_meta("chrome_device_names", sorted(set(devices)))
-    props = [d for m in metas for d in (m.get("deviceProperties") or []) if isinstance(d, dict)]
     if props:
         b.set_meta("device_properties", json.dumps(props))
     versions = {}

@@ -102,7 +102,30 @@ def _interp_extrap(t: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     lo, hi = tr < xr[0], tr > xr[-1]
     out[lo] = yr[0] + (tr[lo] - xr[0]) * (yr[1] - yr[0]) / max(xr[1] - xr[0], 1.0)
     out[hi] = yr[-1] + (tr[hi] - xr[-1]) * (yr[-1] - yr[-2]) / max(xr[-1] - xr[-2], 1.0)
-    return y0 + np.round(out).astype(np.int64)
+    # a wild extrapolation saturates instead of wrapping; the builder drops times out of range
+    return y0 + np.round(np.clip(out, -TIME_LIMIT, TIME_LIMIT)).astype(np.int64)
+
+
+TIME_LIMIT = float(1 << 62)  # host ns and device ticks beyond this are corrupt (146 years of ns)
+
+
+def _drop_bad_times(data: ActrData, builder, label: str) -> None:
+    """Samples whose host time is out of range or goes backwards (a wrapped or corrupt clock
+    read), or whose device ticks are out of range, are dropped and counted, never mapped."""
+    for gid, smp in list(data.samples.items()):
+        if len(smp) == 0:
+            continue
+        host, ticks = smp["host_ns"].astype(np.int64), smp["dev_ticks"].astype(np.int64)
+        ok = (host >= 0) & (host < TIME_LIMIT) & (ticks < TIME_LIMIT) & (ticks >= NO_DEV_TICKS)
+        back = np.zeros(len(smp), dtype=bool)
+        back[1:] = host[1:] < host[:-1]
+        ok &= ~back
+        n_bad = int(len(smp) - np.count_nonzero(ok))
+        if n_bad:
+            builder.warn(label, f"group {gid}: {n_bad} samples with a host time out of range or going backwards"
+                         f" (a wrapped or corrupt clock read; {int(np.count_nonzero(back))} went backwards);"
+                         " dropped", dropped=n_bad)
+            data.samples[gid] = smp[ok]
 
 
 def fit_from_pairs(ticks: np.ndarray, host_ns: np.ndarray, window: int = FIT_WINDOW) -> tuple[ClockMap, int]:
@@ -141,6 +164,7 @@ def _write(data: ActrData, builder, label: str, group: str | None, clock_map) ->
     gdev = {g["id"]: g.get("device") or specs[g["counters"][0]].get("device", "host") for g in hdr["groups"]}
 
     _buffered_to_samples(data, builder, label, gdev, clock_map)
+    _drop_bad_times(data, builder, label)
 
     # sample times per group: device ticks mapped to host ns where the device has a clock
     maps: dict[str, ClockMap | None] = {}

@@ -79,6 +79,11 @@ class _Ingest:
                 self.unreadable.add(t)
             r.copy_table(ex, self.stage, "" if missing else t, spec, as_name=t)  # unreadable: created empty
         start_utc = r.session_start_utc_ns(ex)
+        if start_utc is not None and not 0 < start_utc < r.TIME_LIMIT_NS:
+            self.b.warn(ex.name, f"the session start {start_utc} is not a plausible UTC time in ns (expected"
+                        f" 0 < t < {r.TIME_LIMIT_NS}); times stay relative to the Nsight session",
+                        "table TARGET_INFO_SESSION_START_TIME")
+            start_utc = None
         self.off = start_utc or 0
         self._meta(start_utc)
         self._enums()
@@ -155,7 +160,8 @@ class _Ingest:
             self.b.set_meta("nsys_session_start_utc_ns", str(start_utc))
         else:
             self.b.set_meta("clock", "nsys_session")
-            self.b.warn(self.ex.name, "no TARGET_INFO_SESSION_START_TIME: times stay relative to the Nsight session")
+            if "utcEpochNs" not in self.ex.columns.get("TARGET_INFO_SESSION_START_TIME", set()):
+                self.b.warn(self.ex.name, "no TARGET_INFO_SESSION_START_TIME: times stay relative to the Nsight session")
 
     def _event_classes(self) -> tuple[int, int]:
         """Ids of the driver and backtrace event classes (enum table when present, else Nsight's values)."""

@@ -202,11 +202,19 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
     n = 0
     try:
         fast = all(t == I for t in cols.values()) and _all_integers(ex, table, [c for c in names if c in have])
+        def col(c: str) -> str:
+            if c not in have:
+                return "NULL"
+            if c in _TIME_COLUMNS and cols[c] == I:
+                return (f"CASE WHEN typeof({_dq(c)}) = 'integer' AND {_dq(c)} NOT BETWEEN {-TIME_LIMIT_NS}"
+                        f" AND {TIME_LIMIT_NS} THEN NULL ELSE {_dq(c)} END")  # text stays, to be named
+            return f"CASE WHEN {_dq(c)} = {_NULL_INT} THEN NULL ELSE {_dq(c)} END" if cols[c] == I else _dq(c)
+
         if fast:
             # every value is an integer or NULL (checked in SQLite): one int64 matrix per batch, NULL as a sentinel
-            select = ", ".join(f"coalesce({_dq(c)}, {_NULL_INT})" if c in have else str(_NULL_INT) for c in names)
+            select = ", ".join(f"coalesce({col(c)}, {_NULL_INT})" if c in have else str(_NULL_INT) for c in names)
         else:
-            select = ", ".join(_dq(c) if c in have else f"NULL AS {_dq(c)}" for c in names)
+            select = ", ".join(f"{col(c)} AS {_dq(c)}" for c in names)
         cur = ex.con.execute(f'SELECT {select} FROM "{_q(table)}"')
         while rows := cur.fetchmany(batch_rows or BATCH_ROWS):
             if fast:
@@ -228,6 +236,10 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
 
 
 _NULL_INT = -(1 << 63)  # INT64_MIN: no Nsight id, count or timestamp takes it
+# A timestamp beyond +-2^62 ns (146 years) is corruption: read as missing, so the row is counted
+# with the rows that have no start or end, and no later subtraction can overflow int64.
+TIME_LIMIT_NS = 1 << 62
+_TIME_COLUMNS = frozenset({"start", "end", "timestamp"})
 _ARROW = {I: pa.int64(), T: pa.string(), F: pa.float64()}
 
 
