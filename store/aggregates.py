@@ -311,23 +311,41 @@ def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}")
     if precomputed and _whole_trace(cur, t0, t1, tracks):
-        rows = cur.execute("""SELECT node, parent_node, name, count, total_ns, self_ns, p95_ns, slice_id, lane
-                              FROM agg_tree WHERE source = ? AND mode = ?""", [source, mode]).fetchall()
+        nodes = "SELECT node, parent_node, name, count, total_ns, self_ns, p95_ns, slice_id, lane FROM agg_tree" \
+                f" WHERE source = '{source}' AND mode = '{mode}'"
         totals = cur.execute("SELECT total_ns, self_total_ns FROM agg_totals WHERE source = ? AND mode = ?",
                              [source, mode]).fetchone() or (0, 0)
     else:
         _build(cur, t0, t1, tracks, source)
-        rows = cur.execute(_node_sql(mode, source)).fetchall()
+        nodes = _node_sql(mode, source)
         totals = cur.execute(_totals_sql(source)).fetchone()
     root_total, total_self = (int(v or 0) for v in totals)
-    tree = _assemble(rows, root_total if mode == "top-down" else total_self, total_self)
+    tree = _assemble(cur.execute(_top_nodes_sql(nodes)).fetchall(), root_total if mode == "top-down" else total_self,
+                     total_self)
     tree["source"], tree["mode"] = source, mode
     return tree
 
 
+def _top_nodes_sql(nodes: str) -> str:
+    """The NODES_MAX nodes of largest total (a child's total never exceeds its parent's, so they hang
+    together from the root; ties are dropped in _assemble), and per parent of one of them (or the root)
+    its children's number, count, total and self time: what a folded "(other: N more)" node holds."""
+    return f"""
+        WITH n(node, parent_node, name, count, total_ns, self_ns, p95_ns, slice_id, lane) AS MATERIALIZED ({nodes}),
+        top AS (SELECT * FROM n ORDER BY total_ns DESC, name, node LIMIT {NODES_MAX})
+        SELECT TRUE, node, parent_node, name, count, total_ns, self_ns, p95_ns, slice_id, lane FROM top
+        UNION ALL
+        SELECT FALSE, parent_node, NULL, NULL, count(*), sum(count), sum(total_ns), sum(self_ns), NULL, NULL FROM n
+        WHERE parent_node IS NULL OR parent_node IN (SELECT node FROM top) GROUP BY parent_node"""
+
+
 def _assemble(rows: list[tuple], root_total: int, root_self_total: int) -> dict:
     kids: dict = {}
-    for node, parent, *vals in rows:
+    siblings: dict = {}
+    for is_node, node, parent, *vals in rows:
+        if not is_node:  # (parent, -, -, -, children, their count, total, self)
+            siblings[node] = tuple(int(v or 0) for v in vals[1:5])
+            continue
         n = dict(zip(_NODE_KEYS, vals))
         for k in ("count", "total_ns", "self_ns"):
             n[k] = int(n[k] or 0)
@@ -336,28 +354,25 @@ def _assemble(rows: list[tuple], root_total: int, root_self_total: int) -> dict:
             n["slice_id"] = None
         n["id"] = node
         kids.setdefault(parent, []).append(n)
-    budget = [NODES_MAX]
+    truncated = [False]
 
     def build(parent) -> list[dict]:
-        level = sorted(kids.get(parent, ()), key=lambda n: (-n["total_ns"], n["name"]))
-        out = []
-        for i, n in enumerate(level):
-            if budget[0] <= 0:
-                rest = level[i:]
-                out.append({"name": f"(other: {len(rest)} more)", "count": sum(r["count"] for r in rest),
-                            "total_ns": sum(r["total_ns"] for r in rest), "self_ns": sum(r["self_ns"] for r in rest),
-                            "p95_ns": None, "slice_id": None, "lane": None, "children": [], "truncated": True})
-                break
-            budget[0] -= 1
-            node_id = n.pop("id")
-            n["children"] = build(node_id)
-            out.append(n)
+        out = sorted(kids.get(parent, ()), key=lambda n: (-n["total_ns"], n["name"]))
+        for n in out:
+            n["children"] = build(n.pop("id"))
+        n_all, count, total, self_ns = siblings.get(parent, (0, 0, 0, 0))
+        if n_all > len(out):  # the rest of this level, folded
+            truncated[0] = True
+            out.append({"name": f"(other: {n_all - len(out)} more)", "count": count - sum(c["count"] for c in out),
+                        "total_ns": total - sum(c["total_ns"] for c in out),
+                        "self_ns": self_ns - sum(c["self_ns"] for c in out),
+                        "p95_ns": None, "slice_id": None, "lane": None, "children": [], "truncated": True})
         return out
 
     children = build(None)
     return {"name": "(root)", "count": sum(c["count"] for c in children), "total_ns": root_total,
             "self_ns": 0, "p95_ns": None, "slice_id": None, "lane": None, "children": children,
-            "self_total_ns": root_self_total, "truncated": budget[0] <= 0}
+            "self_total_ns": root_self_total, "truncated": truncated[0]}
 
 
 def _rollup_sql(t0: int, t1: int) -> str:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from acceltrace.server.deps import ApiError, AppState, get_state
-from acceltrace.store import aggregates, range_events
+from acceltrace.store import aggregates, range_events, tables
 
 router = APIRouter(prefix="/api/traces", tags=["views"])
 
@@ -52,6 +52,16 @@ def rollup(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int 
     t0, t1 = _range(h, start_ns, end_ns)
     with h.cursor() as cur:
         return {"rows": aggregates.rollup(cur, t0, t1)}
+
+
+@router.get("/{trace_id}/tables", summary="The trace's tables with row counts",
+            description="Every table of the stored trace and of its side files (findings), as {name, kind "
+                        "(stored, analysis, derived, views precompute, level of detail), rows, columns}: what "
+                        "POST /query can read.")
+def trace_tables(trace_id: str, state: AppState = Depends(get_state)) -> dict:
+    h = state.trace(trace_id)
+    with h.cursor() as cur:
+        return {"tables": tables.trace_tables(cur)}
 
 
 def _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc):

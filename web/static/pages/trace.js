@@ -17,6 +17,7 @@ import { installSideResize, sideWidth } from "../panels/resize.js";
 import { installTrackControls, applyTrackUrlState, trackUrlState, trackList, namesWidth } from "../panels/track_controls.js";
 import { Bookmarks } from "../panels/bookmarks.js";
 import { installNav } from "./trace_nav.js";
+import { areaViewsLink } from "./views_link.js";
 
 const $ = (id) => document.getElementById(id);
 const TOP_OVERLAYS = 3;           // passes whose overlay a fresh page shows: the biggest by total impact
@@ -166,8 +167,10 @@ async function main() {
       showTab("area");
       renderArea(panes.area, null);
       panes.area.append(el("p", { class: "muted" }, "Aggregating…"));
-      try { renderArea(panes.area, await api.aggregate(a, b, ids), (q) => search.run(q)); }
-      catch (e) { panes.area.textContent = `Aggregation failed: ${e.message}`; }
+      try {
+        renderArea(panes.area, await api.aggregate(a, b, ids), (q) => search.run(q));
+        if (!api.live) panes.area.prepend(areaViewsLink(a, b, ids)); // flame graph, trees, events of the area
+      } catch (e) { panes.area.textContent = `Aggregation failed: ${e.message}`; }
     },
     hoverAt: (item, cx, cy, nameRow) => {
       cursor.draw(tl.hover && !nameRow && cx !== undefined ? tl.hover.x : null);

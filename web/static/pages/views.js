@@ -4,14 +4,17 @@
 
 import { getJson, errorFrom } from "../lib/api.js";
 import { fmtTime } from "../lib/util.js";
+import { el } from "../lib/util.js";
 import { readState, writeState, rangeParams, timelineUrl, status } from "../views/common.js";
 import { mountFlame } from "../views/flame.js";
 import { mountTree } from "../views/tree_table.js";
 import { mountRollup } from "../views/rollup_table.js";
 import { mountEvents } from "../views/events_table.js";
 import { mountQuery } from "../views/query.js";
+import { mountInfo } from "../views/info.js";
 
-const VIEWS = { flame: mountFlame, tree: mountTree, rollup: mountRollup, events: mountEvents, query: mountQuery };
+const VIEWS = { flame: mountFlame, tree: mountTree, rollup: mountRollup, events: mountEvents, query: mountQuery, info: mountInfo };
+const TRACK_VIEWS = new Set(["flame", "tree", "events"]); // the rollup, SQL and info are of the range or the trace
 
 class ViewsApi {
   constructor(id, state) {
@@ -19,7 +22,11 @@ class ViewsApi {
     this.base = `/api/traces/${encodeURIComponent(id)}`;
     this.state = state;
   }
-  tree(mode) { return getJson(`${this.base}/tree?${rangeParams(this.state, { track: this.state.tracks, mode })}`); }
+  tree(mode, source = this.state.source) {
+    return getJson(`${this.base}/tree?${rangeParams(this.state, { track: this.state.tracks, mode, source: source === "cpu" ? null : source })}`);
+  }
+  tables() { return getJson(`${this.base}/tables`); }
+  analysis() { return getJson(`${this.base}/analysis`); }
   rollup() { return getJson(`${this.base}/rollup?${rangeParams(this.state)}`); }
   events({ tracks, lane, q, sort, desc, offset, limit }) {
     return getJson(`${this.base}/events?${rangeParams(this.state, { track: tracks, lane, q, sort, desc: desc ? "true" : null, offset, limit })}`);
@@ -45,6 +52,8 @@ function main() {
   }
   const duration = meta.duration_ns ?? null;
   const api = new ViewsApi(trace_id, state);
+  api.meta = meta;
+  const trackSel = trackSelect(meta.tracks || [], state);
   const save = () => { writeState(state); header(); };
   const tabs = [...document.querySelectorAll(".view-tabs button")];
 
@@ -56,6 +65,8 @@ function main() {
     document.getElementById("timeline-link").href = e !== null ? timelineUrl(trace_id, s, e) : `/t/${encodeURIComponent(trace_id)}`;
     document.getElementById("whole-range").disabled = whole && !state.tracks.length;
     for (const b of tabs) b.classList.toggle("active", b.dataset.view === state.view);
+    trackSel.value = state.tracks.length === 1 ? String(state.tracks[0]) : state.tracks.length ? "many" : "";
+    trackSel.hidden = !TRACK_VIEWS.has(state.view);
   }
 
   function open(view) {
@@ -67,11 +78,34 @@ function main() {
   }
 
   for (const b of tabs) b.addEventListener("click", () => open(b.dataset.view));
+  document.getElementById("range-label").after(trackSel);
+  trackSel.addEventListener("change", () => {
+    if (trackSel.value === "many") return;
+    state.tracks = trackSel.value === "" ? [] : [Number(trackSel.value)];
+    state.focus = "";
+    open(state.view);
+  });
   document.getElementById("whole-range").addEventListener("click", () => {
     state.start_ns = null; state.end_ns = null; state.tracks = []; state.focus = "";
     open(state.view);
   });
   open(state.view);
+}
+
+/** One track (a thread, a stream) or all of them; an area's several tracks show as one entry. */
+function trackSelect(tracks, state) {
+  const sel = el("select", { id: "track-select", title: "the tracks the flame graph, call tree and events read" },
+    el("option", { value: "", text: "all tracks" }));
+  if (state.tracks.length > 1) sel.append(el("option", { value: "many", text: `${state.tracks.length} tracks (the area)` }));
+  const groups = new Map();
+  for (const t of tracks) {
+    if (t.lane === "counter") continue;
+    const g = `${t.lane} · ${t.group_name || ""}`;
+    if (!groups.has(g)) groups.set(g, el("optgroup", { label: g }));
+    groups.get(g).append(el("option", { value: String(t.track_id), text: t.name }));
+  }
+  sel.append(...groups.values());
+  return sel;
 }
 
 main();

@@ -3,7 +3,7 @@
 
 import { el, fmtDur } from "../lib/util.js";
 
-/** The page state: ?view=&start_ns=&end_ns=&track=ID&track=ID&mode=&q=&focus= (times ns relative). */
+/** The page state: ?view=&start_ns=&end_ns=&track=ID&track=ID&mode=&source=&q=&focus= (times ns relative). */
 export function readState(search = location.search) {
   const p = new URLSearchParams(search);
   const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(Number(p.get(k))) ? Number(p.get(k)) : null);
@@ -13,6 +13,7 @@ export function readState(search = location.search) {
     end_ns: num("end_ns"),
     tracks: p.getAll("track").map(Number).filter(Number.isFinite),
     mode: p.get("mode") === "bottom-up" ? "bottom-up" : "top-down",
+    source: p.get("source") === "device" ? "device" : "cpu",
     q: p.get("q") || "",
     focus: p.get("focus") || "",
     orient: p.get("orient") === "flame" ? "flame" : "icicle",
@@ -27,6 +28,7 @@ export function writeState(state) {
   if (state.end_ns !== null) p.set("end_ns", String(Math.round(state.end_ns)));
   for (const t of state.tracks) p.append("track", String(t));
   if (state.mode !== "top-down") p.set("mode", state.mode);
+  if (state.source !== "cpu") p.set("source", state.source);
   if (state.q) p.set("q", state.q);
   if (state.focus) p.set("focus", state.focus);
   if (state.orient !== "icicle") p.set("orient", state.orient);
@@ -54,6 +56,29 @@ export function timelineUrl(trace_id, start_ns, end_ns, slice_id = null) {
   p.set("e", String(Math.round(end_ns)));
   if (slice_id !== null && slice_id !== undefined) p.set("sel", String(slice_id));
   return `/t/${encodeURIComponent(trace_id)}#${p}`;
+}
+
+/** The views page of a range (relative ns) and tracks, opening `view` (the timeline's area selection). */
+export function viewsUrl(trace_id, start_ns, end_ns, tracks = [], view = "flame") {
+  const p = new URLSearchParams({ view });
+  p.set("start_ns", String(Math.max(0, Math.round(start_ns))));
+  p.set("end_ns", String(Math.round(end_ns)));
+  for (const t of tracks) p.append("track", String(t));
+  return `/t/${encodeURIComponent(trace_id)}/views?${p}`;
+}
+
+/** A select of the tree's source: CPU stacks, or device work under the op that launched it. */
+export function sourceSelect(state) {
+  const sel = el("select", { class: "source-select", title: "CPU stacks, or the kernels, memsets and copies under the call (and ops) that launched them" },
+    el("option", { value: "cpu", text: "CPU stacks" }), el("option", { value: "device", text: "Device work by launching op" }));
+  sel.value = state.source;
+  return sel;
+}
+
+/** Opens a slice (by id) on the timeline, framed; the slice's time comes from GET /slices/{id}. */
+export async function openSlice(api, slice_id) {
+  const { slice } = await api.slice(slice_id);
+  location.href = sliceTimelineUrl(api.id, slice.ts, slice.dur, slice.id);
 }
 
 /** A slice framed with room either side (its own duration, at least 1 us). */

@@ -1,10 +1,12 @@
-// Flame graph / icicle of a range, drawn on a canvas from GET /tree (top-down). The focus node spans
-// the full width; each child is as wide as its total time. Click zooms into a node (its path of
-// child indexes goes into the URL as focus=0.3.1), the breadcrumb zooms back out.
+// Flame graph / icicle of a range, drawn on a canvas from GET /tree (top-down), of CPU stacks or of
+// device work under the ops that launched it (source=device). The focus node spans the full width;
+// each child is as wide as its total time. Click zooms into a node (its path of child indexes goes
+// into the URL as focus=0.3.1), the breadcrumb zooms back out; the zoomed node links to its longest
+// slice on the timeline and to all its slices in the events table.
 // Names reach the page only as canvas text and textContent.
 
 import { el, fmtDur, fmtCount, nameColour, displayName } from "../lib/util.js";
-import { showTip, hideTip, status, pct, mean } from "./common.js";
+import { showTip, hideTip, status, pct, mean, sourceSelect, openSlice } from "./common.js";
 
 const ROW_H = 18;
 
@@ -41,7 +43,13 @@ export function mountFlame(container, { api, state, save }) {
   orientSel.value = state.orient;
   const crumbs = el("div", { class: "crumbs", id: "flame-crumbs" });
   const info = el("span", { class: "muted", id: "flame-info" });
-  const bar = el("div", { class: "view-bar" }, orientSel, info, crumbs);
+  const sourceSel = sourceSelect(state);
+  sourceSel.id = "flame-source";
+  const longest = el("a", { href: "#", id: "flame-longest", class: "button-link", hidden: true,
+    text: "Longest on the timeline", title: "the zoomed node's longest slice, on the timeline" });
+  const slicesLink = el("a", { id: "flame-slices", class: "button-link", hidden: true, text: "Its slices",
+    title: "the slices of this name in the range, in the events table" });
+  const bar = el("div", { class: "view-bar" }, sourceSel, orientSel, info, crumbs, longest, slicesLink);
   const canvas = el("canvas", { id: "flame-canvas", "aria-label": "flame graph" });
   const wrap = el("div", { class: "flame-wrap" }, canvas);
   const body = el("div", { class: "view-body" }, status("loading the call tree…"));
@@ -50,14 +58,26 @@ export function mountFlame(container, { api, state, save }) {
   let root = null, rects = [], focusChain = [];
   const hook = (window.acceltrace.flame = { ready: false });
 
-  api.tree("top-down").then((tree) => {
-    root = tree;
-    body.replaceChildren(wrap);
-    if (tree.truncated) body.prepend(status(`The tree was cut at the server's node limit: "(other …)" nodes hold the rest.`));
-    draw();
-  }).catch((e) => body.replaceChildren(status(`Could not load the call tree: ${e.message}`, true)));
+  function load() {
+    hook.ready = false;
+    body.replaceChildren(status("loading the call tree…"));
+    api.tree("top-down").then((tree) => {
+      root = tree;
+      body.replaceChildren(wrap);
+      if (tree.truncated) body.prepend(status(`The tree was cut at the server's node limit: "(other …)" nodes hold the rest.`));
+      if (!tree.children.length) body.prepend(status(state.source === "device" ? "No kernels, memsets or copies in this range." : "No CPU slices in this range."));
+      draw();
+    }).catch((e) => body.replaceChildren(status(`Could not load the call tree: ${e.message}`, true)));
+  }
+  load();
 
   orientSel.addEventListener("change", () => { state.orient = orientSel.value; save(); draw(); });
+  sourceSel.addEventListener("change", () => { state.source = sourceSel.value; state.focus = ""; save(); load(); });
+  longest.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    const f = focusChain[focusChain.length - 1];
+    if (f && f.slice_id !== null && f.slice_id !== undefined) openSlice(api, f.slice_id).catch((e) => { info.textContent = e.message; });
+  });
   window.addEventListener("resize", () => root && draw());
 
   function draw() {
@@ -82,7 +102,7 @@ export function mountFlame(container, { api, state, save }) {
     for (const r of rects) {
       r.y = flame ? height - (r.depth + 1) * ROW_H : r.depth * ROW_H;
       if (r.w <= 0) continue;
-      g.fillStyle = r.depth === 0 && r.node === root ? "#cbd5e1" : nameColour(r.node.name, "cpu");
+      g.fillStyle = r.depth === 0 && r.node === root ? "#cbd5e1" : nameColour(r.node.name, r.node.lane || "cpu");
       g.fillRect(r.x, r.y, Math.max(r.w - (r.w > 2 ? 1 : 0), 0.5), ROW_H - 1);
       if (r.w > 24) {
         let label = r.depth === 0 && r.node === root ? `all of the range · ${fmtDur(r.node.total_ns)}` : displayName(r.node.name);
@@ -96,13 +116,24 @@ export function mountFlame(container, { api, state, save }) {
         if (label) g.fillText(label, r.x + 3, r.y + ROW_H / 2);
       }
     }
-    info.textContent = `${fmtCount(rects.length)} nodes · ${fmtDur(focus.total_ns)} in view`;
+    info.textContent = `${fmtCount(rects.length)} nodes · ${fmtDur(focus.total_ns)} in view`
+      + (state.source === "device" ? " of device time" : "");
+    const linkable = focus !== root && focus.slice_id !== null && focus.slice_id !== undefined;
+    longest.hidden = !linkable;
+    slicesLink.hidden = focus === root || !!focus.truncated;
+    if (!slicesLink.hidden) {
+      const p = new URLSearchParams(location.search);
+      p.set("view", "events"); p.set("q", focus.name); p.delete("focus"); p.delete("orient"); p.delete("source");
+      slicesLink.href = `${location.pathname}?${p}`;
+    }
     renderCrumbs();
     Object.assign(hook, {
-      ready: true, focus: state.focus, orient: state.orient, root_total_ns: root.total_ns,
+      ready: true, focus: state.focus, orient: state.orient, source: state.source, root_total_ns: root.total_ns,
+      focus_slice_id: focus.slice_id ?? null,
       focus_total_ns: focus.total_ns, truncated: !!root.truncated,
       rects: rects.map((r) => ({ name: r.node.name, path: r.path, depth: r.depth, x: r.x, y: r.y, w: r.w,
-                                 total_ns: r.node.total_ns, self_ns: r.node.self_ns, count: r.node.count })),
+                                 total_ns: r.node.total_ns, self_ns: r.node.self_ns, count: r.node.count,
+                                 lane: r.node.lane, slice_id: r.node.slice_id })),
     });
   }
 
@@ -128,9 +159,11 @@ export function mountFlame(container, { api, state, save }) {
     if (!r) { hideTip(); canvas.style.cursor = ""; return; }
     canvas.style.cursor = "pointer";
     const n = r.node;
-    showTip(ev.clientX, ev.clientY, [n.name,
-      `total ${fmtDur(n.total_ns)} (${pct(n.total_ns, root.total_ns)} of the range)`,
-      `self  ${fmtDur(n.self_ns)}`, `count ${fmtCount(n.count)} · mean ${fmtDur(mean(n.total_ns, n.count))} · p95 ${fmtDur(n.p95_ns)}`]);
+    const kind = n.lane === "eu" ? " (kernel)" : n.lane === "pcie" ? " (copy)" : n.lane === "driver" ? " (driver call)" : "";
+    showTip(ev.clientX, ev.clientY, [n.name + kind,
+      `total ${fmtDur(n.total_ns)} (${pct(n.total_ns, root.total_ns)} of the range${state.source === "device" ? "'s device time" : ""})`,
+      `self  ${fmtDur(n.self_ns)}`, `count ${fmtCount(n.count)} · mean ${fmtDur(mean(n.total_ns, n.count))} · p95 ${fmtDur(n.p95_ns)}`,
+      "click: zoom in"]);
   });
   canvas.addEventListener("mouseleave", hideTip);
   canvas.addEventListener("click", (ev) => {

@@ -3,7 +3,7 @@
 // results as a table; a row with a slice_id opens that slice on the timeline.
 
 import { el, fmtCount } from "../lib/util.js";
-import { status, sliceTimelineUrl } from "./common.js";
+import { status, openSlice as openSliceOf } from "./common.js";
 
 const HISTORY_KEY = "acceltrace.query.history";
 const HISTORY_MAX = 30;
@@ -101,10 +101,7 @@ export function mountQuery(container, { api, state, save }) {
   }
 
   async function openSlice(slice_id) {
-    try {
-      const { slice } = await api.slice(slice_id);
-      location.href = sliceTimelineUrl(api.id, slice.ts, slice.dur, slice.id);
-    } catch (e) { info.textContent = `slice ${slice_id}: ${e.message}`; }
+    try { await openSliceOf(api, slice_id); } catch (e) { info.textContent = `slice ${slice_id}: ${e.message}`; }
   }
 
   run.addEventListener("click", execute);

@@ -1,8 +1,9 @@
-// Top-down and bottom-up call trees of a range (GET /tree) as an expandable, sortable, searchable
-// table: total, self, count, mean (total / count), p95 and the share of the range. Names are text nodes.
+// Top-down and bottom-up call trees of a range (GET /tree; CPU stacks or device work by launching op)
+// as an expandable, sortable, searchable table: total, self, count, mean (total / count), p95 and the
+// share of the range; each row links to its longest slice on the timeline. Names are text nodes.
 
 import { el, fmtDur, fmtCount } from "../lib/util.js";
-import { status, pct, mean } from "./common.js";
+import { status, pct, mean, sourceSelect, openSlice } from "./common.js";
 
 const COLUMNS = [
   { key: "name", title: "Name", width: "42%" },
@@ -12,9 +13,12 @@ const COLUMNS = [
   { key: "mean_ns", title: "Mean", num: true, tip: "total / count" },
   { key: "p95_ns", title: "p95", num: true, tip: "95th percentile (nearest rank) of one slice's time in the range (bottom-up: its self time)" },
   { key: "share", title: "% of range", num: true, tip: "total / the range's total" },
+  { key: "link", title: "", width: "34px", tip: "its longest slice on the timeline", unsortable: true },
 ];
 
 export function mountTree(container, { api, state, save }) {
+  const sourceSel = sourceSelect(state);
+  sourceSel.id = "tree-source";
   const modeSel = el("select", { id: "tree-mode" },
     el("option", { value: "top-down", text: "Top-down (callers → callees)" }),
     el("option", { value: "bottom-up", text: "Bottom-up (self time → callers)" }));
@@ -22,7 +26,7 @@ export function mountTree(container, { api, state, save }) {
   const search = el("input", { type: "search", id: "tree-search", placeholder: "Find a name (shows it and its callers)", value: state.q });
   const info = el("span", { class: "muted", id: "tree-info" });
   const expandAll = el("button", { text: "Expand all" }), collapseAll = el("button", { text: "Collapse" });
-  container.replaceChildren(el("div", { class: "view-bar" }, modeSel, search, expandAll, collapseAll, info));
+  container.replaceChildren(el("div", { class: "view-bar" }, sourceSel, modeSel, search, expandAll, collapseAll, info));
   const body = el("div", { class: "view-body" });
   container.append(body);
 
@@ -33,7 +37,7 @@ export function mountTree(container, { api, state, save }) {
   const headRow = el("tr");
   for (const c of COLUMNS) {
     const th = el("th", { class: c.num ? "num" : null, text: c.title, title: c.tip || c.title, dataset: { key: c.key } });
-    th.addEventListener("click", () => { desc = sortKey === c.key ? !desc : !!c.num; sortKey = c.key; render(); });
+    if (!c.unsortable) th.addEventListener("click", () => { desc = sortKey === c.key ? !desc : !!c.num; sortKey = c.key; render(); });
     headRow.append(th);
   }
   const tbody = el("tbody");
@@ -95,6 +99,7 @@ export function mountTree(container, { api, state, save }) {
       + (root.truncated ? " · cut at the node limit" : "") + (m ? ` · ${fmtCount(m.hit.size)} matching nodes` : "");
     hook.ready = true;
     hook.mode = state.mode;
+    hook.source = state.source;
     hook.root_total_ns = root.total_ns;
     hook.root = root;
   }
@@ -108,7 +113,10 @@ export function mountTree(container, { api, state, save }) {
       el("td", { class: "num", text: fmtCount(n.count) }),
       el("td", { class: "num", text: fmtDur(mean(n.total_ns, n.count)) }),
       el("td", { class: "num", text: fmtDur(n.p95_ns) }),
-      el("td", { class: "num", text: pct(n.total_ns, root.total_ns) }));
+      el("td", { class: "num", text: pct(n.total_ns, root.total_ns) }),
+      el("td", { class: "link-cell" }, n.slice_id === null || n.slice_id === undefined ? null
+        : el("a", { href: "#", class: "slice-link", text: "↗", title: "its longest slice on the timeline", dataset: { sliceId: String(n.slice_id) },
+                    onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); openSlice(api, n.slice_id).catch((e) => { info.textContent = e.message; }); } })));
     if (n.children.length) {
       tr.classList.add("link");
       tr.addEventListener("click", () => {
@@ -120,6 +128,7 @@ export function mountTree(container, { api, state, save }) {
   }
 
   modeSel.addEventListener("change", () => { state.mode = modeSel.value; save(); load(); });
+  sourceSel.addEventListener("change", () => { state.source = sourceSel.value; save(); load(); });
   let timer = 0;
   search.addEventListener("input", () => {
     clearTimeout(timer);
