@@ -140,7 +140,12 @@ def ingest_one(
         if progress:
             progress(label, min(1.0, done / total))
 
-    if trace_id is None:
+    if trace_id is None and skip_existing:  # the check and the insert in one transaction: no twin
+        have, trace_id, tmp_path = store.begin_unique(label, total, digest)
+        if have is not None:
+            res.id, res.format, res.counts, res.skipped = have["id"], have["format"], have["counts"], True
+            return res
+    elif trace_id is None:
         trace_id, tmp_path = store.begin(label, total, digest)
     res.id = trace_id
     builder = None

@@ -8,12 +8,12 @@ limit is checked against Content-Length first and against the bytes actually rec
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import secrets
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -160,11 +160,17 @@ class IngestJob:
     error: str | None = None
 
 
-def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob:
+def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob | dict:
     """Register the trace (so its id exists and shows 'ingesting'), then ingest it in a process of
     its own (server/ingest_child.py: lower priority, never in the server's event loop or thread
-    pool). A thread here waits for it; the progress travels through the catalog."""
-    trace_id, tmp_path = state.store.begin(display_name, rec.size, rec.sha256)
+    pool). A thread here waits for it; the progress travels through the catalog.
+
+    When the same content is already ready or being ingested (a concurrent upload of the same
+    file), nothing starts: the catalog row of that trace is returned instead."""
+    existing, trace_id, tmp_path = state.store.begin_unique(display_name, rec.size, rec.sha256)
+    if existing is not None:
+        shutil.rmtree(rec.work_dir, ignore_errors=True)
+        return existing
     job = IngestJob(trace_id)
     root = str(state.store.root)
 
@@ -195,3 +201,14 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
 
     threading.Thread(target=run, name=f"ingest-{trace_id}", daemon=True).start()
     return job
+
+
+def wait_for_row(state: AppState, trace_id: str, timeout_s: float) -> dict | None:
+    """The catalog row of a trace another request is ingesting, once it is no longer 'ingesting'
+    or timeout_s has passed (an upload deduplicated onto an ingest in progress waits as its own would)."""
+    deadline = time.monotonic() + timeout_s
+    row = state.store.get(trace_id)
+    while row is not None and row["status"] == "ingesting" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        row = state.store.get(trace_id)
+    return row

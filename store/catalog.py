@@ -147,14 +147,41 @@ class Store:
 
     def begin(self, name: str, source_bytes: int | None, content_hash: str | None) -> tuple[str, Path]:
         """Register an ingest in progress; returns its id and the temp path to build into."""
+        with self._db() as db:
+            return self._insert_ingesting(db, name, source_bytes, content_hash)
+
+    def begin_unique(self, name: str, source_bytes: int | None,
+                     content_hash: str) -> tuple[dict | None, str | None, Path | None]:
+        """begin(), unless a trace of the same content is ready or being ingested: then that row.
+
+        One write transaction holds the check and the insert, so concurrent uploads of one file
+        (threads or processes) make one trace: (existing row, None, None) or (None, id, temp path).
+        """
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for r in db.execute("SELECT * FROM traces WHERE content_hash = ? AND status IN ('ready', 'ingesting')"
+                                    " ORDER BY status = 'ready' DESC, created", (content_hash,)).fetchall():
+                    row = self._row(r)
+                    alive = row["host"] != os.uname().nodename or _pid_alive(row["pid"] or -1)
+                    if row["status"] == "ready" or (row["status"] == "ingesting" and alive):
+                        db.execute("COMMIT")
+                        return row, None, None
+                trace_id, tmp = self._insert_ingesting(db, name, source_bytes, content_hash)
+                db.execute("COMMIT")
+                return None, trace_id, tmp
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def _insert_ingesting(self, db, name: str, source_bytes: int | None, content_hash: str | None) -> tuple[str, Path]:
         trace_id = new_trace_id()
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with self._db() as db:
-            db.execute(
-                "INSERT INTO traces (id, name, status, created, source_bytes, content_hash, progress, pid, host)"
-                " VALUES (?, ?, 'ingesting', ?, ?, ?, 0, ?, ?)",
-                (trace_id, name, now, source_bytes, content_hash, os.getpid(), os.uname().nodename),
-            )
+        db.execute(
+            "INSERT INTO traces (id, name, status, created, source_bytes, content_hash, progress, pid, host)"
+            " VALUES (?, ?, 'ingesting', ?, ?, ?, 0, ?, ?)",
+            (trace_id, name, now, source_bytes, content_hash, os.getpid(), os.uname().nodename),
+        )
         return trace_id, self.tmp_dir / f"{trace_id}.{os.getpid()}.duckdb"
 
     def begin_live(self, name: str) -> str:

@@ -148,6 +148,34 @@ def test_concurrent_uploads_to_a_live_server_all_become_ready(live_server_factor
     assert "Traceback" not in server.log()
 
 
+def test_ten_concurrent_uploads_of_one_file_make_one_trace(live_server_factory, tmp_path):
+    server = live_server_factory(tmp_path / "store")
+    body = chrome_json("same", 400)
+    results: dict[int, httpx.Response] = {}
+    gate = threading.Barrier(10)
+
+    def send(i: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            gate.wait(30)
+            results[i] = c.post("/api/traces", files={"file": (f"same{i}.json", body)})
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(r.status_code for r in results.values()) in ([200] * 9 + [201], [200] * 9 + [202]), \
+        {i: (r.status_code, r.text[:200]) for i, r in results.items()}
+    ids = {r.json()["id"] for r in results.values()}
+    assert len(ids) == 1
+    assert sum(bool(r.json().get("deduplicated")) for r in results.values()) == 9
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        (tid,) = ids
+        assert _wait_ready(c, tid)["status"] == "ready"
+        assert [t["id"] for t in c.get("/api/traces").json()["traces"]] == [tid]
+    assert "Traceback" not in server.log()
+
+
 def test_live_server_sees_traces_other_processes_add_and_remove(live_server, trace_store):
     from bench.gen_synthetic import build_trace
 

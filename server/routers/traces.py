@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import json
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -38,12 +37,19 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
                        state: AppState = Depends(get_state)):
     rec = await upload.receive(request, state, name)
     display = name or rec.name
-    existing = await run_in_threadpool(state.store.find_by_hash, rec.sha256)
-    if existing is not None:
-        await run_in_threadpool(shutil.rmtree, rec.work_dir, True)
-        return JSONResponse({"id": existing["id"], "name": existing["name"], "status": existing["status"],
-                             "deduplicated": True, "trace": catalog_entry(existing)}, status_code=200)
     job = await run_in_threadpool(upload.start_ingest, state, rec, display)
+    if isinstance(job, dict):  # the same content is stored or being ingested (one trace per content)
+        row = job
+        if row["status"] == "ingesting":
+            row = await run_in_threadpool(upload.wait_for_row, state, row["id"], state.ingest_wait_s)
+        if row is None or row["status"] == "failed":
+            raise ApiError(422, "ingest_failed", (row or {}).get("error")
+                           or "the ingest of the same content, started by another upload, failed")
+        body = {"id": row["id"], "name": row["name"], "status": row["status"], "deduplicated": True,
+                "trace": catalog_entry(row)}
+        if row["status"] == "ingesting":
+            body["progress_url"] = f"/api/traces/{row['id']}/progress"
+        return JSONResponse(body, status_code=200)
     finished = await run_in_threadpool(job.done.wait, state.ingest_wait_s)
     row = await run_in_threadpool(state.store.get, job.trace_id)
     if finished and row is not None and row["status"] == "ready":
