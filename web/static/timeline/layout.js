@@ -298,47 +298,50 @@ export class Layout {
     }
     this.pinnedHeight = y;
 
-    // one pass: which tracks get a row, and per lane and group how many of how many
-    const shown = [];
-    const total = new Map(), kept = new Map();
-    const bump = (m, k) => m.set(k, (m.get(k) || 0) + 1);
-    let hidden = 0, filtered = 0;
-    for (const t of this.tracks) {
-      const gk = `${t.lane}\u0000${t.group_name}`;
-      bump(total, t.lane); bump(total, gk);
-      if (this.hidden.has(t.track_id)) { hidden++; continue; }
-      if (pinned.has(t.track_id)) { bump(kept, t.lane); bump(kept, gk); continue; } // drawn in the pinned band
-      if (this.filteredOut.has(t.track_id) && !this.revealed.has(t.track_id)) { filtered++; continue; }
-      bump(kept, t.lane); bump(kept, gk);
-      shown.push(t);
-    }
-    this.counts = { total: this.tracks.length, shown: this.tracks.length - hidden - filtered, hidden, filtered };
-    const of = (k) => { const n = total.get(k) || 0, m = kept.get(k) || 0; return m === n ? `${n}` : `${m} of ${n}`; };
-
+    // one pass over the tracks (lanes and groups are contiguous in this.tracks): which get a row, and per
+    // lane and group how many of how many (a header is made at its first drawn track, labelled at its end)
     this.rows = [];
     y = 0;
-    let lane = null, group = null;
-    for (const t of shown) {
-      if (t.lane !== lane) {
-        lane = t.lane; group = null;
-        const key = `lane:${lane}`;
-        this.rows.push({ kind: "lane", key, label: `${LANE_TITLES[lane] || lane}  (${of(lane)})`, lane, y, h: HEADER_PX, indent: 0, collapsed: this.collapsed.has(key) });
+    let hidden = 0, filtered = 0;
+    let lane = null, group = null, laneRow = null, groupRow = null, laneShut = false, groupShut = false;
+    let laneN = 0, laneKept = 0, groupN = 0, groupKept = 0;
+    const of = (m, n) => (m === n ? `${n}` : `${m} of ${n}`);
+    const endGroup = () => { if (groupRow && groupKept !== groupN) groupRow.note = `  (${of(groupKept, groupN)})`; };
+    const endLane = () => { if (laneRow) laneRow.label = `${LANE_TITLES[lane] || lane}  (${of(laneKept, laneN)})`; };
+    for (const t of this.tracks) {
+      if (t.lane !== lane || t.group_name !== group) {
+        endGroup();
+        if (t.lane !== lane) {
+          endLane();
+          lane = t.lane; laneRow = null; laneN = laneKept = 0; laneShut = this.collapsed.has(`lane:${lane}`);
+        }
+        group = t.group_name; groupRow = null; groupN = groupKept = 0; groupShut = this.collapsed.has(`group:${lane}\u0000${group}`);
+      }
+      laneN++; groupN++;
+      const id = t.track_id;
+      if (this.hidden.has(id)) { hidden++; continue; }
+      laneKept++; groupKept++;
+      if (pinned.has(id)) continue; // drawn in the pinned band
+      if (this.filteredOut.has(id) && !this.revealed.has(id)) { filtered++; laneKept--; groupKept--; continue; }
+      if (!laneRow) {
+        laneRow = { kind: "lane", key: `lane:${lane}`, label: "", lane, y, h: HEADER_PX, indent: 0, collapsed: laneShut };
+        this.rows.push(laneRow);
         y += HEADER_PX;
       }
-      if (this.collapsed.has(`lane:${lane}`)) continue;
-      if (t.group_name !== group) {
-        group = t.group_name;
-        const key = `group:${lane}\u0000${group}`;
-        const gk = `${lane}\u0000${group}`;
-        const part = (kept.get(gk) || 0) !== (total.get(gk) || 0) ? `  (${of(gk)})` : "";
-        this.rows.push({ kind: "group", key, label: String(group), note: part, lane, y, h: HEADER_PX, indent: 1, collapsed: this.collapsed.has(key) });
+      if (laneShut) continue;
+      if (!groupRow) {
+        groupRow = { kind: "group", key: `group:${lane}\u0000${group}`, label: String(group), note: "", lane, y, h: HEADER_PX, indent: 1, collapsed: groupShut };
+        this.rows.push(groupRow);
         y += HEADER_PX;
       }
-      if (this.collapsed.has(`group:${lane}\u0000${group}`)) continue;
+      if (groupShut) continue;
       const h = trackHeight(t);
-      this.rows.push({ kind: "track", key: `track:${t.track_id}`, label: t.name, lane, y, h, track: t, indent: 2 });
+      this.rows.push({ kind: "track", key: `track:${id}`, label: t.name, lane, y, h, track: t, indent: 2 });
       y += h;
     }
+    endGroup();
+    endLane();
+    this.counts = { total: this.tracks.length, shown: this.tracks.length - hidden - filtered, hidden, filtered };
     this.height = y;
   }
 
