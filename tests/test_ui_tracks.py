@@ -265,7 +265,12 @@ def test_collapse_a_thread_to_a_chosen_depth_from_its_menu(page, server, trace_i
     page.click("#track-pop [data-act=depths]")
     assert page.locator("#track-pop").is_visible()
     assert row_of(page, tid)["depths"] == 3
+    page.click("#track-pop .pop-title")  # focus off the field: Esc closes the menu, and only the menu
+    page.evaluate("(id) => window.acceltrace.select(id)", _sql(server, trace_id, f"SELECT min(slice_id) FROM slices WHERE track_id = {tid}")[0][0])
+    page.wait_for_function("() => window.acceltrace.selected !== null")
     page.keyboard.press("Escape")
+    page.wait_for_function("() => document.getElementById('track-pop').hidden")
+    assert page.evaluate("() => window.acceltrace.selected") is not None
     assert not page.errors, page.errors
 
 

@@ -211,7 +211,13 @@ export function installTrackControls(tl, onchange) {
     openMenu(hit.t, e.clientX, e.clientY);
   });
   document.addEventListener("pointerdown", (e) => { if (!pop.hidden && !pop.contains(e.target) && e.target !== count) closePop(); });
-  window.addEventListener("keydown", (e) => { if (e.key === "Escape" && !pop.hidden) closePop(); });
+  // Esc closes an open menu or list and does nothing else (capture phase, ahead of the page's key table)
+  window.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape" || pop.hidden) return;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    closePop();
+  }, true);
 
   attachTrackDrag(tl, () => onchange?.());
 

@@ -152,7 +152,7 @@ function drawRow(tl, row, y) {
     ctx.fillText(clipText(sub, NAMES_PX - x - 22), x, y + 19);
   }
   if (t.lane !== "counter") drawDepthControls(tl, row, t, x, y, sub && row.h >= 30 ? 33 : 19);
-  // the track's menu (hide, depths, move: panels/track_menu.js) and the pin toggle at the right
+  // the track's menu (hide, depths, move: panels/track_controls.js) and the pin toggle at the right
   if (tl.trackMenus) { // a page with track control (panels/track_controls.js)
     ctx.fillStyle = "#8a919e";
     ctx.font = th.boldFont;
