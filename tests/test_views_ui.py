@@ -306,3 +306,105 @@ def test_the_trace_pages_views_button_opens_the_visible_range(page, trace, rng):
     page.wait_for_url(f"**/t/{trace['id']}/views?view=flame&start_ns={frag['s']}&end_ns={frag['e']}")
     page.wait_for_function("() => window.acceltrace.flame && window.acceltrace.flame.ready", timeout=20000)
     assert page.locator("#timeline-link").get_attribute("href") == f"/t/{trace['id']}#s={frag['s']}&e={frag['e']}"
+
+
+# -- device work by launching op, links back, trace info, the area's way in ---------------------------------
+def test_device_flame_graph_sums_to_the_ranges_device_time_and_links_to_the_longest_slice(page, server, trace, rng):
+    open_view(page, trace, "flame", "flame", start_ns=rng["start_ns"], end_ns=rng["end_ns"], source="device")
+    f = page.evaluate("() => window.acceltrace.flame")
+    (row,) = sql(server, trace, f"""
+        SELECT sum(least(s.ts + s.dur, {rng['t1']}) - greatest(s.ts, {rng['t0']}))
+        FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 AND s.ts < {rng['t1']} AND s.ts + s.dur > {rng['t0']}""")
+    assert f["source"] == "device" and not f["truncated"]
+    assert f["root_total_ns"] == int(row[0]) > 0
+    # self time lives on the kernels and copies only, and sums to the range's device time
+    assert sum(r["self_ns"] for r in f["rects"]) == f["root_total_ns"]
+    assert {r["lane"] for r in f["rects"] if r["self_ns"] > 0} <= {"eu", "pcie"}
+    # a kernel sits under the runtime call that launched it (correlation id), under that call's op
+    leaf = max((r for r in f["rects"] if r["lane"] == "eu"), key=lambda r: r["w"])
+    parent = next(r for r in f["rects"] if r["path"] == leaf["path"].rsplit(".", 1)[0])
+    assert "aunch" in parent["name"], parent
+    shot(page, "flame-device")
+    # zoom into the kernel: its longest slice opens on the timeline, selected
+    page.goto(f"/t/{trace['id']}/views?" + urllib.parse.urlencode(
+        {"view": "flame", "start_ns": rng["start_ns"], "end_ns": rng["end_ns"], "source": "device", "focus": leaf["path"]}))
+    page.wait_for_function("(p) => window.acceltrace.flame && window.acceltrace.flame.ready && window.acceltrace.flame.focus === p",
+                           arg=leaf["path"], timeout=20000)
+    assert page.input_value("#flame-source") == "device"  # the URL restored the source
+    sid = page.evaluate("() => window.acceltrace.flame.focus_slice_id")
+    ((name, longest),) = sql(server, trace, f"SELECT name, dur FROM slices WHERE slice_id = {sid}")
+    assert name == leaf["name"] and longest >= leaf["total_ns"] / max(leaf["count"], 1)
+    assert page.locator("#flame-slices").get_attribute("href").count("view=events") == 1
+    page.click("#flame-longest")
+    page.wait_for_url(f"**/t/{trace['id']}#*sel={sid}*")
+    page.wait_for_function("(id) => window.acceltrace && window.acceltrace.selected === id", arg=sid, timeout=20000)
+
+
+def test_device_call_tree_bottom_up_starts_from_the_kernels(page, server, trace):
+    open_view(page, trace, "tree", "tree", source="device", mode="bottom-up")
+    root = page.evaluate("() => window.acceltrace.tree.root")
+    want = dict(sql(server, trace, """SELECT s.name, sum(s.dur) FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane IN ('eu', 'pcie') AND s.dur > 0 GROUP BY s.name"""))
+    got = {c["name"]: c["self_ns"] for c in root["children"] if not c.get("truncated")}
+    assert got and all(got[n] == want[n] for n in got)
+    assert sum(c["self_ns"] for c in root["children"]) == sum(want.values())
+    assert page.input_value("#tree-source") == "device" and page.input_value("#tree-mode") == "bottom-up"
+    assert page.locator("#tree-table tbody tr a.slice-link").count() > 0
+    shot(page, "tree-device-bottom-up")
+
+
+def test_trace_info_view_lists_devices_versions_passes_and_tables_with_row_counts(page, server, trace):
+    open_view(page, trace, "info", "info")
+    tables = {t["name"]: t for t in page.evaluate("() => window.acceltrace.info.tables")}
+    for name in ("slices", "tracks", "flows", "trace_meta", "agg_rollup"):
+        ((n,),) = sql(server, trace, f"SELECT count(*) FROM {name}")
+        assert tables[name]["rows"] == n, name
+        assert page.locator(f"#info-tables-table tr[data-table='{name}']").get_attribute("data-rows") == str(n)
+    about = page.locator("#info-about").inner_text()
+    assert "Devices" in about and "A100" in about and "Versions" in about and "dropped events" in about
+    page.wait_for_function("() => document.querySelectorAll('#info-about table.passes-status tr[data-pass]').length > 0"
+                           " || document.querySelector('#info-about .analysis-pending')", timeout=20000)
+    shot(page, "info")
+    # a table's name opens its first rows in the SQL view
+    page.locator("#info-tables-table tr[data-table='tracks'] a").click()
+    page.wait_for_function("() => window.acceltrace.query && window.acceltrace.query.ready", timeout=20000)
+    assert "view=query" in page.url
+    assert len(page.evaluate("() => window.acceltrace.query.rows")) == tables["tracks"]["rows"]
+
+
+def test_an_area_on_the_timeline_opens_in_the_views_with_its_range_and_tracks(page, server, trace, rng):
+    page.goto(f"/t/{trace['id']}#s={rng['start_ns']}&e={rng['end_ns']}")
+    idle = "() => document.getElementById('timeline').dataset.state === 'idle'"
+    page.wait_for_function(idle, timeout=20000)
+    ((busiest,),) = sql(server, trace, f"""SELECT s.track_id FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane = 'cpu' AND s.depth = 0 AND s.dur > 0 AND s.ts < {rng['t1']} AND s.ts + s.dur > {rng['t0']}
+        GROUP BY ALL ORDER BY sum(s.dur) DESC LIMIT 1""")
+    page.evaluate("(id) => window.acceltrace.timeline.revealTrack(id)", busiest)
+    page.wait_for_function(idle, timeout=20000)
+    rows = page.evaluate("""() => window.acceltrace.timeline.visibleRows().filter(r => r.row.kind === 'track')
+        .map(r => ({lane: r.row.track.lane, track_id: r.row.track.track_id, y: r.y}))""")
+    cpu = next(r for r in rows if r["track_id"] == busiest)
+    box = page.locator("#timeline canvas.tracks").bounding_box()
+    y = box["y"] + cpu["y"] + 8
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + 230 + 100, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 230 + 600, y + 4, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    link = page.locator("#area-open-views")
+    link.wait_for(timeout=15000)
+    q = urllib.parse.parse_qs(urllib.parse.urlparse(link.get_attribute("href")).query)
+    assert q["view"] == ["flame"] and [int(t) for t in q["track"]] == [cpu["track_id"]]
+    a, b = int(q["start_ns"][0]), int(q["end_ns"][0])
+    assert rng["start_ns"] <= a < b <= rng["end_ns"]
+    link.click()
+    page.wait_for_function("() => window.acceltrace.flame && window.acceltrace.flame.ready", timeout=20000)
+    assert page.input_value("#track-select") == str(cpu["track_id"])
+    # the flame graph is of that track in that range: its total is the track's clipped depth-0 time
+    t0, t1 = trace["start"] + a, trace["start"] + b
+    ((want,),) = sql(server, trace, f"""SELECT coalesce(sum(least(ts + dur, {t1}) - greatest(ts, {t0})), 0) FROM slices
+        WHERE track_id = {cpu['track_id']} AND depth = 0 AND dur > 0 AND ts < {t1} AND ts + dur > {t0}""")
+    assert page.evaluate("() => window.acceltrace.flame.root_total_ns") == want > 0
+    shot(page, "flame-of-an-area")
