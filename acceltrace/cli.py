@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", metavar="ID")
     s.add_argument("--pass", dest="passes", action="append", metavar="P", help="run only this pass (repeatable)")
     s.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a threshold")
+    s.add_argument("--critical-path", action="store_true",
+                   help="print the critical path's time per segment type instead of the findings")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_analyze)
 

@@ -11,8 +11,9 @@
 -- Of its claimed time a candidate keeps only the last local_ns ns (the part a fixed
 -- version would not have needed). Every nanosecond of the run then goes to at most one
 -- candidate: the one first in precedence order (pass precedence, then larger local
--- estimate, then earlier). impact_ns = the nanoseconds a candidate won, so the impacts of
--- one trace sum to at most the run's duration.
+-- estimate, then earlier). exclusive_ns = the nanoseconds a candidate won, so the exclusive
+-- shares of one trace sum to at most the run's duration (the runner adds impact_ns, the saving
+-- if the finding alone is fixed, from a replay: analysis/impact.py).
 -- Reads _candidates (built by the runner: pass, precedence + the pass columns).
 
 -- The device whose computation ends last sets the run's end: waste on a device that
@@ -101,7 +102,7 @@ SELECT pass,
             WHEN impact_ns >= ${error_run_fraction} * (SELECT run_ns FROM _run) THEN 'error'
             WHEN claimed_ns >= ${warning_min_impact_ns} THEN 'warning'
             ELSE 'info' END AS severity,
-       ts, dur, track_id, slice_id, metric, value, threshold, impact_ns,
+       ts, dur, track_id, slice_id, metric, value, threshold, impact_ns AS exclusive_ns, local_ns,
        message || CASE
            WHEN claim_mode = 'none' THEN
                '; cannot be placed on the critical path from this trace (local estimate '

@@ -48,6 +48,15 @@ PARAMS: dict[str, Param] = {
     "max_findings_per_pass": Param(
         10000, "rows", "keep at most this many findings per pass (largest impact first); the rest are counted "
         "in analysis_status", minimum=1),
+    # -- what-if replay (analysis/impact.py: read by the runner, not by a .sql file) ---------------
+    "whatif_max_replays": Param(
+        50, "replays", "findings replayed alone at most (largest local estimate first); the others get their "
+        "pass's all-fixed saving split by local estimate (impact_basis 'pass share')"),
+    "whatif_replay_nodes": Param(
+        2_000_000, "nodes", "budget of replayed graph nodes for the per-finding replays (a replay costs about a "
+        "microsecond per node): a trace of N nodes gets at most this / N replays", minimum=1),
+    "whatif_link_speedup": Param(
+        2.0, "ratio", "pcie_saturation's fix: the window's transfers on a link this many times faster", minimum=1),
     # -- pcie_saturation ----------------------------------------------------------------------
     "saturation_fraction": Param(
         0.90, "fraction", "a link direction is saturated at or above this share of its effective peak", maximum=1),

@@ -46,11 +46,12 @@ class Graph:
     weight: np.ndarray
     index: dict = field(default_factory=dict)  # slice_id -> node
     siblings: dict = field(default_factory=dict)  # device slice_id -> the nodes of its correlation id
+    track: np.ndarray | None = None  # per node: its track_id (never changed by a transformation)
 
     def copy(self) -> "Graph":
         return Graph(*(getattr(self, f).copy() for f in ("slice_id", "kind", "lane", "ts", "dur", "own", "slack",
                                                           "src", "dst", "ekind", "weight")),
-                     index=self.index, siblings=self.siblings)
+                     index=self.index, siblings=self.siblings, track=self.track)
 
 
 def build(con: duckdb.DuckDBPyConnection) -> Graph:
@@ -69,7 +70,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
             UNION SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
             UNION SELECT slice_id FROM _sync_calls
         )
-        SELECT s.slice_id, t.lane, s.ts, s.dur, s.track_id,
+        SELECT s.slice_id, t.lane, s.ts, s.dur, s.track_id, coalesce(s.corr_id, -1) AS corr_id,
                s.slice_id IN (SELECT slice_id FROM _sync_calls) AS is_sync
         FROM items i JOIN slices s USING (slice_id) JOIN _track_dev t ON t.track_id = s.track_id
         ORDER BY s.track_id, s.ts, s.slice_id""").fetchnumpy()
@@ -97,10 +98,26 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     sub = con.execute("""
         SELECT f.src_slice, f.dst_slice FROM flows f
         WHERE f.kind = 'submit' AND f.src_slice IS NOT NULL AND f.dst_slice IS NOT NULL""").fetchall()
+    linked = set()
+    calls_by_corr: dict = {}
     for a_, b_ in sub:
         i, k = index.get(int(a_)), index.get(int(b_))
+        if i is not None and i < nh and lane[i] == "cpu" and host["corr_id"][i] >= 0:
+            calls_by_corr.setdefault(int(host["corr_id"][i]), i)
         if i is not None and k is not None and i < nh and k < nh and ts[k] >= ts[i]:
             src.append(i), dst.append(k), ek.append(AFTER_START), wt.append(ts[k] - ts[i])
+            linked.add(k)
+    # the driver's doorbell for a call is another slice than the one its submit flow points at (the
+    # native runtime writes submit -> driver `submit`, then the doorbell with the same correlation id):
+    # the doorbell follows its call too, at most the call's length after its start; what it waited
+    # beyond that stays slack
+    for k in range(nh):
+        c = int(host["corr_id"][k])
+        if lane[k] != "driver" or k in linked or c < 0 or c not in calls_by_corr:
+            continue
+        i = calls_by_corr[c]
+        if ts[k] >= ts[i]:
+            src.append(i), dst.append(k), ek.append(AFTER_START), wt.append(min(ts[k] - ts[i], dur[i]))
     # device: submitter, queue and engine order
     last_q: dict = {}
     last_e: dict = {}
@@ -109,7 +126,9 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         sub = dev["src_slice"][j]
         if int(sub) in index:
             k = index[int(sub)]
-            off = max(0, min(ts[n], ts[k] + dur[k]) - ts[k])
+            # negative where the work started before its submitter in the trace (clocks of two sources):
+            # kept, so the replay gives the trace back instead of moving the work after its submitter
+            off = min(ts[n], ts[k] + dur[k]) - ts[k]
             src.append(k), dst.append(n), ek.append(AFTER_START), wt.append(off)
         for key, last in ((dev["queue"][j], last_q), (dev["track_id"][j], last_e)):
             if key in last and last[key] != n:
@@ -127,7 +146,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     # a blocking copy call for its own device work when it returned after that work ended
     g = Graph(sid, np.r_[np.zeros(nh, np.int8), np.ones(nd, np.int8)], lane, ts, dur, dur.copy(),
               np.zeros(nh + nd, np.int64), np.array(src, np.int64), np.array(dst, np.int64),
-              np.array(ek, np.int8), np.array(wt, np.int64), index)
+              np.array(ek, np.int8), np.array(wt, np.int64), index,
+              track=np.concatenate([host["track_id"], dev["track_id"]]).astype(np.int64))
     waits = con.execute(f"""
         SELECT c.slice_id AS call, w.slice_id AS work, w.end_ns
         FROM _sync_calls c JOIN _dev_work w
@@ -226,7 +246,8 @@ def _slack(g: Graph) -> None:
 class Schedule:
     start: np.ndarray
     end: np.ndarray
-    why: np.ndarray  # the node that fixed each node's time (-1: none, its own start or slack)
+    why: np.ndarray  # the node that fixed each node's start (-1: none, its own start or slack)
+    why_end: np.ndarray | None = None  # a waiting node: the work whose end its wait ended with (-1: none)
 
     @property
     def makespan(self) -> int:
@@ -246,7 +267,7 @@ def replay(g: Graph) -> Schedule:
     low = np.iinfo(np.int64).min
     # a node that no start constraint points at starts when it did in the trace
     start_l = np.where(np.asarray(need_start) > 0, low, g.ts).tolist()
-    wait_l, end_l, why_l = [low] * n, [0] * n, [-1] * n
+    wait_l, end_l, why_l, why_end_l = [low] * n, [0] * n, [-1] * n, [-1] * n
     own_l, slack_l = g.own.tolist(), g.slack.tolist()
     started = [False] * n
     starts = [v for v in range(n) if need_start[v] == 0]
@@ -278,7 +299,7 @@ def replay(g: Graph) -> Schedule:
             kind, u = ek_l[k], dst_l[k]
             if kind == WAIT:
                 if e > wait_l[u]:
-                    wait_l[u] = e
+                    wait_l[u], why_end_l[u] = e, v
                 need_wait[u] -= 1
                 if need_wait[u] == 0 and started[u]:
                     ends.append(u)
@@ -291,4 +312,65 @@ def replay(g: Graph) -> Schedule:
                     starts.append(u)
     if done != n:
         raise ValueError(f"the dependency graph has a cycle ({n - done} nodes never finished)")
-    return Schedule(np.array(start_l, np.int64), np.array(end_l, np.int64), np.array(why_l, np.int64))
+    return Schedule(np.array(start_l, np.int64), np.array(end_l, np.int64), np.array(why_l, np.int64),
+                    np.array(why_end_l, np.int64))
+
+
+# critical-path segment types (docs/analysis.md "Critical path")
+LANE_TYPE = {"cpu": "host-bound", "driver": "launch overhead", "pcie": "link/transfer", "eu": "device compute"}
+SEGMENT_TYPES = ("host-bound", "launch overhead", "link/transfer", "device compute", "sync wait", "idle")
+
+
+def critical_path(g: Graph, s: Schedule) -> list[tuple[int, int, str, int]]:
+    """The chain that sets the makespan as (start, end, type, node or -1) segments, earliest first.
+
+    Walked back from the node that ends last: a node covers its time up to where the path leaves it;
+    a waiting call's time after its wait is `sync wait` and the path goes on through the work it
+    waited for; the time between a node and the one that set its start is the program's own host
+    work (host-bound) or a submission's delay (launch overhead), and a start later than every edge
+    allows is `idle` (a wait the trace does not explain). The segments tile the path without overlap,
+    so their sum is at most the makespan.
+    """
+    if not len(s.end):
+        return []
+    segs: list[tuple[int, int, str, int]] = []
+    v = int(np.argmax(s.end))
+    cursor = int(s.end[v])
+    why = s.why.tolist()
+    why_end = s.why_end.tolist() if s.why_end is not None else [-1] * len(why)
+    start, end, slack, own = s.start.tolist(), s.end.tolist(), g.slack.tolist(), g.own.tolist()
+    kind, lane = g.kind.tolist(), g.lane.tolist()
+    steps = 0
+    while v >= 0 and steps <= 2 * len(start):
+        steps += 1
+        sv, ev = start[v], min(end[v], cursor)
+        w = why_end[v]
+        if w >= 0 and end[w] > sv and end[v] - own[v] >= end[w] and ev > end[w]:
+            # its end was set by the work it waited for: its own time after the wait, then that work
+            segs.append((end[w], ev, "sync wait" if kind[v] == HOST else LANE_TYPE.get(lane[v], "idle"), v))
+            v, cursor = w, end[w]
+            continue
+        if ev > sv:
+            segs.append((sv, ev, LANE_TYPE.get(lane[v], "idle"), v))
+        p = why[v]
+        if slack[v] > 0:
+            segs.append((sv - slack[v], sv, "idle", -1))
+        edge_t = sv - slack[v]
+        if p < 0:
+            break
+        p_end = min(end[p], edge_t)
+        if edge_t > p_end:
+            gap = "launch overhead" if kind[p] == HOST and kind[v] == DEVICE else (
+                "host-bound" if lane[p] == "cpu" and lane[v] == "cpu" else "idle")
+            segs.append((p_end, edge_t, gap, -1))
+        v, cursor = p, p_end
+    segs.reverse()
+    return [x for x in segs if x[1] > x[0]]
+
+
+def breakdown(segs: list[tuple[int, int, str, int]]) -> dict[str, int]:
+    """Time per segment type, largest first."""
+    by: dict[str, int] = {}
+    for a, b, t, _ in segs:
+        by[t] = by.get(t, 0) + (b - a)
+    return dict(sorted(by.items(), key=lambda kv: -kv[1]))

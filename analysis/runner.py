@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from acceltrace.analysis import impact
 from acceltrace.analysis import params as P
 from acceltrace.store import schema
 
@@ -42,7 +43,8 @@ STATUS_COLUMNS = [
     ("status", "VARCHAR NOT NULL"),      # ran | not applicable | failed | not selected
     ("reason", "VARCHAR"),
     ("n_findings", "INTEGER NOT NULL"),
-    ("impact_ns", "BIGINT NOT NULL"),
+    ("impact_ns", "BIGINT NOT NULL"),     # the saving if all its findings are fixed together (a replay)
+    ("exclusive_ns", "BIGINT NOT NULL"),  # the sum of its findings' exclusive shares
     ("n_candidates", "INTEGER NOT NULL"),  # before the per-pass cap and residual filter
     ("elapsed_ms", "DOUBLE NOT NULL"),
 ]
@@ -69,9 +71,10 @@ class PassStatus:
     impact_ns: int = 0
     n_candidates: int = 0
     elapsed_ms: float = 0.0
+    exclusive_ns: int = 0
 
     def row(self) -> tuple:
-        return (self.pass_id, self.status, self.reason, self.n_findings, self.impact_ns,
+        return (self.pass_id, self.status, self.reason, self.n_findings, self.impact_ns, self.exclusive_ns,
                 self.n_candidates, self.elapsed_ms)
 
 
@@ -84,6 +87,8 @@ class Report:
     elapsed_ms: float
     phase_ms: dict = field(default_factory=dict)  # _common, _allocate, write
     run_start_ns: int = 0  # the trace's first instant (findings' times are absolute)
+    whatif: dict = field(default_factory=dict)  # the run's replay (impact.WHATIF_COLUMNS); {} when it failed
+    critical_path: list = field(default_factory=list)  # (start_ns, end_ns, type, slice_id, track_id), absolute
 
 
 class AnalysisError(Exception):
@@ -190,21 +195,25 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         t_phase = time.perf_counter()
         table = _allocate(con, specs, ran, values)
         phase_ms["_allocate"] = (time.perf_counter() - t_phase) * 1e3
+        t_phase = time.perf_counter()
+        table, wi, path = impact.with_impacts(con, table, values)
+        phase_ms["whatif"] = (time.perf_counter() - t_phase) * 1e3
         findings = table.to_pylist()
-        per_pass = table.group_by("pass").aggregate([("pass", "count"), ("impact_ns", "sum")]).to_pylist()
+        per_pass = table.group_by("pass").aggregate([("pass", "count"), ("exclusive_ns", "sum")]).to_pylist()
         for row in per_pass:
             st = statuses[row["pass"]]
             st.n_findings = int(row["pass_count"])
-            st.impact_ns = int(row["impact_ns_sum"] or 0)
+            st.exclusive_ns = int(row["exclusive_ns_sum"] or 0)
+            st.impact_ns = int(wi.get("pass_saving_ns", {}).get(row["pass"], 0))
     finally:
         con.close()
     status_list = [statuses[p] for p in sorted(statuses, key=lambda p: (specs[p].precedence, p))]
     if write:
         t_phase = time.perf_counter()
-        _write_side(store, trace_id, table, status_list, values)
+        _write_side(store, trace_id, table, status_list, values, wi, path)
         phase_ms["write"] = (time.perf_counter() - t_phase) * 1e3
     return Report(trace_id, findings, status_list, int(run_ns or 0), (time.perf_counter() - t_start) * 1e3,
-                  phase_ms, int(run_start_ns or 0))
+                  phase_ms, int(run_start_ns or 0), {k: v for k, v in wi.items() if k != "pass_saving_ns"}, path)
 
 
 def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
@@ -237,21 +246,26 @@ def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
         return PassStatus(spec.id, "failed", f"{type(e).__name__}: {e}", elapsed_ms=(time.perf_counter() - t0) * 1e3)
 
 
+_ALLOCATED = [c for c, _ in schema.FINDINGS if c not in ("impact_ns", "impact_basis")] + ["local_ns"]
+
+
 def _allocate(con, specs: dict[str, PassSpec], ran: list[str], values: dict[str, float]) -> pa.Table:
-    cols = [c for c, _ in schema.FINDINGS]
+    """The findings with their exclusive share (impact_ns and impact_basis are _replay's)."""
+    cols = _ALLOCATED
     if not ran:
-        return pa.table({c: pa.array([], type=_ARROW_TYPES[t.split()[0]]) for c, t in schema.FINDINGS})
+        types = dict(schema.FINDINGS) | {"local_ns": "BIGINT"}
+        return pa.table({c: pa.array([], type=_ARROW_TYPES[types[c].split()[0]]) for c in cols})
     union = " UNION ALL ".join(
         f"SELECT '{pid}' AS pass, {specs[pid].precedence} AS precedence, * FROM _cand_{pid}" for pid in ran
     )
     con.execute(f"CREATE OR REPLACE TEMP VIEW _candidates AS {union}")
     _exec_file(con, SQL_DIR / "_allocate.sql", values)
     quoted = ", ".join(f'"{c}"' for c in cols)
-    return con.sql(f"SELECT {quoted} FROM _findings ORDER BY impact_ns DESC, ts, pass").to_arrow_table()
+    return con.sql(f"SELECT {quoted} FROM _findings ORDER BY exclusive_ns DESC, ts, pass").to_arrow_table()
 
 
 def _write_side(store, trace_id: str, findings: pa.Table, statuses: list[PassStatus],
-                values: dict[str, float]) -> None:
+                values: dict[str, float], wi: dict, path: list) -> None:
     def build(side: duckdb.DuckDBPyConnection) -> None:
         side.execute(schema.create_sql("findings", schema.FINDINGS))
         if findings.num_rows:
@@ -259,7 +273,8 @@ def _write_side(store, trace_id: str, findings: pa.Table, statuses: list[PassSta
             side.execute("INSERT INTO findings SELECT * FROM _new_findings")
             side.unregister("_new_findings")
         side.execute(schema.create_sql("analysis_status", STATUS_COLUMNS))
-        side.executemany("INSERT INTO analysis_status VALUES (?, ?, ?, ?, ?, ?, ?)", [s.row() for s in statuses])
+        side.executemany("INSERT INTO analysis_status VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [s.row() for s in statuses])
+        impact.write_tables(side, wi, path)
         side.execute('CREATE TABLE analysis_params ("name" VARCHAR NOT NULL, "value" DOUBLE NOT NULL)')
         side.executemany("INSERT INTO analysis_params VALUES (?, ?)", sorted(values.items()))
 
@@ -297,6 +312,12 @@ def analyze_command(args) -> int:
     except duckdb.Error as e:  # the shared helpers failed on this trace: say so, no traceback
         print(f"acceltrace: analyze: {trace_id}: analysis failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    if getattr(args, "critical_path", False):
+        if args.json:
+            print(json.dumps(impact.critical_path_summary(report.critical_path, report.run_start_ns, report.whatif)))
+        else:
+            print(impact.format_critical_path(report.critical_path, report.run_start_ns, report.whatif))
+        return 0
     if args.json:
         print(json.dumps(report.findings))
         return 0
@@ -316,19 +337,25 @@ def format_report(report: Report) -> str:
     """The findings as a text table sorted by impact, then one status line per pass."""
     start_ns = report.run_start_ns
     lines = []
-    total = sum(int(f["impact_ns"] or 0) for f in report.findings)
+    total = sum(int(f["exclusive_ns"] or 0) for f in report.findings)
     share = f" ({100.0 * total / report.run_ns:.1f}% of the run)" if report.run_ns else ""
-    lines.append(f"{len(report.findings)} findings, total impact {_ms(total)}{share}")
+    all_fixed = report.whatif.get("all_fixed_saving_ns")
+    fixed = f"; all fixed: the run saves {_ms(all_fixed)} (replay)" if all_fixed is not None else ""
+    lines.append(f"{len(report.findings)} findings, exclusive critical-path total {_ms(total)}{share}{fixed}")
     if report.findings:
-        lines.append(f"{'impact':>11}  {'severity':<8} {'pass':<27} {'at':>12} {'dur':>11}  message")
+        lines.append("impact: the saving if that finding alone is fixed; exclusive: its share, never counted twice")
+        lines.append(f"{'impact':>11} {'exclusive':>11}  {'severity':<8} {'pass':<27} {'at':>12} {'dur':>11}  message")
         for f in report.findings:
             at = _ms((f["ts"] or start_ns) - start_ns)
-            lines.append(f"{_ms(f['impact_ns'] or 0):>11}  {f['severity']:<8} {f['pass']:<27} {at:>12} "
-                         f"{_ms(f['dur'] or 0):>11}  {f['message']}")
+            imp = _ms(f["impact_ns"]) if f["impact_ns"] is not None else "-"
+            how = "" if (f["impact_basis"] or "").startswith("replay") else f" [impact: {f['impact_basis']}]"
+            lines.append(f"{imp:>11} {_ms(f['exclusive_ns'] or 0):>11}  {f['severity']:<8} {f['pass']:<27} {at:>12} "
+                         f"{_ms(f['dur'] or 0):>11}  {f['message']}{how}")
     lines.append("")
     lines.append("passes:")
     for s in report.statuses:
-        detail = f"{s.n_findings} findings, impact {_ms(s.impact_ns)}" if s.status == "ran" else (s.reason or "")
+        detail = (f"{s.n_findings} findings, all fixed saves {_ms(s.impact_ns)}, exclusive {_ms(s.exclusive_ns)}"
+                  if s.status == "ran" else (s.reason or ""))
         lines.append(f"  {s.pass_id:<27} {s.status:<15} {detail}")
     lines.append(f"analysis took {report.elapsed_ms:.0f} ms")
     return "\n".join(lines)

@@ -49,7 +49,7 @@ def main() -> int:
                         if i["kind"] == SCENARIOS[sc])
             (res,) = ingest_paths(store, [out], after_publish=after_publish)
             con = store.connect(res.id)
-            (excl,) = con.execute("SELECT coalesce(sum(impact_ns), 0) FROM findings WHERE pass = ?",
+            (excl,) = con.execute("SELECT coalesce(sum(exclusive_ns), 0) FROM findings WHERE pass = ?",
                                   [SCENARIOS[sc]]).fetchone()
             con.close()
             t = time.perf_counter()

@@ -145,7 +145,11 @@ def findings(con: duckdb.DuckDBPyConnection, sides: dict[str, pair.Side], noise:
             continue
         where = (f" WHERE EXISTS (SELECT 1 FROM _sel w WHERE w.side = {x.code} AND f.ts >= w.ts AND f.ts < w.te)"
                  if windowed else "")
-        parts.append(f"SELECT {x.code} AS side, f.pass, count(*) AS n, coalesce(sum(f.impact_ns), 0) AS impact"
+        # a pass's impact on a side: its findings' exclusive shares summed (additive, within the run); a
+        # side file from before exclusive_ns holds that share in impact_ns
+        cols = [d[0] for d in con.execute(f"SELECT * FROM {x.findings_db}.findings LIMIT 0").description]
+        col = "exclusive_ns" if "exclusive_ns" in cols else "impact_ns"
+        parts.append(f"SELECT {x.code} AS side, f.pass, count(*) AS n, coalesce(sum(f.{col}), 0) AS impact"
                      f" FROM {x.findings_db}.findings f{where} GROUP BY f.pass")
     if not parts:
         return []

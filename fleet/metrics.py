@@ -96,8 +96,11 @@ SELECT quantile_cont(s.dur, 0.5)::DOUBLE, count(*) FROM slices s JOIN tracks t U
 WHERE t.lane = 'cpu' AND s.name ILIKE '%launch%kernel%'
 """
 
+# a pass's impact in a trace: its findings' exclusive shares summed (they add up without counting a
+# nanosecond twice, so a fleet's sum across passes and traces stays within the runs); a side file from
+# before exclusive_ns holds that share in impact_ns
 _FINDINGS_SQL = """
-SELECT pass, count(*)::BIGINT, coalesce(sum(impact_ns), 0)::BIGINT FROM findings GROUP BY 1 ORDER BY 1
+SELECT pass, count(*)::BIGINT, coalesce(sum({col}), 0)::BIGINT FROM findings GROUP BY 1 ORDER BY 1
 """
 
 
@@ -150,8 +153,10 @@ def trace_metrics(con) -> dict:
                       for n, c, t, m in con.execute(_KERNELS_SQL).fetchall()]
     has_findings = con.execute(
         "SELECT count(*) FROM duckdb_views() WHERE view_name = 'findings' AND temporary").fetchone()[0]
+    cols = [d[0] for d in con.execute("SELECT * FROM findings LIMIT 0").description] if has_findings else []
+    col = "exclusive_ns" if "exclusive_ns" in cols else "impact_ns"
     out["findings"] = ([{"pass": p, "count": int(c), "impact_ns": int(i)}
-                        for p, c, i in con.execute(_FINDINGS_SQL).fetchall()] if has_findings else [])
+                        for p, c, i in con.execute(_FINDINGS_SQL.format(col=col)).fetchall()] if has_findings else [])
     out["analyzed"] = bool(has_findings)
     return out
 

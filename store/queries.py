@@ -23,7 +23,7 @@ SLICE_COLUMNS = ("slice_id", "track_id", "ts", "dur", "depth", "name", "category
 TRACK_COLUMNS = ("track_id", "lane", "group_name", "name", "device", "unit")
 FLOW_COLUMNS = ("flow_id", "src_slice", "dst_slice", "kind", "raw_kind")
 FINDING_COLUMNS = ("pass", "severity", "ts", "dur", "track_id", "slice_id", "metric", "value", "threshold",
-                   "impact_ns", "message")
+                   "impact_ns", "exclusive_ns", "impact_basis", "message")
 CHAIN_MAX_SLICES = 1000
 CHAIN_MAX_HOPS = 32
 DIRECT_FLOWS_MAX = 1000
@@ -239,8 +239,9 @@ FINDING_WORST_MAX = 5     # worst instances listed per group
 def findings_grouped(con: duckdb.DuckDBPyConnection, groups_max: int = FINDING_GROUPS_MAX,
                      worst_max: int = FINDING_WORST_MAX) -> list[dict]:
     """The findings table grouped by pass, then by the name of the slice each finding points at (a
-    kernel or op name; `(no slice)` when it points at none): per pass its count and total impact, per
-    group its count, total impact, the worst severity and its worst `worst_max` instances (FINDING_COLUMNS
+    kernel or op name; `(no slice)` when it points at none): per pass its count and total impact (the
+    sum of its findings' alone-savings, impact_ns, and of their exclusive shares, exclusive_ns), per
+    group its count, total impact and exclusive share, the worst severity and its worst `worst_max` instances (FINDING_COLUMNS
     plus `name`, ts absolute). Passes by total impact; at most `groups_max` groups per pass, biggest
     first, with `groups_total` saying how many there are. [] when there is no findings table."""
     try:
@@ -254,15 +255,17 @@ def findings_grouped(con: duckdb.DuckDBPyConnection, groups_max: int = FINDING_G
             " LEFT JOIN slices s ON s.slice_id = f.slice_id")
     cols = FINDING_COLUMNS + ("name",)
     passes = con.execute(
-        f"SELECT pass, count(*), coalesce(sum(impact_ns), 0)::BIGINT, count(DISTINCT name) FROM ({base})"
-        " GROUP BY 1 ORDER BY 3 DESC, 1").fetchall()
+        f"SELECT pass, count(*), coalesce(sum(impact_ns), 0)::BIGINT, count(DISTINCT name),"
+        f" coalesce(sum(exclusive_ns), 0)::BIGINT FROM ({base}) GROUP BY 1 ORDER BY 3 DESC, 5 DESC, 1").fetchall()
     sev_rank = "CASE severity WHEN 'error' THEN 3 WHEN 'warning' THEN 2 WHEN 'info' THEN 1 ELSE 0 END"
     groups = con.execute(
         f"SELECT pass, name, count(*), coalesce(sum(impact_ns), 0)::BIGINT, max({sev_rank}),"
-        f" row_number() OVER (PARTITION BY pass ORDER BY coalesce(sum(impact_ns), 0) DESC, count(*) DESC, name) AS rk"
+        f" row_number() OVER (PARTITION BY pass ORDER BY coalesce(sum(impact_ns), 0) DESC,"
+        f" coalesce(sum(exclusive_ns), 0) DESC, count(*) DESC, name) AS rk, coalesce(sum(exclusive_ns), 0)::BIGINT"
         f" FROM ({base}) GROUP BY 1, 2 QUALIFY rk <= {int(groups_max)} ORDER BY 1, rk").fetchall()
     worst = con.execute(
-        f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY pass, name ORDER BY impact_ns DESC NULLS LAST, ts)"
+        f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY pass, name ORDER BY impact_ns DESC NULLS LAST,"
+        f" exclusive_ns DESC NULLS LAST, ts)"
         f" AS wk FROM ({base})) WHERE wk <= {int(worst_max)} ORDER BY pass, name, wk").fetchall()
     inst: dict[tuple, list[dict]] = {}
     for r in worst:
@@ -270,11 +273,45 @@ def findings_grouped(con: duckdb.DuckDBPyConnection, groups_max: int = FINDING_G
         inst.setdefault((d["pass"], d["name"]), []).append(d)
     sev_name = {3: "error", 2: "warning", 1: "info", 0: None}
     by_pass: dict[str, list[dict]] = {}
-    for p, name, n, impact, sev, _ in groups:
-        by_pass.setdefault(p, []).append({"name": name, "count": int(n), "impact_ns": int(impact),
+    for p, name, n, impact, sev, _, excl in groups:
+        by_pass.setdefault(p, []).append({"name": name, "count": int(n), "impact_ns": int(impact), "exclusive_ns": int(excl),
                                           "severity": sev_name.get(int(sev or 0)), "worst": inst.get((p, name), [])})
-    return [{"pass": p, "count": int(n), "impact_ns": int(impact), "groups_total": int(ng),
-             "groups": by_pass.get(p, [])} for p, n, impact, ng in passes]
+    return [{"pass": p, "count": int(n), "impact_ns": int(impact), "exclusive_ns": int(excl), "groups_total": int(ng),
+             "groups": by_pass.get(p, [])} for p, n, impact, ng, excl in passes]
+
+
+CRITICAL_PATH_MAX_SEGMENTS = 4000  # segments one answer carries at most (more are merged per bucket)
+
+
+def critical_path(con: duckdb.DuckDBPyConnection, t0: int, t1: int, max_segments: int = CRITICAL_PATH_MAX_SEGMENTS,
+                  run_ns: int | None = None) -> dict | None:
+    """The critical path the analysis stored (side table `critical_path`, absolute ns): its time per
+    segment type over the whole path, and its segments overlapping [t0, t1) -- at most max_segments:
+    where more overlap, one per equal time bucket (the longest segment's type and track, `merged` how
+    many it stands for). None when the trace has not been analysed with the replay."""
+    try:
+        (n_all, path_ns, first, last) = con.execute(
+            "SELECT count(*), coalesce(sum(end_ns - start_ns), 0), min(start_ns), max(end_ns) FROM critical_path"
+        ).fetchone()
+    except duckdb.CatalogException:
+        return None
+    by = dict(con.execute("SELECT type, sum(end_ns - start_ns)::BIGINT FROM critical_path GROUP BY 1 ORDER BY 2 DESC"
+                          ).fetchall())
+    t0, t1, cap = int(t0), int(t1), max(1, int(max_segments))
+    (n,) = con.execute("SELECT count(*) FROM critical_path WHERE end_ns > ? AND start_ns < ?", [t0, t1]).fetchone()
+    cols = ("start_ns", "end_ns", "type", "slice_id", "track_id", "merged")
+    if n <= cap:
+        rows = con.execute("SELECT start_ns, end_ns, type, slice_id, track_id, 1 FROM critical_path"
+                           " WHERE end_ns > ? AND start_ns < ? ORDER BY seq", [t0, t1]).fetchall()
+    else:
+        width = max(1, -(-(t1 - t0) // cap))
+        rows = con.execute(
+            "SELECT min(start_ns), max(end_ns), arg_max(type, end_ns - start_ns), arg_max(slice_id, end_ns - start_ns),"
+            " arg_max(track_id, end_ns - start_ns), count(*) FROM critical_path WHERE end_ns > ? AND start_ns < ?"
+            " GROUP BY (greatest(start_ns, ?) - ?) // ? ORDER BY 1", [t0, t1, t0, t0, width]).fetchall()
+    return {"segments_total": int(n_all), "path_ns": int(path_ns), "first_ns": first, "last_ns": last,
+            "by_type_ns": {k: int(v) for k, v in by.items()}, "in_window": int(n), "merged": n > cap,
+            "segments": [dict(zip(cols, r)) for r in rows]}
 
 
 def analysis_status(con: duckdb.DuckDBPyConnection) -> list[dict]:

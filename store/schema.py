@@ -80,7 +80,9 @@ FINDINGS: list[tuple[str, str]] = [
     ("metric", "VARCHAR"),
     ("value", "DOUBLE"),
     ("threshold", "DOUBLE"),
-    ("impact_ns", "BIGINT"),
+    ("impact_ns", "BIGINT"),      # what-if: the run's saving if this finding alone is fixed (a replay)
+    ("exclusive_ns", "BIGINT"),   # its share of the critical path, never counted twice
+    ("impact_basis", "VARCHAR"),  # how impact_ns was found: replay | pass share | none (+ a bound)
     ("message", "VARCHAR"),
 ]
 

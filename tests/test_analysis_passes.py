@@ -43,7 +43,7 @@ def test_pageable_copy_costs_its_time_beyond_a_pinned_copy_when_the_device_waits
         "pageable_memory", "error", 105.0, 2405 * US, page)
     assert f["metric"] == "achieved_GBps" and f["value"] == pytest.approx((8 << 20) / 2400e3)
     assert f["threshold"] == pytest.approx(B / 1e9)
-    assert f["impact_ns"] == pytest.approx(2400 * US - pinned_ns, abs=2)  # DMA span beyond a pinned copy
+    assert f["exclusive_ns"] == pytest.approx(2400 * US - pinned_ns, abs=2)  # DMA span beyond a pinned copy
     assert "pageable H2D copy of 8.0 MiB" in f["message"]
 
 
@@ -53,7 +53,7 @@ def test_pageable_copy_hidden_behind_compute_is_info_with_no_impact(store):
     t.copy(100, 2400, 8 << 20, host_mem="pageable")
     t.copy(2600, 300, 8 << 20, host_mem="pinned")
     _, rows = findings(store, t, ["pageable_memory"])
-    assert [(f["severity"], f["impact_ns"]) for f in rows] == [("info", 0)]
+    assert [(f["severity"], f["exclusive_ns"]) for f in rows] == [("info", 0)]
     assert "not on the critical path" in rows[0]["message"]
 
 
@@ -77,7 +77,7 @@ def test_pageable_copy_that_blocks_its_thread_claims_only_its_dma_beyond_a_pinne
     # a saving, never more (issue 13): the 200 us of DMA minus the same MiB from pinned memory,
     # not the 2.2 ms the device waited while the call blocked the thread (that wait is said, not counted)
     latency_ns = max(0.0, 300 * US - (8 << 20) * 1e9 / B)
-    assert rows[0]["impact_ns"] == pytest.approx(200 * US - (latency_ns + (1 << 20) * 1e9 / B), abs=2)
+    assert rows[0]["exclusive_ns"] == pytest.approx(200 * US - (latency_ns + (1 << 20) * 1e9 / B), abs=2)
     assert "blocked its thread while the device waited 2.20 ms for its next work (not counted" in rows[0]["message"]
     assert late
 
@@ -117,7 +117,7 @@ def test_small_transfer_burst_costs_its_span_minus_one_batched_transfer(store):
     assert f["dur"] == pytest.approx(span_ns, abs=1)
     assert f["value"] == pytest.approx(size / (dur_us * 1e3), rel=1e-3)
     assert f["threshold"] == pytest.approx(0.5 * B / 1e9)
-    assert f["impact_ns"] == pytest.approx(span_ns - batched_ns, abs=50)
+    assert f["exclusive_ns"] == pytest.approx(span_ns - batched_ns, abs=50)
     assert f["message"].startswith("10 small H2D transfers")
 
 
@@ -143,7 +143,7 @@ def test_late_submission_gap_is_reported_with_the_whole_gap_as_impact(store):
     t.kernel(100, 100, ready_us=50)
     late = t.kernel(250, 100, ready_us=240)  # the device ran dry at 200; submitted at 240
     _, rows = findings(store, t, ["launch_gaps"])
-    assert [(rel(f), f["dur"], f["slice_id"], f["impact_ns"], f["severity"]) for f in rows] == [
+    assert [(rel(f), f["dur"], f["slice_id"], f["exclusive_ns"], f["severity"]) for f in rows] == [
         (200.0, 50 * US, late, 50 * US, "error")]
 
 
@@ -172,7 +172,7 @@ def test_sync_while_device_busy_owns_the_idle_gap_that_follows(store):
     call = t.cpu(10, 96, "acQueueSynchronize")
     t.kernel(120, 100, ready_us=115)
     _, rows = findings(store, t)
-    assert [(f["pass"], f["slice_id"], rel(f), f["dur"], f["value"], f["impact_ns"]) for f in rows] == [
+    assert [(f["pass"], f["slice_id"], rel(f), f["dur"], f["value"], f["exclusive_ns"]) for f in rows] == [
         ("sync_stalls", call, 10.0, 96 * US, 20 * US, 20 * US)]
     assert "acQueueSynchronize blocked the thread" in rows[0]["message"]
 
@@ -199,7 +199,7 @@ def serial_trace(copy_queue):
 def test_copy_queued_behind_compute_on_the_same_queue_is_serialisation(store):
     t, x = serial_trace("queue 0")
     _, rows = findings(store, t, ["copy_compute_serialization"])
-    assert [(f["slice_id"], rel(f), f["dur"], f["value"], f["impact_ns"]) for f in rows] == [
+    assert [(f["slice_id"], rel(f), f["dur"], f["value"], f["exclusive_ns"]) for f in rows] == [
         (x, 101.0, 50 * US, 91 * US, 50 * US)]
 
 
@@ -210,7 +210,7 @@ def test_device_to_host_copy_between_computations_on_one_queue_is_serialisation(
     t.kernel(142, 100, ready_us=-3)
     t.copy(243, 40, 1 << 20, direction="d2h", ready_us=-2)  # nothing after it on the queue: not flagged
     _, rows = findings(store, t, ["copy_compute_serialization"])
-    assert [(f["slice_id"], f["impact_ns"]) for f in rows] == [(x, 40 * US)]
+    assert [(f["slice_id"], f["exclusive_ns"]) for f in rows] == [(x, 40 * US)]
 
 
 def test_copy_on_its_own_queue_is_not_serialisation(store):
@@ -233,7 +233,7 @@ def test_amplified_kernel_costs_its_time_beyond_the_roofline(store):
     bad = mem_kernel(t, 2, 1_000_000, 16_000_000, name="strided")  # 8 us, needs 0.5 us
     mem_kernel(t, 10, 2_000_000, 2_000_000, ready_us=5, name="next")  # queued: waited for it
     _, rows = findings(store, t, ["memory_access_inefficiency"])
-    assert [(f["slice_id"], f["metric"], f["value"], f["impact_ns"], f["severity"]) for f in rows] == [
+    assert [(f["slice_id"], f["metric"], f["value"], f["exclusive_ns"], f["severity"]) for f in rows] == [
         (bad, "fetch_amplification", 16.0, 7500, "error")]
     assert "strided fetched 16.0x the bytes it requested" in rows[0]["message"]
 
@@ -244,7 +244,7 @@ def test_amplified_kernel_followed_by_a_host_wait_is_off_the_critical_path(store
     mem_kernel(t, 2, 1_000_000, 16_000_000)
     mem_kernel(t, 100, 2_000_000, 2_000_000, ready_us=90)  # submitted long after
     _, rows = findings(store, t, ["memory_access_inefficiency"])
-    assert [(f["severity"], f["impact_ns"]) for f in rows] == [("info", 0)]
+    assert [(f["severity"], f["exclusive_ns"]) for f in rows] == [("info", 0)]
     assert "waited for the host anyway" in rows[0]["message"]
 
 
@@ -272,7 +272,7 @@ def test_two_copies_sharing_a_link_are_saturation_costing_their_delay(store):
     f = rows[0]
     assert f["metric"] == "link_utilisation_pct" and f["value"] == pytest.approx(100, abs=0.5)
     assert f["slice_id"] in (a, a + 2)  # either copy (both equally delayed)
-    assert f["impact_ns"] == pytest.approx((shared_us - alone_us) * US, abs=2)
+    assert f["exclusive_ns"] == pytest.approx((shared_us - alone_us) * US, abs=2)
     assert "took 1.9x their unloaded time" in f["message"] or "took 2.0x" in f["message"]
 
 
@@ -315,6 +315,6 @@ def test_repeated_identical_copy_is_redundant(store):
     t.copy(900, 300, 8 << 20, call_args={"host_buffer": 7, "content_hash": "cd34"})
     t.kernel(1300, 100)
     _, rows = findings(store, t, ["redundant_transfers"])
-    assert [(f["slice_id"], rel(f), f["dur"], f["value"], f["impact_ns"]) for f in rows] == [
+    assert [(f["slice_id"], rel(f), f["dur"], f["value"], f["exclusive_ns"]) for f in rows] == [
         (again, 500.0, 300 * US, 1.0, 300 * US)]
     assert "repeats an identical copy" in rows[0]["message"]

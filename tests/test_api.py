@@ -163,11 +163,12 @@ def test_findings_are_empty_before_analysis_and_listed_after(api, trace_store):
     def build(con):
         con.execute(create_sql("findings", FINDINGS))
         con.execute("INSERT INTO findings VALUES ('pcie_saturation', 'warning', ?, 100, 1, 5, 'util', 0.97, 0.9,"
-                    " 400, 'link saturated')", [start + 1234])
+                    " 400, 300, 'replay', 'link saturated')", [start + 1234])
 
     store.write_side(tid, "findings", build)
     f = api.get(f"/api/traces/{tid}/findings").json()["findings"]
     assert len(f) == 1 and f[0]["ts"] == 1234 and f[0]["pass"] == "pcie_saturation" and f[0]["impact_ns"] == 400
+    assert (f[0]["exclusive_ns"], f[0]["impact_basis"]) == (300, "replay")
 
 
 def test_pages_render_the_list_and_the_trace(api, trace_store):

@@ -37,7 +37,7 @@ def test_pageable_copy_saves_its_time_minus_the_same_bytes_at_the_pinned_rate(st
     b = 64 * MIB / (pinned_us * 1e-6)
     by_hand_ns = round(dma_us * US) - nbytes / b * 1e9  # 30.827 ms - 5.972 ms = 24.855 ms
     assert by_hand_ns == pytest.approx(24.855e6, rel=1e-3)
-    assert rows[0]["impact_ns"] == pytest.approx(by_hand_ns, abs=2)
+    assert rows[0]["exclusive_ns"] == pytest.approx(by_hand_ns, abs=2)
     assert rows[0]["threshold"] == pytest.approx(b / 1e9)
     msg = rows[0]["message"]
     assert msg.startswith("pageable H2D copy of 73.5 MiB (1 DMA chunk): 30.83 ms of DMA at 2.50 GB/s, in a call of 30.88 ms")
@@ -51,7 +51,7 @@ def test_pageable_copy_without_a_reference_bandwidth_claims_no_saving(store):
     t.copy(200, 3000, 8 * MIB, host_mem="pageable", call_ts_us=150)
     t.kernel(3300, 100)
     rows = run(store, t.build(store), ["pageable_memory"])
-    assert [(f["impact_ns"], f["severity"]) for f in rows] == [(0, "info")]
+    assert [(f["exclusive_ns"], f["severity"]) for f in rows] == [(0, "info")]
     assert "no pinned reference bandwidth in this trace, so no saving is claimed" in rows[0]["message"]
 
 
@@ -63,7 +63,7 @@ def test_launch_gap_message_splits_the_idle_time_into_late_submission_and_launch
     rows = run(store, t.build(store), ["launch_gaps"])
     assert len(rows) == 1
     f = rows[0]
-    assert f["impact_ns"] == 50 * US and f["value"] == 50 * US
+    assert f["exclusive_ns"] == 50 * US and f["value"] == 50 * US
     assert ("idle for 50.0 us before k on dev0 matrix 0: the call that submitted it returned 40.0 us after"
             " the device ran out of work, and the work started 10.0 us after that (launch latency)") in f["message"]
     assert "all 50.0 us idle is the saving" in f["message"]
@@ -92,5 +92,5 @@ def test_a_device_annotation_is_not_device_work_for_any_pass(store):
     plain = run(store, _with_annotation(store, False), ["launch_gaps"])
     marked = run(store, _with_annotation(store, True), ["launch_gaps"])
     # the 200 us gap (100 -> 300 us) is found whether or not a marker spans it
-    assert [(f["ts"] - T0, f["dur"], f["impact_ns"]) for f in plain] == [(100 * US, 200 * US, 200 * US)]
-    assert [(f["ts"] - T0, f["dur"], f["impact_ns"]) for f in marked] == [(100 * US, 200 * US, 200 * US)]
+    assert [(f["ts"] - T0, f["dur"], f["exclusive_ns"]) for f in plain] == [(100 * US, 200 * US, 200 * US)]
+    assert [(f["ts"] - T0, f["dur"], f["exclusive_ns"]) for f in marked] == [(100 * US, 200 * US, 200 * US)]

@@ -168,6 +168,34 @@ def findings_groups(trace_id: str, state: AppState = Depends(get_state)) -> dict
     return {"passes": passes, "analysed": True, "groups_max": queries.FINDING_GROUPS_MAX}
 
 
+@router.get("/{trace_id}/critical_path", summary="The critical path",
+            description="The chain of work and waits that sets the run's length, from the analysis's replay of the "
+                        "trace's dependency graph (docs/analysis.md): its time per segment type (host-bound, launch "
+                        "overhead, link/transfer, device compute, sync wait, idle) and its segments overlapping "
+                        "[start_ns, end_ns) (ns relative; default the whole trace), each {start_ns, end_ns, type, "
+                        "slice_id, track_id, merged}; at most max_segments, merged per time bucket beyond that "
+                        "(`merged`: true). `analysed`: false until the passes have run.")
+def critical_path(trace_id: str, start_ns: int = Query(0, ge=0), end_ns: int | None = Query(None, ge=0),
+                  max_segments: int = Query(queries.CRITICAL_PATH_MAX_SEGMENTS, ge=1, le=20_000),
+                  state: AppState = Depends(get_state)) -> dict:
+    h = state.trace(trace_id)
+    end = end_ns if end_ns is not None else 1 << 62  # the whole trace
+    if end <= start_ns:
+        raise ApiError(400, "bad_request", f"end_ns ({end}) must be greater than start_ns ({start_ns})")
+    empty = {"analysed": False, "segments": [], "by_type_ns": {}, "segments_total": 0, "path_ns": 0}
+    if not state.store.side_path(trace_id, "findings").exists():
+        return empty
+    with state.connection(trace_id) as con:
+        doc = queries.critical_path(con, start_ns + h.start_ns, end + h.start_ns, max_segments)
+    if doc is None:
+        return empty
+    rel = lambda v: None if v is None else int(v) - h.start_ns  # noqa: E731
+    for seg in doc["segments"]:
+        seg["start_ns"], seg["end_ns"] = rel(seg["start_ns"]), rel(seg["end_ns"])
+    doc["first_ns"], doc["last_ns"] = rel(doc["first_ns"]), rel(doc["last_ns"])
+    return {"analysed": True, "start_ns": start_ns, "end_ns": end_ns, **doc}
+
+
 @router.get("/{trace_id}/summary", summary="Trace summary",
             description="Per lane the top names by total time (count, total, mean, p50, p95, max ns), copies by "
                         "direction and host memory kind (bytes, achieved GB/s), and each lane's busy fraction "

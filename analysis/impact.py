@@ -1,0 +1,185 @@
+"""Every finding's impact_ns: the run's saving if it alone is fixed, from a replay of the trace's graph.
+
+Runs in the analysis connection after the passes (it reads _common.sql's tables through
+analysis/replay.py's build). The findings with the largest local estimates are each replayed alone,
+as many as `whatif_max_replays` and a budget of `whatif_replay_nodes` replayed nodes allow (one
+replay costs about a microsecond per node, so a big trace gets fewer); every other finding with
+something to fix gets its pass's all-fixed saving split by local estimate (`impact_basis` = `pass
+share`). Each pass is also replayed with all its findings fixed together, and the run with every
+finding fixed: those savings are the pass's and the run's. docs/analysis.md "What if".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from acceltrace.analysis import replay as R
+from acceltrace.analysis import transform as T
+from acceltrace.store import schema
+
+WHATIF_COLUMNS = ("makespan_ns", "replayed_makespan_ns", "exact_replay_makespan_ns", "all_fixed_saving_ns",
+                  "nodes", "edges", "unexplained_wait_ns", "replays", "elapsed_ms")
+CRITICAL_PATH_COLUMNS = [("seq", "BIGINT NOT NULL"), ("start_ns", "BIGINT NOT NULL"), ("end_ns", "BIGINT NOT NULL"),
+                         ("type", "VARCHAR NOT NULL"), ("slice_id", "BIGINT"), ("track_id", "INTEGER")]
+
+
+@dataclass
+class WhatIf:
+    impact_ns: np.ndarray  # per finding, in the order given
+    basis: list[str]  # per finding: replay | pass share | none (with the pass's bound, where it has one)
+    pass_saving_ns: dict[str, int]
+    all_fixed_saving_ns: int
+    replayed_makespan_ns: int  # the graph's edges alone replayed (without its unexplained waits)
+    exact_makespan_ns: int  # with them: the trace's own schedule, the base every saving is measured from
+    nodes: int = 0
+    edges: int = 0
+    unexplained_wait_ns: int = 0
+    replays: int = 0
+    critical_path: list = field(default_factory=list)  # (start, end, type, slice_id or -1, track_id or -1)
+    elapsed_ms: float = 0.0
+    graph_span_ns: int = 0  # the trace's own span of the graph's nodes (first start to last end)
+
+
+def _basis(pid: str, how: str) -> str:
+    bound = T.BOUNDS.get(pid)
+    return f"{how}; {bound}" if bound and how != "none" else how
+
+
+def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_replays: int = 50,
+                   replay_nodes: int = 2_000_000) -> WhatIf:
+    """Build the graph of the analysed trace, replay it per pass, all fixed, and per finding (the
+    largest first, within the budget); the rest share their pass's saving by local estimate."""
+    t0 = time.perf_counter()
+    # savings are measured from the trace's own schedule: the graph replayed with its unexplained waits
+    # kept (each relative to its node's edges, so work behind a fixed cause still moves with it); a fix
+    # removes the waits it explains (analysis/transform.py). The edges-only replay is reported beside it.
+    exact = g = R.build(con)
+    exact_s = R.replay(g)
+    base = exact_s.makespan
+    edges_only = R.replay(R.without_slack(g)).makespan
+    n_nodes = max(1, len(g.ts))
+    replays = 2
+
+    def saving(fs: list[T.Fix]) -> int:
+        nonlocal replays
+        h = g.copy()
+        if not T.apply_all(h, fs, link_speedup):
+            return 0
+        replays += 1
+        return max(0, base - R.replay(h).makespan)
+
+    n = len(fixes)
+    impact = np.zeros(n, np.int64)
+    basis = ["none"] * n
+    todo = [i for i, f in enumerate(fixes) if f.local_ns > 0 and T.applicable(g, f)]
+    by_pass: dict[str, list[int]] = {}
+    for i in todo:
+        by_pass.setdefault(fixes[i].pass_id, []).append(i)
+    pass_saving = {pid: saving([fixes[i] for i in idx]) for pid, idx in by_pass.items()}
+    all_fixed = saving([fixes[i] for i in todo]) if todo else 0
+    budget = min(max_replays, max(0, replay_nodes // n_nodes - replays))
+    alone = sorted(todo, key=lambda i: (-fixes[i].local_ns, fixes[i].ts))[:budget]
+    for i in alone:
+        impact[i] = saving([fixes[i]])
+        basis[i] = _basis(fixes[i].pass_id, "replay")
+    done = set(alone)
+    for pid, idx in by_pass.items():
+        rest = [i for i in idx if i not in done]
+        if not rest:
+            continue
+        local = np.array([fixes[i].local_ns for i in idx], np.float64)
+        share = pass_saving[pid] / local.sum() if local.sum() > 0 else 0.0
+        for i in rest:
+            impact[i] = int(round(fixes[i].local_ns * share))
+            basis[i] = _basis(pid, "pass share")
+    segs = R.critical_path(exact, exact_s)
+    path = [(a, b, t, int(exact.slice_id[v]) if v >= 0 else -1, int(exact.track[v]) if v >= 0 else -1)
+            for a, b, t, v in segs]
+    return WhatIf(impact, basis, pass_saving, all_fixed, edges_only, exact_s.makespan, len(g.ts), len(g.src),
+                  int(exact.slack.sum()), replays, path, (time.perf_counter() - t0) * 1e3,
+                  int((g.ts + g.dur).max() - g.ts.min()) if len(g.ts) else 0)
+
+
+def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Table, dict, list]:
+    """impact_ns and impact_basis per finding from the graph replay (analysis/impact.py), the findings
+    sorted by impact_ns; the run's what-if summary and critical path. A trace whose graph cannot be
+    replayed keeps its findings with impact_ns NULL and says why in impact_basis."""
+    cols = table.to_pydict()
+    fixes = [T.Fix(p, s, int(t or 0), int(d or 0), int(ln or 0)) for p, s, t, d, ln in
+             zip(cols["pass"], cols["slice_id"], cols["ts"], cols["dur"], cols["local_ns"])]
+    wi: dict = {}
+    path: list = []
+    try:
+        r = replay_impacts(con, fixes, values["whatif_link_speedup"], int(values["whatif_max_replays"]),
+                           int(values["whatif_replay_nodes"]))
+        (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
+        impacts, basis = pa.array(r.impact_ns, pa.int64()), pa.array(r.basis, pa.string())
+        # host work before the graph's first node and after its last is kept as it is
+        outside = int(run_ns or 0) - r.graph_span_ns
+        wi = {"makespan_ns": int(run_ns or 0), "replayed_makespan_ns": r.replayed_makespan_ns + outside,
+              "exact_replay_makespan_ns": r.exact_makespan_ns + outside, "all_fixed_saving_ns": r.all_fixed_saving_ns,
+              "nodes": r.nodes, "edges": r.edges, "unexplained_wait_ns": r.unexplained_wait_ns,
+              "replays": r.replays, "elapsed_ms": r.elapsed_ms, "pass_saving_ns": r.pass_saving_ns}
+        path = r.critical_path
+    except (ValueError, duckdb.Error) as e:
+        impacts = pa.nulls(table.num_rows, pa.int64())
+        basis = pa.array([f"none; the graph could not be replayed: {e}"] * table.num_rows, pa.string())
+    table = table.drop_columns(["local_ns"]).append_column("impact_ns", impacts).append_column("impact_basis", basis)
+    table = table.select([c for c, _ in schema.FINDINGS])
+    if table.num_rows:
+        table = table.sort_by([("impact_ns", "descending"), ("exclusive_ns", "descending"), ("ts", "ascending"),
+                               ("pass", "ascending")])
+    return table, wi, path
+
+
+def critical_path_summary(path: list, start_ns: int, wi: dict) -> dict:
+    """The critical path's time per segment type (every type named, 0 when absent), its span and
+    segment count; times relative to start_ns."""
+    by = {t: 0 for t in R.SEGMENT_TYPES}
+    for a, b, t, *_ in path:
+        by[t] = by.get(t, 0) + (b - a)
+    span = (path[-1][1] - path[0][0]) if path else 0
+    return {"makespan_ns": int(wi.get("makespan_ns", 0)), "path_ns": int(sum(by.values())),
+            "span_ns": int(span), "start_ns": int(path[0][0] - start_ns) if path else None,
+            "segments": len(path), "by_type_ns": dict(sorted(by.items(), key=lambda kv: -kv[1]))}
+
+
+def format_critical_path(path: list, start_ns: int, wi: dict) -> str:
+    """The critical path's breakdown per segment type as a text table."""
+    doc = critical_path_summary(path, start_ns, wi)
+    if not doc["segments"]:
+        return "no critical path: the trace has no device work or its graph could not be replayed"
+    lines = [f"critical path: {doc['segments']} segments, {_ms(doc['path_ns'])} of a {_ms(doc['makespan_ns'])} run"]
+    for t, ns in doc["by_type_ns"].items():
+        pct = 100.0 * ns / doc["path_ns"] if doc["path_ns"] else 0.0
+        lines.append(f"  {t:<16} {_ms(ns):>14} {pct:5.1f}%")
+    return "\n".join(lines)
+
+
+def write_tables(side, wi: dict, path: list) -> None:
+    """The side file's `whatif` row and `critical_path` segments (docs/analysis.md "What is stored")."""
+    side.execute("CREATE TABLE whatif (" + ", ".join(f'"{c}" DOUBLE' if c == "elapsed_ms" else f'"{c}" BIGINT'
+                                                      for c in WHATIF_COLUMNS) + ")")
+    if wi:
+        side.execute(f"INSERT INTO whatif VALUES ({', '.join('?' * len(WHATIF_COLUMNS))})",
+                     [wi[c] for c in WHATIF_COLUMNS])
+    side.execute(schema.create_sql("critical_path", CRITICAL_PATH_COLUMNS))
+    if path:
+        seg = pa.table({"seq": pa.array(range(len(path)), pa.int64()),
+                        "start_ns": pa.array([p[0] for p in path], pa.int64()),
+                        "end_ns": pa.array([p[1] for p in path], pa.int64()),
+                        "type": pa.array([p[2] for p in path], pa.string()),
+                        "slice_id": pa.array([p[3] if p[3] >= 0 else None for p in path], pa.int64()),
+                        "track_id": pa.array([p[4] if p[4] >= 0 else None for p in path], pa.int32())})
+        side.register("_new_path", seg)
+        side.execute("INSERT INTO critical_path SELECT * FROM _new_path")
+        side.unregister("_new_path")
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"
