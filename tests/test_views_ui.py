@@ -400,7 +400,9 @@ def test_an_area_on_the_timeline_opens_in_the_views_with_its_range_and_tracks(pa
     a, b = int(q["start_ns"][0]), int(q["end_ns"][0])
     assert rng["start_ns"] <= a < b <= rng["end_ns"]
     link.click()
-    page.wait_for_function("() => window.acceltrace.flame && window.acceltrace.flame.ready", timeout=20000)
+    page.wait_for_url(f"**/t/{trace['id']}/views?*")
+    page.wait_for_function("() => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready",
+                           timeout=20000)
     assert page.input_value("#track-select") == str(cpu["track_id"])
     # the flame graph is of that track in that range: its total is the track's clipped depth-0 time
     t0, t1 = trace["start"] + a, trace["start"] + b
