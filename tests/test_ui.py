@@ -419,19 +419,20 @@ def test_findings_are_grouped_by_pass_and_name_and_toggle_their_overlay(page, se
     by_pass: dict = {}
     for f in findings:
         key = names.get(f.get("slice_id"), "(no slice)")
-        g = by_pass.setdefault(f["pass"], {}).setdefault(key, [0, 0])
+        g = by_pass.setdefault(f["pass"], {}).setdefault(key, [0, 0, 0])
         g[0] += 1
         g[1] += f.get("impact_ns") or 0
-    pass_impact = {p: sum(v[1] for v in gs.values()) for p, gs in by_pass.items()}
+        g[2] += f.get("exclusive_ns") or 0  # ties in impact (the saving if fixed alone) go by the exclusive share
+    pass_impact = {p: (sum(v[1] for v in gs.values()), sum(v[2] for v in gs.values())) for p, gs in by_pass.items()}
     open_trace(page, trace_id)
     page.click(".tabs button[data-tab='findings']")
     sections = page.locator("#pane-findings section.pass-group")
     sections.first.wait_for()
     shown = [sections.nth(i).get_attribute("data-pass") for i in range(sections.count())]
-    assert shown == sorted(by_pass, key=lambda p: (-pass_impact[p], p))
+    assert shown == sorted(by_pass, key=lambda p: (-pass_impact[p][0], -pass_impact[p][1], p))
     top = shown[0]
     groups = page.locator(f"#pane-findings section.pass-group[data-pass='{top}'] ol.findings > li.group")
-    want = sorted(by_pass[top].items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))
+    want = sorted(by_pass[top].items(), key=lambda kv: (-kv[1][1], -kv[1][2], -kv[1][0], kv[0]))
     assert groups.count() == min(len(want), 50)
     assert groups.first.get_attribute("data-name") == want[0][0]
     best = max((f for f in findings if f["pass"] == top), key=lambda f: f.get("impact_ns") or 0)

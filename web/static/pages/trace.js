@@ -17,6 +17,7 @@ import { installSideResize, sideWidth } from "../panels/resize.js";
 import { installTrackControls, applyTrackUrlState, trackUrlState, trackList, namesWidth } from "../panels/track_controls.js";
 import { Bookmarks } from "../panels/bookmarks.js";
 import { installNav } from "./trace_nav.js";
+import { CriticalPath, renderCriticalPath } from "../tracks/critical_path.js";
 import { areaViewsLink } from "./views_link.js";
 
 const $ = (id) => document.getElementById(id);
@@ -76,7 +77,7 @@ async function main() {
   installTrackControls(tl, () => saveUrl()); // filter, hide, reorder, depths, names width (f= hide= ord= nw=)
   const cursor = new Cursor(tl);
   const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings"),
-                  info: $("pane-info"), bookmarks: $("pane-bookmarks") };
+                  info: $("pane-info"), bookmarks: $("pane-bookmarks"), path: $("pane-path") };
   const bookmarks = new Bookmarks(tl, panes.bookmarks, () => saveUrl()); // kept in the fragment (bm=)
   let analysis = null; // the /analysis answer once known: {state, version, passes}
   let selSeq = 0;
@@ -86,6 +87,7 @@ async function main() {
     for (const b of document.querySelectorAll(".tabs button")) b.classList.toggle("active", b.dataset.tab === name);
     for (const [k, p] of Object.entries(panes)) p.hidden = k !== name;
     if (name === "info") renderInfo(panes.info, meta, analysis);
+    if (name === "path") showPath(true);
     if (name === "summary" && !summaryLoaded) {
       summaryLoaded = true;
       renderSummary(panes.summary, null);
@@ -217,8 +219,21 @@ async function main() {
       panes.findings.textContent = `Findings unavailable: ${e.message}`;
     }
   };
+  // the critical path: a toggle in the Path tab draws it over the timeline (tracks/critical_path.js)
+  let pathDoc = null, pathErr = null;
+  const path = tl.criticalPath = new CriticalPath(tl, api.base, { onchange: () => { if (!panes.path.hidden) showPath(false); } });
+  const ontogglePath = (on) => { path.setOn(on); showPath(false); };
+  const showPath = (load) => {
+    const doc = path.doc || pathDoc;
+    renderCriticalPath(panes.path, doc, path.on, { ontoggle: ontogglePath, error: path.error || pathErr });
+    if (load && !doc && !api.live) {
+      path.summary().then((d) => { pathDoc = d; pathErr = null; }).catch((e) => { pathErr = e.message; })
+        .finally(() => { if (!panes.path.hidden) showPath(false); });
+    }
+  };
   const onAnalysis = (st) => {
     root.dataset.analysis = st.state || "";
+    if (st.version && st.version !== loadedVersion) { pathDoc = null; path.doc = null; if (path.on) path.fetch(true); }
     if (st.version) loadFindings(st.version);
     else { analysis = { ...(analysis || {}), ...st, passes: analysis?.passes || [] }; showFindings(); }
   };
@@ -288,6 +303,8 @@ function exposeHooks(tl, select, follower, trace_id) {
     select: (id) => select(id, { frame: true }),
     timeline: tl,
   };
+  // the critical path overlay: {on, drawn (segments the last frame drew)}; toggle(on) as the Path tab's checkbox
+  hooks.criticalPath = { get on() { return tl.criticalPath?.on ?? false; }, get drawn() { return tl.criticalPath?.drawn ?? 0; } };
   // live traces: {trace_id, head_ns, drawn_head_ns} (docs/ui.md); null values once the trace is final
   hooks.live = follower ? follower.state : { trace_id, head_ns: null, drawn_head_ns: null };
   Object.defineProperty(hooks, "view", { enumerable: true, get: () => ({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns }) });

@@ -200,10 +200,15 @@ export function renderFindings(box, doc, overlays, status, { ontoggle, onjump })
   box.append(el("div", { class: "passes" }, passes.map((p) => el("label", { class: "pass-toggle", title: `impact ${fmtDur(p.impact_ns)}` },
     el("input", { type: "checkbox", checked: overlays.has(p.pass), dataset: { pass: p.pass }, onchange: (e) => ontoggle(p.pass, e.target.checked) }),
     ` ${p.pass} (${fmtCount(p.count)})`))));
+  // impact: the run's saving if that alone is fixed (a replay); exclusive: its share of the critical
+  // path, never counted twice; a pass's "all fixed" is its findings fixed together (the Info tab's status)
+  const allFixed = new Map((status?.passes || []).map((s) => [s.pass, s.impact_ns]));
+  box.append(el("p", { class: "muted legend" }, "impact: what the run saves if that alone is fixed (replay) \u00b7 exclusive: its share of the critical path, never counted twice"));
   for (const p of passes) {
     const shown = p.groups.length;
+    const all = allFixed.get(p.pass);
     box.append(el("section", { class: "pass-group", dataset: { pass: p.pass } },
-      el("h4", {}, `${p.pass} \u2014 ${fmtCount(p.count)} \u00b7 impact ${fmtDur(p.impact_ns)}`),
+      el("h4", {}, `${p.pass} \u2014 ${fmtCount(p.count)}${all !== undefined && all !== null ? ` \u00b7 all fixed saves ${fmtDur(all)}` : ""} \u00b7 exclusive ${fmtDur(p.exclusive_ns ?? 0)}`),
       shown < p.groups_total ? el("p", { class: "muted cap" }, `showing ${shown} of ${fmtCount(p.groups_total)} groups (the biggest by impact)`) : null,
       el("ol", { class: "findings" }, p.groups.map((g) => findingGroup(p, g, onjump)))));
   }
@@ -213,12 +218,14 @@ function findingGroup(p, g, onjump) {
   const worst = g.worst || [];
   const instance = (f) => el("li", { class: `sev-${f.severity}` },
     el("a", { href: "#", title: f.message || "", onclick: (e) => { e.preventDefault(); onjump(f); } }, f.message || f.pass),
-    el("div", { class: "muted" }, `impact ${fmtDur(f.impact_ns ?? 0)}${f.ts !== null && f.ts !== undefined ? ` \u00b7 at ${fmtTime(f.ts)}` : ""}`));
+    el("div", { class: "muted impact", title: f.impact_basis ? `impact: ${f.impact_basis}` : "" },
+      `impact ${f.impact_ns === null || f.impact_ns === undefined ? "-" : fmtDur(f.impact_ns)}${(f.impact_basis || "").startsWith("pass share") ? " (pass share)" : ""}`
+      + ` \u00b7 exclusive ${fmtDur(f.exclusive_ns ?? 0)}${f.ts !== null && f.ts !== undefined ? ` \u00b7 at ${fmtTime(f.ts)}` : ""}`));
   const more = g.count - worst.length;
   return el("li", { class: `group sev-${g.severity || "info"}`, dataset: { name: g.name } },
     el("div", { class: "group-head" },
       el("span", { class: "fname", title: g.name }, displayName(g.name)),
-      el("span", { class: "muted" }, ` \u00d7${fmtCount(g.count)} \u00b7 ${fmtDur(g.impact_ns)}`)),
+      el("span", { class: "muted" }, ` \u00d7${fmtCount(g.count)} \u00b7 impact ${fmtDur(g.impact_ns)} \u00b7 exclusive ${fmtDur(g.exclusive_ns ?? 0)}`)),
     worst.length ? el("ol", { class: "instances" }, instance(worst[0])) : null,
     worst.length > 1 ? el("details", {}, el("summary", {}, `${worst.length - 1} more of the worst${more > 0 ? ` (${fmtCount(more)} smaller not listed)` : ""}`),
       el("ol", { class: "instances" }, worst.slice(1).map(instance))) : null);
@@ -294,12 +301,13 @@ export function renderInfo(box, meta, status) {
   }
   const rows = [...status.passes].sort((a, b) => (STATUS_ORDER[a.status] ?? 9) - (STATUS_ORDER[b.status] ?? 9) || (b.impact_ns || 0) - (a.impact_ns || 0));
   box.append(el("table", { class: "grid passes-status" },
-    el("thead", {}, el("tr", {}, ["pass", "status", "findings", "impact"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ["pass", "status", "findings", "all fixed saves", "exclusive"].map((h) => el("th", {}, h)))),
     el("tbody", {}, rows.map((p) => el("tr", { dataset: { pass: p.pass, status: p.status } },
       el("td", {}, p.pass, p.reason ? el("div", { class: "muted reason" }, p.reason) : null),
       el("td", { class: `pass-status st-${String(p.status).replace(/ /g, "-")}` }, p.status),
       el("td", { class: "num" }, p.status === "ran" ? fmtCount(p.n_findings ?? 0) : "-"),
-      el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.impact_ns ?? 0) : "-"))))));
+      el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.impact_ns ?? 0) : "-"),
+      el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.exclusive_ns ?? 0) : "-"))))));
 }
 
 function fmtProp(k, v) {
