@@ -61,7 +61,6 @@ def generate(builder: TraceBuilder, n_slices: int, threads: int = 8, seed: int =
         call_dur = rng.integers(3_000, 9_000, int(calls.sum()))
         op_of = np.repeat(np.arange(n), calls)
         first = np.cumsum(calls) - calls
-        j = np.arange(len(op_of)) - first[op_of]           # call index inside its op
         gap = 1_000
         # the op: 2 us, its calls back to back with 1 us gaps, 2 us
         cum = np.cumsum(call_dur + gap) - (call_dur + gap)
