@@ -234,3 +234,31 @@ def test_the_precomputed_whole_trace_equals_the_trees_computed_from_the_slices(t
     old.execute("DROP TABLE agg_tree")
     assert strip(aggregates.call_tree(old, t0, t1, source="device")) == want_tree
     old.close()
+
+
+def test_a_failed_precompute_still_publishes_the_trace_and_its_views_compute_from_the_slices(tmp_path, monkeypatch):
+    import duckdb
+
+    from acceltrace.store import aggregates
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": EVENTS}))
+
+    def out_of_memory(*a, **k):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block (test)")
+
+    monkeypatch.setattr(aggregates, "_build_tables", out_of_memory)
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [path])
+    assert res.error is None, res.error
+    con = store.connect(res.id)
+    info = dict(con.execute("SELECT key, value FROM agg_info").fetchall())
+    assert info["version"] == "none" and "Out of Memory" in info["error"]
+    assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name IN ('agg_tree', 'agg_rollup')"
+                           ).fetchone()[0]
+    con.close()
+    monkeypatch.undo()
+    with TestClient(create_app(store.root), base_url="http://127.0.0.1") as c:
+        tree = c.get(f"/api/traces/{res.id}/tree").json()
+        rows = {r["name"]: r for r in c.get(f"/api/traces/{res.id}/rollup").json()["rows"]}
+    assert tree["total_ns"] == 100 * US and rows["step"]["device_ns"] == (50 + 12) * US
