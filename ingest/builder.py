@@ -258,11 +258,12 @@ class TraceBuilder:
                 self.warn(source_name, f"{c} counter samples with a time more than 2^62 ns from the epoch were"
                           " dropped", dropped=c)
 
-    def finish(self, fmt: str, source_name: str, start_ns: int | None = None) -> dict:
+    def finish(self, fmt: str, source_name: str, start_ns: int | None = None, views: bool = True) -> dict:
         """Complete the file (depths, order, meta, derived tables). Returns the counts.
 
         `start_ns`: the time origin when the caller knows it (a live capture's segments share the
-        capture's start, so their tiles line up); by default the earliest event."""
+        capture's start, so their tiles line up); by default the earliest event. `views=False` leaves
+        out the views' precomputed aggregates (a live segment: never published, no views read it)."""
         con = self.con
         if self._next_slice == 0 and self.n_counters == 0:
             why = "contains no events (no slices and no counter samples); nothing to show"
@@ -316,7 +317,8 @@ class TraceBuilder:
         con.executemany("INSERT INTO trace_meta VALUES (?, ?)", sorted(meta.items()))
 
         build_lod(con)  # every published trace carries its level-of-detail tables
-        aggregates.build(con)  # and its whole-trace call trees and rollup (the views' first answer)
+        if views:
+            aggregates.build(con)  # and its whole-trace call trees and rollup (the views' first answer)
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()

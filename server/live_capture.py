@@ -43,7 +43,10 @@ log = logging.getLogger("acceltrace.live")
 
 POLL_S = 0.02             # how often a capture reads its file
 BUILD_S = 0.1             # a delta is started at most this often
-BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))  # ... with at most this many building at once
+# ... with at most this many building at once (two builds on a 2-core machine beside a producer, its
+# daemon and a browser each take longer than one: measured, bench/live.py)
+BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))
+BEHIND_HOLD_S = 2.0       # ... and one only, for this long after the server was last behind (<= 1 core)
 SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into one segment
 SEAL_S = 2.0              # ... or once the oldest of them is this old
 MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many (or what DeltaBudget allows)
@@ -106,6 +109,7 @@ class LiveCapture:
         self._read_ns = 0
         self._lost_seen = 0
         self._behind_since_compaction = False
+        self._behind_at = -BEHIND_HOLD_S
         self._retired: deque[tuple[float, Segment]] = deque()  # compacted deltas, closed a little later
         self._first_seen: float | None = None
         self.finalise_s: float | None = None
@@ -144,7 +148,8 @@ class LiveCapture:
                 if self.trace_id is None and self.tail.trailer is not None and caught_up:
                     self.status = "abandoned"  # complete when found: an ordinary file to ingest, not a capture
                     return
-                if self._pending and now >= self._next_build and self._in_flight() < BUILD_WORKERS:
+                workers = 1 if now - self._behind_at < BEHIND_HOLD_S else BUILD_WORKERS
+                if self._pending and now >= self._next_build and self._in_flight() < workers:
                     self._build_delta()
                 if self._window_n and (self._window_n >= self.seal_events or now - self._window_since >= self.seal_s):
                     self._start_compaction()
@@ -215,6 +220,7 @@ class LiveCapture:
             self.not_shown += int(np.isin(r[:cut]["kind"], R.EVENT_KINDS).sum())
             self.gaps.add(r[:cut])
             self._behind_since_compaction = True
+            self._behind_at = time.monotonic()
         recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
         streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])
         if self.trace_id is None:  # the first data: the capture enters the catalog
