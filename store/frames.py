@@ -9,6 +9,7 @@ from __future__ import annotations
 
 MAX_DEPTH = 512  # ancestor walks stop here (deeper stacks than any profiler writes)
 NO_LAUNCH = "(no launching call)"
+WALK_CTE_MAX_ROWS = 2_000_000  # CPU frames up to which the path walk is one recursive statement
 
 
 def build_frames(cur, t0: int, t1: int, tracks: list[int]) -> None:
@@ -27,27 +28,38 @@ def build_frames(cur, t0: int, t1: int, tracks: list[int]) -> None:
         CREATE OR REPLACE TEMP TABLE _parents AS
         SELECT c.slice_id, c.track_id, c.ts, c.te, c.depth, c.name, c.cdur, p.slice_id AS parent
         FROM _range c ASOF LEFT JOIN _range p
-          ON p.track_id = c.track_id AND p.depth = c.depth - 1 AND p.ts <= c.ts
-        ORDER BY c.depth""")
+          ON p.track_id = c.track_id AND p.depth = c.depth - 1 AND p.ts <= c.ts""")
     cur.execute("DROP TABLE _range")
-    # path nodes one depth at a time (plain joins spill to disk where a recursive CTE's state
-    # cannot: a 10 M-slice trace ran out of the builder's memory that way)
-    (deepest,) = cur.execute("SELECT coalesce(max(depth), -1) FROM _parents").fetchone()
-    cur.execute("CREATE OR REPLACE TEMP TABLE _paths (slice_id BIGINT, depth INTEGER, node UBIGINT, parent_node UBIGINT)")
-    for depth in range(0, min(int(deepest), MAX_DEPTH) + 1):
-        cur.execute("""
-            INSERT INTO _paths
-            SELECT f.slice_id, f.depth, hash(f.name, coalesce(p.node, 0::UBIGINT)), p.node
-            FROM _parents f LEFT JOIN (SELECT slice_id, node FROM _paths WHERE depth = $1 - 1) p ON p.slice_id = f.parent
-            WHERE f.depth = $1""", [depth])
+    (deepest, n) = cur.execute("SELECT coalesce(max(depth), -1), count(*) FROM _parents").fetchone()
+    if n <= WALK_CTE_MAX_ROWS:  # one recursive statement: cheapest for deep stacks of a modest trace
+        cur.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _paths AS
+            WITH RECURSIVE walk(slice_id, node, parent_node, lvl) AS (
+                SELECT slice_id, hash(name, 0::UBIGINT), NULL::UBIGINT, 0 FROM _parents WHERE parent IS NULL
+                UNION ALL
+                SELECT f.slice_id, hash(f.name, w.node), w.node, w.lvl + 1
+                FROM _parents f JOIN walk w ON f.parent = w.slice_id
+                WHERE w.lvl < {MAX_DEPTH}
+            )
+            SELECT f.*, w.node, w.parent_node FROM _parents f JOIN walk w USING (slice_id)""")
+    else:
+        # one depth at a time: plain joins spill to disk where a recursive CTE's state cannot (a
+        # 10 M-slice trace ran out of the builder's 1 GB that way)
+        cur.execute("""CREATE OR REPLACE TEMP TABLE _paths AS SELECT *, 0::UBIGINT AS node, 0::UBIGINT AS parent_node
+                       FROM _parents LIMIT 0""")
+        for depth in range(0, min(int(deepest), MAX_DEPTH) + 1):
+            cur.execute("""
+                INSERT INTO _paths
+                SELECT f.*, hash(f.name, coalesce(p.node, 0::UBIGINT)), p.node
+                FROM _parents f LEFT JOIN (SELECT slice_id, node FROM _paths WHERE depth = $1 - 1) p ON p.slice_id = f.parent
+                WHERE f.depth = $1""", [depth])
+    cur.execute("DROP TABLE _parents")
     cur.execute("""
         CREATE OR REPLACE TEMP TABLE _frames AS
         SELECT f.slice_id, f.track_id, f.ts, f.te, f.parent, f.name, f.cdur, f.cdur - coalesce(k.child_dur, 0) AS self_dur,
-               w.node, w.parent_node
-        FROM _parents f JOIN _paths w USING (slice_id)
-        LEFT JOIN (SELECT parent, sum(cdur) AS child_dur FROM _parents
-                   WHERE parent IS NOT NULL GROUP BY parent) k ON k.parent = f.slice_id""")
-    cur.execute("DROP TABLE _parents")
+               f.node, f.parent_node
+        FROM _paths f LEFT JOIN (SELECT parent, sum(cdur) AS child_dur FROM _paths
+                                 WHERE parent IS NOT NULL GROUP BY parent) k ON k.parent = f.slice_id""")
     cur.execute("DROP TABLE _paths")
 
 

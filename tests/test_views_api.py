@@ -262,3 +262,15 @@ def test_a_failed_precompute_still_publishes_the_trace_and_its_views_compute_fro
         tree = c.get(f"/api/traces/{res.id}/tree").json()
         rows = {r["name"]: r for r in c.get(f"/api/traces/{res.id}/rollup").json()["rows"]}
     assert tree["total_ns"] == 100 * US and rows["step"]["device_ns"] == (50 + 12) * US
+
+
+def test_the_depth_by_depth_path_walk_of_big_traces_gives_the_recursive_walks_trees(client, monkeypatch):
+    from acceltrace.store import frames
+
+    def trees():
+        return [client.get(f"/api/traces/{client.trace_id}/tree", params={"mode": m, "source": s, "start_ns": 1}).json()
+                for m in ("top-down", "bottom-up") for s in ("cpu", "device")]
+
+    recursive = trees()
+    monkeypatch.setattr(frames, "WALK_CTE_MAX_ROWS", 0)  # as for a trace of more CPU slices than that
+    assert trees() == recursive
