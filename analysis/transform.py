@@ -75,9 +75,9 @@ def _mark(n: int, nodes) -> np.ndarray:
     return m
 
 
-def _siblings(g: R.Graph, slice_id: int) -> list[int]:
+def _siblings(g: R.Graph, slice_id: int) -> np.ndarray:
     """The device-work nodes of one copy call: the DMAs sharing the slice's correlation id."""
-    return g.siblings.get(slice_id) or [g.index[slice_id]]
+    return g.siblings(slice_id)
 
 
 def _shrink(g: R.Graph, nodes: np.ndarray, by_ns: int) -> None:
@@ -131,10 +131,32 @@ def _copies(g, fs, _speedup) -> None:
     _drop_edges(g, m[g.src] & (g.ekind == R.WAIT))
 
 
+def _submitters(g: R.Graph, nodes: np.ndarray) -> np.ndarray:
+    """The host nodes that hand the nodes their work: the doorbells or calls with a start edge into
+    them, and the calls with a start edge into those doorbells."""
+    m = _mark(len(g.ts), nodes)
+    e = (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST)
+    first = np.unique(g.src[e & m[g.dst]])
+    m2 = _mark(len(g.ts), first)
+    return np.union1d(first, g.src[e & m2[g.dst]])
+
+
 def _small(g, fs, _speedup) -> None:
+    # batched: one call and one submission move the burst's bytes; the other calls of the burst take
+    # no host time and hand their work on at once, and the transfers lose the fixed cost per transfer
     pcie = _transfers_by_start(g)
     for f in fs:
-        _shrink(g, _window_nodes(g, pcie, f, overlap=False), f.local_ns)
+        burst = _window_nodes(g, pcie, f, overlap=False)
+        if len(burst) > 1:
+            rest = _submitters(g, burst[1:])
+            keep = _submitters(g, burst[:1])
+            rest = rest[~np.isin(rest, keep)]
+            g.dur[rest] = 0
+            g.own[rest] = 0
+            g.slack[burst[1:]] = 0
+            m = _mark(len(g.ts), rest)
+            g.weight[m[g.src] & (g.ekind == R.AFTER_START)] = 0
+        _shrink(g, burst, f.local_ns)
 
 
 def _serialised(g, fs, _speedup) -> None:

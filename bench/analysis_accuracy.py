@@ -10,6 +10,12 @@ recall and the relative error of the summed impact per kind against the truth's
 counterfactual impact_ns, then the real-trace check: every pageable copy of the A100 Kineto
 trace flagged, no pinned one.
 
+Two estimates per kind: the summed exclusive shares (`exclusive_ns`, the critical-path breakdown
+that never counts a nanosecond twice) and the what-if (`analysis_status.impact_ns`: the replay's
+saving with all the pass's findings fixed, issue 18). In the mixed scenario each pass's what-if is
+compared with the truth's single-issue counterfactual, and the run's all-fixed saving (the `whatif`
+side table) with the model re-run without any of its issues (`--all-fixed`, a second model run).
+
     python bench/analysis_accuracy.py                       # seeds 1-3
     python bench/analysis_accuracy.py --seeds 11 12 13 14 15 --scenarios pageable-memory mixed
 """
@@ -60,14 +66,14 @@ def matches(f: dict, t: dict) -> bool:
     return inside > 0 and 2 * inside >= (f1 - f0)
 
 
-def score_run(findings: list[dict], truth: dict) -> dict:
+def score_run(findings: list[dict], truth: dict, whatif: dict | None = None, all_fixed: int | None = None) -> dict:
     reported = [f for f in findings if f["severity"] in REPORTED]
     issues = truth["issues"]
     matched_f = [f for f in reported if any(matches(f, t) for t in issues)]
     found_t = [t for t in issues if any(matches(f, t) for f in reported)]
     est, true = defaultdict(int), defaultdict(int)
     for f in reported:
-        est[f["pass"]] += int(f["impact_ns"] or 0)
+        est[f["pass"]] += int((f["exclusive_ns"] if "exclusive_ns" in f else f["impact_ns"]) or 0)
     for t in issues:
         true[t["kind"]] += int(t["impact_ns"])
     return {
@@ -76,10 +82,12 @@ def score_run(findings: list[dict], truth: dict) -> dict:
         "false_kinds": sorted({f["pass"] for f in reported if f not in matched_f}),
         "missed": sorted(t["kind"] for t in issues if t not in found_t),
         "run_ns": truth.get("run_ns"),
+        "whatif": dict(whatif or {}),  # pass -> saving with all its findings fixed (a replay)
+        "all_fixed": all_fixed,  # the replay's saving with every finding fixed
     }
 
 
-def run_one(store: Store, scenario: str, seed: int, work: Path) -> dict:
+def run_one(store: Store, scenario: str, seed: int, work: Path, all_fixed_truth: bool = False) -> dict:
     out = work / f"{scenario}-{seed}"
     truth = simulate(scenario, seed, out)
     [res] = ingest_paths(store, [out], name=out.name, after_publish=after_publish)
@@ -90,11 +98,28 @@ def run_one(store: Store, scenario: str, seed: int, work: Path) -> dict:
         cols = [d[0] for d in con.execute("SELECT * FROM findings").description]
         findings = [dict(zip(cols, r)) for r in con.execute("SELECT * FROM findings").fetchall()]
         failed = con.execute("SELECT pass, reason FROM analysis_status WHERE status = 'failed'").fetchall()
+        whatif = dict(con.execute("SELECT pass, impact_ns FROM analysis_status WHERE status = 'ran'").fetchall())
+        row = con.execute("SELECT all_fixed_saving_ns FROM whatif").fetchone()
     finally:
         con.close()
     if failed:
         raise RuntimeError(f"{out.name}: passes failed: {failed}")
-    return score_run(findings, truth)
+    r = score_run(findings, truth, whatif, int(row[0]) if row else None)
+    if all_fixed_truth and scenario == "mixed":
+        r["true_all_fixed"] = model_all_fixed(scenario, seed)
+    return r
+
+
+def model_all_fixed(scenario: str, seed: int) -> int:
+    """The device model's saving with every issue of the run removed (one more model run)."""
+    from acceltrace.sim import scenarios
+    from acceltrace.sim.run import run_plan
+
+    plan = scenarios.build(scenario, seed)
+    clean = plan
+    for kind in plan.issues:
+        clean = clean.remove(kind)
+    return int(round(run_plan(plan).duration_ns - run_plan(clean).duration_ns))
 
 
 def real_trace_check(store: Store) -> str:
@@ -130,6 +155,8 @@ def main() -> int:
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--no-real", action="store_true", help="skip the real-trace check")
     ap.add_argument("--verbose", action="store_true", help="one line per run")
+    ap.add_argument("--all-fixed", action="store_true",
+                    help="mixed runs: also re-run the model without any issue (the all-fixed truth)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="acceltrace-acc-") as tmp:
         work = Path(tmp)
@@ -138,7 +165,7 @@ def main() -> int:
         per_scn: dict[str, list[dict]] = defaultdict(list)
         for scn in args.scenarios:
             for seed in args.seeds:
-                r = run_one(store, scn, seed, work)
+                r = run_one(store, scn, seed, work, args.all_fixed)
                 per_scn[scn].append(r)
                 if args.verbose:
                     print(f"  {scn:<28} seed {seed:<3} reported={r['n_reported']:<4} matched={r['n_matched']:<4} "
@@ -194,6 +221,25 @@ def print_table(per_scn: dict[str, list[dict]], seeds: list[int]) -> None:
     for k in sorted(kind_true):
         e, t = kind_est.get(k, 0), kind_true[k]
         print(f"  {k:<28} {e / 1e6:>9.2f} / {t / 1e6:>9.2f} ms  {((e - t) / t if t else 0):+.0%}")
+    print_whatif(per_scn)
+
+
+def print_whatif(per_scn: dict[str, list[dict]]) -> None:
+    """The what-if (replay) savings against the truth: per kind and run (target within 10%), and in the
+    mixed runs each pass's against its single-issue counterfactual and the all-fixed (target 15%)."""
+    print("what-if saving per kind and run (the pass's findings all fixed, replayed) / truth = ratio:")
+    print(f"  {'scenario':<28} {'kind':<28} {'what-if ms':>10} {'truth ms':>9} {'ratio':>6} {'exclusive':>9}")
+    for scn, runs in per_scn.items():
+        for r in runs:
+            for k, t in sorted(r["true"].items()):
+                w = r["whatif"].get(k, 0)
+                print(f"  {scn:<28} {k:<28} {w / 1e6:>10.2f} {t / 1e6:>9.2f} {w / t if t else 0:>6.2f}"
+                      f" {r['est'].get(k, 0) / t if t else 0:>9.2f}")
+            if scn == "mixed" and r.get("all_fixed") is not None:
+                ta = r.get("true_all_fixed")
+                ratio = f"{r['all_fixed'] / ta:.2f}" if ta else "n/a (--all-fixed)"
+                print(f"  {scn:<28} {'(all fixed)':<28} {r['all_fixed'] / 1e6:>10.2f}"
+                      f" {ta / 1e6 if ta else float('nan'):>9.2f} {ratio:>6}")
 
 
 if __name__ == "__main__":

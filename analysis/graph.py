@@ -1,0 +1,296 @@
+"""The dependency graph of a trace (docs/analysis.md "What if"), built with vectorised numpy from
+what the trace holds -- see analysis/replay.py for what the edges mean and how they are replayed.
+
+Nodes: the host items (the slices that hand work to the device and the synchronising calls) and
+the device work; edges: per-track host order, call -> submission -> work, queue and engine order,
+recorded dependencies, sync and blocking-copy waits, inferred waits on other work of the device;
+slack: what a node waited beyond every edge (kept by the exact replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+HOST, DEVICE = 0, 1
+# a synchronising call returns this soon after the work it waited for: what ended earlier inside it
+# was not what it waited for (the trace does not say which event or queue a sync names)
+SYNC_RETURN_NS = 20_000
+AFTER_END, AFTER_START, WAIT = 0, 1, 2  # edge kinds: start >= end(src)+w, start >= start(src)+w, end >= end(src)
+
+
+class NodeIndex:
+    """slice_id -> node, over sorted arrays (a dict of millions of ints costs more than the graph)."""
+
+    def __init__(self, slice_ids: np.ndarray):
+        self.order = np.argsort(slice_ids, kind="stable")
+        self.sorted = slice_ids[self.order]
+
+    def nodes(self, ids) -> np.ndarray:
+        """The node of each id, -1 where the graph has none."""
+        ids = np.asarray(ids, np.int64)
+        if not len(self.sorted) or not len(ids):
+            return np.full(len(ids), -1, np.int64)
+        pos = np.minimum(np.searchsorted(self.sorted, ids), len(self.sorted) - 1)
+        return np.where(self.sorted[pos] == ids, self.order[pos], -1)
+
+    def get(self, sid, default=None):
+        if sid is None:
+            return default
+        v = int(self.nodes([int(sid)])[0])
+        return default if v < 0 else v
+
+    def __contains__(self, sid) -> bool:
+        return self.get(sid) is not None
+
+    def __getitem__(self, sid) -> int:
+        v = self.get(sid)
+        if v is None:
+            raise KeyError(sid)
+        return v
+
+
+@dataclass
+class Graph:
+    slice_id: np.ndarray  # per node
+    kind: np.ndarray  # HOST or DEVICE
+    lane: np.ndarray  # 'cpu', 'driver', 'eu', 'pcie'
+    ts: np.ndarray
+    dur: np.ndarray
+    own: np.ndarray  # a waiting node's time after its wait ends (host); dur otherwise
+    slack: np.ndarray
+    src: np.ndarray  # edges
+    dst: np.ndarray
+    ekind: np.ndarray
+    weight: np.ndarray
+    index: NodeIndex | None = None  # slice_id -> node
+    track: np.ndarray | None = None  # per node: its track_id (never changed by a transformation)
+    corr: np.ndarray | None = None  # per node: the device work's correlation id (-1: none, or host)
+
+    def copy(self) -> "Graph":
+        g = Graph(*(getattr(self, f).copy() for f in ("slice_id", "kind", "lane", "ts", "dur", "own", "slack",
+                                                       "src", "dst", "ekind", "weight")),
+                  index=self.index, track=self.track, corr=self.corr)
+        g._by_corr = getattr(self, "_by_corr", None)
+        return g
+
+    def siblings(self, slice_id: int) -> np.ndarray:
+        """The device-work nodes of one copy call: those sharing the slice's correlation id."""
+        v = self.index[slice_id]
+        c = int(self.corr[v]) if self.corr is not None else -1
+        if c < 0:
+            return np.array([v], np.int64)
+        if getattr(self, "_by_corr", None) is None:
+            dev = np.flatnonzero(self.corr >= 0)
+            o = np.argsort(self.corr[dev], kind="stable")
+            self._by_corr = (self.corr[dev][o], dev[o])
+        vals, nodes = self._by_corr
+        return nodes[np.searchsorted(vals, c, "left"):np.searchsorted(vals, c, "right")]
+
+
+class _Edges:
+    def __init__(self):
+        self.parts: list[tuple] = []
+
+    def add(self, s, d, kind: int, w) -> None:
+        s = np.asarray(s, np.int64)
+        if len(s):
+            self.parts.append((s, np.asarray(d, np.int64), np.full(len(s), kind, np.int8), np.asarray(w, np.int64)))
+
+    def arrays(self):
+        if not self.parts:
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64))
+        return tuple(np.concatenate([p[i] for p in self.parts]) for i in range(4))
+
+
+def build(con: duckdb.DuckDBPyConnection) -> Graph:
+    """The graph of a trace whose connection already ran analysis/_common.sql (its _dev_work, _ready)."""
+    dev = con.execute("""
+        SELECT w.slice_id, w.lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice, w.track_id,
+               dense_rank() OVER (ORDER BY coalesce(w.dev, '')) AS dev_code,
+               coalesce(w.corr_id, -1) AS corr_id,
+               dense_rank() OVER (ORDER BY coalesce(CASE WHEN r.kind IN ('dma', 'exec') THEN 'q' || r.src_track_id END,
+                        'stream:' || coalesce(w.dev, '') || ':' || json_extract_string(s.args, '$.stream'),
+                        't' || w.track_id)) AS queue_code
+        FROM _dev_work w JOIN slices s USING (slice_id) LEFT JOIN _ready r USING (slice_id)
+        ORDER BY w.ts, w.slice_id""").fetchnumpy()
+    host = con.execute("""
+        WITH items AS (
+            SELECT DISTINCT src_slice AS slice_id FROM _ready
+            UNION SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
+            UNION SELECT slice_id FROM _sync_calls
+        )
+        SELECT s.slice_id, t.lane, s.ts, s.dur, s.track_id, coalesce(s.corr_id, -1) AS corr_id
+        FROM items i JOIN slices s USING (slice_id) JOIN _track_dev t ON t.track_id = s.track_id
+        ORDER BY s.track_id, s.ts, s.slice_id""").fetchnumpy()
+    col = lambda d, k, t: np.asarray(d[k], dtype=t)  # noqa: E731
+    nh, nd = len(host["slice_id"]), len(dev["slice_id"])
+    n = nh + nd
+    sid = np.concatenate([col(host, "slice_id", np.int64), col(dev, "slice_id", np.int64)])
+    index = NodeIndex(sid)
+    ts = np.concatenate([col(host, "ts", np.int64), col(dev, "ts", np.int64)])
+    dur = np.concatenate([col(host, "dur", np.int64), col(dev, "dur", np.int64)])
+    lane = np.concatenate([col(host, "lane", object), col(dev, "lane", object)])
+    hcorr = col(host, "corr_id", np.int64)
+    E = _Edges()
+
+    # host chains per track: on a thread the gaps are the program's own work, kept; a driver queue's
+    # items only keep their order (its gaps are waits for submissions, which their own edges say)
+    htrack = col(host, "track_id", np.int64)
+    i = np.flatnonzero(htrack[1:] == htrack[:-1]) + 1 if nh > 1 else np.zeros(0, np.int64)
+    p = i - 1
+    p_end = ts[p] + dur[p]
+    after = ts[i] >= p_end
+    E.add(p[after], i[after], AFTER_END, np.where(lane[i[after]] == "cpu", ts[i[after]] - p_end[after], 0))
+    E.add(p[~after], i[~after], AFTER_START, ts[i[~after]] - ts[p[~after]])
+    # an API call hands its work to the driver: the submission keeps its offset from the call's start
+    sub = con.execute("""SELECT src_slice, dst_slice FROM flows WHERE kind = 'submit'
+                         AND src_slice IS NOT NULL AND dst_slice IS NOT NULL""").fetchnumpy()
+    a, b = index.nodes(col(sub, "src_slice", np.int64)), index.nodes(col(sub, "dst_slice", np.int64))
+    m = (a >= 0) & (b >= 0) & (a < nh) & (b < nh)
+    m[m] &= ts[b[m]] >= ts[a[m]]
+    E.add(a[m], b[m], AFTER_START, ts[b[m]] - ts[a[m]])
+    linked = np.zeros(n, bool)
+    linked[b[m]] = True
+    # the driver's doorbell for a call is another slice than the one its submit flow points at (the
+    # native runtime writes submit -> driver `submit`, then the doorbell with the same correlation id):
+    # the doorbell follows its call too, at most the call's length after its start; what it waited
+    # beyond that stays slack
+    calls = np.unique(a[(a >= 0) & (a < nh)])
+    calls = calls[(lane[calls] == "cpu") & (hcorr[calls] >= 0)]
+    if len(calls):
+        o = np.lexsort((calls, hcorr[calls]))
+        cc, cn = hcorr[calls][o], calls[o]
+        first = np.r_[True, cc[1:] != cc[:-1]]
+        cc, cn = cc[first], cn[first]
+        k = np.flatnonzero((lane[:nh] == "driver") & ~linked[:nh] & (hcorr >= 0))
+        pos = np.minimum(np.searchsorted(cc, hcorr[k]), len(cc) - 1)
+        hit = cc[pos] == hcorr[k]
+        k, c = k[hit], cn[pos[hit]]
+        ok = ts[k] >= ts[c]
+        E.add(c[ok], k[ok], AFTER_START, np.minimum(ts[k[ok]] - ts[c[ok]], dur[c[ok]]))
+    # device: after its submitter (negative where the work started before its submitter in the trace,
+    # clocks of two sources: kept, so the replay gives the trace back), after its queue and engine
+    dn = nh + np.arange(nd)
+    k = index.nodes(col(dev, "src_slice", np.int64))
+    m = k >= 0
+    E.add(k[m], dn[m], AFTER_START, np.minimum(ts[dn[m]], ts[k[m]] + dur[k[m]]) - ts[k[m]])
+    for codes in (col(dev, "queue_code", np.int64), col(dev, "track_id", np.int64)):
+        o = np.argsort(codes, kind="stable")  # device rows are in time order: stable keeps it per key
+        same = codes[o][1:] == codes[o][:-1]
+        u, v = dn[o][:-1][same], dn[o][1:][same]
+        # profilers' clocks let neighbours overlap by a few us: keep the overlap, never widen it
+        E.add(u, v, AFTER_END, np.minimum(0, ts[v] - ts[u] - dur[u]))
+    # dependencies the trace records between pieces of work (an event wait: start after the end)
+    dep = con.execute("""SELECT src_slice, dst_slice FROM flows WHERE kind = 'dependency'
+                         AND src_slice IS NOT NULL AND dst_slice IS NOT NULL""").fetchnumpy()
+    a, b = index.nodes(col(dep, "src_slice", np.int64)), index.nodes(col(dep, "dst_slice", np.int64))
+    m = (a >= 0) & (b >= 0) & (a != b)
+    m[m] &= ts[b[m]] >= ts[a[m]] + dur[a[m]]
+    E.add(a[m], b[m], AFTER_END, np.zeros(int(m.sum()), np.int64))
+    s_, d_, k_, w_ = E.arrays()
+    corr = np.concatenate([np.full(nh, -1, np.int64), col(dev, "corr_id", np.int64)])
+    g = Graph(sid, np.r_[np.zeros(nh, np.int8), np.ones(nd, np.int8)], lane, ts, dur, dur.copy(),
+              np.zeros(n, np.int64), s_, d_, k_, w_, index,
+              track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr)
+    # waits: a sync call waits for the device work that was submitted before it and ended inside it
+    # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
+    sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))
+    sync = sync[sync >= 0]
+    sub_node = np.full(n, -1, np.int64)
+    sub_node[dn] = k  # each device work's submitter (-1: none known)
+    c, w = _ranges(sync, np.maximum(ts[sync], ts[sync] + dur[sync] - SYNC_RETURN_NS), ts[sync] + dur[sync],
+                   dn, ts[dn] + dur[dn])
+    m = sub_node[w] >= 0
+    m[m] &= ts[sub_node[w[m]]] < ts[c[m]]
+    calls = np.flatnonzero((lane[:nh] == "cpu") & (hcorr >= 0))
+    xfers = dn[(lane[dn] == "pcie") & (corr[dn] >= 0)]
+    bc, bw = _ranges(calls, hcorr[calls] - 1, hcorr[calls], xfers, corr[xfers])
+    keep = (ts[bc] + dur[bc] >= ts[bw] + dur[bw]) & (ts[bc] <= ts[bw])
+    _add_waits(g, np.r_[c[m], bc[keep]], np.r_[w[m], bw[keep]])
+    _slack(g)
+    _infer_device_dependencies(g, np.r_[np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)])
+    _slack(g)
+    return g
+
+
+def without_slack(g: Graph) -> Graph:
+    """The graph as its edges alone explain it (no unexplained wait kept)."""
+    h = g.copy()
+    h.slack[:] = 0
+    return h
+
+
+def _ranges(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, b: np.ndarray, key: np.ndarray):
+    """All pairs (a[i], b[j]) with lo[i] < key[j] <= hi[i], by sorting b on key (a range join)."""
+    o = np.argsort(key, kind="stable")
+    ks, bs = key[o], b[o]
+    first = np.searchsorted(ks, lo, "right")
+    last = np.searchsorted(ks, hi, "right")
+    cnt = np.maximum(0, last - first)
+    ai = np.repeat(a, cnt)
+    if not len(ai):
+        return ai, np.zeros(0, np.int64)
+    starts = np.repeat(first - np.r_[0, np.cumsum(cnt)[:-1]], cnt)
+    return ai, bs[np.arange(len(ai)) + starts]
+
+
+def _append(g: Graph, s, d, kind: int, w) -> None:
+    g.src, g.dst = np.r_[g.src, s], np.r_[g.dst, d]
+    g.ekind = np.r_[g.ekind, np.full(len(s), kind, np.int8)]
+    g.weight = np.r_[g.weight, w]
+
+
+def _infer_device_dependencies(g: Graph, dev_of: np.ndarray) -> None:
+    """Work that started later than its submitter and queue allow waited for something the trace
+    does not record (an event wait on another queue: a result copy after its kernel). Infer the
+    edge from the work of the same device that ended last before it started, keeping the gap:
+    fixing that work then lets the waiter move, as the device's own dependency would."""
+    waiting = np.flatnonzero((g.kind == DEVICE) & (g.slack > 0))
+    if not len(waiting):
+        return
+    nodes = np.flatnonzero(g.kind == DEVICE)
+    ends = g.ts[nodes] + g.dur[nodes]
+    o = np.lexsort((ends, dev_of[nodes]))  # by device, then end
+    nodes, ends, devs = nodes[o], ends[o], dev_of[nodes][o]
+    # per waiter: the last work of its device that ended at or before its start (not itself)
+    lo = np.searchsorted(devs, dev_of[waiting], "left")
+    pos = np.empty(len(waiting), np.int64)
+    for d in np.unique(dev_of[waiting]):
+        a, b = np.searchsorted(devs, d, "left"), np.searchsorted(devs, d, "right")
+        w = dev_of[waiting] == d
+        pos[w] = a + np.searchsorted(ends[a:b], g.ts[waiting[w]], "right") - 1
+    for _ in range(3):  # step over the waiter itself (and zero-length work ending at its start)
+        self_ = (pos >= lo) & (nodes[np.maximum(pos, 0)] == waiting)
+        pos = pos - self_
+    ok = pos >= lo
+    u, v = nodes[pos[ok]], waiting[ok]
+    gap = g.ts[v] - ends[pos[ok]]
+    keep = gap < g.slack[v]
+    _append(g, u[keep], v[keep], AFTER_END, gap[keep])
+
+
+def _add_waits(g: Graph, c: np.ndarray, w: np.ndarray) -> None:
+    m = (c >= 0) & (w >= 0)
+    c, w = c[m], w[m]
+    if not len(c):
+        return
+    _append(g, w, c, WAIT, np.zeros(len(c), np.int64))
+    # a waiting call's own time: what it spent after the last work it waited for ended
+    last = np.full(len(g.ts), -1, np.int64)
+    np.maximum.at(last, c, g.ts[w] + g.dur[w])
+    m = last >= 0
+    g.own[m] = np.clip(g.ts[m] + g.dur[m] - last[m], 0, g.dur[m])
+
+
+def _slack(g: Graph) -> None:
+    """Per node: how much later the trace started it than its constraints ask (kept by replay)."""
+    earliest = np.full(len(g.ts), np.iinfo(np.int64).min, np.int64)
+    m = g.ekind == AFTER_END
+    np.maximum.at(earliest, g.dst[m], g.ts[g.src[m]] + g.dur[g.src[m]] + g.weight[m])
+    m = g.ekind == AFTER_START
+    np.maximum.at(earliest, g.dst[m], g.ts[g.src[m]] + g.weight[m])
+    has = earliest > np.iinfo(np.int64).min
+    g.slack[has] = np.maximum(0, g.ts[has] - earliest[has])
