@@ -54,7 +54,8 @@ def _whole_trace(cur, t0: int, t1: int, tracks) -> bool:
 
 
 _AGG_TABLES = ("agg_tree", "agg_totals", "agg_rollup", "agg_info")
-_TEMP_TABLES = ("_range", "_parents", "_paths", "_frames", "_work", "_dcalls", "_dwork")
+_TEMP_TABLES = ("_range", "_parents", "_paths", "_frames", "_cpun", "_cpuname", "_work", "_dcalls", "_dwork", "_dn",
+                "_dname")
 
 
 def build(con: duckdb.DuckDBPyConnection) -> float:

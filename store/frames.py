@@ -61,6 +61,16 @@ def build_frames(cur, t0: int, t1: int, tracks: list[int]) -> None:
         FROM _paths f LEFT JOIN (SELECT parent, sum(cdur) AS child_dur FROM _paths
                                  WHERE parent IS NOT NULL GROUP BY parent) k ON k.parent = f.slice_id""")
     cur.execute("DROP TABLE _paths")
+    # per top-down node and per name, once: every tree and the rollup read these (a few rows per
+    # distinct path) instead of grouping the frames again
+    cur.execute("""
+        CREATE OR REPLACE TEMP TABLE _cpun AS
+        SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, count(*) AS n, sum(cdur) AS host,
+               sum(self_dur) AS self, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, cdur) AS longest,
+               max(self_dur) AS maxself, arg_max(slice_id, self_dur) AS longest_self
+        FROM _frames GROUP BY node""")
+    cur.execute("CREATE OR REPLACE TEMP TABLE _cpuname AS SELECT name, quantile_disc(self_dur, 0.95) AS p95"
+                " FROM _frames GROUP BY name")
 
 
 def device_work(cur, t0: int, t1: int, tracks: list[int]) -> None:
@@ -144,20 +154,39 @@ def device_frames(cur) -> None:
         SELECT w.slice_id, w.name, w.lane, w.cdur, w.bytes, coalesce(f.node, c.node, 2) AS parent_node,
                hash(w.name, coalesce(f.node, c.node, 2::UBIGINT)) AS node
         FROM _work w LEFT JOIN _frames f ON f.slice_id = w.launch LEFT JOIN _dcalls c ON c.slice_id = w.launch""")
+    cur.execute("""
+        CREATE OR REPLACE TEMP TABLE _dn AS
+        SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, any_value(lane) AS lane,
+               count(*) AS n, sum(cdur) AS t, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, cdur) AS longest,
+               max(cdur) AS maxv, coalesce(sum(cdur) FILTER (WHERE lane = 'eu'), 0) AS dev,
+               coalesce(sum(cdur) FILTER (WHERE lane = 'pcie'), 0) AS cp,
+               coalesce(sum(bytes) FILTER (WHERE lane = 'pcie'), 0) AS b,
+               count(*) FILTER (WHERE lane = 'eu') AS nk, count(*) FILTER (WHERE lane = 'pcie') AS nc
+        FROM _dwork GROUP BY node""")
+    cur.execute("CREATE OR REPLACE TEMP TABLE _dname AS SELECT name, quantile_disc(cdur, 0.95) AS p95"
+                " FROM _dwork GROUP BY name")
+
+
+# every top-down caller node once: the CPU frames' and the driver calls' (a driver call and a CPU
+# sibling of one name share a node id: their counts add up)
+_CALLERS = """
+    SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, sum(n) AS n,
+           arg_max(longest, maxv) AS longest, max(lane) AS lane
+    FROM (SELECT node, parent_node, name, n, longest, 0 AS maxv, 'cpu' AS lane FROM _cpun
+          UNION ALL
+          SELECT node, any_value(parent_node), any_value(name), count(*), arg_max(slice_id, dur), max(dur), 'driver'
+          FROM _dcalls GROUP BY node)
+    GROUP BY node"""
 
 
 def cpu_credit_sql() -> str:
     """Per top-down CPU node: the device work launched at it or below (eu time, pcie time, bytes,
     kernel and copy counts), walked up the node tree (a few rows per distinct path, not per slice)."""
     return f"""
-        WITH RECURSIVE nodes AS (SELECT DISTINCT node, parent_node FROM _frames
-                                 UNION SELECT DISTINCT node, parent_node FROM _dcalls),
+        WITH RECURSIVE nodes AS ({_CALLERS}),
         at_node AS (
-            SELECT parent_node AS node, coalesce(sum(cdur) FILTER (WHERE lane = 'eu'), 0) AS dev,
-                   coalesce(sum(cdur) FILTER (WHERE lane = 'pcie'), 0) AS cp,
-                   coalesce(sum(bytes) FILTER (WHERE lane = 'pcie'), 0) AS b,
-                   count(*) FILTER (WHERE lane = 'eu') AS nk, count(*) FILTER (WHERE lane = 'pcie') AS nc
-            FROM _dwork WHERE parent_node <> 2 GROUP BY parent_node
+            SELECT parent_node AS node, sum(dev) AS dev, sum(cp) AS cp, sum(b) AS b, sum(nk) AS nk, sum(nc) AS nc
+            FROM _dn WHERE parent_node <> 2 GROUP BY parent_node
         ),
         up(node, dev, cp, b, nk, nc, lvl) AS (
             SELECT node, dev, cp, b, nk, nc, 0 FROM at_node
@@ -176,10 +205,7 @@ def bottom_up_sql(groups: str, firsts: str, calls: bool) -> str:
     percentile of a union is not a sum of percentiles)."""
     return f"""
         WITH RECURSIVE nodes AS (
-            SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, 'cpu' AS lane
-            FROM _frames GROUP BY node
-            {"UNION ALL SELECT node, any_value(parent_node), any_value(name), 'driver' FROM _dcalls GROUP BY node"
-             if calls else ""}
+            SELECT node, parent_node, name, lane FROM ({_CALLERS if calls else "SELECT *, 'cpu' AS lane FROM _cpun"})
             UNION ALL SELECT 2, NULL, '{NO_LAUNCH}', 'cpu'
         ),
         up(caller, bnode, parent_bnode, name, lane, n, t, maxv, longest, lvl) AS (
@@ -199,48 +225,32 @@ def node_sql(mode: str, source: str) -> str:
     """Tree nodes: (node, parent_node, name, count, total, self, p95, slice_id, lane); slice_id is the
     node's longest slice (its link to the timeline)."""
     if mode == "top-down" and source == "cpu":
-        return """
-            SELECT node, any_value(parent_node), any_value(name), count(*), sum(cdur), sum(self_dur),
-                   quantile_disc(cdur, 0.95), arg_max(slice_id, cdur), 'cpu'
-            FROM _frames GROUP BY node"""
+        return "SELECT node, parent_node, name, n, host, self, p95, longest, 'cpu' FROM _cpun"
     if mode == "top-down":
-        # CPU nodes: the device time launched beneath them, per node (count: the node's slices; no
-        # per-slice p95); leaves: the work, grouped by name under its launching call's node
+        # caller nodes: the device time launched beneath them (count: the node's slices; no per-slice
+        # p95); leaves: the work, grouped by name under its launching call's node
         return f"""
-            WITH credit AS ({cpu_credit_sql()}),
-            cpu AS (SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, count(*) AS n,
-                           arg_max(slice_id, cdur) AS longest, 'cpu' AS lane FROM _frames GROUP BY node
-                    UNION ALL
-                    SELECT node, any_value(parent_node), any_value(name), count(*), arg_max(slice_id, dur), 'driver'
-                    FROM _dcalls GROUP BY node)
+            WITH credit AS ({cpu_credit_sql()})
             SELECT c.node, c.parent_node, c.name, c.n, k.dev + k.cp, 0, NULL, c.longest, c.lane
-            FROM cpu c JOIN credit k USING (node)
+            FROM ({_CALLERS}) c JOIN credit k USING (node)
             UNION ALL
-            SELECT node, any_value(parent_node), any_value(name), count(*), sum(cdur), sum(cdur),
-                   quantile_disc(cdur, 0.95), arg_max(slice_id, cdur), any_value(lane)
-            FROM _dwork GROUP BY node
+            SELECT node, parent_node, name, n, t, t, p95, longest, lane FROM _dn
             UNION ALL
-            SELECT 2, NULL, '{NO_LAUNCH}', count(*), sum(cdur), 0, NULL, NULL, 'cpu'
-            FROM _dwork WHERE parent_node = 2 HAVING count(*) > 0"""
+            SELECT 2, NULL, '{NO_LAUNCH}', sum(n), sum(t), 0, NULL, NULL, 'cpu'
+            FROM _dn WHERE parent_node = 2 HAVING count(*) > 0"""
     if source == "cpu":
-        return bottom_up_sql(
-            """SELECT any_value(parent_node) AS caller, any_value(name) AS name, 'cpu' AS lane, count(*) AS n,
-                      sum(self_dur) AS t, max(self_dur) AS maxv, arg_max(slice_id, self_dur) AS longest
-               FROM _frames GROUP BY node""",
-            "SELECT name, quantile_disc(self_dur, 0.95) AS p95 FROM _frames GROUP BY name", calls=False)
-    return bottom_up_sql(
-        """SELECT any_value(parent_node) AS caller, any_value(name) AS name, any_value(lane) AS lane, count(*) AS n,
-                  sum(cdur) AS t, max(cdur) AS maxv, arg_max(slice_id, cdur) AS longest
-           FROM _dwork GROUP BY node""",
-        "SELECT name, quantile_disc(cdur, 0.95) AS p95 FROM _dwork GROUP BY name", calls=True)
+        return bottom_up_sql("SELECT parent_node AS caller, name, 'cpu' AS lane, n, self AS t, maxself AS maxv,"
+                             " longest_self AS longest FROM _cpun", "SELECT name, p95 FROM _cpuname", calls=False)
+    return bottom_up_sql("SELECT parent_node AS caller, name, lane, n, t, maxv, longest FROM _dn",
+                         "SELECT name, p95 FROM _dname", calls=True)
 
 
 def totals_sql(source: str) -> str:
     """(the roots' total, the sum of self times) of a source's tree."""
     if source == "cpu":
-        return """SELECT coalesce((SELECT sum(cdur) FROM _frames WHERE parent IS NULL), 0),
-                         coalesce((SELECT sum(self_dur) FROM _frames), 0)"""
-    return "SELECT coalesce(sum(cdur), 0), coalesce(sum(cdur), 0) FROM _dwork"
+        return """SELECT coalesce((SELECT sum(host) FROM _cpun WHERE parent_node IS NULL), 0),
+                         coalesce((SELECT sum(self) FROM _cpun), 0)"""
+    return "SELECT coalesce(sum(t), 0), coalesce(sum(t), 0) FROM _dn"
 
 
 def rollup_sql(t0: int, t1: int) -> str:
@@ -248,7 +258,7 @@ def rollup_sql(t0: int, t1: int) -> str:
     device work credited to its nodes, largest device time first."""
     return f"""
         WITH credit AS ({cpu_credit_sql()}),
-        cpu AS (SELECT node, any_value(name) AS name, count(*) AS n, sum(cdur) AS host FROM _frames GROUP BY node
+        cpu AS (SELECT node, name, n, host FROM _cpun
                 UNION ALL
                 SELECT node, any_value(name), count(*), sum(least(ts + dur, {int(t1)}) - greatest(ts, {int(t0)}))
                 FROM _dcalls WHERE ts < {int(t1)} AND ts + dur > {int(t0)} GROUP BY node)
