@@ -163,7 +163,7 @@ def _archive_bytes(rng: random.Random, doc) -> tuple[bytes, str]:
 
 # -- binary chunked formats: mutate inside a chunk and recompute its checksum ------------------
 
-def _chunks(b: bytes, first: int, header: "struct.Struct", length_at: int) -> list[tuple[int, int, int]]:
+def _chunks(b: bytes, first: int, header, length_at: int) -> list[tuple[int, int, int]]:
     """(header offset, payload offset, payload length) of each whole chunk after `first` bytes."""
     out, at = [], first
     while at + header.size <= len(b):

@@ -6,7 +6,7 @@ statuses it can give: 400 (bad request), 403 (Host/Origin refused, server/securi
 (unknown trace or slice), 409 (the trace is not ready), 413 (upload too large), 422
 (validation, a failed ingest) and 503 (busy). The upload's body (multipart field `file`, or
 raw bytes with ?name=) is read from the request stream, not declared as a parameter, so it
-is described here.
+is described here. A 400 may also come from the HTTP layer itself, in text/plain.
 """
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ ERROR_SCHEMA = {
                              "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}},
 }
 _WHY = {"400": "Bad request", "403": "Host or Origin refused", "404": "Not found", "409": "Not ready",
-        "413": "Too large", "422": "Invalid input or failed ingest", "503": "Busy; retry after Retry-After"}
+        "413": "Too large", "422": "Invalid input or failed ingest", "429": "Too many queries from this client; retry after Retry-After",
+        "503": "Busy; retry after Retry-After"}
 _COMMON = ("400", "403", "404", "422", "503")
+# uvicorn answers a request its HTTP parser refuses (a request line or header block over its limits,
+# h11's 16 KiB by default) itself, in text/plain, before the application sees it
+_PLAIN_400 = ("; a request the HTTP layer cannot parse (e.g. a request line over 16 KiB) is answered in text/plain"
+              " by the HTTP server before it reaches the application")
 UPLOAD_BODY = {
     "required": True,
     "content": {
@@ -45,11 +50,16 @@ def install(app: FastAPI) -> None:
                 codes = list(_COMMON)
                 if "{trace_id}" in path:
                     codes.append("409")
+                if path.endswith("/query"):
+                    codes.append("429")  # server/query_pool.py: this client's concurrent queries
                 if method == "post" and path == "/api/traces":
                     codes.append("413")
                     op["requestBody"] = UPLOAD_BODY
                 for code in codes:
                     op.setdefault("responses", {}).setdefault(code, {"description": _WHY[code], **ref})
+                bad = op["responses"]["400"]
+                bad["description"] = _WHY["400"] + _PLAIN_400
+                bad.setdefault("content", {})["text/plain"] = {"schema": {"type": "string"}}
         app.openapi_schema = doc
         return doc
 

@@ -167,7 +167,7 @@ def area_aggregate(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: lis
     `counters` (per counter track with samples in [t0, t1): track_id, name, unit, count, min, mean,
     max) and `busy` (store.utilization.busy: device and CPU busy within the range)."""
     t0, t1 = int(t0), int(t1)
-    track_filter = "TRUE" if tracks is None else "track_id IN (SELECT unnest(?::INTEGER[]))"
+    track_filter = "TRUE" if tracks is None else "track_id IN (SELECT unnest(?::BIGINT[]))"
     params = [] if tracks is None else [tracks]
     where = f"{track_filter} AND ts < {t1} AND ts + dur > {t0} AND (dur > 0 OR ts >= {t0})"
     # a child's parent: the latest slice one level up on its track that started at or before it

@@ -231,7 +231,8 @@ def _aggregate(state: AppState, trace_id: str, area: AreaIn) -> dict:
                         "memory kind; counters min, mean, max. Whole slices, not clipped.")
 def aggregate_get(trace_id: str, start_ns: int = Query(..., ge=0), end_ns: int = Query(..., ge=0),
                   track: list[int] | None = Query(None, description="track id (repeatable)"),
-                  track_ids: str | None = Query(None, max_length=100_000, description="comma-separated track ids"),
+                  track_ids: str | None = Query(None, max_length=100_000, pattern=r"^(\s*-?\d+\s*(,\s*-?\d+\s*)*)?$",
+                                              description="comma-separated track ids"),
                   state: AppState = Depends(get_state)) -> dict:
     if track_ids:
         try:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Path, Query, Request, Response, WebSocket, WebSocketDisconnect
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 from acceltrace.server import live
 from acceltrace.server.deps import ApiError
@@ -159,7 +159,11 @@ async def live_ws(ws: WebSocket, trace: str = ""):
 
 
 @router.get("/live", summary="The newest live trace",
-            description="Redirects (307) to /t/{id} of the newest live trace, or to the trace list when none runs.")
+            description="Redirects (307) to /t/{id} of the newest live trace, or to the trace list when none runs.",
+            response_class=HTMLResponse,
+            responses={307: {"description": "to /t/{id} of the newest live trace, or to /"},
+                       200: {"description": "the page it redirects to (a client that follows redirects)",
+                             "content": {"text/html": {}}}})
 def live_page(request: Request):
     mgr = _manager(request.app)
     caps = mgr.live() if mgr is not None else []
