@@ -52,6 +52,20 @@ def build_segment(ctx, recs: np.ndarray, streams: np.ndarray, seg_path: Path, la
     return True
 
 
+def trim_oldest(pending: list[tuple[np.ndarray, np.ndarray]], limit: int) -> list[np.ndarray]:
+    """Cut the oldest records of `pending` (reads of (records, streams), in read order) until at most
+    `limit` are left, whole reads first; returns the records cut."""
+    cut_off = []
+    while (excess := sum(len(r) for r, _ in pending) - limit) > 0:
+        r, s = pending[0]
+        cut = min(len(r), excess)
+        pending[0] = (r[cut:], s[cut:])
+        if cut == len(r):
+            pending.pop(0)
+        cut_off.append(r[:cut])
+    return cut_off
+
+
 class DeltaBudget:
     """The most records the next delta may hold: BUILD_TARGET_S over the build cost per record seen.
 

@@ -31,7 +31,7 @@ from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.layout import AtraceError
 from acceltrace.formats.atrace.window import snapshot
 from acceltrace.ingest.pipeline import ingest_one
-from acceltrace.server.live_build import DeltaBudget, Gaps, build_segment
+from acceltrace.server.live_build import DeltaBudget, Gaps, build_segment, trim_oldest
 from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
 from acceltrace.store.errors import IngestError
@@ -43,8 +43,8 @@ log = logging.getLogger("acceltrace.live")
 
 POLL_S = 0.02             # how often a capture reads its file
 BUILD_S = 0.1             # a delta is started at most this often
-# ... with at most this many building at once (two builds on a 2-core machine beside a producer, its
-# daemon and a browser each take longer than one: measured, bench/live.py)
+# ... with at most this many building at once (on 2 cores beside a producer, a daemon and a browser,
+# two builds each take longer than one: bench/live.py)
 BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))
 BEHIND_HOLD_S = 2.0       # ... and one only, for this long after the server was last behind (<= 1 core)
 SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into one segment
@@ -53,6 +53,8 @@ MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many (or w
 MAX_SEGMENTS = 64         # a server behind compacts only once it holds this many segments
 MAX_GAPS = 1000           # not-drawn spans kept (the newest)
 RATE_WINDOW_S = 2.0
+READ_AHEAD_BYTES = 16 << 20  # a follower this far behind the file's end reads before it builds ...
+READ_AHEAD_S = 1.0        # ... for at most this long
 RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
 CATALOG_EVERY_S = 1.0
 NAME_KINDS = (R.TRACK_NAME, R.PROCESS_NAME)
@@ -144,12 +146,15 @@ class LiveCapture:
                 if got:
                     self._take(recs, streams)
                 now = time.monotonic()
-                caught_up = not got or self.tail.offset >= (self.path.stat().st_size if self.path.exists() else 0)
+                backlog = (self.path.stat().st_size if self.path.exists() else 0) - self.tail.offset
+                caught_up = not got or backlog <= 0
                 if self.trace_id is None and self.tail.trailer is not None and caught_up:
                     self.status = "abandoned"  # complete when found: an ordinary file to ingest, not a capture
                     return
                 workers = 1 if now - self._behind_at < BEHIND_HOLD_S else BUILD_WORKERS
-                if self._pending and now >= self._next_build and self._in_flight() < workers:
+                # far behind the file's end (a burst): read on, then build the newest records
+                reading = backlog > READ_AHEAD_BYTES and now - self._next_build < READ_AHEAD_S
+                if self._pending and now >= self._next_build and not reading and self._in_flight() < workers:
                     self._build_delta()
                 if self._window_n and (self._window_n >= self.seal_events or now - self._window_since >= self.seal_s):
                     self._start_compaction()
@@ -180,6 +185,7 @@ class LiveCapture:
             self._name_recs.append((recs[names].copy(), streams[names].copy()))
         n = int(np.isin(recs["kind"], R.EVENT_KINDS).sum())
         self._pending.append((recs, streams))
+        self._trim_pending(2 * MAX_DELTA_RECORDS)  # what a build never takes is not kept either
         self.events += n
         self._read_ns = time.monotonic_ns()
         now = time.monotonic()
@@ -205,22 +211,10 @@ class LiveCapture:
 
     # -- builds -----------------------------------------------------------------------------------
     def _build_delta(self) -> None:
-        """The records read since the last build become a segment of their own (immutable), built on
-        one of BUILD_WORKERS threads, so a slow build does not hold back the next one."""
+        """The records read since the last build (the newest the budget allows) become a segment of
+        their own (immutable), built on one of BUILD_WORKERS threads."""
+        self._trim_pending(min(MAX_DELTA_RECORDS, self.budget.records()))
         pending, self._pending = self._pending, []
-        limit = min(MAX_DELTA_RECORDS, self.budget.records())
-        while (excess := sum(len(r) for r, _ in pending) - limit) > 0:
-            # behind: the live view follows the present and says what it left out (the published
-            # trace has it all): the oldest records read go, whole reads first
-            r, s = pending[0]
-            cut = min(len(r), excess)
-            pending[0] = (r[cut:], s[cut:])
-            if cut == len(r):
-                pending.pop(0)
-            self.not_shown += int(np.isin(r[:cut]["kind"], R.EVENT_KINDS).sum())
-            self.gaps.add(r[:cut])
-            self._behind_since_compaction = True
-            self._behind_at = time.monotonic()
         recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
         streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])
         if self.trace_id is None:  # the first data: the capture enters the catalog
@@ -238,6 +232,14 @@ class LiveCapture:
         self._window += pending
         self._window_n += sum(len(r) for r, _ in pending)
         self._window_futs.append(fut)
+
+    def _trim_pending(self, limit: int) -> None:
+        """Behind: the live view follows the present and says what it left out (the published trace
+        has it all)."""
+        for r in trim_oldest(self._pending, limit):
+            self.not_shown += int(np.isin(r["kind"], R.EVENT_KINDS).sum())
+            self.gaps.add(r)
+            self._behind_since_compaction, self._behind_at = True, time.monotonic()
 
     def _in_flight(self) -> int:
         for f in self._window_futs:
