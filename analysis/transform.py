@@ -169,7 +169,32 @@ def _serialised(g, fs, _speedup) -> None:
 
 
 def _launch(g, fs, _speedup) -> None:
-    nodes = np.array([g.index[f.slice_id] for f in fs], np.int64)
+    # submitted early enough: the kernel, and the device work that started or ended during its gap
+    # (what the late host also submitted late: the kernel's input copies), lose their submitter
+    # constraints and unexplained waits
+    dev = np.flatnonzero(g.kind == R.DEVICE)
+    by_start = dev[np.argsort(g.ts[dev], kind="stable")]
+    ends = g.ts[dev] + g.dur[dev]
+    o = np.argsort(ends, kind="stable")
+    by_end, ends = dev[o], ends[o]
+    parts = [np.array([g.index[f.slice_id] for f in fs], np.int64)]
+    for f in fs:
+        t1 = f.ts + max(f.dur, 0)
+        lo, hi = np.searchsorted(g.ts[by_start], [f.ts, t1], "left")
+        lo2, hi2 = np.searchsorted(ends, [f.ts, t1], "right")
+        parts.append(np.r_[by_start[lo:hi], by_end[lo2:hi2]])
+    # ... and the host work before the first late call shrinks by the gap's local estimate: the thread
+    # hands the work over that much sooner (its calls keep their own time)
+    host_e = (g.ekind == R.AFTER_END) & (g.lane[g.dst] == "cpu")
+    for f, extra in zip(fs, parts[1:] if len(parts) > 1 else []):
+        own = np.r_[extra, g.index[f.slice_id]]
+        calls = _submitters(g, own)
+        calls = calls[g.lane[calls] == "cpu"]
+        if len(calls) and f.local_ns > 0:
+            first = calls[np.argmin(g.ts[calls])]
+            e = np.flatnonzero(host_e & (g.dst == first))
+            g.weight[e] = np.maximum(0, g.weight[e] - f.local_ns)
+    nodes = np.unique(np.concatenate(parts))
     m = _mark(len(g.ts), nodes)
     _drop_edges(g, m[g.dst] & (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
     g.slack[nodes] = 0

@@ -78,7 +78,7 @@ def speed(n_events: int, store_dir: str) -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     from analysis_perf import get_trace
 
-    from acceltrace.analysis import impact, replay, runner
+    from acceltrace.analysis import replay, runner
     from acceltrace.analysis import params as P
     from acceltrace.analysis import transform as T
     from acceltrace.store.catalog import Store
