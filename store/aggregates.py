@@ -27,12 +27,12 @@ import time
 
 import duckdb
 
-from acceltrace.store.frames import (build_frames, build_source, device_frames, device_work, node_sql, rollup_sql,
-                                     totals_sql)
+from acceltrace.store.frames import (LAUNCHES_SQL, build_frames, build_source, device_frames, device_work, node_sql,
+                                     rollup_sql, totals_sql)
 
 NODES_MAX = 5000  # tree nodes returned; the rest of a level is folded into "(other)"
 ROLLUP_MAX = 1000
-AGG_VERSION = "1"  # bump when a precomputed table's meaning changes; older traces compute live
+AGG_VERSION = "2"  # bump when a precomputed table's meaning changes; older traces compute live
 
 MODES = ("top-down", "bottom-up")
 SOURCES = ("cpu", "device")
@@ -41,19 +41,23 @@ ROLLUP_KEYS = ("name", "count", "host_ns", "device_ns", "copy_ns", "bytes", "ker
 
 
 # -- the precomputed whole trace ------------------------------------------------------------------------
-def _whole_trace(cur, t0: int, t1: int, tracks) -> bool:
-    """Whether [t0, t1) without a track filter covers every slice and this trace has the precomputed
-    tables of this version (a trace ingested before them answers from the slices)."""
-    if tracks:
-        return False
+def _precomputed(cur) -> dict | None:
+    """agg_info when this trace has the precomputed tables of this version (a trace ingested before
+    them, or whose precompute failed, answers from the slices)."""
     try:
         info = dict(cur.execute("SELECT key, value FROM agg_info").fetchall())
     except duckdb.CatalogException:
-        return False
-    return info.get("version") == AGG_VERSION and t0 <= int(info["start_ns"]) and t1 > int(info["end_ns"])
+        return None
+    return info if info.get("version") == AGG_VERSION else None
 
 
-_AGG_TABLES = ("agg_tree", "agg_totals", "agg_rollup", "agg_info")
+def _whole_trace(cur, t0: int, t1: int, tracks) -> bool:
+    """Whether [t0, t1) without a track filter covers every slice of a precomputed trace."""
+    info = None if tracks else _precomputed(cur)
+    return info is not None and t0 <= int(info["start_ns"]) and t1 > int(info["end_ns"])
+
+
+_AGG_TABLES = ("agg_tree", "agg_totals", "agg_rollup", "agg_launch", "agg_info")
 _TEMP_TABLES = ("_range", "_parents", "_paths", "_frames", "_cpun", "_cpuname", "_work", "_dcalls", "_dwork", "_dn",
                 "_dname")
 
@@ -93,7 +97,8 @@ def _build_tables(con) -> tuple[int, int]:
     # one set of frames serves every tree: on the whole trace the device source's launching calls
     # are all among the CPU frames
     build_frames(con, t0, t1, [])
-    device_work(con, t0, t1, [])
+    con.execute(f"CREATE OR REPLACE TABLE agg_launch AS {LAUNCHES_SQL}")
+    device_work(con, t0, t1, [], launches=True)
     device_frames(con)
     for source in SOURCES:
         totals = con.execute(totals_sql(source)).fetchone()
@@ -122,7 +127,7 @@ def call_tree(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, tracks: list[int
         totals = cur.execute("SELECT total_ns, self_total_ns FROM agg_totals WHERE source = ? AND mode = ?",
                              [source, mode]).fetchone() or (0, 0)
     else:
-        build_source(cur, t0, t1, tracks, source)
+        build_source(cur, t0, t1, tracks, source, launches=_precomputed(cur) is not None)
         nodes = node_sql(mode, source)
         totals = cur.execute(totals_sql(source)).fetchone()
     root_total, total_self = (int(v or 0) for v in totals)
@@ -191,7 +196,7 @@ def rollup(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, limit: int = ROLLUP
                            [int(limit)]).fetchall()
     else:
         build_frames(cur, t0, t1, [])
-        device_work(cur, t0, t1, [])
+        device_work(cur, t0, t1, [], launches=_precomputed(cur) is not None)
         device_frames(cur)
         rows = cur.execute(f"{rollup_sql(t0, t1)} LIMIT {int(limit)}").fetchall()
     return [dict(zip(ROLLUP_KEYS, r)) for r in rows]

@@ -73,12 +73,24 @@ def build_frames(cur, t0: int, t1: int, tracks: list[int]) -> None:
                 " FROM _frames GROUP BY name")
 
 
-def device_work(cur, t0: int, t1: int, tracks: list[int]) -> None:
+# every correlation id's launching call: the earliest CPU or driver slice carrying it (agg_launch at
+# ingest, so that a window's device work does not scan every slice for its calls)
+LAUNCHES_SQL = """
+    SELECT * FROM (
+        SELECT s.corr_id, arg_min(s.slice_id, s.ts) AS launch, arg_min(s.track_id, s.ts) AS call_track,
+               min(s.ts) AS launch_ts
+        FROM slices s JOIN tracks t USING (track_id)
+        WHERE t.lane IN ('cpu', 'driver') AND s.dur > 0 AND s.corr_id IS NOT NULL
+        GROUP BY s.corr_id)"""
+
+
+def device_work(cur, t0: int, t1: int, tracks: list[int], launches: bool = False) -> None:
     """Temp table `_work`: the kernels, memsets and copies of [t0, t1), clipped, with the call that
     launched each (the earliest CPU or driver slice carrying its correlation id), its time, lane and
     CPU thread (a driver track's: the cpu track of the same process and thread). With tracks: a
-    device track keeps its own work, a CPU or driver thread what it launched."""
-    cur.execute("""
+    device track keeps its own work, a CPU or driver thread what it launched. `launches`: read the
+    calls from agg_launch."""
+    cur.execute(f"""
         CREATE OR REPLACE TEMP TABLE _work AS
         WITH w AS (
             SELECT d.slice_id, d.track_id, d.name, t.lane, d.corr_id, d.bytes,
@@ -86,14 +98,8 @@ def device_work(cur, t0: int, t1: int, tracks: list[int]) -> None:
             FROM slices d JOIN tracks t USING (track_id)
             WHERE t.lane IN ('eu', 'pcie') AND d.dur > 0 AND d.ts < $1 AND d.ts + d.dur > $2
         ),
-        launches AS (
-            SELECT s.corr_id, arg_min(s.slice_id, s.ts) AS launch, arg_min(s.track_id, s.ts) AS call_track,
-                   min(s.ts) AS launch_ts
-            FROM slices s JOIN tracks t USING (track_id)
-            WHERE t.lane IN ('cpu', 'driver') AND s.dur > 0
-              AND s.corr_id IN (SELECT corr_id FROM w WHERE corr_id IS NOT NULL)
-            GROUP BY s.corr_id
-        ),
+        launches AS ({"SELECT * FROM agg_launch" if launches else LAUNCHES_SQL}
+                     WHERE corr_id IN (SELECT corr_id FROM w WHERE corr_id IS NOT NULL)),
         hosts AS (
             SELECT t.track_id, t.lane, CASE WHEN t.lane = 'cpu' THEN t.track_id ELSE min(c.track_id) END AS host
             FROM tracks t LEFT JOIN tracks c ON c.lane = 'cpu' AND c.process = t.process AND c.thread = t.thread
@@ -108,14 +114,14 @@ def device_work(cur, t0: int, t1: int, tracks: list[int]) -> None:
                     f" OR coalesce(call_track, -1) IN ({marks}))", tracks * 3)
 
 
-def build_source(cur, t0: int, t1: int, tracks, source: str) -> None:
+def build_source(cur, t0: int, t1: int, tracks, source: str, launches: bool = False) -> None:
     """The temp tables a tree of `source` is read from: `_frames` for cpu; for device also `_work` and
     `_dwork` (the work as leaves under their launching calls' nodes)."""
     tracks = [int(t) for t in tracks or ()]
     if source == "cpu":
         build_frames(cur, t0, t1, tracks)
         return
-    device_work(cur, t0, t1, tracks)
+    device_work(cur, t0, t1, tracks, launches)
     # the launching calls and their callers: CPU frames from the earliest launch (a kernel in the
     # range may have been launched before it) to the range's end, on the launching threads
     (first_launch,) = cur.execute("SELECT min(launch_ts) FROM _work").fetchone()

@@ -226,6 +226,10 @@ def test_the_precomputed_whole_trace_equals_the_trees_computed_from_the_slices(t
     assert aggregates.call_tree(con, t0, t1, source="device")["total_ns"] == want
     # a trace stored before the precompute (no agg_* tables) answers the same from its slices
     want_tree = strip(aggregates.call_tree(con, t0, t1, source="device"))
+    # a window reads the launching calls from agg_launch; without it (below) from the slices
+    w0, w1 = t0 + (t1 - t0) // 3, t0 + (t1 - t0) // 2
+    want_window = (strip(aggregates.call_tree(con, w0, w1, source="device", mode="bottom-up")),
+                   aggregates.rollup(con, w0, w1))
     con.close()
     import duckdb
 
@@ -233,6 +237,8 @@ def test_the_precomputed_whole_trace_equals_the_trees_computed_from_the_slices(t
     old.execute("DROP TABLE agg_info")
     old.execute("DROP TABLE agg_tree")
     assert strip(aggregates.call_tree(old, t0, t1, source="device")) == want_tree
+    assert (strip(aggregates.call_tree(old, w0, w1, source="device", mode="bottom-up")),
+            aggregates.rollup(old, w0, w1)) == want_window
     old.close()
 
 
