@@ -357,10 +357,11 @@ def test_device_call_tree_bottom_up_starts_from_the_kernels(page, server, trace)
 def test_trace_info_view_lists_devices_versions_passes_and_tables_with_row_counts(page, server, trace):
     open_view(page, trace, "info", "info")
     tables = {t["name"]: t for t in page.evaluate("() => window.acceltrace.info.tables")}
-    for name in ("slices", "tracks", "flows", "trace_meta", "agg_rollup"):
+    for name in ("slices", "tracks", "flows", "trace_meta", "agg_rollup", "findings"):
         ((n,),) = sql(server, trace, f"SELECT count(*) FROM {name}")
         assert tables[name]["rows"] == n, name
         assert page.locator(f"#info-tables-table tr[data-table='{name}']").get_attribute("data-rows") == str(n)
+    assert tables["findings"]["kind"] == "analysis" and tables["slices"]["kind"] == "stored"
     about = page.locator("#info-about").inner_text()
     assert "Devices" in about and "A100" in about and "Versions" in about and "dropped events" in about
     page.wait_for_function("() => document.querySelectorAll('#info-about table.passes-status tr[data-pass]').length > 0"

@@ -61,7 +61,7 @@ def rollup(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int 
 def trace_tables(trace_id: str, state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     with h.cursor() as cur:
-        return {"tables": tables.trace_tables(cur)}
+        return {"tables": tables.trace_tables(cur, (state.store.side_path(trace_id, "findings"),))}
 
 
 def _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc):
