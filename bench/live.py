@@ -1,17 +1,20 @@
 """Live traces (issue 20): event-to-screen latency, the server's CPU while following, finalisation time.
 
     python bench/live.py [--rates 10000,1000000] [--seconds 8] [--final-events 2000000] [--no-browser]
+                         [--via auto|daemon|file] [--screenshot DIR]
 
 For each rate a producer writes through a real tracing daemon (`acceltrace traced`) to a real server
 (`acceltrace serve`, following the daemon through ACCELTRACE_SOCKET), and Chromium follows the live
 trace's page. The page's hook (window.acceltrace.live.drawn_head_ns: the newest event time drawn) is
 recorded on every animation frame; an event at time e was on screen at the first frame whose
 drawn_head_ns >= e, so its latency is that frame's wall time minus the wall time the producer stamped
-on it (the same host clock). Every event time on a 50 ms grid is such a marked event. The server's
-CPU is its process's user+system time over the following window. Finalisation: a capture of
---final-events events is stopped and timed from the daemon's exit to the trace being ready (ingest
-under the same id plus the analysis passes), against the anchor measured in the same run: a native
-`acceltrace ingest` of the very same file, with and without the analysis passes.
+on it (the same host clock). The marked events: on a 50 ms grid, the first event of the finished file
+at or after each grid time (none within 5 ms: a span the daemon lost, no sample). The server's
+per-delta stamps (GET /api/live/{id} live.stages) split each delta's newest event to screen into
+stages. The server's CPU is its process's user+system time over the following window.
+Finalisation: a growing file of --final-events events is closed and timed to the trace published and
+analysed under the same id (wall and the server's CPU time), against the anchor measured in the same
+run: a native `acceltrace ingest` of the very same file, with and without the analysis passes.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
+from acceltrace.formats import record as R  # noqa: E402
+from acceltrace.formats.atrace.follower import AtraceTail  # noqa: E402
 from bench._server import BenchServer  # noqa: E402
 
 PY = sys.executable
@@ -102,6 +109,7 @@ RECORDER = """() => { window.__frames = []; const tick = () => {
     if (l && l.drawn_head_ns !== null)
       window.__frames.push([performance.timeOrigin + performance.now(), l.drawn_head_ns, l.head_ns]);
     requestAnimationFrame(tick); }; requestAnimationFrame(tick); }"""
+MARK_NEAR_NS = 5_000_000  # a marked time needs an event this close after it
 STAGES = ("file", "queue", "build", "announce", "push", "draw")
 
 
@@ -159,6 +167,37 @@ def _start(via: str, tmp: Path):
 def _producer(target: str, rate: float, seconds: float, total: int = 0) -> subprocess.Popen:
     return subprocess.Popen([PY, "-c", PRODUCER, target, str(rate), str(seconds), str(total)], cwd=ROOT,
                             stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _event_times(path: Path) -> np.ndarray:
+    """The sorted start times (abs ns) of the events in the finished file (read with the format's follower)."""
+    tail, parts = AtraceTail(path), []
+    while len(recs := tail.poll()[0]):
+        parts.append(recs["ts"][recs["kind"] == R.COMPLETE])
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def latencies(frames: list, events_rel: np.ndarray, start_abs: int, mono_to_wall_ms: float) -> dict:
+    """Event to screen for marked events: every 50 ms from the first drawn frame on (after 1 s), the
+    first event at or after that time, kept when one exists within MARK_NEAR_NS (time the daemon lost,
+    which has no event, is not a sample). Its latency is the first frame whose drawn head reaches it,
+    minus the time the producer stamped on it."""
+    lat, lost_marks = [], 0
+    first, last = frames[0][1], frames[-1][1]
+    j = 0
+    for g in range(int(first) + 1_000_000_000, int(last), 50_000_000):
+        k = int(np.searchsorted(events_rel, g))
+        if k == len(events_rel) or events_rel[k] - g > MARK_NEAR_NS:
+            lost_marks += 1
+            continue
+        e = int(events_rel[k])
+        while j < len(frames) and frames[j][1] < e:
+            j += 1
+        if j == len(frames):
+            break
+        lat.append((frames[j][0] - (start_abs + e) / 1e6 - mono_to_wall_ms) / 1000)
+    return {"latency_p50_s": _pct(lat, 50), "latency_p95_s": _pct(lat, 95), "samples": len(lat),
+            "marks_without_event": lost_marks}
 
 
 def _collect_stages(srv: BenchServer, tid: str, seen: dict) -> None:
@@ -255,19 +294,6 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path, shot
             for st in meta["live"].get("stages", []):
                 stages[st["announced_ns"]] = st
         res["frames"] = len(frames)
-        if frames:
-            lat = []
-            first, last = frames[0][1], frames[-1][1]
-            j = 0
-            for e in range(int(first) + 1_000_000_000, int(last), 50_000_000):  # marked events on a 50 ms grid
-                while j < len(frames) and frames[j][1] < e:
-                    j += 1
-                if j == len(frames):
-                    break
-                lat.append((frames[j][0] - (start_abs + e) / 1e6 - mono_to_wall_ms) / 1000)
-            res["latency_p50_s"], res["latency_p95_s"], res["samples"] = _pct(lat, 50), _pct(lat, 95), len(lat)
-            res["stages"] = stage_breakdown(sorted(stages.values(), key=lambda s: s["announced_ns"]), frames,
-                                            start_abs, mono_to_wall_ms)
         t0 = time.monotonic()  # finalisation of this capture
         if dproc is not None:
             dproc.send_signal(signal.SIGTERM)
@@ -275,6 +301,10 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path, shot
         if _ready(srv, tid) == "ready":
             _analysed(srv, tid)
         res["finalise_s"] = time.monotonic() - t0  # to the findings
+        if frames:
+            res.update(latencies(frames, _event_times(out) - start_abs, start_abs, mono_to_wall_ms))
+            res["stages"] = stage_breakdown(sorted(stages.values(), key=lambda s: s["announced_ns"]), frames,
+                                            start_abs, mono_to_wall_ms)
     finally:
         srv.stop()
         if dproc is not None and dproc.poll() is None:
@@ -348,7 +378,9 @@ def main() -> int:
     for r in rows:
         print(f"{r['rate']:>10.0f} {r['via']:>6} {r['produced']:>10} {r.get('events_seen_live', -1):>10} {r.get('segments', -1):>8} "
               f"{r.get('latency_p50_s', float('nan')):>7.2f} {r.get('latency_p95_s', float('nan')):>7.2f} "
-              f"{r.get('samples', 0):>7} {r['server_cpu_cores']:>12.2f} {r['finalise_s']:>10.2f}")
+              f"{r.get('samples', 0):>7} {r['server_cpu_cores']:>12.2f} {r['finalise_s']:>10.2f}"
+              + (f"  ({r['marks_without_event']} marked times fell in spans the daemon lost)"
+                 if r.get("marks_without_event") else ""))
     print("\nWhere the time goes: per delta, its newest event to the screen, s (median / p95); "
           "file = producer, ring, daemon, file, follower")
     print(f"{'rate ev/s':>10} {'deltas':>6} " + " ".join(f"{k:>13}" for k in STAGES + ("total",)) + f" {'delta cap':>9}")

@@ -83,6 +83,7 @@ class LiveCapture:
         self._name_recs: list[tuple[np.ndarray, np.ndarray]] = []  # track/process names: in every window
         self._window: list[tuple[np.ndarray, np.ndarray]] = []  # built as deltas since the last compaction
         self._window_futs: list[Future] = []  # the delta builds of the window, in read order
+        self._building: list[Future] = []  # every delta build not done yet (a window may have moved on)
         self._pool = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix=f"live build {self.path.name}")
         self._window_n = 0
         self._window_since = 0.0
@@ -232,6 +233,7 @@ class LiveCapture:
         self._window += pending
         self._window_n += sum(len(r) for r, _ in pending)
         self._window_futs.append(fut)
+        self._building.append(fut)
 
     def _trim_pending(self, limit: int) -> None:
         """Behind: the live view follows the present and says what it left out (the published trace
@@ -242,10 +244,11 @@ class LiveCapture:
             self._behind_since_compaction, self._behind_at = True, time.monotonic()
 
     def _in_flight(self) -> int:
-        for f in self._window_futs:
+        for f in self._building:
             if f.done() and f.exception() is not None:
                 raise f.exception()
-        return sum(not f.done() for f in self._window_futs)
+        self._building = [f for f in self._building if not f.done()]
+        return len(self._building)
 
     def _delta_job(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int, read_ns: int) -> Segment | None:
         start_ns = time.monotonic_ns()
