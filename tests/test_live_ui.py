@@ -123,6 +123,7 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
             assert lossy.stdout.readline().strip() == "done"
             page.wait_for_function("() => document.querySelector('#live-lost').textContent !== 'lost 0'", timeout=15_000)
             shown = int(page.text_content("#live-lost").removeprefix("lost ").replace(",", ""))
+            assert page.is_hidden("#ingest-warnings")  # while live the bar counts the loss (no stale badge)
             assert 0 < shown <= 3 * 6000 - 1024 and page.evaluate("() => window.acceltrace.live.head_ns") is not None
             lossy.communicate("\n", timeout=20)
             # scrolling back stops following; End resumes
@@ -156,7 +157,9 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
             page.wait_for_function("() => /memcpy/.test(document.querySelector('#pane-summary').textContent)",
                                    timeout=10_000)
             assert page.evaluate("() => window.acceltrace.live.drawn_head_ns") is None
-            assert _json(f"{srv.url}/api/traces/{tid}")["lost_events"] >= shown  # the trailer's count
+            final_lost = _json(f"{srv.url}/api/traces/{tid}")["lost_events"]
+            assert final_lost >= shown  # the trailer's count, in the published trace's badge
+            assert f"{final_lost:,} lost events" in page.text_content("#ingest-warnings")
             # the timeline draws the published trace's tiles now
             page.wait_for_function("() => window.acceltrace.timeline.visibleKeys.some((k) =>"
                                    " window.acceltrace.timeline.tiles.tiles.get(k))", timeout=10_000)

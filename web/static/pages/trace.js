@@ -240,16 +240,20 @@ async function main() {
   if (!api.live) followAnalysis(api, onAnalysis);
   else panes.findings.append(el("p", { class: "muted" }, "The analysis passes run when the capture stops; their findings appear then."));
 
-  // every accepted file with warnings says so here, not only in the server log
-  const wn = meta.warning_count ?? (meta.warnings || []).length, dropped = meta.dropped_events ?? 0, lost = meta.lost_events ?? 0;
-  if (wn || dropped || lost) {
+  // every accepted file with warnings says so here, not only in the server log (a live trace's loss is
+  // in its live bar, counted as it happens: a count from when the page opened would be stale)
+  const showIngestWarnings = () => {
+    const wn = meta.warning_count ?? (meta.warnings || []).length, dropped = meta.dropped_events ?? 0;
+    const lost = api.live ? 0 : meta.lost_events ?? 0;
     const b = $("ingest-warnings");
-    b.hidden = false;
+    b.hidden = !(wn || dropped || lost);
+    if (b.hidden) return;
     b.textContent = [wn ? `${fmtCount(wn)} ingest warning${wn === 1 ? "" : "s"}` : "", dropped ? `${fmtCount(dropped)} dropped events` : "",
                      lost ? `${fmtCount(lost)} lost events` : ""].filter(Boolean).join(" \u00b7 ");
     b.title = (meta.warnings || []).slice(0, 5).join("\n") || "see the Info tab";
-    b.addEventListener("click", () => showTab("info"));
-  }
+  };
+  $("ingest-warnings").addEventListener("click", () => showTab("info"));
+  showIngestWarnings();
 
   $("copy-link").addEventListener("click", async () => {
     writeFragment({ start_ns: tl.view.start_ns, end_ns: tl.view.end_ns, selected: tl.selected ? tl.selected.id : null,
@@ -272,6 +276,7 @@ async function main() {
       meta = await api.meta();
       clear(); // live slice ids are not the published trace's
       follower.publish(meta);
+      showIngestWarnings(); // the finished file's counts: lost events from its trailer
       summaryLoaded = false;
       if (!panes.summary.hidden) showTab("summary");
       panes.findings.replaceChildren();
