@@ -109,6 +109,7 @@ RECORDER = """() => { window.__frames = []; const tick = () => {
     if (l && l.drawn_head_ns !== null)
       window.__frames.push([performance.timeOrigin + performance.now(), l.drawn_head_ns, l.head_ns]);
     requestAnimationFrame(tick); }; requestAnimationFrame(tick); }"""
+READY_POLL_S = 0.2  # the bench's own requests are server CPU too: not too often
 MARK_NEAR_NS = 5_000_000  # a marked time needs an event this close after it
 STAGES = ("file", "queue", "build", "announce", "push", "draw")
 
@@ -233,14 +234,14 @@ def stage_breakdown(stages: list[dict], frames: list, start_abs: int, mono_to_wa
 
 def _ready(srv: BenchServer, tid: str) -> str:
     while (status := _json(f"{srv.url}/api/traces/{tid}")["status"]) not in ("ready", "failed"):
-        time.sleep(0.05)
+        time.sleep(READY_POLL_S)
     return status
 
 
 def _analysed(srv: BenchServer, tid: str) -> str:
     """Waits for the analysis passes of a ready trace (the findings the open page then shows)."""
     while (state := _json(f"{srv.url}/api/traces/{tid}/analysis")["state"]) not in ("done", "failed"):
-        time.sleep(0.1)
+        time.sleep(READY_POLL_S)
     return state
 
 

@@ -19,7 +19,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -43,9 +43,7 @@ log = logging.getLogger("acceltrace.live")
 
 POLL_S = 0.02             # how often a capture reads its file
 BUILD_S = 0.1             # a delta is started at most this often
-# ... with at most this many building at once (on 2 cores beside a producer, a daemon and a browser,
-# two builds each take longer than one: bench/live.py)
-BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))
+BUILD_WORKERS = min(2, max(1, (os.cpu_count() or 2) // 2))  # ... at most this many at once (1 on 2 cores)
 BEHIND_HOLD_S = 2.0       # ... and one only, for this long after the server was last behind (<= 1 core)
 SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into one segment
 SEAL_S = 2.0              # ... or once the oldest of them is this old
@@ -153,8 +151,7 @@ class LiveCapture:
                     self.status = "abandoned"  # complete when found: an ordinary file to ingest, not a capture
                     return
                 workers = 1 if now - self._behind_at < BEHIND_HOLD_S else BUILD_WORKERS
-                # far behind the file's end (a burst): read on, then build the newest records
-                reading = backlog > READ_AHEAD_BYTES and now - self._next_build < READ_AHEAD_S
+                reading = backlog > READ_AHEAD_BYTES and now - self._next_build < READ_AHEAD_S  # a burst: read on
                 if self._pending and now >= self._next_build and not reading and self._in_flight() < workers:
                     self._build_delta()
                 if self._window_n and (self._window_n >= self.seal_events or now - self._window_since >= self.seal_s):
@@ -251,6 +248,8 @@ class LiveCapture:
         return len(self._building)
 
     def _delta_job(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int, read_ns: int) -> Segment | None:
+        if self.status != "live":  # finalising or stopped since it was queued
+            return None
         start_ns = time.monotonic_ns()
         seg = self._ingest_window(ctx, recs, streams, base)
         built_ns = time.monotonic_ns()
@@ -298,11 +297,13 @@ class LiveCapture:
     def _compact(self, ctx, names, window, futs, base: int) -> None:
         try:
             segs = [s for s in (f.result() for f in futs) if s is not None]  # every delta of the window is in
-            if len(segs) < 2:
+            if len(segs) < 2 or self.status != "live":  # finalising meanwhile: the whole file is ingested
                 return
             recs = np.concatenate([r for r, _ in names] + [r for r, _ in window])
             streams = np.concatenate([s for _, s in names] + [s for _, s in window])
             seg = self._ingest_window(ctx, recs, streams, base)
+        except CancelledError:  # finalising: its deltas were never built
+            return
         except (OSError, IngestError, duckdb.Error) as e:  # the deltas stay: the view is still right
             log.warning("live compaction of %s failed: %s", self.path, e)
             return
