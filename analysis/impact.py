@@ -22,7 +22,7 @@ from acceltrace.analysis import replay as R
 from acceltrace.analysis import transform as T
 from acceltrace.store import schema
 
-WHATIF_COLUMNS = ("makespan_ns", "replayed_makespan_ns", "exact_replay_makespan_ns", "all_fixed_saving_ns",
+WHATIF_COLUMNS = ("makespan_ns", "replayed_makespan_ns", "edges_only_makespan_ns", "all_fixed_saving_ns",
                   "nodes", "edges", "unexplained_wait_ns", "replays", "elapsed_ms")
 CRITICAL_PATH_COLUMNS = [("seq", "BIGINT NOT NULL"), ("start_ns", "BIGINT NOT NULL"), ("end_ns", "BIGINT NOT NULL"),
                          ("type", "VARCHAR NOT NULL"), ("slice_id", "BIGINT"), ("track_id", "INTEGER")]
@@ -51,9 +51,11 @@ def _basis(pid: str, how: str) -> str:
 
 
 def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_replays: int = 50,
-                   replay_nodes: int = 2_000_000) -> WhatIf:
+                   replay_nodes: int = 2_000_000, max_nodes: int | None = None) -> WhatIf:
     """Build the graph of the analysed trace, replay it per pass, all fixed, and per finding (the
-    largest first, within the budget); the rest share their pass's saving by local estimate."""
+    largest first, within the budget); the rest share their pass's saving by local estimate. A graph
+    of more than max_nodes is replayed once, as it is (its critical path), and no fix is replayed:
+    every impact is None (the caller says why)."""
     t0 = time.perf_counter()
     # savings are measured from the trace's own schedule: the graph replayed with its unexplained waits
     # kept (each relative to its node's edges, so work behind a fixed cause still moves with it); a fix
@@ -61,6 +63,12 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
     exact = g = R.build(con)
     exact_s = R.replay(g)
     base = exact_s.makespan
+    span = int((g.ts + g.dur).max() - g.ts.min()) if len(g.ts) else 0
+    if max_nodes is not None and len(g.ts) > max_nodes:
+        path = [(a, b, t, int(g.slice_id[v]) if v >= 0 else -1, int(g.track[v]) if v >= 0 else -1)
+                for a, b, t, v in R.critical_path(g, exact_s)]
+        return WhatIf(None, [], None, None, None, base, len(g.ts), len(g.src), int(g.slack.sum()), 1, path,
+                      (time.perf_counter() - t0) * 1e3, span)
     edges_only = R.replay(R.without_slack(g)).makespan
     n_nodes = max(1, len(g.ts))
     replays = 2
@@ -101,8 +109,7 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
     path = [(a, b, t, int(exact.slice_id[v]) if v >= 0 else -1, int(exact.track[v]) if v >= 0 else -1)
             for a, b, t, v in segs]
     return WhatIf(impact, basis, pass_saving, all_fixed, edges_only, exact_s.makespan, len(g.ts), len(g.src),
-                  int(exact.slack.sum()), replays, path, (time.perf_counter() - t0) * 1e3,
-                  int((g.ts + g.dur).max() - g.ts.min()) if len(g.ts) else 0)
+                  int(exact.slack.sum()), replays, path, (time.perf_counter() - t0) * 1e3, span)
 
 
 def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Table, dict, list]:
@@ -115,14 +122,22 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
     wi: dict = {}
     path: list = []
     try:
+        max_nodes = int(values["whatif_max_nodes"])
         r = replay_impacts(con, fixes, values["whatif_link_speedup"], int(values["whatif_max_replays"]),
-                           int(values["whatif_replay_nodes"]))
+                           int(values["whatif_replay_nodes"]), max_nodes)
         (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
-        impacts, basis = pa.array(r.impact_ns, pa.int64()), pa.array(r.basis, pa.string())
+        if r.impact_ns is None:
+            impacts = pa.nulls(table.num_rows, pa.int64())
+            basis = pa.array([f"none; the graph's {r.nodes:,} nodes exceed whatif_max_nodes ({max_nodes:,}): "
+                              "acceltrace analyze ID --param whatif_max_nodes=N replays it"] * table.num_rows,
+                             pa.string())
+        else:
+            impacts, basis = pa.array(r.impact_ns, pa.int64()), pa.array(r.basis, pa.string())
         # host work before the graph's first node and after its last is kept as it is
         outside = int(run_ns or 0) - r.graph_span_ns
-        wi = {"makespan_ns": int(run_ns or 0), "replayed_makespan_ns": r.replayed_makespan_ns + outside,
-              "exact_replay_makespan_ns": r.exact_makespan_ns + outside, "all_fixed_saving_ns": r.all_fixed_saving_ns,
+        wi = {"makespan_ns": int(run_ns or 0), "replayed_makespan_ns": r.exact_makespan_ns + outside,
+              "edges_only_makespan_ns": None if r.replayed_makespan_ns is None else r.replayed_makespan_ns + outside,
+              "all_fixed_saving_ns": r.all_fixed_saving_ns,
               "nodes": r.nodes, "edges": r.edges, "unexplained_wait_ns": r.unexplained_wait_ns,
               "replays": r.replays, "elapsed_ms": r.elapsed_ms, "pass_saving_ns": r.pass_saving_ns}
         path = r.critical_path

@@ -55,6 +55,9 @@ PARAMS: dict[str, Param] = {
     "whatif_replay_nodes": Param(
         2_000_000, "nodes", "budget of replayed graph nodes for the per-finding replays (a replay costs about a "
         "microsecond per node): a trace of N nodes gets at most this / N replays", minimum=1),
+    "whatif_max_nodes": Param(
+        2_000_000, "nodes", "a graph with more nodes is replayed only as it is (its critical path) at analysis: "
+        "its findings' impact_ns stay NULL and say so (acceltrace whatif replays any size)", minimum=1),
     "whatif_link_speedup": Param(
         2.0, "ratio", "pcie_saturation's fix: the window's transfers on a link this many times faster", minimum=1),
     # -- pcie_saturation ----------------------------------------------------------------------

@@ -43,7 +43,7 @@ STATUS_COLUMNS = [
     ("status", "VARCHAR NOT NULL"),      # ran | not applicable | failed | not selected
     ("reason", "VARCHAR"),
     ("n_findings", "INTEGER NOT NULL"),
-    ("impact_ns", "BIGINT NOT NULL"),     # the saving if all its findings are fixed together (a replay)
+    ("impact_ns", "BIGINT"),              # the saving if all its findings are fixed together (a replay)
     ("exclusive_ns", "BIGINT NOT NULL"),  # the sum of its findings' exclusive shares
     ("n_candidates", "INTEGER NOT NULL"),  # before the per-pass cap and residual filter
     ("elapsed_ms", "DOUBLE NOT NULL"),
@@ -204,7 +204,8 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
             st = statuses[row["pass"]]
             st.n_findings = int(row["pass_count"])
             st.exclusive_ns = int(row["exclusive_ns_sum"] or 0)
-            st.impact_ns = int(wi.get("pass_saving_ns", {}).get(row["pass"], 0))
+            saving = wi.get("pass_saving_ns")
+            st.impact_ns = int(saving.get(row["pass"], 0)) if saving is not None else None  # None: not replayed
     finally:
         con.close()
     status_list = [statuses[p] for p in sorted(statuses, key=lambda p: (specs[p].precedence, p))]
@@ -340,7 +341,8 @@ def format_report(report: Report) -> str:
     total = sum(int(f["exclusive_ns"] or 0) for f in report.findings)
     share = f" ({100.0 * total / report.run_ns:.1f}% of the run)" if report.run_ns else ""
     all_fixed = report.whatif.get("all_fixed_saving_ns")
-    fixed = f"; all fixed: the run saves {_ms(all_fixed)} (replay)" if all_fixed is not None else ""
+    fixed = (f"; all fixed: the run saves {_ms(all_fixed)} (replay)" if all_fixed is not None
+             else "; not replayed (see impact_basis)")
     lines.append(f"{len(report.findings)} findings, exclusive critical-path total {_ms(total)}{share}{fixed}")
     if report.findings:
         lines.append("impact: the saving if that finding alone is fixed; exclusive: its share, never counted twice")
@@ -354,7 +356,8 @@ def format_report(report: Report) -> str:
     lines.append("")
     lines.append("passes:")
     for s in report.statuses:
-        detail = (f"{s.n_findings} findings, all fixed saves {_ms(s.impact_ns)}, exclusive {_ms(s.exclusive_ns)}"
+        fixed = _ms(s.impact_ns) if s.impact_ns is not None else "- (not replayed)"
+        detail = (f"{s.n_findings} findings, all fixed saves {fixed}, exclusive {_ms(s.exclusive_ns)}"
                   if s.status == "ran" else (s.reason or ""))
         lines.append(f"  {s.pass_id:<27} {s.status:<15} {detail}")
     lines.append(f"analysis took {report.elapsed_ms:.0f} ms")

@@ -103,7 +103,7 @@ def test_impacts_never_sum_to_more_than_the_run(store, seed):
         mine = [f for f in rep.findings if f["pass"] == s.pass_id]
         assert (s.n_findings, s.exclusive_ns) == (len(mine), sum(f["exclusive_ns"] for f in mine)), s
         assert 0 <= s.impact_ns <= rep.run_ns
-    assert rep.whatif["exact_replay_makespan_ns"] == rep.run_ns
+    assert rep.whatif["replayed_makespan_ns"] == rep.run_ns
 
 
 def test_parameters_have_defaults_and_checked_overrides():

@@ -105,3 +105,34 @@ def test_whatif_command_prints_the_contract_keys(tmp_path):
     r = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store.root), "whatif", res.id],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0 and "critical path:" in r.stdout and "all fixed" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_graph_over_the_node_limit_keeps_its_critical_path_and_says_why_it_has_no_impacts(tmp_path):
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [RUNS / "strided-access-seed2"])
+    rep = runner.run_passes(store, res.id, params={"whatif_max_nodes": 100})
+    assert rep.findings and all(f["impact_ns"] is None for f in rep.findings)
+    assert "exceed whatif_max_nodes (100)" in rep.findings[0]["impact_basis"]
+    assert all(s.impact_ns is None for s in rep.statuses if s.status == "ran" and s.n_findings)
+    assert rep.whatif["all_fixed_saving_ns"] is None and rep.whatif["replayed_makespan_ns"] == rep.run_ns
+    assert rep.critical_path and sum(b - a for a, b, *_ in rep.critical_path) <= rep.run_ns
+    con = store.connect(res.id)
+    (n,) = con.execute("SELECT count(*) FROM critical_path").fetchone()
+    assert n == len(rep.critical_path)
+
+
+def test_critical_path_segments_tile_the_path_and_the_route_merges_them_per_bucket(tmp_path):
+    from acceltrace.store import queries
+
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [RUNS / "strided-access-seed2"])
+    rep = runner.run_passes(store, res.id)
+    path = rep.critical_path
+    assert all(a < b for a, b, *_ in path) and all(p[1] <= q[0] for p, q in zip(path, path[1:]))
+    assert {t for _, _, t, *_ in path} <= set(R.SEGMENT_TYPES)
+    con = store.connect(res.id)
+    whole = queries.critical_path(con, 0, 1 << 62)
+    assert whole["segments_total"] == len(path) and not whole["merged"]
+    assert whole["path_ns"] == sum(b - a for a, b, *_ in path) == sum(whole["by_type_ns"].values())
+    few = queries.critical_path(con, 0, 1 << 62, max_segments=10)
+    assert few["merged"] and len(few["segments"]) <= 10 and sum(s["merged"] for s in few["segments"]) == len(path)

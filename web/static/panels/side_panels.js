@@ -306,7 +306,8 @@ export function renderInfo(box, meta, status) {
       el("td", {}, p.pass, p.reason ? el("div", { class: "muted reason" }, p.reason) : null),
       el("td", { class: `pass-status st-${String(p.status).replace(/ /g, "-")}` }, p.status),
       el("td", { class: "num" }, p.status === "ran" ? fmtCount(p.n_findings ?? 0) : "-"),
-      el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.impact_ns ?? 0) : "-"),
+      el("td", { class: "num", title: p.status === "ran" && p.impact_ns == null ? "not replayed (the findings' impact_basis says why)" : "" },
+        p.status === "ran" && p.impact_ns != null ? fmtDur(p.impact_ns) : "-"),
       el("td", { class: "num" }, p.status === "ran" ? fmtDur(p.exclusive_ns ?? 0) : "-"))))));
 }
 
