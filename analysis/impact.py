@@ -50,8 +50,8 @@ def _basis(pid: str, how: str) -> str:
     return f"{how}; {bound}" if bound and how != "none" else how
 
 
-def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_replays: int = 50,
-                   replay_nodes: int = 2_000_000, max_nodes: int | None = None) -> WhatIf:
+def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_replays: int = 20,
+                   replay_nodes: int = 300_000, max_nodes: int | None = None) -> WhatIf:
     """Build the graph of the analysed trace, replay it per pass, all fixed, and per finding (the
     largest first, within the budget); the rest share their pass's saving by local estimate. A graph
     of more than max_nodes is replayed once, as it is (its critical path), and no fix is replayed:
@@ -100,10 +100,13 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
         rest = [i for i in idx if i not in done]
         if not rest:
             continue
-        local = np.array([fixes[i].local_ns for i in idx], np.float64)
-        share = pass_saving[pid] / local.sum() if local.sum() > 0 else 0.0
+        # what the pass saves beyond its replayed findings, split over the others by local estimate,
+        # never more than a finding's own local estimate
+        left = max(0, pass_saving[pid] - sum(int(impact[i]) for i in idx if i in done))
+        local = np.array([fixes[i].local_ns for i in rest], np.float64)
+        share = left / local.sum() if local.sum() > 0 else 0.0
         for i in rest:
-            impact[i] = int(round(fixes[i].local_ns * share))
+            impact[i] = min(fixes[i].local_ns, int(round(fixes[i].local_ns * share)))
             basis[i] = _basis(pid, "pass share")
     segs = R.critical_path(exact, exact_s)
     path = [(a, b, t, int(exact.slice_id[v]) if v >= 0 else -1, int(exact.track[v]) if v >= 0 else -1)

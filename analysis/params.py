@@ -50,10 +50,10 @@ PARAMS: dict[str, Param] = {
         "in analysis_status", minimum=1),
     # -- what-if replay (analysis/impact.py: read by the runner, not by a .sql file) ---------------
     "whatif_max_replays": Param(
-        50, "replays", "findings replayed alone at most (largest local estimate first); the others get their "
+        20, "replays", "findings replayed alone at most (largest local estimate first); the others get their "
         "pass's all-fixed saving split by local estimate (impact_basis 'pass share')"),
     "whatif_replay_nodes": Param(
-        2_000_000, "nodes", "budget of replayed graph nodes for the per-finding replays (a replay costs about a "
+        300_000, "nodes", "budget of replayed graph nodes for the per-finding replays (a replay costs about a "
         "microsecond per node): a trace of N nodes gets at most this / N replays", minimum=1),
     "whatif_max_nodes": Param(
         2_000_000, "nodes", "a graph with more nodes is replayed only as it is (its critical path) at analysis: "
