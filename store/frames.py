@@ -66,8 +66,8 @@ def build_frames(cur, t0: int, t1: int, tracks: list[int]) -> None:
     cur.execute("""
         CREATE OR REPLACE TEMP TABLE _cpun AS
         SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, count(*) AS n, sum(cdur) AS host,
-               sum(self_dur) AS self, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, cdur) AS longest,
-               max(self_dur) AS maxself, arg_max(slice_id, self_dur) AS longest_self
+               sum(self_dur) AS self, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, ((cdur)::HUGEINT * 18446744073709551616) - slice_id) AS longest,
+               max(self_dur) AS maxself, arg_max(slice_id, ((self_dur)::HUGEINT * 18446744073709551616) - slice_id) AS longest_self
         FROM _frames GROUP BY node""")
     cur.execute("CREATE OR REPLACE TEMP TABLE _cpuname AS SELECT name, quantile_disc(self_dur, 0.95) AS p95"
                 " FROM _frames GROUP BY name")
@@ -77,7 +77,8 @@ def build_frames(cur, t0: int, t1: int, tracks: list[int]) -> None:
 # ingest, so that a window's device work does not scan every slice for its calls)
 LAUNCHES_SQL = """
     SELECT * FROM (
-        SELECT s.corr_id, arg_min(s.slice_id, s.ts) AS launch, arg_min(s.track_id, s.ts) AS call_track,
+        SELECT s.corr_id, arg_min(s.slice_id, (s.ts::HUGEINT * 18446744073709551616) + s.slice_id) AS launch,
+               arg_min(s.track_id, (s.ts::HUGEINT * 18446744073709551616) + s.slice_id) AS call_track,
                min(s.ts) AS launch_ts
         FROM slices s JOIN tracks t USING (track_id)
         WHERE t.lane IN ('cpu', 'driver') AND s.dur > 0 AND s.corr_id IS NOT NULL
@@ -163,7 +164,7 @@ def device_frames(cur) -> None:
     cur.execute("""
         CREATE OR REPLACE TEMP TABLE _dn AS
         SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, any_value(lane) AS lane,
-               count(*) AS n, sum(cdur) AS t, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, cdur) AS longest,
+               count(*) AS n, sum(cdur) AS t, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, ((cdur)::HUGEINT * 18446744073709551616) - slice_id) AS longest,
                max(cdur) AS maxv, coalesce(sum(cdur) FILTER (WHERE lane = 'eu'), 0) AS dev,
                coalesce(sum(cdur) FILTER (WHERE lane = 'pcie'), 0) AS cp,
                coalesce(sum(bytes) FILTER (WHERE lane = 'pcie'), 0) AS b,
@@ -173,14 +174,16 @@ def device_frames(cur) -> None:
                 " FROM _dwork GROUP BY name")
 
 
+# the longest slice of a group, ties to the smallest id (arg_max alone picks any of equals, and a
+# node's link must not change between two runs): arg_max(id, v * 2^64 - id)
 # every top-down caller node once: the CPU frames' and the driver calls' (a driver call and a CPU
 # sibling of one name share a node id: their counts add up)
 _CALLERS = """
     SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, sum(n) AS n,
-           arg_max(longest, maxv) AS longest, max(lane) AS lane
+           arg_max(longest, ((maxv)::HUGEINT * 18446744073709551616) - longest) AS longest, max(lane) AS lane
     FROM (SELECT node, parent_node, name, n, longest, 0 AS maxv, 'cpu' AS lane FROM _cpun
           UNION ALL
-          SELECT node, any_value(parent_node), any_value(name), count(*), arg_max(slice_id, dur), max(dur), 'driver'
+          SELECT node, any_value(parent_node), any_value(name), count(*), arg_max(slice_id, ((dur)::HUGEINT * 18446744073709551616) - slice_id), max(dur), 'driver'
           FROM _dcalls GROUP BY node)
     GROUP BY node"""
 
@@ -221,7 +224,7 @@ def bottom_up_sql(groups: str, firsts: str, calls: bool) -> str:
             FROM up u JOIN nodes nd ON nd.node = u.caller WHERE u.lvl < {MAX_DEPTH}
         ),
         b AS (SELECT bnode, any_value(parent_bnode) AS parent_bnode, any_value(name) AS name, sum(n) AS n,
-                     sum(t) AS t, arg_max(longest, maxv) AS longest, any_value(lane) AS lane, min(lvl) AS lvl
+                     sum(t) AS t, arg_max(longest, ((maxv)::HUGEINT * 18446744073709551616) - longest) AS longest, any_value(lane) AS lane, min(lvl) AS lvl
               FROM up GROUP BY bnode)
         SELECT b.bnode, b.parent_bnode, b.name, b.n, b.t, b.t, CASE WHEN b.lvl = 0 THEN p.p95 END, b.longest, b.lane
         FROM b LEFT JOIN ({firsts}) p ON b.lvl = 0 AND p.name = b.name"""
