@@ -203,6 +203,32 @@ def test_hide_from_the_track_menu_counts_it_and_show_all_brings_it_back(page, tr
     assert not page.errors, page.errors
 
 
+def test_track_actions_are_in_the_palette_and_keys(page, trace_id):
+    open_trace(page, trace_id)
+    victim = next(t for t in tracks(page) if t["name"] == "stream 7")
+    open_menu(page, victim["id"])
+    page.click("#track-pop [data-act=hide]")
+    wait_hash(page, f"hide={victim['id']}")
+    # the palette's "Show all hidden tracks" brings it back, and the URL follows
+    page.keyboard.press("Control+k")
+    page.wait_for_function("() => window.acceltrace.nav.palette.open")
+    page.keyboard.type("show all hidden")
+    assert page.evaluate("() => window.acceltrace.nav.palette.items")[0] == "tracks-show-all"
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => window.acceltrace.tracks.every(t => t.shown && !t.hidden)")
+    page.wait_for_function("() => !location.hash.includes('hide=')")
+    # T puts the caret in the track filter; what is typed there filters (not W/A/S/D)
+    page.keyboard.press("t")
+    assert page.evaluate("() => document.activeElement.id") == "track-filter"
+    page.keyboard.type("PCIe")
+    page.wait_for_function("() => window.acceltrace.tracks.filter(t => t.shown).every(t => t.name.includes('PCIe'))")
+    page.keyboard.press("Escape")
+    page.wait_for_function("() => window.acceltrace.tracks.every(t => t.shown)")
+    help_rows = page.evaluate("() => [...document.querySelectorAll('#help-keys tr')].map(r => r.dataset.action)")
+    assert {"tracks-filter", "m-track-drag", "m-track-menu"} <= set(help_rows)
+    assert not page.errors, page.errors
+
+
 def test_dragging_a_track_name_reorders_it_within_its_group(page, trace_id):
     open_trace(page, trace_id)
     cpu = [t for t in tracks(page) if t["group"] == "pyper:trainer:0:0 (4515)"]

@@ -292,7 +292,7 @@ async function main() {
 
   // bookmarks, measure, flow stepping ([ ]), the command palette and the keyboard help: one action table
   const nav = installNav({
-    tl, bookmarks, select, clear, showTab, live: !!api.live,
+    tl, bookmarks, select, clear, showTab, saveUrl, live: !!api.live,
     passes: () => (groups?.passes || []).map((p) => p.pass),
     toggleOverlay: (p) => { ontoggle(p, !tl.overlays.has(p)); showFindings(); },
   });

@@ -39,6 +39,14 @@ export function installNav(page) {
     toggleOverlay: page.toggleOverlay,
     click: (id) => { const b = $(id); if (b && !b.hidden) b.click(); },
     focusSearch: () => { const s = $("search"); s.focus(); s.select(); },
+    focusTrackFilter: () => { const f = $("track-filter"); if (f) { f.focus(); f.select(); } },
+    tracksChanged: () => { tl.relayout(); page.saveUrl?.(); },
+    setTrackFilter: (text) => {
+      const f = $("track-filter");
+      if (f) f.value = text;
+      tl.layout.setFilter(text);
+      app.tracksChanged();
+    },
     toggleHelp: () => { help.hidden = !help.hidden; },
     addBookmark: (ns) => {
       const i = bookmarks.add(ns);

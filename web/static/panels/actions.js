@@ -6,7 +6,7 @@
 
 import { NAMES_PX } from "../timeline/layout.js";
 
-const SECTIONS = ["Navigate", "Select and flows", "Bookmarks and measure", "Panels and sharing", "Mouse"];
+const SECTIONS = ["Navigate", "Select and flows", "Bookmarks and measure", "Tracks", "Panels and sharing", "Mouse"];
 
 /** A keydown as the table writes keys: "M", "[", "?", "Ctrl+K", "Escape". */
 export function keyOf(e) {
@@ -100,6 +100,12 @@ export function traceActions(app) {
     { id: "measure", title: "Measure mode on / off (drag between two points; ends snap to slice edges)", keys: ["R"],
       section: "Bookmarks and measure", run: () => app.measure.setMode(!app.measure.mode) },
     { id: "measure-clear", title: "Clear the measurement", section: "Bookmarks and measure", run: () => app.measure.clear() },
+    { id: "tracks-filter", title: "Filter tracks (words match names; lane:, dev:, proc:, thread:, -word excludes)", keys: ["T"],
+      section: "Tracks", run: () => app.focusTrackFilter() },
+    { id: "tracks-filter-clear", title: "Clear the track filter", section: "Tracks",
+      enabled: () => tl.layout.filter.terms.length > 0, run: () => app.setTrackFilter("") },
+    { id: "tracks-show-all", title: "Show all hidden tracks", section: "Tracks",
+      enabled: () => tl.layout.counts.hidden > 0, run: () => { tl.layout.showAll(); app.tracksChanged(); } },
     { id: "palette", title: "Command palette", keys: ["Ctrl+K", "/"], section: "Panels and sharing", run: () => app.palette.open() },
     { id: "help", title: "Keyboard help (this sheet)", keys: ["?"], section: "Panels and sharing", run: () => app.toggleHelp() },
     { id: "copy-link", title: "Copy a link to this view", section: "Panels and sharing", run: () => app.click("copy-link") },
@@ -124,6 +130,8 @@ export function traceActions(app) {
     { id: "m-shift-drag", mouse: "Shift + drag", title: "select an area: aggregate per name", section: "Mouse" },
     { id: "m-click", mouse: "click", title: "select a slice: details, flows and its correlation chain", section: "Mouse" },
     { id: "m-dblclick", mouse: "double-click", title: "zoom to a slice", section: "Mouse" },
+    { id: "m-track-drag", mouse: "drag a track name", title: "reorder the track within its group", section: "Mouse" },
+    { id: "m-track-menu", mouse: "\u22ee or right-click a track name", title: "hide it, move it, choose its depths", section: "Mouse" },
     { id: "m-pin", mouse: "\u25c7 by a track name", title: "pin the track to the top", section: "Mouse" },
     { id: "m-collapse", mouse: "click a lane / group row", title: "collapse or expand it", section: "Mouse" },
     { id: "m-search", mouse: "Enter in search", title: "next hit (Shift+Enter: previous)", section: "Mouse" },
