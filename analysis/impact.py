@@ -126,6 +126,21 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
     path: list = []
     try:
         max_nodes = int(values["whatif_max_nodes"])
+        # the graph has a node per device slice at least: a trace past the cap is not built at all at
+        # analysis (its build alone costs minutes and GBs at 10 M events); `acceltrace whatif` replays any size
+        (n_dev,) = con.execute("SELECT count(*) FROM _dev_work").fetchone()
+        if n_dev > max_nodes:
+            (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
+            why = (f"none; the trace's {n_dev:,} device slices exceed whatif_max_nodes ({max_nodes:,}): the graph is"
+                   " not built at analysis; acceltrace whatif ID (or analyze --param whatif_max_nodes=N) replays it")
+            wi = {c: None for c in WHATIF_COLUMNS} | {"makespan_ns": int(run_ns or 0), "nodes": int(n_dev),
+                                                      "replays": 0, "pass_saving_ns": None}
+            table = table.drop_columns(["local_ns"]).append_column("impact_ns", pa.nulls(table.num_rows, pa.int64()))
+            table = table.append_column("impact_basis", pa.array([why] * table.num_rows, pa.string()))
+            table = table.select([c for c, _ in schema.FINDINGS])
+            if table.num_rows:
+                table = table.sort_by([("exclusive_ns", "descending"), ("ts", "ascending"), ("pass", "ascending")])
+            return table, wi, []
         r = replay_impacts(con, fixes, values["whatif_link_speedup"], int(values["whatif_max_replays"]),
                            int(values["whatif_replay_nodes"]), max_nodes)
         (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()

@@ -110,9 +110,14 @@ def test_whatif_command_prints_the_contract_keys(tmp_path):
 def test_a_graph_over_the_node_limit_keeps_its_critical_path_and_says_why_it_has_no_impacts(tmp_path):
     store = Store(tmp_path / "s")
     (res,) = ingest_paths(store, [RUNS / "strided-access-seed2"])
-    rep = runner.run_passes(store, res.id, params={"whatif_max_nodes": 100})
+    con = store.connect(res.id, sides=())
+    (n_dev,) = con.execute("SELECT count(*) FROM slices JOIN tracks USING (track_id) WHERE lane IN ('eu', 'pcie')").fetchone()
+    con.close()
+    limit = n_dev + 1  # the device slices fit, the graph with its host nodes does not
+    rep = runner.run_passes(store, res.id, params={"whatif_max_nodes": limit})
+    assert rep.whatif["nodes"] > limit
     assert rep.findings and all(f["impact_ns"] is None for f in rep.findings)
-    assert "exceed whatif_max_nodes (100)" in rep.findings[0]["impact_basis"]
+    assert f"exceed whatif_max_nodes ({limit:,})" in rep.findings[0]["impact_basis"]
     assert all(s.impact_ns is None for s in rep.statuses if s.status == "ran" and s.n_findings)
     assert rep.whatif["all_fixed_saving_ns"] is None and rep.whatif["replayed_makespan_ns"] == rep.run_ns
     assert rep.critical_path and sum(b - a for a, b, *_ in rep.critical_path) <= rep.run_ns
@@ -136,3 +141,18 @@ def test_critical_path_segments_tile_the_path_and_the_route_merges_them_per_buck
     assert whole["path_ns"] == sum(b - a for a, b, *_ in path) == sum(whole["by_type_ns"].values())
     few = queries.critical_path(con, 0, 1 << 62, max_segments=10)
     assert few["merged"] and len(few["segments"]) <= 10 and sum(s["merged"] for s in few["segments"]) == len(path)
+
+
+def test_a_trace_whose_device_slices_exceed_the_node_limit_builds_no_graph_at_analysis(tmp_path):
+    # at 10 M events the graph's build alone took minutes and GBs: past the cap it is not built
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [RUNS / "strided-access-seed2"])
+    rep = runner.run_passes(store, res.id, params={"whatif_max_nodes": 100})
+    assert rep.findings and all(f["impact_ns"] is None for f in rep.findings)
+    assert "exceed whatif_max_nodes (100): the graph is not built" in rep.findings[0]["impact_basis"]
+    assert rep.whatif["all_fixed_saving_ns"] is None and rep.whatif["makespan_ns"] == rep.run_ns
+    assert rep.whatif["nodes"] > 100 and rep.critical_path == []
+    assert [s.pass_id for s in rep.statuses if s.status == "failed"] == []
+    con = store.connect(res.id)
+    assert con.execute("SELECT count(*) FROM critical_path").fetchone() == (0,)
+    assert con.execute("SELECT makespan_ns, replayed_makespan_ns FROM whatif").fetchone() == (rep.run_ns, None)
