@@ -67,7 +67,8 @@ elif mode in ("parse", "lod", "pipeline", "lod_py"):
     if mode == "parse":
         builder.build_lod = lambda con: None
     t0 = time.perf_counter(); c0 = os.times()
-    r = pipeline.ingest_paths(Store(sys.argv[3]), [Path(path)],
+    # viewable = published (the views' precompute and the analysis come after, in "pipeline")
+    r = pipeline.ingest_paths(Store(sys.argv[3]), [Path(path)], views=mode == "pipeline",
                               after_publish=after_publish if mode == "pipeline" else None)[0]
     if r.error:
         raise SystemExit(r.error)

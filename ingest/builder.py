@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from acceltrace.store import aggregates, schema
+from acceltrace.store import schema
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import assign_depths as _assign_depths
 from acceltrace.tiles.build import build as build_lod
@@ -258,12 +258,13 @@ class TraceBuilder:
                 self.warn(source_name, f"{c} counter samples with a time more than 2^62 ns from the epoch were"
                           " dropped", dropped=c)
 
-    def finish(self, fmt: str, source_name: str, start_ns: int | None = None, views: bool = True) -> dict:
+    def finish(self, fmt: str, source_name: str, start_ns: int | None = None) -> dict:
         """Complete the file (depths, order, meta, derived tables). Returns the counts.
 
         `start_ns`: the time origin when the caller knows it (a live capture's segments share the
-        capture's start, so their tiles line up); by default the earliest event. `views=False` leaves
-        out the views' precomputed aggregates (a live segment: never published, no views read it)."""
+        capture's start, so their tiles line up); by default the earliest event. The views' whole-trace
+        aggregates are not built here: they are a side file made after publication (ingest/pipeline.py),
+        so they never delay the time to a viewable trace."""
         con = self.con
         if self._next_slice == 0 and self.n_counters == 0:
             why = "contains no events (no slices and no counter samples); nothing to show"
@@ -317,8 +318,6 @@ class TraceBuilder:
         con.executemany("INSERT INTO trace_meta VALUES (?, ?)", sorted(meta.items()))
 
         build_lod(con)  # every published trace carries its level-of-detail tables
-        if views:
-            aggregates.build(con)  # and its whole-trace call trees and rollup (the views' first answer)
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()

@@ -12,6 +12,7 @@ from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.importer import Importer, ImportSession
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.sources import Source, open_sources
+from acceltrace.store import aggregates
 from acceltrace.store.catalog import Store
 
 # What runs after a trace is published (the analysis passes): the caller passes it in, so
@@ -93,6 +94,7 @@ def ingest_paths(
     keep_failed: bool = False,
     progress: Callable[[str, float], None] | None = None,
     after_publish: AfterPublish | None = None,
+    views: bool = True,
 ) -> list[Result]:
     """Ingest each path as a trace (or all of them as one with merge); never raises IngestError."""
     paths = [Path(p) for p in paths]
@@ -102,7 +104,7 @@ def ingest_paths(
         label = name or (group[0].name if len(group) == 1 else f"{group[0].name} (+{len(group) - 1})")
         results.append(
             ingest_one(store, group, label, merge=merge, skip_existing=skip_existing,
-                       keep_failed=keep_failed, progress=progress, after_publish=after_publish)
+                       keep_failed=keep_failed, progress=progress, after_publish=after_publish, views=views)
         )
     return results
 
@@ -119,9 +121,11 @@ def ingest_one(
     tmp_path: Path | None = None,
     after_publish: AfterPublish | None = None,
     threads: int | None = None,
+    views: bool = True,
 ) -> Result:
     """Build one trace from paths; with trace_id/tmp_path given, fill a catalog row begun earlier.
-    threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1)."""
+    threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1).
+    views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published."""
     res = Result(name=label)
     try:
         digest = content_hash(paths)
@@ -196,6 +200,11 @@ def ingest_one(
         if not keep_failed:
             res.id = None
         return res
+    if views:  # the views' whole-trace aggregates: a side file, after the trace is already viewable
+        try:
+            aggregates.build_side(store, trace_id)
+        except Exception as e:  # the views then compute from the slices
+            res.warnings.append(f"{label}: the views' precompute failed: {type(e).__name__}: {e}")
     if after_publish is not None:
         try:
             after_publish(store, trace_id)

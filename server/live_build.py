@@ -41,7 +41,7 @@ def build_segment(ctx, recs: np.ndarray, streams: np.ndarray, seg_path: Path, la
             b.abort()
             unlink_duckdb(tmp)
             return False
-        b.finish("atrace", label, start_ns=start_abs_ns, views=False)  # no views of a live trace: ~0.1 s less
+        b.finish("atrace", label, start_ns=start_abs_ns)  # no views precompute: that is a published trace's
     except BaseException:
         b.abort()
         unlink_duckdb(tmp)

@@ -63,8 +63,8 @@ _TEMP_TABLES = ("_range", "_parents", "_paths", "_frames", "_cpun", "_cpuname", 
 
 
 def build(con: duckdb.DuckDBPyConnection) -> float:
-    """Create agg_tree, agg_totals, agg_rollup and agg_info over the whole trace (at ingest, in the
-    builder's connection, before the trace is published): the statements a request runs, once.
+    """Create agg_tree, agg_totals, agg_rollup and agg_info over the whole trace (build_side: in the
+    views side file, after the trace is published): the statements a request runs, once.
     Returns the seconds it took. A precompute that fails (out of memory on a huge trace) leaves
     only agg_info saying why: the trace is still published and its views compute from the slices."""
     started = time.perf_counter()
@@ -84,6 +84,27 @@ def build(con: duckdb.DuckDBPyConnection) -> float:
     took = time.perf_counter() - started
     con.execute("CREATE OR REPLACE TABLE agg_info (key VARCHAR, value VARCHAR)")
     con.executemany("INSERT INTO agg_info VALUES (?, ?)", [*info, ("build_s", f"{took:.3f}")])
+    return took
+
+
+VIEWS_SIDE = "views"  # traces/<id>.views.duckdb: the agg_* tables
+
+
+def build_side(store, trace_id: str) -> float:
+    """The precompute as a side file of a published trace (traces/<id>.views.duckdb), written after
+    publication so it never delays the time to a viewable trace; until it exists (and for a trace
+    stored before it), the views compute from the slices. Returns the seconds build() took."""
+    took = 0.0
+
+    def make(con: duckdb.DuckDBPyConnection) -> None:
+        nonlocal took
+        con.execute(f"ATTACH '{str(store.trace_path(trace_id)).replace(chr(39), chr(39) * 2)}' AS trace (READ_ONLY)")
+        # the precompute's statements name the trace's tables bare: temp views (not stored) point at them
+        for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'trace'").fetchall():
+            con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM trace."{name}"')
+        took = build(con)
+
+    store.write_side(trace_id, VIEWS_SIDE, make)
     return took
 
 

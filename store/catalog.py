@@ -25,7 +25,7 @@ from pathlib import Path
 
 import duckdb
 
-from acceltrace.store.duck import memory_connection
+from acceltrace.store.duck import memory_connection, settings as duck_settings
 
 DEFAULT_STORE = ".acceltrace"
 
@@ -325,7 +325,7 @@ class Store:
         """Build a side file in a temp path with build(con), then atomically replace the old one."""
         tmp = self.tmp_dir / f"{trace_id}-{side}.{os.getpid()}.duckdb"
         _unlink_duckdb(tmp)
-        con = duckdb.connect(str(tmp))
+        con = duckdb.connect(str(tmp), config=duck_settings(self.tmp_dir))  # bounded as every connection
         try:
             build(con)
             con.execute("CHECKPOINT")
@@ -335,7 +335,7 @@ class Store:
         os.replace(tmp, final)
         return final
 
-    def connect(self, trace_id: str, sides: tuple[str, ...] = ("findings",)) -> duckdb.DuckDBPyConnection:
+    def connect(self, trace_id: str, sides: tuple[str, ...] = ("findings", "views")) -> duckdb.DuckDBPyConnection:
         """A read-only connection to a published trace, with side files attached.
 
         Unqualified table names resolve to the trace; each present side file is

@@ -89,12 +89,13 @@ def _open_relative(trace_id: str, memory_limit: str, temp_max: str) -> duckdb.Du
         "memory_limit": memory_limit, "temp_directory": f"tmp/duck.{os.getpid()}.query",
         "max_temp_directory_size": temp_max})
     con.execute(f"ATTACH '{path}' AS trace (READ_ONLY)")
-    side = Path("traces") / f"{trace_id}.findings.duckdb"
-    if side.exists():
-        con.execute(f"ATTACH '{side}' AS side_findings (READ_ONLY)")
-        for (tname,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'side_findings'"
-                                    ).fetchall():
-            con.execute(f'CREATE TEMP VIEW "{tname}" AS SELECT * FROM side_findings."{tname}"')
+    for kind in ("findings", "views"):  # the side files, as Store.connect attaches them
+        side = Path("traces") / f"{trace_id}.{kind}.duckdb"
+        if side.exists():
+            con.execute(f"ATTACH '{side}' AS side_{kind} (READ_ONLY)")
+            for (tname,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = ?",
+                                        [f"side_{kind}"]).fetchall():
+                con.execute(f'CREATE TEMP VIEW "{tname}" AS SELECT * FROM side_{kind}."{tname}"')
     con.execute("USE trace")
     return con
 

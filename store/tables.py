@@ -41,11 +41,12 @@ def trace_tables(cur: duckdb.DuckDBPyConnection, side_files: tuple[Path, ...] = 
 def _side_tables(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config={"memory_limit": "256MB"})  # counts only
     try:
         con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS side (READ_ONLY)")
         found = con.execute("SELECT table_name, column_count FROM duckdb_tables() WHERE database_name = 'side'").fetchall()
-        return [{"name": name, "kind": "analysis", "columns": int(columns),
+        return [{"name": name, "kind": "views precompute" if name.startswith("agg_") else "analysis",
+                 "columns": int(columns),
                  "rows": int(con.execute(f'SELECT count(*) FROM side."{name}"').fetchone()[0])} for name, columns in found]
     except duckdb.Error:  # being rewritten by a running analysis: listed once it is done
         return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 
 import pyarrow.csv as pa_csv
 from fastapi import APIRouter, Depends, Query
@@ -12,6 +13,18 @@ from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.store import aggregates, range_events, tables
 
 router = APIRouter(prefix="/api/traces", tags=["views"])
+
+
+@contextmanager
+def _views_cursor(state: AppState, h):
+    """A cursor that sees the views' precomputed tables once their side file exists (written after
+    publication): a connection of its own with it attached; before that, the trace's shared one."""
+    if state.store.side_path(h.trace_id, aggregates.VIEWS_SIDE).exists():
+        with state.connection(h.trace_id) as con:
+            yield con
+    else:
+        with h.cursor() as cur:
+            yield cur
 
 
 def _range(h, start_ns: int | None, end_ns: int | None) -> tuple[int, int]:
@@ -37,7 +50,7 @@ def tree(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int | 
          state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     t0, t1 = _range(h, start_ns, end_ns)
-    with h.cursor() as cur:
+    with _views_cursor(state, h) as cur:
         return aggregates.call_tree(cur, t0, t1, track, mode, source)
 
 
@@ -50,7 +63,7 @@ def rollup(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int 
            state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     t0, t1 = _range(h, start_ns, end_ns)
-    with h.cursor() as cur:
+    with _views_cursor(state, h) as cur:
         return {"rows": aggregates.rollup(cur, t0, t1)}
 
 
@@ -61,7 +74,8 @@ def rollup(trace_id: str, start_ns: int | None = Query(None, ge=0), end_ns: int 
 def trace_tables(trace_id: str, state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
     with h.cursor() as cur:
-        return {"tables": tables.trace_tables(cur, (state.store.side_path(trace_id, "findings"),))}
+        return {"tables": tables.trace_tables(cur, (state.store.side_path(trace_id, "findings"),
+                                                    state.store.side_path(trace_id, aggregates.VIEWS_SIDE)))}
 
 
 def _event_filters(h, start_ns, end_ns, track, lane, q, sort, desc):
