@@ -183,3 +183,29 @@ def live_server_factory():
 @pytest.fixture(scope="session")
 def live_server(trace_store, live_server_factory) -> LiveServer:
     return live_server_factory(trace_store.root)
+
+
+@pytest.fixture(scope="session")
+def ui_browser():
+    """One headless Chromium (Debian's) for every browser test of the session (tests/_ui.py)."""
+    from _ui import CHROMIUM, LAUNCH_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium not found at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def a100_server(tmp_path_factory, live_server_factory) -> str:
+    """The A100 Kineto sample ingested (and analysed) by the CLI and served on loopback: the trace
+    the views, track and navigation browser tests read (none of them changes it)."""
+    from _ui import A100, ingest_cli
+
+    store = tmp_path_factory.mktemp("a100-ui-store")
+    ingest_cli(store, A100)
+    return live_server_factory(store).url

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+import _ui
+
 from acceltrace.store.link import link_peak_bytes_per_s
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "test-output" / "ui"
 A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
 NSYS = ROOT / "sample_traces" / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
 NAMES_PX = 230  # web/static/timeline/layout.js NAMES_PX: the names column left of the tracks area
@@ -88,17 +89,8 @@ def page(browser, server):
     ctx.close()
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
-def wait_idle(page, timeout_ms: int = 15000) -> None:
-    """Wait until the timeline reports everything visible drawn, and stays so across two frames."""
-    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
-    page.wait_for_function(js, timeout=timeout_ms)
-    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-    page.wait_for_function(js, timeout=timeout_ms)
+shot = _ui.shot
+wait_idle = _ui.wait_idle  # everything visible drawn, and so across two frames
 
 
 def open_trace(page, trace_id: str, fragment: str = "") -> None:

@@ -9,87 +9,45 @@ against what the page computed. Screenshots land in test-output/ui/nav-*.png.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "test-output" / "ui"
-A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
-CHAIN_KINDS = "('submit', 'launch', 'dma', 'exec')"  # docs: the correlation chain never follows dependency flows
+import _ui
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
+CHAIN_KINDS = "('submit', 'launch', 'dma', 'exec')"  # docs: the correlation chain never follows dependency flows
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, live_server_factory):
-    store = tmp_path_factory.mktemp("nav-ui-store")
-    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--json", str(A100)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    live = live_server_factory(store)
-    yield live.url
-    live.stop()
-
-
-def _get_json(url):
-    with urllib.request.urlopen(url, timeout=20) as r:
-        return json.loads(r.read())
+def server(a100_server):
+    return a100_server
 
 
 @pytest.fixture(scope="module")
 def trace(server):
-    tid = next(t["id"] for t in _get_json(f"{server}/api/traces")["traces"] if t["status"] == "ready")
-    meta = _get_json(f"{server}/api/traces/{tid}")
-    return {"id": tid, "start": int(meta["start_abs_ns"]), "duration": int(meta["duration_ns"])}
+    return _ui.trace_info(server)
 
 
 def sql(server, trace, text):
-    req = urllib.request.Request(f"{server}/api/traces/{trace['id']}/query", data=json.dumps({"sql": text}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())["rows"]
+    return _ui.sql(server, trace["id"], text)
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield b
-        b.close()
+def browser(ui_browser):
+    return ui_browser
 
 
 @pytest.fixture
 def page(browser, server):
-    ctx = browser.new_context(viewport={"width": 1500, "height": 900}, base_url=server)
-    pg = ctx.new_page()
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    ctx.close()
+    with _ui.new_page(browser, server) as pg:
+        yield pg
 
 
 def shot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"nav-{name}.png"))
+    _ui.shot(page, f"nav-{name}")
 
 
-def wait_idle(page, timeout_ms=15000):
-    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
-    page.wait_for_function(js, timeout=timeout_ms)
-    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-    page.wait_for_function(js, timeout=timeout_ms)
+wait_idle = _ui.wait_idle
 
 
 def open_trace(page, trace, fragment=""):

@@ -10,83 +10,41 @@ test-output/ui/.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-import urllib.request
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "test-output" / "ui"
-A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
-DEFAULT_NAMES_PX = 230  # web/static/timeline/layout.js NAMES_DEFAULT_PX
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-EU_ACCENT = (0xB3, 0x47, 0x9E)  # web/static/lib/util.js LANE_ACCENT.eu: the stripe left of an EU track's name
+import _ui
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
+DEFAULT_NAMES_PX = 230  # web/static/timeline/layout.js NAMES_DEFAULT_PX
+EU_ACCENT = (0xB3, 0x47, 0x9E)  # web/static/lib/util.js LANE_ACCENT.eu: the stripe left of an EU track's name
 
 
 def _sql(server, trace_id, sql):
-    req = urllib.request.Request(f"{server}/api/traces/{trace_id}/query", data=json.dumps({"sql": sql}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())["rows"]
+    return _ui.sql(server, trace_id, sql)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, live_server_factory):
-    assert A100.exists(), f"missing sample trace {A100}"
-    store = tmp_path_factory.mktemp("ui-tracks-store")
-    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--no-analyze", "--json", str(A100)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    live = live_server_factory(store)
-    yield live.url
-    live.stop()
+def server(a100_server):
+    return a100_server
 
 
 @pytest.fixture(scope="module")
 def trace_id(server):
-    with urllib.request.urlopen(f"{server}/api/traces", timeout=10) as r:
-        return next(t["id"] for t in json.loads(r.read())["traces"] if t["status"] == "ready")
+    return _ui.first_ready(server)
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield b
-        b.close()
+def browser(ui_browser):
+    return ui_browser
 
 
 @pytest.fixture
 def page(browser, server):
-    ctx = browser.new_context(viewport={"width": 1500, "height": 900}, base_url=server)
-    pg = ctx.new_page()
-    pg.set_default_timeout(15000)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.errors = errors
-    yield pg
-    ctx.close()
+    with _ui.new_page(browser, server, timeout_ms=15000) as pg:
+        yield pg
 
 
-def shot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
-def wait_idle(page):
-    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
-    page.wait_for_function(js)
-    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-    page.wait_for_function(js)
+shot = _ui.shot
+wait_idle = _ui.wait_idle
 
 
 def open_trace(page, trace_id, fragment=""):

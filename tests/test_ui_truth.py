@@ -23,9 +23,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import _ui
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "test-output" / "ui"
 KINETO = ROOT / "sample_traces" / "chrome" / "kineto"
 VLLM = KINETO / "vllm-decode-graph-capture.json.gz"
 XDIT = KINETO / "xdit-sd35-diffusion.json.gz"
@@ -90,16 +91,11 @@ def page(browser, env):
     ctx.close()
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+shot = _ui.shot
 
 
 def wait_idle(page, timeout_ms: int = 20000) -> None:
-    js = "() => { const t = document.getElementById('timeline'); return t && t.dataset.state === 'idle'; }"
-    page.wait_for_function(js, timeout=timeout_ms)
-    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-    page.wait_for_function(js, timeout=timeout_ms)
+    _ui.wait_idle(page, timeout_ms)
 
 
 def open_trace(page, trace_id: str, fragment: str = "") -> None:

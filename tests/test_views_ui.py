@@ -9,54 +9,25 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import shutil
-import subprocess
-import sys
 import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "test-output" / "ui"
-A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}")
+import _ui
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, live_server_factory):
-    store = tmp_path_factory.mktemp("views-ui-store")
-    out = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--json", str(A100)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    live = live_server_factory(store)
-    yield live.url
-    live.stop()
-
-
-def _get_json(url):
-    with urllib.request.urlopen(url, timeout=20) as r:
-        return json.loads(r.read())
+def server(a100_server):
+    return a100_server
 
 
 @pytest.fixture(scope="module")
 def trace(server):
-    tid = next(t["id"] for t in _get_json(f"{server}/api/traces")["traces"] if t["status"] == "ready")
-    meta = _get_json(f"{server}/api/traces/{tid}")
-    return {"id": tid, "start": int(meta["start_abs_ns"]), "duration": int(meta["duration_ns"])}
+    return _ui.trace_info(server)
 
 
 def sql(server, trace, text):
-    req = urllib.request.Request(f"{server}/api/traces/{trace['id']}/query", data=json.dumps({"sql": text, "max_rows": 10000}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())["rows"]
+    return _ui.sql(server, trace["id"], text)
 
 
 @pytest.fixture(scope="module")
@@ -67,29 +38,19 @@ def rng(trace):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield b
-        b.close()
+def browser(ui_browser):
+    return ui_browser
 
 
 @pytest.fixture
 def page(browser, server):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server)
-    pg = ctx.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    yield pg
-    ctx.close()
-    assert not errors, errors
+    with _ui.new_page(browser, server, 1400, 860) as pg:
+        yield pg
+        assert not pg.errors, pg.errors
 
 
 def shot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"views-{name}.png"))
+    _ui.shot(page, f"views-{name}")
 
 
 def open_view(page, trace, view, wait, **params):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import _ui
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "sample_traces" / "run" / "acceltrace-sim-0.1" / "strided-access-seed2"
 SHOTS = ROOT / "test-output" / "ui"
@@ -41,19 +43,9 @@ def trace_id(server):
 
 
 @pytest.fixture(scope="module")
-def page(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium",
-                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        ctx = b.new_context(viewport={"width": 1500, "height": 900}, base_url=server)
-        pg = ctx.new_page()
-        errors: list[str] = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.errors = errors
+def page(server, ui_browser):
+    with _ui.new_page(ui_browser, server) as pg:
         yield pg
-        b.close()
 
 
 def _open(page, trace_id):
