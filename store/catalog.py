@@ -268,7 +268,10 @@ class Store:
         return n > 0
 
     def _remove_files(self, trace_id: str) -> None:
-        for p in self.traces_dir.iterdir():
+        # the trace's own file first: a tile or side file renamed into place after it is gone sees
+        # that and removes itself (tiles/disk.py), and one renamed before is in the listing below
+        self.trace_path(trace_id).unlink(missing_ok=True)
+        for p in list(self.traces_dir.iterdir()):
             if p.name.split(".", 1)[0] == trace_id:
                 p.unlink(missing_ok=True)
 
@@ -333,6 +336,8 @@ class Store:
             con.close()
         final = self.side_path(trace_id, side)
         os.replace(tmp, final)
+        if not self.trace_path(trace_id).exists():  # the trace was removed meanwhile: leave no orphan
+            _unlink_duckdb(final)
         return final
 
     def connect(self, trace_id: str, sides: tuple[str, ...] = ("findings", "views")) -> duckdb.DuckDBPyConnection:
