@@ -185,9 +185,11 @@ def live_server(trace_store, live_server_factory) -> LiveServer:
     return live_server_factory(trace_store.root)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ui_browser():
-    """One headless Chromium (Debian's) for every browser test of the session (tests/_ui.py)."""
+    """A headless Chromium (Debian's) for a module's browser tests (tests/_ui.py). Per module, not per
+    session: Playwright's sync API refuses a second instance while one is running, and some modules
+    drive their own."""
     from _ui import CHROMIUM, LAUNCH_ARGS
 
     if not Path(CHROMIUM).exists():
