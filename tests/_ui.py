@@ -1,7 +1,7 @@
 """What the browser tests share: Chromium's path and flags, a trace served on loopback, SQL through
 the server's query API, pages with their script errors collected, screenshots, waiting for idle.
 
-The fixtures built on these (`ui_browser`, `a100_server`) are in tests/conftest.py.
+The fixtures built on these (`browser`, `a100_server`) are in tests/conftest.py.
 """
 
 from __future__ import annotations

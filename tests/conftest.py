@@ -186,10 +186,10 @@ def live_server(trace_store, live_server_factory) -> LiveServer:
 
 
 @pytest.fixture(scope="module")
-def ui_browser():
+def browser():
     """A headless Chromium (Debian's) for a module's browser tests (tests/_ui.py). Per module, not per
     session: Playwright's sync API refuses a second instance while one is running, and some modules
-    drive their own."""
+    drive their own (test_live_ui, test_fleet)."""
     from _ui import CHROMIUM, LAUNCH_ARGS
 
     if not Path(CHROMIUM).exists():

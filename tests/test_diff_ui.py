@@ -37,17 +37,6 @@ def server(tmp_path_factory, live_server_factory):
     live.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
-                                                               "--disable-background-networking"])
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def page(browser, server):
     ctx = browser.new_context(viewport={"width": 1600, "height": 900}, base_url=server[0])

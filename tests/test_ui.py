@@ -30,8 +30,6 @@ NAMES_PX = 230  # web/static/timeline/layout.js NAMES_PX: the names column left 
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM} (make test-setup installs it)")
 
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
 
 
 def _get_json(url: str):
@@ -65,16 +63,6 @@ def server(tmp_path_factory, live_server_factory):
 @pytest.fixture(scope="module")
 def trace_id(server):
     return next(t["id"] for t in _get_json(f"{server}/api/traces")["traces"] if t["status"] == "ready")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

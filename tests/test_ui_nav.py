@@ -32,11 +32,6 @@ def sql(server, trace, text):
     return _ui.sql(server, trace["id"], text)
 
 
-@pytest.fixture(scope="module")
-def browser(ui_browser):
-    return ui_browser
-
-
 @pytest.fixture
 def page(browser, server):
     with _ui.new_page(browser, server) as pg:

@@ -32,11 +32,6 @@ def trace_id(server):
     return _ui.first_ready(server)
 
 
-@pytest.fixture(scope="module")
-def browser(ui_browser):
-    return ui_browser
-
-
 @pytest.fixture
 def page(browser, server):
     with _ui.new_page(browser, server, timeout_ms=15000) as pg:

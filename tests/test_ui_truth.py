@@ -35,8 +35,6 @@ FLOW_RGB = (0xD9, 0x48, 0x0F)  # timeline/frame.js THEME.flow
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM} (make test-setup installs it)")
 
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
 
 
 def _get_json(url: str):
@@ -67,16 +65,6 @@ def env(tmp_path_factory, live_server_factory):
 
 def _db(env, trace_id: str) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(env["store"] / "traces" / f"{trace_id}.duckdb"), read_only=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -37,11 +37,6 @@ def rng(trace):
     return {"start_ns": a, "end_ns": b, "t0": trace["start"] + a, "t1": trace["start"] + b}
 
 
-@pytest.fixture(scope="module")
-def browser(ui_browser):
-    return ui_browser
-
-
 @pytest.fixture
 def page(browser, server):
     with _ui.new_page(browser, server, 1400, 860) as pg:

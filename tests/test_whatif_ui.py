@@ -43,8 +43,8 @@ def trace_id(server):
 
 
 @pytest.fixture(scope="module")
-def page(server, ui_browser):
-    with _ui.new_page(ui_browser, server) as pg:
+def page(server, browser):
+    with _ui.new_page(browser, server) as pg:
         yield pg
 
 
