@@ -32,7 +32,7 @@ from acceltrace.store.frames import (LAUNCHES_SQL, build_frames, build_source, d
 
 NODES_MAX = 5000  # tree nodes returned; the rest of a level is folded into "(other)"
 ROLLUP_MAX = 1000
-AGG_VERSION = "2"  # bump when a precomputed table's meaning changes; older traces compute live
+AGG_VERSION = "3"  # bump when a precomputed table's meaning changes; older traces compute live
 
 MODES = ("top-down", "bottom-up")
 SOURCES = ("cpu", "device")

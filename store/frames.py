@@ -95,6 +95,8 @@ def device_work(cur, t0: int, t1: int, tracks: list[int], launches: bool = False
         CREATE OR REPLACE TEMP TABLE _work AS
         WITH w AS (
             SELECT d.slice_id, d.track_id, d.name, t.lane, d.corr_id, d.bytes,
+                   -- a copy: a transfer on a link, or a device-local copy (DtoD: direction set, on an eu track)
+                   t.lane = 'pcie' OR d.direction IS NOT NULL AS is_copy,
                    least(d.ts + d.dur, $1) - greatest(d.ts, $2) AS cdur
             FROM slices d JOIN tracks t USING (track_id)
             WHERE t.lane IN ('eu', 'pcie') AND d.dur > 0 AND d.ts < $1 AND d.ts + d.dur > $2
@@ -158,17 +160,17 @@ def device_frames(cur) -> None:
         FROM d LEFT JOIN host h USING (launch)""")
     cur.execute("""
         CREATE OR REPLACE TEMP TABLE _dwork AS
-        SELECT w.slice_id, w.name, w.lane, w.cdur, w.bytes, coalesce(f.node, c.node, 2) AS parent_node,
+        SELECT w.slice_id, w.name, w.lane, w.cdur, w.bytes, w.is_copy, coalesce(f.node, c.node, 2) AS parent_node,
                hash(w.name, coalesce(f.node, c.node, 2::UBIGINT)) AS node
         FROM _work w LEFT JOIN _frames f ON f.slice_id = w.launch LEFT JOIN _dcalls c ON c.slice_id = w.launch""")
     cur.execute("""
         CREATE OR REPLACE TEMP TABLE _dn AS
         SELECT node, any_value(parent_node) AS parent_node, any_value(name) AS name, any_value(lane) AS lane,
                count(*) AS n, sum(cdur) AS t, quantile_disc(cdur, 0.95) AS p95, arg_max(slice_id, ((cdur)::HUGEINT * 18446744073709551616) - slice_id) AS longest,
-               max(cdur) AS maxv, coalesce(sum(cdur) FILTER (WHERE lane = 'eu'), 0) AS dev,
-               coalesce(sum(cdur) FILTER (WHERE lane = 'pcie'), 0) AS cp,
-               coalesce(sum(bytes) FILTER (WHERE lane = 'pcie'), 0) AS b,
-               count(*) FILTER (WHERE lane = 'eu') AS nk, count(*) FILTER (WHERE lane = 'pcie') AS nc
+               max(cdur) AS maxv, coalesce(sum(cdur) FILTER (WHERE NOT is_copy), 0) AS dev,
+               coalesce(sum(cdur) FILTER (WHERE is_copy), 0) AS cp,
+               coalesce(sum(bytes) FILTER (WHERE is_copy), 0) AS b,
+               count(*) FILTER (WHERE NOT is_copy) AS nk, count(*) FILTER (WHERE is_copy) AS nc
         FROM _dwork GROUP BY node""")
     cur.execute("CREATE OR REPLACE TEMP TABLE _dname AS SELECT name, quantile_disc(cdur, 0.95) AS p95"
                 " FROM _dwork GROUP BY name")

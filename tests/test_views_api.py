@@ -289,3 +289,32 @@ def test_the_depth_by_depth_path_walk_of_big_traces_gives_the_recursive_walks_tr
     recursive = trees()
     monkeypatch.setattr(frames, "WALK_CTE_MAX_ROWS", 0)  # as for a trace of more CPU slices than that
     assert trees() == recursive
+
+
+def test_a_device_local_copy_counts_as_a_copy_with_its_bytes_in_the_rollup(tmp_path):
+    # a DtoD memcpy runs on the device's stream (an eu track), not on a link: still a copy, not a kernel
+    events = EVENTS + [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 200, "dur": 20},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 205, "dur": 4,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "pid": 0, "tid": 7, "ts": 210,
+         "dur": 6, "args": {"correlation": 9, "bytes": 8000, "device": 0, "stream": 7}},
+    ]
+    path = tmp_path / "dtod.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [path])
+    assert res.error is None, res.error
+    con = store.connect(res.id, sides=())
+    (lane, direction) = con.execute("SELECT t.lane, s.direction FROM slices s JOIN tracks t USING (track_id)"
+                                    " WHERE s.name LIKE 'Memcpy DtoD%'").fetchone()
+    con.close()
+    assert lane == "eu" and direction == "d2d"
+    with TestClient(create_app(store.root), base_url="http://127.0.0.1") as c:
+        whole = {r["name"]: r for r in c.get(f"/api/traces/{res.id}/rollup").json()["rows"]}
+        window = {r["name"]: r for r in c.get(f"/api/traces/{res.id}/rollup",
+                                               params={"start_ns": 150 * US, "end_ns": 300 * US}).json()["rows"]}
+    for rows in (whole, window):  # the precomputed whole trace and a window computed from the slices
+        op = rows["aten::copy_"]
+        assert (op["copy_ns"], op["bytes"], op["copies"], op["device_ns"], op["kernels"]) == (6 * US, 8000, 1, 0, 0)
+    assert whole["cudaMemcpyAsync"]["copies"] == 2 and whole["cudaMemcpyAsync"]["bytes"] == 4096 + 8000
