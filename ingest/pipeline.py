@@ -132,9 +132,6 @@ def ingest_one(
     except OSError as e:
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
-    if skip_existing and (have := store.find_by_hash(digest)):
-        res.id, res.format, res.counts, res.skipped = have["id"], have["format"], have["counts"], True
-        return res
     total = max(1, _size(paths))
     done = 0
 

@@ -137,14 +137,6 @@ class Store:
         with self._db() as db:
             return self._row(db.execute("SELECT * FROM traces WHERE id = ?", (trace_id,)).fetchone())
 
-    def find_by_hash(self, content_hash: str) -> dict | None:
-        with self._db() as db:
-            r = db.execute(
-                "SELECT * FROM traces WHERE content_hash = ? AND status = 'ready' ORDER BY created LIMIT 1",
-                (content_hash,),
-            ).fetchone()
-            return self._row(r)
-
     def begin(self, name: str, source_bytes: int | None, content_hash: str | None) -> tuple[str, Path]:
         """Register an ingest in progress; returns its id and the temp path to build into."""
         with self._db() as db:
