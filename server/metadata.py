@@ -8,6 +8,7 @@ from acceltrace.store import queries
 from acceltrace.store.link import link_peak_bytes_per_s
 from acceltrace.server.deps import TraceHandle
 from acceltrace.tiles import layout
+from acceltrace.tiles.query import DEPTH_PAGE
 
 CATALOG_FIELDS = ("id", "name", "format", "status", "created", "source_bytes", "db_bytes", "counts",
                   "progress", "error")
@@ -71,7 +72,7 @@ def _build(h: TraceHandle) -> dict:
     start_ns, end_ns = int(meta["start_ns"]), int(meta["end_ns"])
     info = h.info
     levels = ({"min": 0, "max": info.max_level, "buckets_per_tile": 1024, "pyramid_from": info.base_level,
-               "lod_build_ms": build_ms}
+               "lod_build_ms": build_ms, "depth_page": DEPTH_PAGE}
               if info else None)
     links = link_peaks(meta)
     public_meta = {k: v for k, v in meta.items() if k != "warnings"}

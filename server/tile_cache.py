@@ -18,7 +18,7 @@ from typing import Callable
 
 from acceltrace.tiles.build import LOD_VERSION
 from acceltrace.tiles.disk import DiskTiles
-from acceltrace.tiles.query import TILE_FORMAT_VERSION
+from acceltrace.tiles.query import MAX_PAGE, TILE_FORMAT_VERSION, page_key
 
 GZIP_MIN_BYTES = 2048
 GZIP_LEVEL = 6
@@ -26,7 +26,7 @@ GZIP_QUEUE_MAX = 64
 IMMUTABLE = "public, max-age=31536000, immutable"
 TILE_MEDIA_TYPE = "application/octet-stream"
 _TILE_PATH = re.compile(r"^/api/traces/([A-Za-z0-9_-]{1,64})/tiles/(\d{1,2})/(\d{1,13})$")
-_GROUP_QS = re.compile(rb"^(?:group=(g\d{1,6}))?$")
+_GROUP_QS = re.compile(rb"^(?:group=(g\d{1,6})(?:&page=(\d{1,4}))?)?$")
 
 
 def held_etag(if_none_match: str | None, trace_id: str, level: int, index: int, group: str | None) -> str | None:
@@ -60,17 +60,21 @@ class TileBytes:
         self._pending: set[tuple] = set()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple, want_gzip: bool, build: Callable[[], bytes]) -> tuple[bytes, str]:
-        """(body, encoding) for key = (trace_id, level, index, group)."""
+    def get(self, key: tuple, want_gzip: bool, build: Callable[[], dict[tuple, bytes]]) -> tuple[bytes, str]:
+        """(body, encoding) for key = (trace_id, level, index, group page); `build()` gives that key's
+        bytes and those of its sibling pages (built by the same queries), all kept."""
         if want_gzip and self.gzip_on:
             body = self._lookup(key, "gzip")
             if body is not None:
                 return body, "gzip"
         body = self._lookup(key, "identity")
         if body is None:
-            body = build()
-            self.disk.write(*key, "identity", body)
-            self.memory.put(key + ("identity",), body)
+            built = build()
+            body = built[key]
+            for k, b in built.items():
+                if k == key or not (self.disk.on and self.disk.path(*k, "identity").exists()):
+                    self.disk.write(*k, "identity", b)  # (a sibling another worker wrote is kept)
+                self.memory.put(k + ("identity",), b)
         if want_gzip and self.gzip_on and len(body) >= GZIP_MIN_BYTES:
             self._compress_later(key, body)
         return body, "identity"
@@ -137,6 +141,11 @@ class TileFastPath:
     async def _answer(self, state, m, q, scope, send) -> bool:
         trace_id, level, index = m.group(1), int(m.group(2)), int(m.group(3))
         group = q.group(1).decode() if q.group(1) else None
+        if q.group(2) is not None:
+            page = int(q.group(2))
+            if page > MAX_PAGE:
+                return False  # the route answers 422
+            group = page_key(group, page)
         if state.open_trace(trace_id) is None:
             return False
         headers = {k: v for k, v in scope["headers"] if k in (b"accept-encoding", b"if-none-match")}

@@ -21,11 +21,66 @@ def synth(trace_store, api):
     con.close()
 
 
-def _fetch(api, tid, level, index, group=None):
-    url = f"/api/traces/{tid}/tiles/{level}/{index}" + (f"?group={group}" if group else "")
-    r = api.get(url)
+def _fetch_page(api, tid, level, index, group=None, page=None):
+    q = [f"group={group}"] if group else []
+    q += [f"page={page}"] if page is not None else []
+    r = api.get(f"/api/traces/{tid}/tiles/{level}/{index}" + ("?" + "&".join(q) if q else ""))
     assert r.status_code == 200, r.text
     return decode_tile(r.content)
+
+
+_NAME_COLS = (("slices", "name"), ("merged", "longest_name"), ("instants", "name"))
+
+
+def _fetch(api, tid, level, index, group=None):
+    """Every depth of a tile: its depth pages until one whose fold holds nothing deeper, the rows
+    joined (name indices into one string table: the first page's, then the names new in later ones).
+    Each page carries only its own depths; the fold of each covers every deeper row fetched after it."""
+    header, d = _fetch_page(api, tid, level, index, group)
+    strings = list(header["strings"])
+    parts, folds = [d], [(header["fold_from"], d)]
+    page = 0
+    while len(d["fold"]["start"]) or len(d["fold_instants"]["ts"]):
+        page += 1
+        h, d = _fetch_page(api, tid, level, index, group, page)
+        lo, hi = h["depths"]
+        assert h["page"] == page and lo == header["depth_page"] * page
+        for sec in ("slices", "merged", "instants"):
+            assert ((d[sec]["depth"] >= lo) & (d[sec]["depth"] <= hi)).all()
+        index_of = {n: i for i, n in enumerate(strings)}
+        for n in h["strings"]:
+            if n not in index_of:
+                index_of[n] = len(strings)
+                strings.append(n)
+        remap = np.array([index_of[n] for n in h["strings"]] or [0], np.int64)
+        for sec, col in _NAME_COLS:
+            d[sec][col] = remap[d[sec][col].astype(np.int64)]
+        parts.append(d)
+        folds.append((h["fold_from"], d))
+        assert page < 1000
+    joined = {sec: {col: np.concatenate([p[sec][col] for p in parts if col in p[sec]])
+                    for col in parts[0][sec]} for sec in ("slices", "merged", "instants", "counters")}
+    for fold_from, fd in folds:  # what a fold says is covered is covered by the deeper rows, and back
+        _check_fold(joined, fd, fold_from, header)
+    return {**header, "strings": strings}, joined
+
+
+def _check_fold(joined, fd, fold_from, header):
+    sl, mg = joined["slices"], joined["merged"]
+    f = fd["fold"]
+    deep = sl["depth"] >= fold_from
+    starts, ends = sl["ts"][deep], sl["ts"][deep] + sl["dur"][deep]
+    mdeep = mg["depth"] >= fold_from
+    b0 = header["t0_rel_ns"] + mg["bucket"][mdeep].astype(np.float64) * header["bucket_ns"]
+    items = list(zip(sl["track"][deep], starts, ends)) + list(zip(mg["track"][mdeep], b0, b0 + header["bucket_ns"]))
+    for t, a, e in items:  # every deeper slice lies inside one run of its track
+        assert ((f["track"] == t) & (f["start"] <= a) & (f["end"] >= e)).any(), (t, a, e)
+    total = {}
+    for t, a, e in items:
+        total.setdefault(int(t), []).append((a, e))
+    for t, a, e in zip(f["track"], f["start"], f["end"]):  # and each run is the union of some of them
+        ivs = sorted(x for x in total[int(t)] if x[0] >= a and x[1] <= e)
+        assert ivs and ivs[0][0] == a and max(x[1] for x in ivs) == e
 
 
 def _track_filter(meta, group):
@@ -176,7 +231,9 @@ def test_tile_columns_use_narrow_types_and_bytes_only_where_transfers_are(api, t
     tid = trace_store.ids["chain"]
     header, d = _fetch(api, tid, 10, 0)
     cols = header["sections"]["slices"]["columns"]
-    assert cols["depth"]["dtype"] == "u8" and cols["track"]["dtype"] == "u8" and cols["id"]["dtype"] == "f64"
+    assert cols["depth"]["dtype"] == "u8" and cols["track"]["dtype"] == "u8"
+    # ids and times are integers: base + the narrowest unsigned type holding the offsets
+    assert cols["id"]["dtype"] in ("u8", "u16", "u32") and "base" in cols["id"] and "base" in cols["ts"]
     dma = list(d["slices"]["id"]).index(trace_store.chain["dma"])
     assert d["slices"]["bytes"][dma] == 1 << 20  # the transfer's bytes travel with it
     assert "bytes" not in header["sections"]["merged"]["columns"]  # only the tiny kernels merge here

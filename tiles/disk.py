@@ -17,11 +17,11 @@ from pathlib import Path
 
 from acceltrace.tiles import layout
 from acceltrace.tiles.build import LOD_VERSION, TILE_BUCKETS_LOG2
-from acceltrace.tiles.query import TILE_FORMAT_VERSION, LodInfo, build_tile
+from acceltrace.tiles.query import TILE_FORMAT_VERSION, LodInfo, build_pages, page_key
 
 ENCODINGS = ("identity", "gzip")
 PREBUILD_LEVELS = 3     # the coarsest levels: 1 + 2 + 4 tiles per group, what every first view shows
-PREBUILD_MAX_TILES = 400
+PREBUILD_MAX_TILES = 1200  # tile files (every depth page counts)
 NAMES_IN_MEMORY_MAX = 200_000
 
 
@@ -86,8 +86,9 @@ class DiskTiles:
 
 def prebuild(store, trace_id: str, levels: int = PREBUILD_LEVELS, max_tiles: int = PREBUILD_MAX_TILES) -> int:
     """Build the coarsest `levels` levels of every group into the disk cache (what the first viewer
-    of a trace asks for first); the tiles already there are skipped. Returns the tiles written.
-    The bytes are the route's: the same build_tile, the same skipped sections, the same names."""
+    of a trace asks for first), every depth page of each; the tiles already there are skipped.
+    Returns the tile files written. The bytes are the route's: the same build_pages, the same
+    skipped sections, the same names."""
     disk = DiskTiles(store.traces_dir, store.tmp_dir)
     if not disk.on:
         return 0
@@ -99,6 +100,7 @@ def prebuild(store, trace_id: str, levels: int = PREBUILD_LEVELS, max_tiles: int
         except Exception:  # a trace without LOD tables has no tiles to prebuild
             return 0
         counts = layout.group_counts(con)
+        depths = layout.group_depths(con)
         names = layout.name_dictionary(con, NAMES_IN_MEMORY_MAX)
         written = 0
         for level in range(info.max_level, max(-1, info.max_level - levels), -1):
@@ -110,10 +112,12 @@ def prebuild(store, trace_id: str, levels: int = PREBUILD_LEVELS, max_tiles: int
                     group = f"g{grp}"
                     if disk.path(trace_id, level, index, group, "identity").exists():
                         continue
-                    body = build_tile(con, info, level, index, grp, group, empty_sections(*counts[grp]), names)
-                    if not disk.write(trace_id, level, index, group, "identity", body):
-                        return written  # removed meanwhile (or the disk is full): stop
-                    written += 1
+                    pages = build_pages(con, info, level, index, grp, group, empty_sections(*counts[grp]), names,
+                                        depths.get(grp, 0))
+                    for page, body in pages.items():
+                        if not disk.write(trace_id, level, index, page_key(group, page), "identity", body):
+                            return written  # removed meanwhile (or the disk is full): stop
+                        written += 1
         return written
     finally:
         con.close()

@@ -54,6 +54,11 @@ def group_counts(cur: duckdb.DuckDBPyConnection) -> dict[int, tuple[int, int, in
         "SELECT grp, slices, instants, counters FROM lod_group_counts").fetchall()}
 
 
+def group_depths(cur: duckdb.DuckDBPyConnection) -> dict[int, int]:
+    """Per tile group number: the deepest slice depth of its tracks (how many depth pages it has)."""
+    return dict(cur.execute("SELECT grp, max(max_depth) FROM lod_tracks GROUP BY grp").fetchall())
+
+
 def name_dictionary(cur: duckdb.DuckDBPyConnection, max_names: int) -> list[str] | None:
     """Every slice name by name_id (build_tile's `names`), or None when there are over max_names."""
     (n,) = cur.execute(f"SELECT count(*) FROM {NAMES_TABLE}").fetchone()

@@ -9,26 +9,28 @@ from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, held_etag, tile_etag
 from acceltrace.tiles import layout
 from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, empty_sections
-from acceltrace.tiles.query import MAX_LEVEL, build_tile
+from acceltrace.tiles.query import DEPTH_PAGE, MAX_LEVEL, MAX_PAGE, build_pages, page_key
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
 
 
-def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str]]:
-    """The group number behind ?group=gN and the sections it cannot have rows in."""
+def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
+    """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
     counts = h.cache.get("group_counts")
     if counts is None:
         with h.cursor() as cur:
             counts = layout.group_counts(cur)
+            h.cache["group_depths"] = layout.group_depths(cur)
         h.cache["group_counts"] = counts
+    depths = h.cache["group_depths"]
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
-        return None, empty_sections(*total)
+        return None, empty_sections(*total), max(depths.values(), default=0)
     if not (group.startswith("g") and group[1:].isdigit() and int(group[1:]) in counts):
         raise ApiError(404, "not_found", f"no tile group {group!r} in trace {trace_id!r}; see 'groups' in its metadata")
     grp = int(group[1:])
-    return grp, empty_sections(*counts[grp])
+    return grp, empty_sections(*counts[grp]), depths.get(grp, 0)
 
 
 def _names(h, cur) -> list[str] | None:
@@ -43,7 +45,8 @@ def _names(h, cur) -> list[str] | None:
     summary="One tile (binary)",
     description="Level = log2(bucket ns); the tile covers 1024 buckets starting at index*1024*2^level ns after "
                 "the trace start. Per track: slices >= 1 bucket exactly, shorter ones merged per bucket and "
-                "depth, instants thinned per bucket, counters min/max/first/last per bucket. Typed-array "
+                "depth, instants thinned per bucket, counters min/max/first/last per bucket; the rows of one "
+                "depth page (?page=, 4 depths) exactly and every deeper depth as coverage runs. Typed-array "
                 "binary (docs/api.md). Strong ETag, immutable caching, 304 on If-None-Match.",
     response_class=Response,
     responses={200: {"content": {TILE_MEDIA_TYPE: {}}, "description": "the encoded tile"},
@@ -55,6 +58,7 @@ async def get_tile(
     level: int = Path(..., ge=0, le=MAX_LEVEL, description="log2 of the bucket width in ns"),
     index: int = Path(..., ge=0, le=(1 << 40), description="tile index from the trace start"),
     group: str | None = Query(None, description="a tile group id from the metadata (e.g. g0)"),
+    page: int = Query(0, ge=0, le=MAX_PAGE, description="depth page: depths [4*page, 4*page+3] exactly"),
     state: AppState = Depends(get_state),
 ) -> Response:
     # the common case answers in the event loop: an open trace and a tile in memory. Anything that
@@ -67,25 +71,29 @@ async def get_tile(
                        f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
                        "covers the whole trace)")
     if "group_counts" in h.cache:
-        grp, empty = _group_index(h, trace_id, group)
+        grp, empty, max_depth = _group_index(h, trace_id, group)
     else:
-        grp, empty = await run_in_threadpool(_group_index, h, trace_id, group)
+        grp, empty, max_depth = await run_in_threadpool(_group_index, h, trace_id, group)
     if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
         empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
     want_gzip = "gzip" in request.headers.get("accept-encoding", "")
-    held = held_etag(request.headers.get("if-none-match"), trace_id, level, index, group)
+    gkey = page_key(group, page)
+    held = held_etag(request.headers.get("if-none-match"), trace_id, level, index, gkey)
     if held is not None:
         return Response(status_code=304, headers={"ETag": held, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"})
 
-    def build() -> bytes:
+    def build() -> dict[tuple, bytes]:
+        # every depth page of this tile from one set of queries; the siblings go to the caches too
+        only = page if page * DEPTH_PAGE > max_depth else None
         with h.cursor() as cur:
-            return build_tile(cur, h.info, level, index, grp, group, empty, _names(h, cur))
+            pages = build_pages(cur, h.info, level, index, grp, group, empty, _names(h, cur), max_depth, only)
+        return {(trace_id, level, index, page_key(group, p)): b for p, b in pages.items()}
 
-    key = (trace_id, level, index, group)
+    key = (trace_id, level, index, gkey)
     body, enc = state.tile_bytes.in_memory(key, want_gzip)
     if body is None:
         body, enc = await run_in_threadpool(state.tile_bytes.get, key, want_gzip, build)
-    headers = {"ETag": tile_etag(trace_id, level, index, group, enc), "Cache-Control": IMMUTABLE,
+    headers = {"ETag": tile_etag(trace_id, level, index, gkey, enc), "Cache-Control": IMMUTABLE,
                "Vary": "Accept-Encoding"}
     if enc == "gzip":
         headers["Content-Encoding"] = "gzip"

@@ -10,6 +10,21 @@ const MAX_TILES = 400;
 const MAX_BYTES = 160e6; // tile buffers kept, whatever the trace size (the page's memory target is 300 MB)
 const MAX_IN_FLIGHT = 8;
 
+/**
+ * A group's tiles come in depth pages (docs/api.md "Depth pages"): the store keys one page of a group
+ * as "<group>~<page>"; a plain group key (the live page's tiles) is the unpaged tile.
+ */
+export function pageKey(group, page) {
+  return page === null || page === undefined ? group : `${group}~${page}`;
+}
+
+function tileUrl(api, level, index, groupKey) {
+  const k = groupKey ?? "";
+  const at = k.indexOf("~");
+  if (at < 0) return api.tileUrl(level, index, groupKey);
+  return `${api.tileUrl(level, index, k.slice(0, at))}&page=${k.slice(at + 1)}`;
+}
+
 export function tileSpanNs(level) {
   return TILE_BUCKETS * Math.pow(2, level);
 }
@@ -116,7 +131,7 @@ export class TileStore {
       const ctl = new AbortController();
       this.inflight.set(k, ctl);
       const issued = this.seq;
-      fetchTile(this.api.tileUrl(level, index, group), level, index, ctl.signal)
+      fetchTile(tileUrl(this.api, level, index, group), level, index, ctl.signal)
         .then((t) => {
           if (this.inflight.get(k) !== ctl) return; // cleared meanwhile (a new live layout)
           t.issued_seq = issued;

@@ -1,5 +1,7 @@
 // Decoder for the binary tile encoding of docs/api.md: a u32 header length, a JSON header, then
-// 8-aligned little-endian typed arrays. Per track we keep zero-copy subarray views of each column.
+// 8-aligned little-endian typed arrays. Per track we keep zero-copy subarray views of each column; a
+// column sent as `base` + narrow integers (times, ids, byte counts) is widened once, here, to a
+// Float64Array of the exact values.
 
 const TYPES = { u8: Uint8Array, u16: Uint16Array, u32: Uint32Array, i32: Int32Array, f64: Float64Array };
 const EMPTY_F64 = new Float64Array(0);
@@ -14,12 +16,21 @@ export function decodeTile(buf, level, index) {
   const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, hlen)));
   const body = Math.ceil((4 + hlen) / 8) * 8;
   const cols = {};
+  const widened = []; // buffers of widened columns (the worker transfers them with the tile)
   for (const [sec, spec] of Object.entries(header.sections || {})) {
     cols[sec] = {};
     for (const [name, c] of Object.entries(spec.columns || {})) {
       const T = TYPES[c.dtype];
       if (!T) throw new Error(`tile ${level}/${index}: unknown dtype ${c.dtype} for ${sec}.${name}`);
-      cols[sec][name] = new T(buf, body + c.offset, c.length);
+      if (body + c.offset + c.length * T.BYTES_PER_ELEMENT > buf.byteLength) {
+        throw new Error(`tile ${level}/${index}: column ${sec}.${name} runs past the tile's ${buf.byteLength} bytes`);
+      }
+      const raw = new T(buf, body + c.offset, c.length);
+      if (c.base === undefined || c.base === null) { cols[sec][name] = raw; continue; }
+      const wide = new Float64Array(c.length), base = Number(c.base);
+      for (let i = 0; i < c.length; i++) wide[i] = base + raw[i];
+      cols[sec][name] = wide;
+      widened.push(wide.buffer);
     }
   }
   const bucket_ns = header.bucket_ns;
@@ -27,6 +38,9 @@ export function decodeTile(buf, level, index) {
     level: header.level, index: header.index,
     start_ns: header.t0_rel_ns, span_ns: header.t1_rel_ns - header.t0_rel_ns, bucket_ns,
     names: header.strings || [], tracks: new Map(),
+    // a depth page: the depths carried exactly, and the first depth the fold sections summarise
+    page: header.page ?? null, depths: header.depths ?? null, fold_from: header.fold_from ?? null,
+    widened, extra_bytes: widened.reduce((a, b) => a + b.byteLength, 0),
   };
   const pick = (sec, name, range, empty) => {
     const c = cols[sec] && cols[sec][name];
@@ -35,6 +49,7 @@ export function decodeTile(buf, level, index) {
   const none = [0, 0];
   for (const [tid, r] of Object.entries(header.tracks || {})) {
     const s = r.slices || none, m = r.merged || none, i = r.instants || none, c = r.counters || none;
+    const f = r.fold || none, fi = r.fold_instants || none;
     tile.tracks.set(Number(tid), {
       n: s[1],
       id: pick("slices", "id", s, EMPTY_F64), ts: pick("slices", "ts", s, EMPTY_F64),
@@ -53,6 +68,10 @@ export function decodeTile(buf, level, index) {
       c_bucket: pick("counters", "bucket", c, EMPTY_U32), c_count: pick("counters", "count", c, EMPTY_U32),
       c_min: pick("counters", "min", c, EMPTY_F64), c_max: pick("counters", "max", c, EMPTY_F64),
       c_first: pick("counters", "first", c, EMPTY_F64), c_last: pick("counters", "last", c, EMPTY_F64),
+      // fold: runs [f_start, f_end) covered by the slices of depth >= tile.fold_from; fi_ts: one tick per
+      // bucket holding deeper instants
+      fold_n: f[1], f_start: pick("fold", "start", f, EMPTY_F64), f_end: pick("fold", "end", f, EMPTY_F64),
+      fi_n: fi[1], fi_ts: pick("fold_instants", "ts", fi, EMPTY_F64),
     });
   }
   // merged buckets as runs per depth, built here (when the tile arrives) rather than in a frame

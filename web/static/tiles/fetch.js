@@ -43,7 +43,8 @@ async function onMainThread(url, level, index, signal) {
   if (!r.ok) throw await errorFrom(r);
   const buf = await r.arrayBuffer();
   const tile = decodeTile(buf, level, index);
-  tile.bytes = buf.byteLength;
+  tile.bytes = buf.byteLength + tile.extra_bytes;
+  tile.widened = null;
   return tile;
 }
 

@@ -16,9 +16,11 @@ self.onmessage = async (e) => {
     if (!r.ok) throw await errorFrom(r);
     const buf = await r.arrayBuffer();
     const tile = decodeTile(buf, level, index);
-    tile.bytes = buf.byteLength;
-    // the typed arrays are views of buf: transferring buf moves them along with it
-    self.postMessage({ id, tile }, [buf]);
+    tile.bytes = buf.byteLength + tile.extra_bytes;
+    // the typed arrays are views of buf (or of widened columns): transferring the buffers moves them along
+    const moved = [buf, ...tile.widened];
+    tile.widened = null;
+    self.postMessage({ id, tile }, moved);
   } catch (err) {
     self.postMessage({ id, error: String(err.message || err), aborted: err.name === "AbortError" });
   } finally {

@@ -4,8 +4,8 @@
 // visible tile is pending, "idle" when everything visible is drawn.
 
 import { View } from "./view.js";
-import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, STATUS_PX, rowOfDepth, shownDepths } from "./layout.js";
-import { TileStore, tileRange } from "../tiles/cache.js";
+import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, STATUS_PX, rowOfDepth, shownDepths, isFolded, sliceRows } from "./layout.js";
+import { TileStore, tileRange, pageKey } from "../tiles/cache.js";
 import { renderFrame } from "./frame.js";
 
 export { NAMES_PX, AXIS_PX };
@@ -128,6 +128,60 @@ export class Timeline {
     return [...gs];
   }
 
+  /** The trace's tiles come in depth pages of this many depths (docs/api.md); null: unpaged (live). */
+  depthPage() {
+    const lv = this.meta && this.meta.levels;
+    return lv && lv.depth_page ? lv.depth_page : null;
+  }
+
+  /** The deepest slice depth of a tile group's tracks. */
+  groupDepth(group) {
+    if (!this._groupDepths || this._groupDepths.meta !== this.meta) {
+      const m = new Map();
+      for (const t of this.meta.tracks || []) {
+        const g = t.group ?? null;
+        m.set(g, Math.max(m.get(g) ?? 0, t.max_depth ?? 0));
+      }
+      this._groupDepths = { meta: this.meta, m };
+    }
+    return this._groupDepths.m.get(group) ?? 0;
+  }
+
+  /** The store keys of every page of a group's tiles ([group] when unpaged). */
+  groupKeys(group) {
+    const P = this.depthPage();
+    if (!P) return [group];
+    const out = [];
+    for (let p = 0; p <= Math.floor(this.groupDepth(group) / P); p++) out.push(pageKey(group, p));
+    return out;
+  }
+
+  /**
+   * The tile keys (group pages) the rows on screen need: per visible track, the pages of its depth rows on
+   * screen, the page whose fold sections summarise what its fold row holds, and every page of a PCIe track
+   * whose bandwidth band is on screen (the band sums the bytes of every depth). A depth not on screen is
+   * not fetched: a tile carries DEPTH_PAGE depths, so its size does not grow with a group's depth.
+   */
+  visibleTileGroups() {
+    const P = this.depthPage();
+    if (!P) return this.visibleGroups();
+    const out = new Set();
+    const top = this.scrollTop_px, bottom = this.height_css_px;
+    for (const { row, y, pinned } of this.visibleRows()) {
+      if (row.kind !== "track") continue;
+      const t = row.track, g = this.groupOf.get(t.track_id);
+      if (t.lane === "counter") { out.add(pageKey(g, 0)); continue; }
+      const y0 = pinned ? y : Math.max(y, top), y1 = pinned ? y + row.h : Math.min(y + row.h, bottom);
+      const r0 = Math.max(0, Math.floor((y0 - y - TRACK_PAD_PX) / ROW_PX));
+      const r1 = Math.floor((y1 - y - TRACK_PAD_PX) / ROW_PX);
+      const shown = shownDepths(t), rows = sliceRows(t);
+      if (t.lane === "pcie" && r1 >= rows) { for (const k of this.groupKeys(g)) out.add(k); continue; }
+      for (let r = Math.min(r0, shown - 1); r <= Math.min(r1, shown - 1); r += 1) out.add(pageKey(g, Math.floor(r / P)));
+      if (isFolded(t) && r1 >= shown) out.add(pageKey(g, Math.floor((shown - 1) / P)));
+    }
+    return [...out];
+  }
+
   /**
    * Declare wanted tiles: the visible window first, then one window of padding on each side, and once
    * all of those are here, the next finer level over the visible window (a zoom-in then finds its tiles
@@ -138,7 +192,7 @@ export class Timeline {
     const v = this.view, d = this.meta.duration_ns;
     const [lo, hi] = tileRange(level, v.start_ns, v.end_ns, d);
     const [plo, phi] = tileRange(level, v.start_ns - v.span_ns, v.end_ns + v.span_ns, d);
-    const groups = this.visibleGroups();
+    const groups = this.visibleTileGroups();
     const specs = [];
     const keys = [];
     for (const g of groups) for (let i = lo; i <= hi; i++) { specs.push([g, level, i]); keys.push(this.tiles.key(g, level, i)); }
@@ -155,11 +209,12 @@ export class Timeline {
   /** [{tile, tt, c0, c1}] for one track in the current window (whatever is loaded). */
   piecesFor(track_id) {
     const { level, lo, hi } = this.cur || { level: this.level(), ...tileIdx(this) };
-    const cover = this.tiles.cover(this.groupOf.get(track_id), level, lo, hi);
     const out = [];
-    for (const p of cover) {
-      const tt = p.tile.tracks.get(track_id);
-      if (tt) out.push({ tile: p.tile, tt, c0: p.c0, c1: p.c1 });
+    for (const key of this.groupKeys(this.groupOf.get(track_id))) {
+      for (const p of this.tiles.cover(key, level, lo, hi)) {
+        const tt = p.tile.tracks.get(track_id);
+        if (tt) out.push({ tile: p.tile, tt, c0: p.c0, c1: p.c1 });
+      }
     }
     return out;
   }

@@ -138,6 +138,24 @@ export function drawSliceTrack(ctx, pieces, view, x0, y, h, track, theme) {
       }
     }
     batch.flush();
+    // a depth page's fold sections: what every depth from tile.fold_from down covers, drawn in the fold
+    // row when all of those depths are in it (a deeper page's exact rows are folded above, as before)
+    if (folded && tile.fold_from !== null && tile.fold_from !== undefined && tile.fold_from >= shown) {
+      for (let i = 0; i < tt.fold_n; i++) {
+        const xa = x0 + (tt.f_start[i] - s) * scale, xb = x0 + (tt.f_end[i] - s) * scale;
+        if (xb < cx0 || xa > cx1) continue;
+        batch.add(shown, Math.max(xa, cx0), Math.min(xb, cx1), rowY(shown), foldColour);
+      }
+      batch.flush();
+      for (let i = 0; i < tt.fi_n; i++) {
+        const ts = tt.fi_ts[i];
+        if (ts < t0 || ts >= t1) continue;
+        const xa = x0 + (ts - s) * scale;
+        if (xa < x0 - 1 || xa > x0 + w) continue;
+        batch.add(shown, xa - 1, xa + 1, rowY(shown), foldColour);
+      }
+      batch.flush();
+    }
     // instants (dur 0), thinned by the server to one per bucket and depth: a 2 px tick
     for (let i = 0; i < tt.in_n; i++) {
       const d = Math.min(tt.in_depth[i], shown);
