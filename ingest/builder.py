@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.store import schema
+from acceltrace.store.duck import insert_rows
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import assign_depths as _assign_depths
 from acceltrace.tiles.build import build as build_lod
@@ -315,7 +316,7 @@ class TraceBuilder:
         meta["warning_count"] = str(self.warnings.total)
         meta["dropped_events"] = str(self.warnings.dropped_events)
         meta["warnings"] = json.dumps(self.warnings.kept)
-        con.executemany("INSERT INTO trace_meta VALUES (?, ?)", sorted(meta.items()))
+        insert_rows(con, "trace_meta", sorted(meta.items()))
 
         build_lod(con)  # every published trace carries its level-of-detail tables
         counts = self.counts()
@@ -344,9 +345,7 @@ class TraceBuilder:
 
     def _write_tracks(self) -> None:
         if self._track_rows:
-            self.con.executemany(
-                "INSERT INTO tracks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", self._track_rows
-            )
+            insert_rows(self.con, "tracks", self._track_rows)
 
 
 def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:

@@ -27,6 +27,7 @@ import time
 
 import duckdb
 
+from acceltrace.store.duck import insert_rows
 from acceltrace.store.frames import (LAUNCHES_SQL, build_frames, build_source, device_frames, device_work, node_sql,
                                      rollup_sql, totals_sql)
 
@@ -83,7 +84,7 @@ def build(con: duckdb.DuckDBPyConnection) -> float:
         con.execute(f"SET preserve_insertion_order = {'true' if order else 'false'}")
     took = time.perf_counter() - started
     con.execute("CREATE OR REPLACE TABLE agg_info (key VARCHAR, value VARCHAR)")
-    con.executemany("INSERT INTO agg_info VALUES (?, ?)", [*info, ("build_s", f"{took:.3f}")])
+    insert_rows(con, "agg_info", [*info, ("build_s", f"{took:.3f}")])
     return took
 
 

@@ -59,3 +59,26 @@ def _cleanup() -> None:
         _roots.clear()
     for d in roots:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
+    """INSERT rows (tuples in the table's column order) as one Arrow batch.
+
+    DuckDB's executemany runs one statement per row: 40 ms for a few hundred tracks, which is
+    noticeable on a trace that takes a second to open. Columns are built from the rows, so
+    Python values convert once, and DuckDB casts each to the table's type on insert.
+    """
+    if not rows:
+        return
+    import pyarrow as pa  # only writers need it
+
+    names = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+    if len(rows[0]) != len(names):
+        raise ValueError(f"insert_rows: {table} has {len(names)} columns, rows have {len(rows[0])}")
+    batch = pa.table({f"c{i}": pa.array([r[i] for r in rows]) for i in range(len(names))})
+    view = f"_rows_{table}"
+    con.register(view, batch)
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM {view}")
+    finally:
+        con.unregister(view)

@@ -13,7 +13,8 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
 - `lod_merged`: the pyramid of merged short slices, per level from `base_level` to
   `max_level`, per (grp, bucket, track, depth): count, busy ns, bytes and the longest
   slice. Level L+1 is built from level L plus the slices of class L (the ones that stop
-  being long), all in SQL. Below base_level a tile aggregates lod_slices of its window
+  being long): in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py,
+  the same rows), else in SQL. Below base_level a tile aggregates lod_slices of its window
   directly; base_level is chosen so that window holds at most ~RAW_WINDOW_ROWS rows
   (see _base_level).
 - Instants (`lod_instants`, `lod_instant_merged`) and counter samples (`lod_counters`,
@@ -28,6 +29,9 @@ import time
 
 import duckdb
 
+from acceltrace.store.duck import insert_rows
+from acceltrace.tiles import pyramid
+
 LOD_VERSION = "1"
 BUCKETS_PER_TILE = 1024
 TILE_BUCKETS_LOG2 = 10
@@ -37,6 +41,8 @@ LANE_ORDER = ("cpu", "driver", "pcie", "eu", "counter")
 RAW_WINDOW_ROWS = 30_000
 # about one DuckDB row group (122880 rows)
 CHUNK_ROWS = 100_000
+# lod_merged from numpy where it fits (tiles/pyramid.py); False forces the SQL build (tests compare both)
+MERGED_IN_NUMPY = True
 
 _CLS_SQL = (
     "(floor(log2({d}))::INTEGER - CASE WHEN (1::BIGINT << floor(log2({d}))::INTEGER) > {d} THEN 1 ELSE 0 END)"
@@ -106,7 +112,10 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
     base = _base_level(slice_rate, max_level)
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
     cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
-    _build_merged_pyramid(con, base, max_level)
+    if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
+        pyramid.build_merged(con, base, max_level)
+    else:
+        _build_merged_pyramid(con, base, max_level)
     _build_instant_pyramid(con, ibase, max_level)
     _build_counter_pyramid(con, cbase, max_level)
     (max_cls,) = con.execute("SELECT coalesce(max(cls), 0) FROM lod_slices").fetchone()
@@ -124,7 +133,7 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         "chunk_log2": chunk_log2,
     }
     con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
-    con.executemany("INSERT INTO lod_info VALUES (?, ?)", [(k, str(v)) for k, v in info.items()])
+    insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
 
 
 def _build_groups(con: duckdb.DuckDBPyConnection) -> None:

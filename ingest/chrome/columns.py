@@ -77,7 +77,7 @@ def raw_events(raw: bytes) -> list:
 
 def take(seq: list, idx: np.ndarray) -> list:
     """seq[i] for i in idx, in C."""
-    if isinstance(seq, EventColumns):
+    if isinstance(seq, (EventColumns, ArgFieldColumns)):
         return seq if len(idx) == len(seq) else seq.take(idx)
     if len(idx) == len(seq):
         return seq

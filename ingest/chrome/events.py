@@ -124,9 +124,17 @@ def _classify(state, src, sub, names: pa.Array, cats: pa.Array, af):
                 elif kin.is_dma_name(nm):
                     lane[r] = kin.PCIE
                     dma[r] = True
-                    if af is not None:
-                        for i in r.tolist():
-                            direction[i] = _DIR_CODES[kin.dma_direction(af[i].direction)]
+                    if af is not None:  # one lookup per distinct string, not an args decode per event
+                        seen: dict = {}
+                        none = _DIR_CODES[None]
+                        for i, v in zip(r.tolist(), values(take(af, r), "direction")):
+                            if isinstance(v, str):
+                                code = seen.get(v)
+                                if code is None:
+                                    code = seen[v] = _DIR_CODES[kin.dma_direction(v)]
+                                direction[i] = code
+                            else:
+                                direction[i] = none
                 else:
                     lane[r] = kin.EU
         elif base is not None:

@@ -244,6 +244,9 @@ class ArgFieldColumns:
             out[other] = [msgspec_decode(raw[int(a):int(a + n)]) for a, n in spans[other].tolist()]
         return out.tolist()
 
+    def take(self, idx: np.ndarray) -> "ArgFieldColumns":
+        return ArgFieldColumns(self.cols.take(idx), self.decode_one)
+
     def __getitem__(self, i):
         buf, starts, lens = self.cols.args()
         i = operator.index(i)

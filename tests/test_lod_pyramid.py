@@ -1,0 +1,93 @@
+"""The merged pyramid built in numpy (tiles/pyramid.py) is the SQL pyramid, row for row."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from acceltrace.ingest.pipeline import ingest_one
+from acceltrace.store.catalog import Store
+from acceltrace.tiles import build as lod
+from acceltrace.tiles import pyramid
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto"
+
+
+def _sql_twin(path: Path, tmp: Path) -> duckdb.DuckDBPyConnection:
+    """A copy of the trace whose lod_merged is rebuilt by the SQL pyramid."""
+    copy = tmp / f"{path.stem}.sql.duckdb"
+    shutil.copy(path, copy)
+    con = duckdb.connect(str(copy))
+    info = dict(con.execute("SELECT key, value FROM lod_info").fetchall())
+    con.execute("DROP TABLE lod_merged")
+    con.execute("SET preserve_insertion_order = true")
+    lod._build_merged_pyramid(con, int(info["base_level"]), int(info["max_level"]))
+    return con
+
+
+def _assert_same(con: duckdb.DuckDBPyConnection, numpy_file: Path) -> int:
+    con.execute(f"ATTACH '{numpy_file}' AS np_build (READ_ONLY)")
+    try:
+        (n,) = con.execute("SELECT count(*) FROM np_build.lod_merged").fetchone()
+        (m,) = con.execute("SELECT count(*) FROM lod_merged").fetchone()
+        assert n == m
+        for a, b in (("lod_merged", "np_build.lod_merged"), ("np_build.lod_merged", "lod_merged")):
+            (extra,) = con.execute(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchone()
+            assert extra == 0, f"{extra} rows of {a} are not in {b}"
+        types = con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = 'lod_merged'"
+                            " ORDER BY database_name, column_index").fetchall()
+        assert types[:len(types) // 2] == types[len(types) // 2:]  # the same columns and types in both
+        return n
+    finally:
+        con.execute("DETACH np_build")
+
+
+@pytest.mark.parametrize("sample", ["mtia-rank0-dma.json.gz", "a100-rank0-memcpy.json.gz",
+                                    "mi210-gpu-only.json.gz"])
+def test_numpy_pyramid_equals_the_sql_pyramid_on_real_traces(tmp_path, sample):
+    # DMA bytes (MTIA), memcpy bytes with nulls elsewhere (A100), an AMD GPU-only trace
+    assert lod.MERGED_IN_NUMPY
+    store = Store(tmp_path / "store")
+    res = ingest_one(store, [SAMPLES / sample], sample, views=False)
+    assert res.error is None, res.error
+    path = store.trace_path(res.id)
+    con = _sql_twin(path, tmp_path)
+    try:
+        assert _assert_same(con, path) > 0
+    finally:
+        con.close()
+
+
+def test_numpy_pyramid_equals_the_sql_pyramid_on_the_synthetic_trace(trace_store, tmp_path):
+    # 72 tracks, deep stacks, a pyramid from a low base level (the fixture shrinks RAW_WINDOW_ROWS)
+    path = Store(trace_store.root, sweep=False).trace_path(trace_store.ids["synthetic"])
+    copy = tmp_path / "numpy.duckdb"
+    shutil.copy(path, copy)
+    con = duckdb.connect(str(copy))
+    info = dict(con.execute("SELECT key, value FROM lod_info").fetchall())
+    base, top = int(info["base_level"]), int(info["max_level"])
+    assert top - base >= 3  # several levels merge
+    con.execute("DROP TABLE lod_merged")
+    pyramid.build_merged(con, base, top)
+    con.close()
+    twin = _sql_twin(path, tmp_path)
+    try:
+        assert _assert_same(twin, copy) > 0
+    finally:
+        twin.close()
+
+
+def test_sums_that_could_overflow_take_the_sql_build():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE lod_slices (grp INTEGER, chunk INTEGER, cls TINYINT, ts BIGINT, dur BIGINT,"
+                " track_id INTEGER, depth SMALLINT, slice_id BIGINT, name_id INTEGER, bytes BIGINT)")
+    con.execute("INSERT INTO lod_slices VALUES (0, 0, 61, 0, 4611686018427387904, 0, 0, 0, 0, NULL),"
+                " (0, 0, 61, 1, 4611686018427387904, 0, 1, 1, 0, NULL)")
+    assert not pyramid.fits(con)  # 2 x 2^62 ns of busy time overflows int64
+    con.execute("UPDATE lod_slices SET dur = 1000")
+    assert pyramid.fits(con)
+    con.execute("UPDATE lod_slices SET bytes = -9223372036854775808")
+    assert not pyramid.fits(con)  # |INT64_MIN| itself is past int64; no error either
