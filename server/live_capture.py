@@ -1,14 +1,18 @@
 """One live capture: a growing .atrace shown as a trace while it grows, then published under its id.
 
 The capture follows the file with the .atrace follower. Every BUILD_S (while fewer than BUILD_WORKERS
-builds run) the records read since the last build become a delta segment (server/live_build.py: a
-small DuckDB file with its LOD tables, the capture's start as time origin), immutable from then on
-(its tile parts are cached, tiles/live.py), and its time range is announced to the page's websocket.
-So that the segment count stays small and what crosses a delta boundary (a begin/end pair, a
-correlation) joins up, the deltas of the last SEAL_S seconds (or SEAL_EVENTS records) are compacted
-on a second thread into one segment, unless the server was behind (then the deltas stay, up to
-MAX_SEGMENTS). When the file gets its trailer (the daemon stopped), the whole file is ingested under
-the same id, analysed, and the row becomes an ordinary ready trace; the segments go.
+builds run) the records read since the last build become a head segment (server/live_build.py's
+build_head: in memory, numpy and Arrow, no fixed SQL cost; the capture's start as time origin),
+immutable from then on (its tile parts are cached, tiles/live.py), and its time range is announced
+to the page's websocket. Sealing is off the request path: the deltas of the last SEAL_S seconds (or
+SEAL_EVENTS records) are compacted on a second thread into one sealed segment (a small DuckDB file
+with its LOD tables), which replaces them; what crosses a delta boundary (a begin/end pair, a
+correlation) joins up there. Compactions take at most SEAL_CPU_SHARE of a core; a window due while
+the compactor is busy or resting stays as head segments. Head segments hold at most
+HEAD_MAX_RECORDS records: the oldest beyond go from the live view, their span said (hatched, as
+what a server behind could not build). When the file gets its trailer (the daemon stopped), the
+whole file is ingested under the same id, analysed, and the row becomes an ordinary ready trace;
+the segments go.
 """
 
 from __future__ import annotations
@@ -31,13 +35,13 @@ from acceltrace.formats.atrace.follower import AtraceTail
 from acceltrace.formats.atrace.layout import AtraceError
 from acceltrace.formats.atrace.window import snapshot
 from acceltrace.ingest.pipeline import ingest_one
-from acceltrace.server.live_build import DeltaBudget, Gaps, build_segment, trim_oldest
+from acceltrace.server.live_build import DeltaBudget, Gaps, Head, build_head, build_segment, trim_oldest
 from acceltrace.store import live as SL
 from acceltrace.store.catalog import Store
 from acceltrace.store.errors import IngestError
 from acceltrace.tiles.layout import NAMES_TABLE
 from acceltrace.tiles.live import LiveLayout, PartCache, Segment, segment_facts
-from acceltrace.tiles.query import LodInfo
+from acceltrace.tiles.query import MAX_LEVEL, LodInfo
 
 log = logging.getLogger("acceltrace.live")
 
@@ -49,6 +53,8 @@ SEAL_EVENTS = 200_000     # deltas holding this many records are compacted into 
 SEAL_S = 2.0              # ... or once the oldest of them is this old
 MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many (or what DeltaBudget allows)
 MAX_SEGMENTS = 64         # a server behind compacts only once it holds this many segments
+SEAL_CPU_SHARE = 0.35     # compactions rest after each so that they take at most this share of a core
+HEAD_MAX_RECORDS = 3_000_000  # records in head segments (in memory); the oldest beyond leave the live view
 MAX_GAPS = 1000           # not-drawn spans kept (the newest)
 RATE_WINDOW_S = 2.0
 READ_AHEAD_BYTES = 16 << 20  # a follower this far behind the file's end reads before it builds ...
@@ -107,6 +113,11 @@ class LiveCapture:
         # per built delta, monotonic ns: its newest record read, build started, built, announced
         self.stages: deque[dict] = deque(maxlen=200)
         self.budget = DeltaBudget(MAX_DELTA_RECORDS)
+        self._db = duckdb.connect()  # head segments' tables are views on its cursors
+        self._db.execute("SET threads = 1")
+        self._seal_after = 0.0  # the compactor rests until then (SEAL_CPU_SHARE)
+        self._sealing: list[Future] = []  # the delta builds a compaction in flight replaces (never dropped)
+        self.dropped_live = 0  # events drawn live, then dropped from the view (HEAD_MAX_RECORDS)
         self._read_ns = 0
         self._lost_seen = 0
         self._behind_since_compaction = False
@@ -205,7 +216,8 @@ class LiveCapture:
             segs = list(self.sealed)
         return {"events": self.events, "rate_per_s": round(self.rate_per_s(), 1), "not_shown": self.not_shown,
                 "lost_events": self.tail.lost_events()[0], "segments": len(segs),
-                "slices": sum(s.n_slices for s in segs), "tracks": len(self.layout.tracks)}
+                "slices": sum(s.n_slices for s in segs), "tracks": len(self.layout.tracks),
+                "dropped_live": self.dropped_live}
 
     # -- builds -----------------------------------------------------------------------------------
     def _build_delta(self) -> None:
@@ -251,7 +263,7 @@ class LiveCapture:
         if self.status != "live":  # finalising or stopped since it was queued
             return None
         start_ns = time.monotonic_ns()
-        seg = self._ingest_window(ctx, recs, streams, base)
+        seg = self._head_window(ctx, recs, streams, base)
         built_ns = time.monotonic_ns()
         self.build_ms.append((built_ns - start_ns) / 1e6)
         self.budget.observe(len(recs), (built_ns - start_ns) / 1e9)
@@ -268,12 +280,45 @@ class LiveCapture:
             self._announce("data", seg.lo_ns, seg.hi_ns)
             self.stages.append({"hi_ns": seg.hi_ns, "records": len(recs), "read_ns": read_ns, "start_ns": start_ns,
                                 "built_ns": built_ns, "announced_ns": time.monotonic_ns()})
+            self._drop_oldest_heads()
         return seg
 
+    def _drop_oldest_heads(self) -> None:
+        """Head segments beyond HEAD_MAX_RECORDS (the oldest, not being sealed) leave the live view; their
+        time span joins the spans not drawn (hatched), and the page refetches it."""
+        with self.lock:
+            heads = [s for s in self.sealed if s.head is not None]
+            excess = sum(s.records for s in heads) - HEAD_MAX_RECORDS
+            if excess <= 0:
+                return
+            sealing = {f.result().key for f in self._sealing
+                       if f.done() and not f.cancelled() and f.exception() is None and f.result() is not None}
+            out = []
+            for s in heads:
+                if excess <= 0:
+                    break
+                if s.key not in sealing:
+                    out.append(s)
+                    excess -= s.records
+            if not out:
+                return
+            keys = {s.key for s in out}
+            self.sealed = [s for s in self.sealed if s.key not in keys]
+            now = time.monotonic()
+            self._retired += [(now, s) for s in out]
+        origin = self.start_abs_ns or 0
+        for s in out:
+            self.parts.drop(s.key)
+            self.dropped_live += s.n_slices
+            self.gaps.add_span(origin + s.lo_ns, origin + s.hi_ns)
+        self._announce("data", min(s.lo_ns for s in out), max(s.hi_ns for s in out))
+
     def _start_compaction(self) -> None:
-        """Replace the window's delta segments by one segment of all their records, on another thread
-        (begin/end pairs and correlation flows that crossed delta boundaries now join up)."""
-        if self._compactor is not None and self._compactor.is_alive():
+        """Replace the window's delta segments by one sealed segment of all their records, on another
+        thread (begin/end pairs and correlation flows that crossed delta boundaries now join up). A
+        window due while the compactor builds or rests (SEAL_CPU_SHARE) stays as head segments."""
+        if (self._compactor is not None and self._compactor.is_alive()) or time.monotonic() < self._seal_after:
+            self._window_futs, self._window, self._window_n = [], [], 0
             return
         if self._behind_since_compaction and len(self.sealed) < MAX_SEGMENTS:
             # behind, a compaction would build the same records a second time and halve what is
@@ -290,6 +335,7 @@ class LiveCapture:
         names = list(self._name_recs)
         n = sum(len(r) for r, _ in names) + sum(len(r) for r, _ in window)
         base, self._next_base = self._next_base, self._next_base + n
+        self._sealing = futs
         self._compactor = threading.Thread(target=self._compact, args=(ctx, names, window, futs, base),
                                            name=f"live compaction {self.path.name}", daemon=True)
         self._compactor.start()
@@ -301,12 +347,17 @@ class LiveCapture:
                 return
             recs = np.concatenate([r for r, _ in names] + [r for r, _ in window])
             streams = np.concatenate([s for _, s in names] + [s for _, s in window])
+            t0 = time.monotonic()
             seg = self._ingest_window(ctx, recs, streams, base)
+            self._seal_after = time.monotonic() + (time.monotonic() - t0) * (1 / SEAL_CPU_SHARE - 1)
         except CancelledError:  # finalising: its deltas were never built
             return
         except (OSError, IngestError, duckdb.Error) as e:  # the deltas stay: the view is still right
             log.warning("live compaction of %s failed: %s", self.path, e)
             return
+        finally:
+            with self.lock:
+                self._sealing = []
         if seg is None or self.status != "live":
             if seg is not None:
                 seg.remove()
@@ -314,7 +365,7 @@ class LiveCapture:
         seg.order = segs[0].order
         with self.lock:
             keys = {s.key for s in segs}
-            at = next(i for i, s in enumerate(self.sealed) if s.key in keys)
+            at = next((i for i, s in enumerate(self.sealed) if s.key in keys or s.order > seg.order), len(self.sealed))
             self.sealed = self.sealed[:at] + [seg] + [s for s in self.sealed[at:] if s.key not in keys]
             now = time.monotonic()
             self._retired += [(now, s) for s in segs]
@@ -324,6 +375,26 @@ class LiveCapture:
             self.parts.drop(s.key)
         self.compactions += 1
         self._announce("data", seg.lo_ns, seg.hi_ns)
+
+    def _head_window(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
+        """`recs` as a head segment (in memory; server/live_build.py's build_head)."""
+        head = build_head(ctx, recs, streams, self.path.name, self.start_abs_ns, self._db)
+        if head is None:
+            return None
+        with self.lock:
+            self._files += 1
+            key = f"head-{self._files:06d}"
+        return self._open_head(head, key, base, len(recs))
+
+    def _open_head(self, head: Head, key: str, base: int, records: int) -> Segment:
+        if self.start_abs_ns is None:
+            self.start_abs_ns = head.start_abs
+        info = LodInfo(start_ns=head.start_abs, duration_ns=max(1, head.hi_abs - head.lo_abs), max_level=MAX_LEVEL,
+                       base_level=0, instant_base_level=0, counter_base_level=0, max_cls=MAX_LEVEL, chunk_log2=0)
+        tmap, nmap = self._global_ids(head.tracks, head.names)
+        return Segment(key=key, con=head.tables, info=info, track_map=tmap, name_map=nmap, slice_base=base,
+                       n_slices=head.n_slices, lo_ns=head.lo_abs - head.start_abs, hi_ns=head.hi_abs - head.start_abs,
+                       empty=head.arrays.empty, head=head.arrays, records=records)
 
     def _ingest_window(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
         with self.lock:
@@ -340,6 +411,12 @@ class LiveCapture:
         if self.start_abs_ns is None:
             self.start_abs_ns = info.start_ns
         tracks, names, n_slices, lo, hi, empty = segment_facts(con)
+        tmap, nmap = self._global_ids(tracks, names)
+        return Segment(key=path.name, con=con, info=info, track_map=tmap, name_map=nmap, slice_base=base,
+                       n_slices=n_slices, lo_ns=lo - info.start_ns, hi_ns=hi - info.start_ns, empty=empty)
+
+    def _global_ids(self, tracks: list[dict], names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """A segment's maps from its track ids and name ids to the capture's (new ones are added)."""
         with self.lock:
             gids = self.layout.add(tracks)
             tmap = np.zeros(max([t["track_id"] for t in tracks], default=-1) + 1, np.int64)
@@ -351,8 +428,7 @@ class LiveCapture:
                     g = self.name_ids[text] = len(self.names)
                     self.names.append(text)
                 nmap[i] = g
-        return Segment(key=path.name, con=con, info=info, track_map=tmap, name_map=nmap, slice_base=base,
-                       n_slices=n_slices, lo_ns=lo - info.start_ns, hi_ns=hi - info.start_ns, empty=empty)
+        return tmap, nmap
 
     def _announce(self, kind: str, t0_ns: int | None = None, t1_ns: int | None = None) -> None:
         with self.cond:
@@ -402,6 +478,10 @@ class LiveCapture:
             self._retired.clear()
         for s in segs:
             s.close()
+        try:
+            self._db.close()
+        except duckdb.Error:
+            pass
 
     # -- what requests read -----------------------------------------------------------------------
     def segments(self) -> list[Segment]:

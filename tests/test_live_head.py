@@ -1,0 +1,111 @@
+"""The in-memory head of a live trace (server/live_build.py's build_head, tiles/live.py's HeadArrays):
+its tiles are the tiles a sealed segment of the same records gives, its details and search the same."""
+
+import numpy as np
+import pytest
+
+from acceltrace.formats import record as R
+from acceltrace.formats.atrace.writer import AtraceWriter
+from acceltrace.server.live_build import _flat
+from acceltrace.server.live_capture import LiveCapture
+from acceltrace.store.catalog import Store
+from acceltrace.tiles.live import compose_tile, dur_class
+from acceltrace.tiles.query import decode_tile
+
+T0 = 5_000_000_000
+
+
+def _records(w: AtraceWriter, rng: np.random.Generator, n: int) -> None:
+    """Nested cpu slices (a parent per 8 children), device work by correlation id, instants, a
+    begin/end pair, counter samples, a transfer with bytes: what a tile's every section holds."""
+    w.add_metadata({"devices": [{"id": 0, "name": "dev0"}]})
+    w.add_records(R.encode(R.TRACK_NAME, w.intern("dev0 matrix 0"), ts=0, lane=3, device=0, tid=0))
+    names = [w.intern(x) for x in ("step", "gemm", "copy", "mark", "launch")]
+    recs = np.zeros(n, R.RECORD_DTYPE)
+    par = np.arange(n) % 9 == 0
+    ts = T0 + np.cumsum(rng.integers(50, 5_000, n))  # distinct times: no ties for the order of equal keys
+    recs["kind"], recs["pid"], recs["tid"], recs["ts"] = R.COMPLETE, 3, 1 + (np.arange(n) % 2), ts
+    recs["dur"] = np.where(par, 0, rng.integers(1, 40, n) * 25)
+    recs["name"] = np.asarray(names)[np.arange(n) % 3]
+    # parents: a long slice over the next eight children of the track
+    recs["dur"][par] = ts[np.minimum(np.flatnonzero(par) + 17, n - 1)] - ts[par] + 1
+    recs["name"][par] = names[0]
+    inst = np.arange(n) % 13 == 5
+    recs["kind"][inst], recs["dur"][inst], recs["name"][inst] = R.INSTANT, 0, names[3]
+    dev = np.arange(n) % 7 == 3  # device work launched by the cpu slice before it
+    recs["lane"][dev], recs["device"][dev], recs["tid"][dev] = 3, 0, 0
+    recs["corr"] = np.arange(n) // 2
+    recs["flags"] = R.FLAG_HAS_CORR
+    recs["bytes"][::11], recs["flags"][::11] = 4096, R.FLAG_HAS_CORR | R.FLAG_HAS_BYTES
+    w.add_records(recs)
+    w.add_records(R.encode(R.BEGIN, names[4], ts=int(ts[10]) + 1, pid=3, tid=5))
+    w.add_records(R.encode(R.END, names[4], ts=int(ts[20]), pid=3, tid=5))
+    for k in range(200):
+        w.add_records(R.encode_counter(w.intern("power"), int(ts[0]) + k * 7_919, float((k * 37) % 101), device=0))
+    w.flush()
+
+
+def _rows(buf: bytes) -> dict:
+    header, cols = decode_tile(buf)
+    return {s: sorted(zip(*[c.tolist() for c in cols[s].values()])) for s in cols} | {"strings": header["strings"]}
+
+
+@pytest.fixture
+def capture(tmp_path):
+    f = tmp_path / "head.atrace"
+    w = AtraceWriter(f)
+    _records(w, np.random.default_rng(7), 20_000)
+    cap = LiveCapture(Store(tmp_path / "store"), f, "head")
+    cap.dir = tmp_path / "segs"
+    cap.dir.mkdir()
+    yield cap
+    cap.stop()
+    w.close()
+
+
+def test_a_head_segment_gives_the_tiles_a_sealed_segment_of_the_same_records_gives(capture):
+    from acceltrace.formats.atrace.window import snapshot
+
+    recs, streams = capture.tail.poll()
+    ctx = snapshot(capture.tail)
+    sealed = capture._ingest_window(ctx, recs, streams, 0)
+    head = capture._head_window(ctx, recs, streams, 0)
+    assert head.head is not None and sealed.head is None
+    assert (head.n_slices, head.lo_ns, head.hi_ns) == (sealed.n_slices, sealed.lo_ns, sealed.hi_ns)
+    assert head.n_slices == 20_001  # the begin/end pair is one slice
+    assert max(t["max_depth"] for t in capture.layout.tracks) >= 1  # nested: ingest's depth sweep ran
+    span = head.hi_ns
+    compared = 0
+    seen = set()
+    for level in (8, 11, 14, 17, 20, 24, 30):  # below and above every class of the slices (25 ns .. 90 us)
+        for index in range(0, (span >> (level + 10)) + 1):
+            for g in capture.layout.groups:
+                tracks = capture.layout.group_tracks(g["grp"])
+                a = _rows(compose_tile([head], capture.parts, level, index, tracks, g["group_name"], capture.names))
+                b = _rows(compose_tile([sealed], capture.parts, level, index, tracks, g["group_name"], capture.names))
+                assert a == b, (level, index, g["group_name"])
+                seen |= {s for s in ("slices", "merged", "instants", "counters") if a[s]}
+                compared += 1
+    assert compared >= 20 and seen == {"slices", "merged", "instants", "counters"}  # every section compared
+    # details and search answer from the head's Arrow tables as from the sealed file
+    got = {}
+    for seg in (head, sealed):
+        capture.sealed = [seg]
+        found = capture.search("gemm", 0, 50)
+        dev = next(r for r in found["results"] if capture.layout.tracks[r["track_id"]]["lane"] == "eu")
+        got[seg.key] = (found, capture.slice_detail(dev["id"]))
+    capture.sealed = []
+    (hs, hd), (ss, sd) = got[head.key], got[sealed.key]
+    assert hs == ss and hs["total"] > 1000
+    assert hd == sd and hd["slice"]["track"]["name"] == "dev0 matrix 0"
+    assert [f["kind"] for f in hd["chain"]["flows"]] == ["launch"]  # its launch, by correlation id
+
+
+def test_flat_tracks_take_the_fast_path_and_nested_ones_the_sweep():
+    ts = np.array([0, 10, 10, 20], np.int64)
+    track = np.array([0, 0, 1, 1], np.int64)
+    assert _flat(track, ts, np.array([10, 5, 10, 0], np.int64))  # back to back: one depth
+    assert not _flat(track, ts, np.array([11, 5, 10, 0], np.int64))  # overlaps the next
+    assert not _flat(np.zeros(2, np.int64), np.array([5, 5]), np.array([0, 0]))  # two instants at one time nest
+    d = np.array([1, 2, 3, 4, 7, 8, (1 << 40) - 1, 1 << 40, (1 << 53) + 1], np.int64)
+    assert dur_class(d).tolist() == [int(x).bit_length() - 1 for x in d.tolist()]
