@@ -163,19 +163,22 @@ class ChromeReader:
             self.close()
 
     def _events(self, buf: bytes) -> Iterator[Chunk]:
+        # Each block is copied twice on the usual path: once onto the tail of the last one, once
+        # into its chunk "[...]" (one join); the leading comma is skipped by index, not sliced off.
         while True:
             if not self.eof and len(buf) < self.block:
                 buf += self._read()
                 continue
             lead = _WS_COMMA.match(buf).end()
-            if lead:
-                buf, self.pos = buf[lead:], self.pos + lead
-            if buf[:1] == b"]":
-                self._suffix(buf[1:])
+            if buf[lead:lead + 1] == b"]":
+                self.pos += lead
+                self._suffix(buf[lead + 1:])
                 return
             if not self.eof:
-                chunk, rest = self._fast_cut(buf)
+                chunk, rest = self._fast_cut(buf, lead)
                 if chunk is None:
+                    if lead:
+                        buf, self.pos = buf[lead:], self.pos + lead
                     chunk, rest, closed = self._exact_cut(buf)
                     if closed is not None:
                         if chunk is not None:
@@ -193,6 +196,8 @@ class ChromeReader:
                 buf = rest
                 continue
             # end of input: the array must close here, or the file was cut off
+            if lead:
+                buf, self.pos = buf[lead:], self.pos + lead
             chunk, rest, closed = self._final_cut(buf)
             if chunk is not None:
                 yield chunk
@@ -202,25 +207,25 @@ class ChromeReader:
                 self._cut_off(rest)
             return
 
-    def _decode(self, text: bytes, offset: int) -> Chunk:
-        raw = b"[" + text + b"]"
+    def _decode(self, raw: bytes, offset: int) -> Chunk:
+        """A chunk from raw = "[" + events text + "]" whose first event starts at stream byte `offset`."""
         events = self._decoded(raw, offset)
         c = Chunk(events, raw, offset, self.result.events)
         self.result.events += len(events)
         return c
 
-    def _try(self, text: bytes, offset: int) -> Chunk | None:
+    def _try(self, raw: bytes, offset: int) -> Chunk | None:
         try:
-            return self._decode(text, offset)
+            return self._decode(raw, offset)
         except (msgspec.DecodeError, RecursionError):
             return None
 
     @staticmethod
-    def _candidate(buf: bytes) -> int | None:
+    def _candidate(buf: bytes, start: int = 0) -> int | None:
         """Where the fast cut tries first: an event's '}' is followed by ',' unless it is the array's last one."""
         p = len(buf)
         for _ in range(16):
-            p = buf.rfind(b"}", 0, p)
+            p = buf.rfind(b"}", start, p)
             if p < 0:
                 return None
             nxt = _WS_COMMA.match(buf, p + 1)
@@ -228,11 +233,19 @@ class ChromeReader:
                 break
         return p
 
-    def _fast_cut(self, buf: bytes):
-        p = self._candidate(buf)
+    def _chunk_raw(self, buf: bytes, start: int, end: int) -> bytes:
+        """ "[" + buf[start:end] + "]" in one copy; the speculated chunk's own bytes when it is that one."""
+        pending = self._pending
+        if pending is not None and pending[0] == self.pos + start and pending[1] == end - start + 2:
+            return pending[2]
+        with memoryview(buf) as view:
+            return b"".join((b"[", view[start:end], b"]"))
+
+    def _fast_cut(self, buf: bytes, lead: int = 0):
+        p = self._candidate(buf, lead)
         if p is None:
             return None, buf
-        c = self._try(buf[:p + 1], self.pos)
+        c = self._try(self._chunk_raw(buf, lead, p + 1), self.pos + lead)
         if c is None:
             return None, buf
         self.pos += p + 1
@@ -244,8 +257,10 @@ class ChromeReader:
 
         The compiled scanner releases the GIL, so the next chunk is scanned on the other core
         while the caller turns this one into rows. Nothing about the result changes: the main
-        loop computes the same candidate from the same bytes and takes the thread's result
-        only for exactly that text (its exceptions included); any other text is decoded anew.
+        loop computes the same candidate from the same bytes (this very buffer, returned to it)
+        and takes the thread's result only for exactly that chunk, by its stream offset and
+        length and the identity of its bytes (its exceptions included); any other text is
+        decoded anew.
         """
         if not self.speculate:
             return rest
@@ -254,13 +269,13 @@ class ChromeReader:
         if self.eof:
             return rest
         lead = _WS_COMMA.match(rest).end()
-        view = rest[lead:]
-        if view[:1] == b"]":
+        if rest[lead:lead + 1] == b"]":
             return rest
-        p = self._candidate(view)
+        p = self._candidate(rest, lead)
         if p is None:
             return rest
-        raw = b"[" + view[:p + 1] + b"]"
+        self._pending = None
+        raw = self._chunk_raw(rest, lead, p + 1)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chrome-scan")
         self._pending = (self.pos + lead, len(raw), raw, self._pool.submit(self.decode, raw))
@@ -270,7 +285,7 @@ class ChromeReader:
         pending, self._pending = self._pending, None
         if pending is not None:
             at, n, praw, fut = pending
-            if at == offset and n == len(raw) and praw == raw:
+            if at == offset and n == len(raw) and praw is raw:
                 return fut.result()
             fut.cancel()
         return self.decode(raw)
@@ -312,7 +327,7 @@ class ChromeReader:
                     body = body[:-1]
                 if not body.strip(_WS):
                     return None, b"", after
-                c = self._try(body, self.pos)
+                c = self._try(b"[" + body + b"]", self.pos)
                 if c is not None:
                     self.pos += p
                     return c, b"", after
@@ -331,7 +346,7 @@ class ChromeReader:
 
     def _decode_or_fail(self, text: bytes) -> Chunk:
         try:
-            return self._decode(text, self.pos)
+            return self._decode(b"[" + text + b"]", self.pos)
         except RecursionError:
             raise IngestError(self.label, "JSON nested too deeply inside an event (over 1000 levels);"
                               " expected flat event objects", f"bytes {self.pos}-{self.pos + len(text)}") from None
