@@ -13,6 +13,9 @@ EXTENSIONS = [
     # the builder's greedy depth pass for tracks with partial overlaps (ingest/depths.py)
     Extension("acceltrace.ingest._depths", ["ingest/_depths.c"], extra_compile_args=["-O2", "-std=c99"],
               optional=True),
+    # the what-if replay's list scheduling and critical-path walk (analysis/replay.py)
+    Extension("acceltrace.analysis._replay", ["analysis/_replay.c"], extra_compile_args=["-O2", "-std=c99"],
+              optional=True),
 ]
 
 setup(ext_modules=EXTENSIONS)

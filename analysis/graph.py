@@ -19,6 +19,9 @@ HOST, DEVICE = 0, 1
 # was not what it waited for (the trace does not say which event or queue a sync names)
 SYNC_RETURN_NS = 20_000
 AFTER_END, AFTER_START, WAIT = 0, 1, 2  # edge kinds: start >= end(src)+w, start >= start(src)+w, end >= end(src)
+# a node's lane as a code (Graph.lane): LANES[code]; any other lane of the trace is OTHER
+LANES = ("cpu", "driver", "eu", "pcie", "other")
+CPU, DRIVER, EU, PCIE, OTHER = range(5)
 
 
 class NodeIndex:
@@ -56,7 +59,7 @@ class NodeIndex:
 class Graph:
     slice_id: np.ndarray  # per node
     kind: np.ndarray  # HOST or DEVICE
-    lane: np.ndarray  # 'cpu', 'driver', 'eu', 'pcie'
+    lane: np.ndarray  # int8 codes: CPU, DRIVER, EU, PCIE, OTHER (LANES names them)
     ts: np.ndarray
     dur: np.ndarray
     own: np.ndarray  # a waiting node's time after its wait ends (host); dur otherwise
@@ -70,9 +73,12 @@ class Graph:
     corr: np.ndarray | None = None  # per node: the device work's correlation id (-1: none, or host)
 
     def copy(self) -> "Graph":
-        g = Graph(*(getattr(self, f).copy() for f in ("slice_id", "kind", "lane", "ts", "dur", "own", "slack",
-                                                       "src", "dst", "ekind", "weight")),
-                  index=self.index, track=self.track, corr=self.corr)
+        """A graph a transformation may edit: the arrays it edits in place (dur, own, slack, weight) are
+        copied; the node identity (slice_id, kind, lane, ts, track, corr) and the edge ends and kinds
+        are shared -- a transformation replaces those arrays (drops edges), never writes into them."""
+        g = Graph(self.slice_id, self.kind, self.lane, self.ts, self.dur.copy(), self.own.copy(), self.slack.copy(),
+                  self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
+                  corr=self.corr)
         g._by_corr = getattr(self, "_by_corr", None)
         return g
 
@@ -108,7 +114,7 @@ class _Edges:
 def build(con: duckdb.DuckDBPyConnection) -> Graph:
     """The graph of a trace whose connection already ran analysis/_common.sql (its _dev_work, _ready)."""
     dev = con.execute("""
-        SELECT w.slice_id, w.lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice, w.track_id,
+        SELECT w.slice_id, CASE w.lane WHEN 'cpu' THEN 0 WHEN 'driver' THEN 1 WHEN 'eu' THEN 2 WHEN 'pcie' THEN 3 ELSE 4 END::TINYINT AS lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice, w.track_id,
                dense_rank() OVER (ORDER BY coalesce(w.dev, '')) AS dev_code,
                coalesce(w.corr_id, -1) AS corr_id,
                dense_rank() OVER (ORDER BY coalesce(CASE WHEN r.kind IN ('dma', 'exec') THEN 'q' || r.src_track_id END,
@@ -122,7 +128,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
             UNION SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
             UNION SELECT slice_id FROM _sync_calls
         )
-        SELECT s.slice_id, t.lane, s.ts, s.dur, s.track_id, coalesce(s.corr_id, -1) AS corr_id
+        SELECT s.slice_id, CASE t.lane WHEN 'cpu' THEN 0 WHEN 'driver' THEN 1 WHEN 'eu' THEN 2 WHEN 'pcie' THEN 3 ELSE 4 END::TINYINT AS lane, s.ts, s.dur, s.track_id, coalesce(s.corr_id, -1) AS corr_id
         FROM items i JOIN slices s USING (slice_id) JOIN _track_dev t ON t.track_id = s.track_id
         ORDER BY s.track_id, s.ts, s.slice_id""").fetchnumpy()
     col = lambda d, k, t: np.asarray(d[k], dtype=t)  # noqa: E731
@@ -132,7 +138,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     index = NodeIndex(sid)
     ts = np.concatenate([col(host, "ts", np.int64), col(dev, "ts", np.int64)])
     dur = np.concatenate([col(host, "dur", np.int64), col(dev, "dur", np.int64)])
-    lane = np.concatenate([col(host, "lane", object), col(dev, "lane", object)])
+    lane = np.concatenate([col(host, "lane", np.int8), col(dev, "lane", np.int8)])
     hcorr = col(host, "corr_id", np.int64)
     E = _Edges()
 
@@ -143,7 +149,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     p = i - 1
     p_end = ts[p] + dur[p]
     after = ts[i] >= p_end
-    E.add(p[after], i[after], AFTER_END, np.where(lane[i[after]] == "cpu", ts[i[after]] - p_end[after], 0))
+    E.add(p[after], i[after], AFTER_END, np.where(lane[i[after]] == CPU, ts[i[after]] - p_end[after], 0))
     E.add(p[~after], i[~after], AFTER_START, ts[i[~after]] - ts[p[~after]])
     # an API call hands its work to the driver: the submission keeps its offset from the call's start
     sub = con.execute("""SELECT src_slice, dst_slice FROM flows WHERE kind = 'submit'
@@ -159,13 +165,13 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     # the doorbell follows its call too, at most the call's length after its start; what it waited
     # beyond that stays slack
     calls = np.unique(a[(a >= 0) & (a < nh)])
-    calls = calls[(lane[calls] == "cpu") & (hcorr[calls] >= 0)]
+    calls = calls[(lane[calls] == CPU) & (hcorr[calls] >= 0)]
     if len(calls):
         o = np.lexsort((calls, hcorr[calls]))
         cc, cn = hcorr[calls][o], calls[o]
         first = np.r_[True, cc[1:] != cc[:-1]]
         cc, cn = cc[first], cn[first]
-        k = np.flatnonzero((lane[:nh] == "driver") & ~linked[:nh] & (hcorr >= 0))
+        k = np.flatnonzero((lane[:nh] == DRIVER) & ~linked[:nh] & (hcorr >= 0))
         pos = np.minimum(np.searchsorted(cc, hcorr[k]), len(cc) - 1)
         hit = cc[pos] == hcorr[k]
         k, c = k[hit], cn[pos[hit]]
@@ -205,8 +211,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
                    dn, ts[dn] + dur[dn])
     m = sub_node[w] >= 0
     m[m] &= ts[sub_node[w[m]]] < ts[c[m]]
-    calls = np.flatnonzero((lane[:nh] == "cpu") & (hcorr >= 0))
-    xfers = dn[(lane[dn] == "pcie") & (corr[dn] >= 0)]
+    calls = np.flatnonzero((lane[:nh] == CPU) & (hcorr >= 0))
+    xfers = dn[(lane[dn] == PCIE) & (corr[dn] >= 0)]
     bc, bw = _ranges(calls, hcorr[calls] - 1, hcorr[calls], xfers, corr[xfers])
     keep = (ts[bc] + dur[bc] >= ts[bw] + dur[bw]) & (ts[bc] <= ts[bw])
     _add_waits(g, np.r_[c[m], bc[keep]], np.r_[w[m], bw[keep]])

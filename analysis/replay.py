@@ -23,11 +23,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from acceltrace.analysis.graph import (AFTER_END, AFTER_START, DEVICE, HOST, SYNC_RETURN_NS, WAIT, Graph,
-                                       NodeIndex, build, without_slack)
+from acceltrace.analysis.graph import (AFTER_END, AFTER_START, CPU, DEVICE, DRIVER, EU, HOST, LANES, PCIE,
+                                       SYNC_RETURN_NS, WAIT, Graph, NodeIndex, build, without_slack)
 
-__all__ = ["AFTER_END", "AFTER_START", "DEVICE", "HOST", "SYNC_RETURN_NS", "WAIT", "Graph", "NodeIndex", "Schedule",
-           "build", "without_slack", "replay", "critical_path", "breakdown", "LANE_TYPE", "SEGMENT_TYPES"]
+try:  # built by `pip install` (setup.py); optional: the Python passes below give the same schedule and path
+    from acceltrace.analysis import _replay as _C
+except ImportError:  # pragma: no cover - depends on the install
+    _C = None
+
+__all__ = ["AFTER_END", "AFTER_START", "CPU", "DEVICE", "DRIVER", "EU", "HOST", "LANES", "PCIE", "SYNC_RETURN_NS",
+           "WAIT", "Graph", "NodeIndex", "Schedule", "build", "without_slack", "replay", "critical_path",
+           "critical_path_arrays", "breakdown", "LANE_TYPE", "SEGMENT_TYPES"]
 
 
 @dataclass
@@ -42,16 +48,52 @@ class Schedule:
         return int(self.end.max() - self.start.min()) if len(self.start) else 0
 
 
-def replay(g: Graph) -> Schedule:
+def replay(g: Graph, compiled: bool = True) -> Schedule:
     """Every node as early as its constraints allow, in topological order (Kahn's algorithm on start
-    and end events: a waiting call's start releases the work it submits before its end is known)."""
+    and end events: a waiting call's start releases the work it submits before its end is known).
+
+    The compiled pass (analysis/_replay.c) and the Python one below schedule in the same order and
+    give the same Schedule; a graph with a cycle, an edge naming no node or an unknown edge kind is
+    a ValueError, a time past int64 an OverflowError."""
+    if compiled and _C is not None:
+        n = len(g.ts)
+        out = [np.empty(n, np.int64) for _ in range(4)]
+        arr = lambda a, t: np.ascontiguousarray(a, dtype=t)  # noqa: E731
+        done = _C.replay(arr(g.src, np.int64), arr(g.dst, np.int64), arr(g.ekind, np.int8), arr(g.weight, np.int64),
+                         arr(g.ts, np.int64), arr(g.own, np.int64), arr(g.slack, np.int64), *out)
+        if done != n:
+            raise ValueError(f"the dependency graph has a cycle ({n - done} nodes never finished)")
+        return Schedule(*out)
+    return _replay_py(g)
+
+
+def _check(g: Graph) -> None:
+    n, m = len(g.ts), len(g.src)
+    if not (len(g.dst) == len(g.ekind) == len(g.weight) == m) or not (len(g.own) == len(g.slack) == n):
+        raise ValueError("the dependency graph's arrays differ in length")
+    if m:
+        bad = (g.src < 0) | (g.src >= n) | (g.dst < 0) | (g.dst >= n)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"edge {k} ({int(g.src[k])} -> {int(g.dst[k])}) names a node outside 0..{n - 1}")
+        bad = (g.ekind < AFTER_END) | (g.ekind > WAIT)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"edge {k} has kind {int(g.ekind[k])} (expected 0, 1 or 2)")
+
+
+def _replay_py(g: Graph) -> Schedule:
+    """replay() in Python (the fallback, and the reference the compiled pass is tested against)."""
+    _check(g)
     n = len(g.ts)
-    out_order = np.argsort(g.src, kind="stable")
-    ptr = np.searchsorted(g.src[out_order], np.arange(n + 1)).tolist()
-    dst_l, ek_l, w_l = g.dst[out_order].tolist(), g.ekind[out_order].tolist(), g.weight[out_order].tolist()
+    src = np.asarray(g.src, np.int64)
+    out_order = np.argsort(src, kind="stable")
+    ptr = np.searchsorted(src[out_order], np.arange(n + 1)).tolist()
+    dst = np.asarray(g.dst, np.int64)
+    dst_l, ek_l, w_l = dst[out_order].tolist(), g.ekind[out_order].tolist(), g.weight[out_order].tolist()
     wait = g.ekind == WAIT
-    need_start = np.bincount(g.dst[~wait], minlength=n).tolist()
-    need_wait = np.bincount(g.dst[wait], minlength=n).tolist()
+    need_start = np.bincount(dst[~wait], minlength=n).tolist()
+    need_wait = np.bincount(dst[wait], minlength=n).tolist()
     low = np.iinfo(np.int64).min
     # a node that no start constraint points at starts when it did in the trace
     start_l = np.where(np.asarray(need_start) > 0, low, g.ts).tolist()
@@ -100,16 +142,20 @@ def replay(g: Graph) -> Schedule:
                     starts.append(u)
     if done != n:
         raise ValueError(f"the dependency graph has a cycle ({n - done} nodes never finished)")
-    return Schedule(np.array(start_l, np.int64), np.array(end_l, np.int64), np.array(why_l, np.int64),
-                    np.array(why_end_l, np.int64))
+    try:
+        return Schedule(np.array(start_l, np.int64), np.array(end_l, np.int64), np.array(why_l, np.int64),
+                        np.array(why_end_l, np.int64))
+    except OverflowError:
+        raise OverflowError("replay: a node's time overflows int64 (bad durations or weights)") from None
 
 
-# critical-path segment types (docs/analysis.md "Critical path")
-LANE_TYPE = {"cpu": "host-bound", "driver": "launch overhead", "pcie": "link/transfer", "eu": "device compute"}
+# critical-path segment types (docs/analysis.md "Critical path"); a lane's type is LANE_TYPE[lane code]
 SEGMENT_TYPES = ("host-bound", "launch overhead", "link/transfer", "device compute", "sync wait", "idle")
+HOST_BOUND, LAUNCH, LINK, COMPUTE, SYNC_WAIT, IDLE = range(6)
+LANE_TYPE = {CPU: HOST_BOUND, DRIVER: LAUNCH, PCIE: LINK, EU: COMPUTE}
 
 
-def critical_path(g: Graph, s: Schedule) -> list[tuple[int, int, str, int]]:
+def critical_path(g: Graph, s: Schedule, compiled: bool = True) -> list[tuple[int, int, str, int]]:
     """The chain that sets the makespan as (start, end, type, node or -1) segments, earliest first.
 
     Walked back from the node that ends last: a node covers its time up to where the path leaves it;
@@ -119,9 +165,35 @@ def critical_path(g: Graph, s: Schedule) -> list[tuple[int, int, str, int]]:
     allows is `idle` (a wait the trace does not explain). The segments tile the path without overlap,
     so their sum is at most the makespan.
     """
-    if not len(s.end):
+    a, b, t, v = critical_path_arrays(g, s, compiled)
+    return list(zip(a.tolist(), b.tolist(), [SEGMENT_TYPES[x] for x in t.tolist()], v.tolist()))
+
+
+def critical_path_arrays(g: Graph, s: Schedule, compiled: bool = True):
+    """critical_path() as arrays (start, end, type code into SEGMENT_TYPES, node or -1)."""
+    if compiled and _C is not None:
+        arr = lambda x, t: np.ascontiguousarray(x, dtype=t)  # noqa: E731
+        a, b, t, v = _C.critical_path(arr(s.start, np.int64), arr(s.end, np.int64), arr(s.why, np.int64),
+                                      arr(s.why_end if s.why_end is not None else np.full(len(s.start), -1), np.int64),
+                                      arr(g.slack, np.int64), arr(g.own, np.int64), arr(g.kind, np.int8),
+                                      arr(g.lane, np.int8))
+        return (np.frombuffer(a, np.int64), np.frombuffer(b, np.int64), np.frombuffer(t, np.int8),
+                np.frombuffer(v, np.int64))
+    segs = _critical_path_py(g, s)
+    cols = list(zip(*segs)) if segs else [(), (), (), ()]
+    return (np.array(cols[0], np.int64), np.array(cols[1], np.int64), np.array(cols[2], np.int8),
+            np.array(cols[3], np.int64))
+
+
+def _critical_path_py(g: Graph, s: Schedule) -> list[tuple[int, int, int, int]]:
+    """The walk of critical_path() in Python (the fallback and the compiled one's reference)."""
+    n = len(s.end)
+    if not n:
         return []
-    segs: list[tuple[int, int, str, int]] = []
+    for x in (s.why, s.why_end):
+        if x is not None and len(x) and ((x < -1) | (x >= n)).any():
+            raise ValueError(f"the schedule points at a node outside 0..{n - 1}")
+    segs: list[tuple[int, int, int, int]] = []
     v = int(np.argmax(s.end))
     cursor = int(s.end[v])
     why = s.why.tolist()
@@ -135,21 +207,21 @@ def critical_path(g: Graph, s: Schedule) -> list[tuple[int, int, str, int]]:
         w = why_end[v]
         if w >= 0 and end[w] > sv and end[v] - own[v] >= end[w] and ev > end[w]:
             # its end was set by the work it waited for: its own time after the wait, then that work
-            segs.append((end[w], ev, "sync wait" if kind[v] == HOST else LANE_TYPE.get(lane[v], "idle"), v))
+            segs.append((end[w], ev, SYNC_WAIT if kind[v] == HOST else LANE_TYPE.get(lane[v], IDLE), v))
             v, cursor = w, end[w]
             continue
         if ev > sv:
-            segs.append((sv, ev, LANE_TYPE.get(lane[v], "idle"), v))
+            segs.append((sv, ev, LANE_TYPE.get(lane[v], IDLE), v))
         p = why[v]
         if slack[v] > 0:
-            segs.append((sv - slack[v], sv, "idle", -1))
+            segs.append((sv - slack[v], sv, IDLE, -1))
         edge_t = sv - slack[v]
         if p < 0:
             break
         p_end = min(end[p], edge_t)
         if edge_t > p_end:
-            gap = "launch overhead" if kind[p] == HOST and kind[v] == DEVICE else (
-                "host-bound" if lane[p] == "cpu" and lane[v] == "cpu" else "idle")
+            gap = LAUNCH if kind[p] == HOST and kind[v] == DEVICE else (
+                HOST_BOUND if lane[p] == CPU and lane[v] == CPU else IDLE)
             segs.append((p_end, edge_t, gap, -1))
         v, cursor = p, p_end
     segs.reverse()

@@ -99,7 +99,7 @@ def _drop_edges(g: R.Graph, mask: np.ndarray) -> None:
 
 
 def _transfers_by_start(g: R.Graph) -> np.ndarray:
-    nodes = np.flatnonzero((g.kind == R.DEVICE) & (g.lane == "pcie"))
+    nodes = np.flatnonzero((g.kind == R.DEVICE) & (g.lane == R.PCIE))
     return nodes[np.argsort(g.ts[nodes], kind="stable")]
 
 
@@ -165,7 +165,7 @@ def _serialised(g, fs, _speedup) -> None:
     m = _mark(len(g.ts), np.concatenate([np.asarray(_siblings(g, f.slice_id), np.int64) for f in fs]))
     into, out = m[g.dst], m[g.src]
     other = np.where(into, g.src, g.dst)
-    _drop_edges(g, (into | out) & (g.ekind == R.AFTER_END) & (g.lane[other] == "eu"))
+    _drop_edges(g, (into | out) & (g.ekind == R.AFTER_END) & (g.lane[other] == R.EU))
 
 
 def _launch(g, fs, _speedup) -> None:
@@ -185,11 +185,11 @@ def _launch(g, fs, _speedup) -> None:
         parts.append(np.r_[by_start[lo:hi], by_end[lo2:hi2]])
     # ... and the host work before the first late call shrinks by the gap's local estimate: the thread
     # hands the work over that much sooner (its calls keep their own time)
-    host_e = (g.ekind == R.AFTER_END) & (g.lane[g.dst] == "cpu")
+    host_e = (g.ekind == R.AFTER_END) & (g.lane[g.dst] == R.CPU)
     for f, extra in zip(fs, parts[1:] if len(parts) > 1 else []):
         own = np.r_[extra, g.index[f.slice_id]]
         calls = _submitters(g, own)
-        calls = calls[g.lane[calls] == "cpu"]
+        calls = calls[g.lane[calls] == R.CPU]
         if len(calls) and f.local_ns > 0:
             first = calls[np.argmin(g.ts[calls])]
             e = np.flatnonzero(host_e & (g.dst == first))
