@@ -314,3 +314,94 @@ def test_either_representations_tag_revalidates_on_the_route_and_the_fast_path(a
         assert r.status_code == 304 and r.headers["etag"] == tag
     r = api.get(url, headers={"Accept-Encoding": "gzip", "If-None-Match": '"other"'})
     assert r.status_code == 200
+
+
+# -- depth pages: a tile is bounded by rows on a screen, whatever the depth (issue 15) -------------
+from _deep_trace import DEEP_DEPTH, DEEP_TRACKS, build_deep_trace  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    from acceltrace.server.app import create_app
+
+    store = Store(tmp_path_factory.mktemp("deep"))
+    tid = build_deep_trace(store)
+    with TestClient(create_app(store.root), raise_server_exceptions=False) as client:
+        meta = client.get(f"/api/traces/{tid}").json()
+        con = duckdb.connect(str(store.trace_path(tid)), read_only=True)
+        yield client, tid, meta, con, store
+        con.close()
+
+
+def test_every_depth_page_of_a_deep_group_is_bounded_by_its_rows_not_the_depth(deep):
+    from acceltrace.tiles.query import DEPTH_PAGE, LodInfo, build_tile
+
+    client, tid, meta, con, _ = deep
+    (group,) = [g["id"] for g in meta["groups"]]
+    assert meta["levels"]["depth_page"] == DEPTH_PAGE
+    info = LodInfo.load(con)
+    n_pages = (DEEP_DEPTH + 1) // DEPTH_PAGE + 1
+    for level in sorted({0, 7, 9, info.base_level, info.max_level - 2, info.max_level}):
+        n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+        for index in sorted({0, n_tiles // 2}):
+            unpaged = build_tile(con, info, level, index, int(group[1:]), group, page=None)
+            biggest = most_rows = 0
+            for page in range(n_pages + 1):  # and one page past the deepest depth: empty
+                r = client.get(f"/api/traces/{tid}/tiles/{level}/{index}?group={group}&page={page}")
+                assert r.status_code == 200, r.text
+                header, d = decode_tile(r.content)
+                rows = set()
+                for sec in ("slices", "merged", "instants"):
+                    per_row = {}
+                    for t, dp in zip(d[sec]["track"].tolist(), d[sec]["depth"].tolist()):
+                        assert page * DEPTH_PAGE <= dp < (page + 1) * DEPTH_PAGE
+                        per_row[(t, dp)] = per_row.get((t, dp), 0) + 1
+                    assert max(per_row.values(), default=0) <= 1025  # one row of 1024 buckets
+                    rows |= set(per_row)
+                assert len(rows) <= DEEP_TRACKS * DEPTH_PAGE
+                fold_per_track = np.bincount(d["fold"]["track"].astype(np.int64)) if len(d["fold"]["track"]) else [0]
+                assert max(fold_per_track) <= 2 * 1024 + 1  # runs of one row: at most one per bucket edge
+                if page == n_pages:
+                    assert all(s["rows"] == 0 for s in header["sections"].values())
+                biggest = max(biggest, len(r.content))
+                most_rows = max(most_rows, sum(header["sections"][s]["rows"] for s in ("slices", "merged", "instants")))
+            # 42 depths, 11 pages: the largest page is a few depths' worth, not the group's whole depth
+            h, full = decode_tile(unpaged)
+            all_rows = sum(h["sections"][s]["rows"] for s in ("slices", "merged", "instants"))
+            if level >= 7:  # a window holding whole stacks (a level-0 tile at 0 sees depths 0-1 only)
+                assert int(full["slices"]["depth"].max()) >= DEEP_DEPTH - 1
+                assert most_rows * 2 < all_rows, (level, index, most_rows, all_rows)
+                assert biggest * 2 < len(unpaged), (level, index, biggest, len(unpaged))
+
+
+def test_depth_pages_together_hold_exactly_the_unpaged_tile(deep):
+    from acceltrace.tiles.query import LodInfo, build_tile
+
+    client, tid, meta, con, _ = deep
+    (group,) = [g["id"] for g in meta["groups"]]
+    info = LodInfo.load(con)
+    for level in (0, 8, info.base_level, info.max_level):
+        header, joined = _fetch(client, tid, level, 0, group)  # every page, each fold checked
+        h, full = decode_tile(build_tile(con, info, level, 0, int(group[1:]), group, page=None))
+        assert sorted(joined["slices"]["id"].tolist()) == sorted(full["slices"]["id"].tolist())
+        key = lambda d, s: sorted(zip(*(d[s][c].tolist() for c in d[s] if c not in ("name", "longest_name"))))
+        for sec in ("merged", "instants"):
+            assert key(joined, sec) == key(full, sec)
+        # names resolve to the same strings
+        got = sorted(header["strings"][i] for i in joined["slices"]["name"].tolist())
+        assert got == sorted(h["strings"][i] for i in full["slices"]["name"].tolist())
+
+
+def test_a_cold_tile_writes_its_sibling_pages_and_they_are_the_routes_bytes(deep):
+    client, tid, meta, con, store = deep
+    (group,) = [g["id"] for g in meta["groups"]]
+    r = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}&page=2")
+    assert r.status_code == 200
+    files = sorted(p.name for p in store.traces_dir.glob(f"{tid}.tile.*.3.5.*.bin"))
+    assert len(files) == (DEEP_DEPTH + 1) // 4 + 1, files  # every page of that tile, from one set of queries
+    p0 = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}", headers={"Accept-Encoding": "identity"})
+    assert p0.content == next(store.traces_dir.glob(f"{tid}.tile.*.3.5.{group}.bin")).read_bytes()
+    r = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}&page=-1")
+    assert r.status_code == 422
