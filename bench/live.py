@@ -291,6 +291,7 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path, shot
             res["build_ms"] = meta["live"]["build_ms"]
             res["delta_budget"] = meta["live"].get("delta_budget")
             res["not_shown"] = meta["counts"].get("not_shown")
+            res["dropped_live"] = meta["counts"].get("dropped_live", 0)
             res["lost"] = meta["live"]["lost_events"]
             for st in meta["live"].get("stages", []):
                 stages[st["announced_ns"]] = st
@@ -395,7 +396,8 @@ def main() -> int:
         seen = r.get("events_seen_live") or 0
         share = 1 - (r.get("not_shown") or 0) / seen if seen else float("nan")
         print(f"{r['rate']:>10.0f} ev/s: lost by the daemon {r.get('lost', 0)}, not drawn live {r.get('not_shown', 0)} "
-              f"({share:.0%} of the events read were drawn live)")
+              f"({share:.0%} of the events read were drawn live); drawn, then left the live view (head over its "
+              f"bound, not sealed) {r.get('dropped_live', 0)}")
     if fin:
         n = fin["native"]
         print(f"\nFinalisation of a {fin['events']:,}-event capture ({fin['file_mb']:.0f} MB, produced in "

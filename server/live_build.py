@@ -38,7 +38,7 @@ from acceltrace.store import schema
 from acceltrace.tiles.live import HeadArrays, HeadTables, unlink_duckdb
 from acceltrace.tiles.build import LANE_ORDER
 
-BUILD_TARGET_S = 0.3       # a delta should be built within this: it is most of the event-to-screen time
+BUILD_TARGET_S = 0.25      # a delta should be built within this: it is most of the event-to-screen time
 MIN_DELTA_RECORDS = 50_000  # ... but never fewer (a loaded machine must not drop a modest rate)
 MEASURED_RECORDS = 20_000   # builds at least this big teach the budget
 
@@ -266,8 +266,8 @@ def _flat(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> bool:
     the same time nest: longer first, an instant after a slice of its time)."""
     if len(ts) < 2:
         return True
-    if (ts[1:] >= ts[:-1]).all():
-        o = np.argsort(track, kind="stable")  # time order kept within a track
+    if (ts[1:] >= ts[:-1]).all():  # time order kept within a track (a radix sort of few track ids)
+        o = np.argsort(track.astype(np.int16) if track.max() < (1 << 15) else track, kind="stable")
     else:
         o = np.lexsort((ts, track))
     t, s = track[o], ts[o]
@@ -287,8 +287,11 @@ def _names(col: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
     texts, idx = [], []
     for chunk in col.chunks:
         if pa.types.is_dictionary(chunk.type):
-            ind = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            used, inv = np.unique(ind, return_inverse=True)
+            ind = chunk.indices.to_numpy(zero_copy_only=False)
+            present = np.zeros(len(chunk.dictionary), bool)  # a window's strings: few; its rows: many
+            present[ind] = True
+            used = np.flatnonzero(present)
+            inv = (np.cumsum(present) - 1)[ind]
             texts.append(chunk.dictionary.take(pa.array(used)).to_pylist())
         else:
             used_t, inv = np.unique(np.asarray(chunk.to_pylist(), dtype=object), return_inverse=True)

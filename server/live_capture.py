@@ -57,11 +57,10 @@ SEAL_CPU_SHARE = 0.35     # compactions rest after each so that they take at mos
 HEAD_MAX_RECORDS = 3_000_000  # records in head segments (in memory); the oldest beyond leave the live view
 MAX_GAPS = 1000           # not-drawn spans kept (the newest)
 RATE_WINDOW_S = 2.0
-READ_AHEAD_BYTES = 16 << 20  # a follower this far behind the file's end reads before it builds ...
+READ_AHEAD_BYTES = 64 << 20  # a follower this far behind the file's end reads before it builds ...
 READ_AHEAD_S = 1.0        # ... for at most this long
 RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
 CATALOG_EVERY_S = 1.0
-NAME_KINDS = (R.TRACK_NAME, R.PROCESS_NAME)
 
 AfterPublish = Callable[[Store, str], None]
 
@@ -189,10 +188,11 @@ class LiveCapture:
             self._fail(f"{self.path.name}: internal error: {type(e).__name__}: {e}")
 
     def _take(self, recs: np.ndarray, streams: np.ndarray) -> None:
-        names = np.isin(recs["kind"], NAME_KINDS)
+        kind = recs["kind"]
+        names = (kind == R.TRACK_NAME) | (kind == R.PROCESS_NAME)
         if names.any():
             self._name_recs.append((recs[names].copy(), streams[names].copy()))
-        n = int(np.isin(recs["kind"], R.EVENT_KINDS).sum())
+        n = int(((kind >= min(R.EVENT_KINDS)) & (kind <= max(R.EVENT_KINDS))).sum())  # EVENT_KINDS: 1..5
         self._pending.append((recs, streams))
         self._trim_pending(2 * MAX_DELTA_RECORDS)  # what a build never takes is not kept either
         self.events += n

@@ -208,15 +208,17 @@ class HeadArrays:
         track, ts, dur = (np.asarray(a, np.int64) for a in (track, ts, dur))
         depth, name, slice_id, nbytes = (np.asarray(a, np.int64) for a in (depth, name, slice_id, nbytes))
         long_ = dur > 0
-        o = np.flatnonzero(long_)
-        o = o[np.argsort(ts[o], kind="stable")]
-        i = np.flatnonzero(~long_)
-        i = i[np.argsort(ts[i], kind="stable")]
+        o, i = _by_time(ts, long_), _by_time(ts, ~long_)
         c_ts = np.asarray(c_ts, np.int64)
-        c = np.argsort(c_ts, kind="stable")
-        return cls(ts[o], dur[o], track[o], depth[o], name[o], slice_id[o], nbytes[o], dur_class(dur[o]),
-                   ts[i], track[i], depth[i], name[i], slice_id[i],
-                   c_ts[c], np.asarray(c_track, np.int64)[c], np.asarray(c_value, np.float64)[c])
+        c = _by_time(c_ts, None)
+
+        def take(a, rows):
+            return a if rows is None else a[rows]
+
+        s_dur = take(dur, o)
+        return cls(take(ts, o), s_dur, take(track, o), take(depth, o), take(name, o), take(slice_id, o), take(nbytes, o),
+                   dur_class(s_dur), take(ts, i), take(track, i), take(depth, i), take(name, i), take(slice_id, i),
+                   take(c_ts, c), take(np.asarray(c_track, np.int64), c), take(np.asarray(c_value, np.float64), c))
 
     @property
     def nbytes(self) -> int:
@@ -233,6 +235,20 @@ class HeadArrays:
         if not len(self.c_ts):
             out.add("counters")
         return frozenset(out)
+
+
+def _by_time(ts: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
+    """The rows of `mask` (None: all) in time order (stable); None when that is all rows as they are
+    (records mostly come in time order: no sort, no copy)."""
+    if mask is None or mask.all():
+        if len(ts) < 2 or (ts[1:] >= ts[:-1]).all():
+            return None
+        return np.argsort(ts, kind="stable")
+    rows = np.flatnonzero(mask)
+    t = ts[rows]
+    if len(t) < 2 or (t[1:] >= t[:-1]).all():
+        return rows
+    return rows[np.argsort(t, kind="stable")]
 
 
 def _runs(keys: list[np.ndarray], n: int) -> np.ndarray:
