@@ -88,6 +88,22 @@ def take(seq: list, idx: np.ndarray) -> list:
     return list(itemgetter(*idx.tolist())(seq))
 
 
+class _ArgInts:
+    """values(ArgFieldColumns, name) for ints(): read as one int64 column, never as a list."""
+
+    __slots__ = ("cols", "name")
+
+    def __init__(self, cols: ArgFieldColumns, name: str):
+        self.cols, self.name = cols, name
+
+
+def arg_ints(af, name: str) -> pa.Array:
+    """ints(values(af, name)); on the compiled path straight from the scanner's columns."""
+    if isinstance(af, ArgFieldColumns):
+        return ints(_ArgInts(af, name))
+    return ints(values(af, name))
+
+
 def values(evs: list, name: str) -> list:
     if isinstance(evs, (EventColumns, ArgFieldColumns)):
         return evs.values(name)
@@ -129,6 +145,8 @@ def to_ns(vals: list, exact_fallback) -> chrome_numbers.Parsed:
 
 def ints(vals: list) -> pa.Array:
     """Integer ids/sizes as int64 with nulls for anything that is not an integer in range."""
+    if isinstance(vals, _ArgInts):
+        return vals.cols.ints(vals.name, _as_int)
     kinds = set(map(type, vals))
     if kinds <= {int, type(None)}:
         try:
@@ -228,6 +246,15 @@ def norm_id(v) -> str:
     if isinstance(v, float):
         return str(int(v)) if v.is_integer() else repr(v)
     return str(v)
+
+
+def id_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
+    """codes(values(evs, name)); for integer ids on the compiled path without a Python int per event."""
+    if isinstance(evs, EventColumns):
+        got = evs.int_codes(name)
+        if got is not None:
+            return got
+    return codes(values(evs, name))
 
 
 def codes(vals: list) -> tuple[np.ndarray, list]:

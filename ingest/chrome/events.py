@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
-from acceltrace.ingest.chrome.columns import arg_fields, codes, ints, norm_id, raw_events, raw_text, strings, take, to_ns, values
+from acceltrace.ingest.chrome.columns import arg_fields, arg_ints, id_codes, norm_id, raw_events, raw_text, strings, take, to_ns, values
 from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
@@ -83,8 +83,8 @@ def process_chunk(state: ChromeState, src: SourceState, chunk) -> None:
 
 def _threads(state: ChromeState, src: SourceState, sub: list):
     """Per event: thread key, normalised pid and tid (as lists of the distinct values + codes)."""
-    pc, pu = codes(values(sub, "pid"))
-    tc, tu = codes(values(sub, "tid"))
+    pc, pu = id_codes(sub, "pid")
+    tc, tu = id_codes(sub, "tid")
     pairs, inv = np.unique(pc * max(1, len(tu)) + tc, return_inverse=True)
     keys = np.empty(len(pairs), dtype=np.int64)
     pid_of, tid_of = [], []
@@ -224,18 +224,18 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
              "args": raw_text(args)}
     ext = None
     if af is not None:
-        batch["corr_id"] = ints(values(af, "correlation"))
-        nbytes = ints(values(af, "nbytes"))
+        batch["corr_id"] = arg_ints(af, "correlation")
+        nbytes = arg_ints(af, "nbytes")
         if dma.any():  # DMA requests give their size as "size"
-            size = ints(values(af, "size"))
+            size = arg_ints(af, "size")
             nbytes = pa.array(np.where(dma & nbytes.is_null().to_numpy(zero_copy_only=False),
                                        size.fill_null(0).to_numpy(), nbytes.fill_null(0).to_numpy()),
                               mask=(nbytes.is_null().to_numpy(zero_copy_only=False)
                                     & (~dma | size.is_null().to_numpy(zero_copy_only=False))), type=pa.int64())
         batch["bytes"] = nbytes
-        ext = ints(values(af, "ext"))
+        ext = arg_ints(af, "ext")
         if ext.null_count:
-            lower = ints(values(af, "ext_lower"))
+            lower = arg_ints(af, "ext_lower")
             ext = pa.array(np.where(ext.is_null().to_numpy(zero_copy_only=False),
                                     lower.fill_null(0).to_numpy(), ext.fill_null(0).to_numpy()),
                            mask=(ext.is_null().to_numpy(zero_copy_only=False)

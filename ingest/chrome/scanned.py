@@ -125,6 +125,19 @@ class EventColumns:
         arr = self._s.strings(_F[name])
         return arr if self._idx is None else arr.take(pa.array(self._idx))
 
+    def int_codes(self, name: str) -> tuple[np.ndarray, list] | None:
+        """columns.codes(self.values(name)) for an id field that is an integer in every event (else
+        None): dense codes in order of first appearance, and the distinct ints in code order."""
+        tags = self.tags(name)
+        if not len(tags) or not (tags == T_INT).all():
+            return None
+        vals = self._sel(self._s.ival[_IV[name]])
+        uniq, first, inv = np.unique(vals, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        return rank[inv.reshape(-1)], uniq[order].tolist()
+
     def times(self, name: str) -> chrome_numbers.Parsed:
         tags = self.tags(name)
         ok = (tags == T_INT) | (tags == T_NUM)
@@ -243,6 +256,23 @@ class ArgFieldColumns:
             raw = s.raw
             out[other] = [msgspec_decode(raw[int(a):int(a + n)]) for a, n in spans[other].tolist()]
         return out.tolist()
+
+    def ints(self, name: str, as_int) -> pa.Array:
+        """columns.ints(self.values(name)) without a Python object per event: the scanner's int64s
+        where the token is an integer, as_int of the decoded value for the other tokens (rare)."""
+        s, k = self.cols._s, ARG_KEYS[name]
+        tags = self.cols._sel(s.atag[k])
+        vals = self.cols._sel(s.aival[k]).copy()
+        valid = tags == T_INT
+        other = np.flatnonzero((tags != T_INT) & (tags != T_ABSENT) & (tags != T_NULL))
+        if len(other):
+            spans = self.cols._sel(s.aspan[k])
+            raw = s.raw
+            for i, (a, n) in zip(other.tolist(), spans[other].tolist()):
+                v = as_int(msgspec_decode(raw[int(a):int(a + n)]))
+                if v is not None:
+                    vals[i], valid[i] = v, True
+        return pa.array(vals, type=pa.int64(), mask=~valid)
 
     def take(self, idx: np.ndarray) -> "ArgFieldColumns":
         return ArgFieldColumns(self.cols.take(idx), self.decode_one)
