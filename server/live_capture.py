@@ -54,7 +54,8 @@ SEAL_S = 2.0              # ... or once the oldest of them is this old
 MAX_DELTA_RECORDS = 500_000  # a server behind builds the newest this many (or what DeltaBudget allows)
 MAX_SEGMENTS = 64         # a server behind compacts only once it holds this many segments
 SEAL_CPU_SHARE = 0.35     # compactions rest after each so that they take at most this share of a core
-HEAD_MAX_RECORDS = 3_000_000  # records in head segments (in memory); the oldest beyond leave the live view
+HEAD_MAX_RECORDS = 3_000_000  # records in head segments (in memory, ~150 B each); the oldest beyond leave
+HEAD_RECORDS_ENV = "ACCELTRACE_LIVE_HEAD_RECORDS"  # ... the live view; the operator's bound (docs/tracing.md)
 MAX_GAPS = 1000           # not-drawn spans kept (the newest)
 RATE_WINDOW_S = 2.0
 READ_AHEAD_BYTES = 64 << 20  # a follower this far behind the file's end reads before it builds ...
@@ -63,6 +64,21 @@ RETIRE_S = 10.0           # a compacted delta stays open this long for requests 
 CATALOG_EVERY_S = 1.0
 
 AfterPublish = Callable[[Store, str], None]
+
+
+def _env_records(name: str, default: int) -> int:
+    """A positive record count from the environment, else `default` (a bad value is said in the log)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        v = int(raw)
+        if v > 0:
+            return v
+    except ValueError:
+        pass
+    log.warning("%s=%r is not a positive number of records; using %d", name, raw, default)
+    return default
 
 
 class LiveCapture:
@@ -115,6 +131,7 @@ class LiveCapture:
         self._db = duckdb.connect()  # head segments' tables are views on its cursors
         self._db.execute("SET threads = 1")
         self._seal_after = 0.0  # the compactor rests until then (SEAL_CPU_SHARE)
+        self.head_max = _env_records(HEAD_RECORDS_ENV, HEAD_MAX_RECORDS)
         self._sealing: list[Future] = []  # the delta builds a compaction in flight replaces (never dropped)
         self.dropped_live = 0  # events drawn live, then dropped from the view (HEAD_MAX_RECORDS)
         self._read_ns = 0
@@ -288,7 +305,7 @@ class LiveCapture:
         time span joins the spans not drawn (hatched), and the page refetches it."""
         with self.lock:
             heads = [s for s in self.sealed if s.head is not None]
-            excess = sum(s.records for s in heads) - HEAD_MAX_RECORDS
+            excess = sum(s.records for s in heads) - self.head_max
             if excess <= 0:
                 return
             sealing = {f.result().key for f in self._sealing

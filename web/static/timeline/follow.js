@@ -7,7 +7,8 @@
 //
 // Test hook (docs/ui.md): window.acceltrace.live = {trace_id, head_ns, drawn_head_ns, not_drawn}: the
 // newest event time the server has told the page of and the newest one drawn, ns relative to the trace
-// start (both null once the trace is final), and the spans a server behind left undrawn ([t0, t1] ns,
+// start (both null once the trace is final), and the spans not drawn live ([t0, t1] ns: a server behind left
+// them out, or the live view let them go beyond its memory bound unsealed;
 // drawn hatched over the tracks; empty once final).
 
 import { fmtCount } from "../lib/util.js";
@@ -31,7 +32,8 @@ export class LiveFollower {
     this.addGaps(meta.live.not_drawn);
     this.layoutVersion = meta.live.layout_version;
     this.counts = { events: meta.live.events, rate_per_s: meta.live.rate_per_s, lost_events: meta.live.lost_events,
-                    not_shown: meta.counts ? meta.counts.not_shown : 0 };
+                    not_shown: meta.counts ? meta.counts.not_shown : 0,
+                    dropped_live: meta.counts ? meta.counts.dropped_live || 0 : 0 };
     this.finalising = false;
     this.final = false;
     this.settingView = false;
@@ -61,7 +63,8 @@ export class LiveFollower {
 
   async message(m) {
     if (m.type === "error") { this.statusEl.textContent = `live: ${m.message}`; this.final = true; return; }
-    this.counts = { events: m.events, rate_per_s: m.rate_per_s, lost_events: m.lost_events, not_shown: m.not_shown };
+    this.counts = { events: m.events, rate_per_s: m.rate_per_s, lost_events: m.lost_events, not_shown: m.not_shown,
+                    dropped_live: m.dropped_live || 0 };
     this.finalising = Boolean(m.finalising);
     if (m.type === "final") {
       this.final = true;
@@ -215,6 +218,15 @@ export class LiveFollower {
       behind.title = "the server fell behind the capture and drew the newest events (the hatched spans are not drawn);"
         + " the finished trace holds every one";
       parts.push(behind);
+    }
+    if (c.dropped_live) { // drawn, then let go: the live view holds the newest events in memory, not all
+      const gone = document.createElement("span");
+      gone.className = "lost";
+      gone.id = "live-dropped";
+      gone.textContent = `${fmtCount(c.dropped_live)} no longer held live`;
+      gone.title = "the live view keeps the newest events in memory and sealed parts on disk; older spans it"
+        + " could not seal are hatched. The finished trace holds every one";
+      parts.push(gone);
     }
     el.replaceChildren(...parts);
   }
