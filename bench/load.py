@@ -40,18 +40,25 @@ from bench.tiles import OUT, _size
 from acceltrace.store.catalog import Store
 
 WRK_SCRIPT = Path(__file__).resolve().parent / "wrk_tiles.lua"
+# what Chromium sends with a fetch(): every client here (wrk's script too) asks for tiles this way
+BROWSER_ACCEPT_ENCODING = "gzip, deflate, br, zstd"
+BROWSER_HEADERS = {"Accept-Encoding": BROWSER_ACCEPT_ENCODING, "Accept": "*/*"}
 BARE_APP = """
 import pickle, sys
 from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
-TILES = pickle.load(open(sys.argv[1], "rb"))
+TILES = pickle.load(open(sys.argv[1], "rb"))  # url -> (identity bytes, gzip bytes or None)
 async def tile(request):
-    body = TILES.get(request.url.path + "?" + request.url.query)
-    if body is None:
+    got = TILES.get(request.url.path + "?" + request.url.query)
+    if got is None:
         return Response(b"not recorded", status_code=404)
-    return Response(body, media_type="application/octet-stream",
-                    headers={"ETag": '"bare"', "Cache-Control": "public, max-age=31536000, immutable"})
+    plain, gz = got
+    headers = {"ETag": '"bare"', "Cache-Control": "public, max-age=31536000, immutable", "Vary": "Accept-Encoding"}
+    if gz is not None and "gzip" in request.headers.get("accept-encoding", ""):
+        headers["Content-Encoding"] = "gzip"
+        return Response(gz, media_type="application/octet-stream", headers=headers)
+    return Response(plain, media_type="application/octet-stream", headers=headers)
 app = Starlette(routes=[Route("/api/traces/{tid}/tiles/{level}/{index}", tile)])
 """
 
@@ -131,9 +138,14 @@ def start_bare(tiles_pickle: Path, workers: int, log: Path) -> Proc:
 
 # -- panning sessions -----------------------------------------------------------------------
 def panning_urls(tid: str, meta: dict, viewers: int, steps: int, seed: int) -> list[list[str]]:
-    """Per viewer, the tile URLs a user panning right fetches (view + both neighbours per step)."""
+    """Per viewer, the tile URLs a user panning right fetches (view + both neighbours per step), every
+    depth page of the group (a screen of this trace's 13-deep tracks shows rows of all of them)."""
     groups = [g["id"] for g in meta["groups"]]
     top = meta["max_level"]
+    per_page = (meta.get("levels") or {}).get("depth_page")
+    deepest: dict[str, int] = {}
+    for t in meta["tracks"]:
+        deepest[t["group"]] = max(deepest.get(t["group"], 0), t.get("max_depth") or 0)
     out = []
     for k in range(viewers):
         rng = np.random.default_rng(seed + k)
@@ -145,7 +157,12 @@ def panning_urls(tid: str, meta: dict, viewers: int, steps: int, seed: int) -> l
         for _ in range(steps):
             for i in (index - 1, index, index + 1):
                 if 0 <= i < n_tiles:
-                    urls.append(f"/api/traces/{tid}/tiles/{level}/{i}?group={group}")
+                    base = f"/api/traces/{tid}/tiles/{level}/{i}?group={group}"
+                    if not per_page:
+                        urls.append(base)
+                        continue
+                    for page in range(deepest.get(group, 0) // per_page + 1):
+                        urls.append(base + (f"&page={page}" if page else ""))
             index = (index + 1) % n_tiles
         out.append(urls)
     return out
@@ -169,7 +186,7 @@ async def _viewer(c: httpx.AsyncClient, urls: list[str], deadline: float, lat: l
 def python_client(url: str, sessions: list[list[str]], seconds: float) -> dict:
     async def run():
         limits = httpx.Limits(max_connections=len(sessions), max_keepalive_connections=len(sessions))
-        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits, headers=BROWSER_HEADERS) as c:
             lat, errors = [], []
             t0 = time.perf_counter()
             deadline = time.monotonic() + seconds
@@ -202,17 +219,39 @@ def timed(server: Proc, fn, *args) -> tuple[dict | None, float]:
 
 
 def cold_warm(url: str, urls: list[str], n: int) -> tuple[list[float], list[float]]:
-    """One viewer: each of n distinct tiles once (cold: nothing cached anywhere), then again (warm)."""
-    uniq = list(dict.fromkeys(urls))[:n]
+    """One viewer: each of n distinct tiles (view positions: page 0 of a group's tile, what comes
+    first) once (cold: nothing cached anywhere), then again (warm), asking as a browser does."""
+    uniq = [u for u in dict.fromkeys(urls) if "&page=" not in u][:n]
     cold, warm = [], []
-    with httpx.Client(base_url=url, timeout=60) as c:
+    with httpx.Client(base_url=url, timeout=60, headers=BROWSER_HEADERS) as c:
         for out in (cold, warm):
             for u in uniq:
                 t = time.perf_counter()
-                r = c.get(u, headers={"Accept-Encoding": "identity"})
+                r = c.get(u)
                 out.append((time.perf_counter() - t) * 1000)
                 assert r.status_code == 200, r.text
     return cold, warm
+
+
+def record_tiles(url: str, flat: list[str]) -> dict[str, tuple[bytes, bytes | None]]:
+    """Every recorded URL's bytes as sent: identity, and gzip as a browser gets it once the server's
+    twin exists (asked again until it does, or three rounds)."""
+    tiles: dict[str, list] = {}
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for u in dict.fromkeys(flat):
+            tiles[u] = [c.get(u, headers={"Accept-Encoding": "identity"}).content, None]
+        for _ in range(3):
+            for u, got in tiles.items():
+                if got[1] is not None:
+                    continue
+                with c.stream("GET", u, headers=BROWSER_HEADERS) as r:
+                    raw = b"".join(r.iter_raw())
+                    if r.headers.get("content-encoding") == "gzip":
+                        got[1] = raw
+            if all(g[1] is not None or len(g[0]) < 2048 for g in tiles.values()):
+                break
+            time.sleep(2)
+    return {u: (p, g) for u, (p, g) in tiles.items()}
 
 
 def clear_tile_cache(store: Store, tid: str) -> None:
@@ -275,12 +314,12 @@ def viewers(args, server: Proc, tid: str, flat: list[str], sessions: list, urls_
     # every recorded tile once, so the bare app can serve the very same bytes
     import pickle
 
-    tiles = {}
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        for u in dict.fromkeys(flat):
-            tiles[u] = c.get(u, headers={"Accept-Encoding": "identity"}).content
-    sizes = np.array([len(b) for b in tiles.values()])
-    print(f"{len(tiles)} distinct tiles recorded: mean {sizes.mean() / 1e3:.0f} kB, max {sizes.max() / 1e6:.2f} MB")
+    tiles = record_tiles(server.url, flat)
+    sizes = np.array([len(p) for p, _ in tiles.values()])
+    wire = np.array([len(g if g is not None else p) for p, g in tiles.values()])
+    print(f"{len(tiles)} distinct tiles recorded: mean {sizes.mean() / 1e3:.0f} kB, max {sizes.max() / 1e6:.2f} MB;"
+          f" as sent with Accept-Encoding: {BROWSER_ACCEPT_ENCODING}: mean {wire.mean() / 1e3:.0f} kB, max"
+          f" {wire.max() / 1e6:.2f} MB ({sum(g is not None for _, g in tiles.values())} gzip)")
     pkl = work / "tiles.pkl"
     pkl.write_bytes(pickle.dumps(tiles))
     rows = {}

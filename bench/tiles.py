@@ -116,6 +116,41 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
     return out
 
 
+def tile_bytes(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> list[tuple]:
+    """In-process: bytes of every depth page of random (group, index) tiles per level, as sent
+    (identity) and gzipped (what a browser asking for gzip gets), next to the unpaged tile (every
+    depth of the group in one tile, as before depth pages). Rows: (level, pages, mean, max, mean gz,
+    max gz, max unpaged)."""
+    import zlib
+
+    from acceltrace.tiles import layout
+    from acceltrace.tiles.query import LodInfo, build_pages, build_tile
+
+    con = store.connect(trace_id, sides=())
+    con.execute("SET threads = 2")
+    info = LodInfo.load(con)
+    names = layout.name_dictionary(con, 1 << 20)
+    counts = layout.group_counts(con)
+    depths = layout.group_depths(con)
+    groups = [g for g, (s, _, _) in counts.items() if s]
+    rng = np.random.default_rng(seed)
+    out = []
+    for level in range(info.max_level + 1):
+        n_tiles = max(1, -(-info.duration_ns // (1024 << level)))
+        sizes, gz, unpaged = [], [], []
+        for _ in range(tiles_per_level):
+            g, i = groups[int(rng.integers(len(groups)))], int(rng.integers(n_tiles))
+            empty = frozenset(k for k, v in zip(("instants", "counters"), counts[g][1:]) if not v)
+            for body in build_pages(con, info, level, i, g, f"g{g}", empty, names, depths.get(g, 0)).values():
+                sizes.append(len(body))
+                c = zlib.compressobj(6, zlib.DEFLATED, 31)
+                gz.append(len(c.compress(body) + c.flush()))
+            unpaged.append(len(build_tile(con, info, level, i, g, f"g{g}", empty, names, page=None)))
+        out.append((level, len(sizes), float(np.mean(sizes)), max(sizes), float(np.mean(gz)), max(gz), max(unpaged)))
+    con.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1M,10M", help="comma-separated slice counts (e.g. 1M,10M,100M)")
@@ -142,6 +177,18 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = PERFETTO_TRACK_QUERY_US
         print(f"single track (cold tile / tracks in group, median): {res['per_track_us']:.0f} us vs Perfetto "
               f"{lo}-{hi} us per track (published) -> ratio {res['per_track_us'] / ((lo + hi) / 2):.1f}x")
+        tid = next(r["id"] for r in store.list("ready") if r["name"] == f"bench-{_size(s)}")
+        rows = tile_bytes(store, tid, args.tiles_per_level, args.seed)
+        print(f"tile bytes (every depth page of {args.tiles_per_level} random tiles per level; gz: gzip level 6;"
+              " unpaged: all depths of the group in one tile):")
+        print(f"{'level':>5} {'pages':>6} {'mean B':>10} {'max B':>10} {'mean gz B':>10} {'max gz B':>10}"
+              f" {'max unpaged B':>14}")
+        for level, n, mean, mx, mgz, xgz, unp in rows:
+            print(f"{level:>5} {n:>6} {mean:>10,.0f} {mx:>10,} {mgz:>10,.0f} {xgz:>10,} {unp:>14,}")
+        total = sum(r[1] for r in rows)
+        print(f"all levels: {total} pages, mean {sum(r[1] * r[2] for r in rows) / total:,.0f} B, max"
+              f" {max(r[3] for r in rows):,} B; gzip mean {sum(r[1] * r[4] for r in rows) / total:,.0f} B, max"
+              f" {max(r[5] for r in rows):,} B; unpaged max {max(r[6] for r in rows):,} B")
         if args.cpu:
             tid = next(r["id"] for r in store.list("ready") if r["name"] == f"bench-{_size(s)}")
             rows = cpu_per_tile(store, tid, args.tiles_per_level, args.seed)

@@ -1,9 +1,12 @@
 -- wrk script for bench/load.py: replays recorded tile URLs (one per line in the file given
--- after `--`), each thread starting at its own offset, and prints one JSON result line.
+-- after `--`), each thread starting at its own offset, and prints one JSON result line. Every request
+-- asks as Chromium's fetch() does (Accept-Encoding: gzip, deflate, br, zstd), so a server that
+-- negotiates compression sends what a browser would get.
 local urls = {}
 local counter = 0
 local thread_id = 0
 local threads = {}
+local headers = { ["Accept-Encoding"] = "gzip, deflate, br, zstd", ["Accept"] = "*/*" }
 
 function setup(thread)
   thread:set("id", thread_id)
@@ -20,7 +23,7 @@ end
 
 function request()
   counter = counter + 1
-  return wrk.format("GET", urls[(counter % #urls) + 1])
+  return wrk.format("GET", urls[(counter % #urls) + 1], headers)
 end
 
 function done(summary, latency, requests)
