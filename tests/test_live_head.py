@@ -109,3 +109,33 @@ def test_flat_tracks_take_the_fast_path_and_nested_ones_the_sweep():
     assert not _flat(np.zeros(2, np.int64), np.array([5, 5]), np.array([0, 0]))  # two instants at one time nest
     d = np.array([1, 2, 3, 4, 7, 8, (1 << 40) - 1, 1 << 40, (1 << 53) + 1], np.int64)
     assert dur_class(d).tolist() == [int(x).bit_length() - 1 for x in d.tolist()]
+
+
+def test_head_segments_beyond_the_memory_bound_leave_the_view_counted_and_hatched(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELTRACE_LIVE_HEAD_RECORDS", "1000")
+    f = tmp_path / "bound.atrace"
+    w = AtraceWriter(f)
+    step = w.intern("step")
+    cap = LiveCapture(Store(tmp_path / "store"), f, "bound")
+    try:
+        assert cap.head_max == 1000
+        for k in range(4):  # four deltas of 400 records, 10 ms apart: the bound holds two of them
+            recs = np.zeros(400, R.RECORD_DTYPE)
+            recs["kind"], recs["pid"], recs["tid"], recs["name"] = R.COMPLETE, 1, 1, step
+            recs["ts"] = T0 + k * 10_000_000 + np.arange(400) * 10_000
+            recs["dur"] = 5_000
+            w.add_records(recs)
+            w.flush()
+            cap._take(*cap.tail.poll())
+            cap._build_delta()
+            cap._window_futs[-1].result(timeout=60)
+        segs = cap.segments()
+        assert [s.head is not None for s in segs] == [True, True] and cap.dropped_live == 800
+        assert cap.counts()["dropped_live"] == 800 and cap.not_shown == 0
+        # the spans let go are said (hatched on the page), in relative ns: the first two deltas
+        assert cap.gaps.relative(cap.start_abs_ns) == [[0, 399 * 10_000 + 5_000],
+                                                        [10_000_000, 10_000_000 + 399 * 10_000 + 5_000]]
+        assert segs[0].lo_ns == 20_000_000 and cap.head_ns() == 30_000_000 + 399 * 10_000 + 5_000
+    finally:
+        cap.stop()
+        w.close()
