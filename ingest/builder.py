@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class Warnings:
             self.kept.append(f"{where}: {message}")
 
 
+STAGE = "_stage"  # the attached in-memory database of the staged slices (see __init__)
 TIME_LIMIT_NS = 1 << 62  # |ts| and ts + dur bound (store invariant, docs/schema.md)
 LONG_SPAN_NS = 7 * 86400 * 10**9  # a longer trace is published with a warning
 
@@ -76,15 +78,21 @@ class TraceBuilder:
         self.con = duckdb.connect(str(self.path))
         self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self.con.execute("SET preserve_insertion_order = false")
+        self.threads = threads
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
+        # staging lives in an attached in-memory database: appends stay in memory (spilling to the
+        # temp dir), only the sorted final table is written to the trace file, and unlike a TEMP
+        # table every cursor sees it, so finish() can write slices and build the LOD at once
+        (db,) = self.con.execute("SELECT current_database()").fetchone()
+        self.con.execute(f"ATTACH ':memory:' AS {STAGE}")
+        self.con.execute(f"SET search_path = '{_quote_ident(db)},{STAGE}'")  # staging by its bare name
         for table in schema.TABLES:
             if table == "slices":
                 # staging: depth may be unknown (NULL) until finish()
                 cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES[table]]
-                # a TEMP table: appends stay in memory (spilling to the temp dir), and only
-                # the sorted final table is written to the trace file
-                self.con.execute(schema.create_sql(table, cols, name="_slices_staging").replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+                self.con.execute(schema.create_sql(table, cols, name="_slices_staging").replace(
+                    "CREATE TABLE ", f"CREATE TABLE {STAGE}.", 1))
             else:
                 self.con.execute(schema.create_sql(table))
         self.meta: dict[str, str] = {}
@@ -281,20 +289,21 @@ class TraceBuilder:
         cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth"
                          for c in schema.column_names("slices"))
         con.execute(schema.create_sql("slices"))
-        con.register("_depths", depths)
+        con.register("_depths_arrow", depths)
         try:
-            con.execute(f"INSERT INTO slices SELECT * FROM (SELECT {cols} FROM _slices_staging s"
-                        " LEFT JOIN _depths d USING (slice_id)) ORDER BY track_id, ts, depth")
+            con.execute(f"CREATE TABLE {STAGE}._depths AS SELECT * FROM _depths_arrow")
         finally:
-            con.unregister("_depths")
-        con.execute("DROP TABLE _slices_staging")
+            con.unregister("_depths_arrow")
+        # the slices as they will be stored (depth filled in): what slices gets and the LOD reads
+        con.execute(f"CREATE VIEW {STAGE}._slices_final AS SELECT {cols} FROM {STAGE}._slices_staging s"
+                    f" LEFT JOIN {STAGE}._depths d USING (slice_id)")
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")
             con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
 
         start, end = con.execute(
-            "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM slices"
+            "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM _slices_staging"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
         if start is None or end is None:  # every event was dropped on the way: nothing to show
@@ -304,7 +313,7 @@ class TraceBuilder:
                                  if dropped and self.warnings.kept else "")
                               + "; expected at least one event with a valid time")
         if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
-            (longest,) = con.execute("SELECT max(dur) FROM slices").fetchone()
+            (longest,) = con.execute("SELECT max(dur) FROM _slices_staging").fetchone()
             self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"
                       f" {(longest or 0) / 86400e9:.1f} days); some times are probably corrupt")
         meta = dict(self.meta)
@@ -318,12 +327,37 @@ class TraceBuilder:
         meta["warnings"] = json.dumps(self.warnings.kept)
         insert_rows(con, "trace_meta", sorted(meta.items()))
 
-        build_lod(con)  # every published trace carries its level-of-detail tables
+        self._write_slices_and_lod()  # every published trace carries its level-of-detail tables
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return counts
+
+    def _write_slices_and_lod(self) -> None:
+        """slices (sorted) and the level-of-detail tables, both from the staged slices, at once.
+
+        They are independent: one sorts and writes the slices into the trace file, the other
+        builds lod_* from the same rows. Each runs on a cursor of its own in a thread of its
+        own (DuckDB releases the GIL), so the two cores share them; with a one-thread build (a
+        fleet's worker, one per core) they run one after the other.
+        """
+        con = self.con
+        sort = f"INSERT INTO slices SELECT * FROM {STAGE}._slices_final ORDER BY track_id, ts, depth"
+        con.execute("SET preserve_insertion_order = true")  # both sorted writes store rows in order
+        try:
+            if self.threads == 1:
+                con.execute(sort)
+                build_lod(con, slices=f"{STAGE}._slices_final", keep_order_setting=True)
+            else:
+                _in_parallel(
+                    lambda cur: cur.execute(sort),
+                    lambda cur: build_lod(cur, slices=f"{STAGE}._slices_final", keep_order_setting=True),
+                    con)
+        finally:
+            con.execute("SET preserve_insertion_order = false")
+        con.execute("RESET search_path")
+        con.execute(f"DETACH {STAGE}")
 
     def counts(self) -> dict:
         q = self.con.execute
@@ -346,6 +380,34 @@ class TraceBuilder:
     def _write_tracks(self) -> None:
         if self._track_rows:
             insert_rows(self.con, "tracks", self._track_rows)
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _in_parallel(first, second, con: duckdb.DuckDBPyConnection) -> None:
+    """first(cursor) in a thread and second(cursor) here, each on a cursor of its own; the first
+    error of either is raised once both are done."""
+    errors: list[BaseException] = []
+
+    def run(job):
+        cur = con.cursor()
+        try:
+            job(cur)
+        except BaseException as e:  # re-raised below, in the caller's thread
+            errors.append(e)
+        finally:
+            cur.close()
+
+    t = threading.Thread(target=run, args=(first,), name="slices-write")
+    t.start()
+    try:
+        run(second)
+    finally:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:

@@ -18,7 +18,7 @@ def ingest_only():
     """No level-of-detail tables (they have their own tests; ingest_paths runs no analysis unless
     asked): these tests read only the store's own tables, and stay fast."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(builder_mod, "build_lod", lambda con: None)
+    mp.setattr(builder_mod, "build_lod", lambda con, **kw: None)
     try:
         yield
     finally:

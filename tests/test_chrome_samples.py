@@ -27,7 +27,7 @@ SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome" / "kineto"
 def store(tmp_path_factory):
     # ingest only: the analysis passes and level-of-detail tables have their own tests
     mp = pytest.MonkeyPatch()
-    mp.setattr(builder_mod, "build_lod", lambda con: None)
+    mp.setattr(builder_mod, "build_lod", lambda con, **kw: None)
     yield Store(tmp_path_factory.mktemp("chrome-samples"))
     mp.undo()
 

@@ -39,7 +39,7 @@ needs_scanner = pytest.mark.skipif(columns._scan is None, reason="the compiled s
 
 @pytest.fixture
 def quick(monkeypatch):
-    monkeypatch.setattr(builder_mod, "build_lod", lambda con: None)
+    monkeypatch.setattr(builder_mod, "build_lod", lambda con, **kw: None)
     monkeypatch.setattr(sources, "BOMB_FLOOR_BYTES", 1 << 20)
 
 

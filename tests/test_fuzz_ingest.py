@@ -40,7 +40,7 @@ def test_short_fuzzing_run_of_every_ingester_finds_no_bug(tmp_path):
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(builder_mod, "build_lod", lambda con: None)
+    monkeypatch.setattr(builder_mod, "build_lod", lambda con, **kw: None)
     return Store(tmp_path / "store")
 
 

@@ -29,7 +29,7 @@ SNAPSHOTS = ROOT / "tests" / "snapshots" / "chrome" / "invalid"
 
 @pytest.fixture
 def quick(monkeypatch):
-    monkeypatch.setattr(builder_mod, "build_lod", lambda con: None)
+    monkeypatch.setattr(builder_mod, "build_lod", lambda con, **kw: None)
     # the bomb sample is small (16 KiB -> 16 MiB); the real floor is 512 MiB
     monkeypatch.setattr(sources, "BOMB_FLOOR_BYTES", 1 << 20)
 

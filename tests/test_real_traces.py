@@ -48,7 +48,7 @@ def _rel(p: Path) -> str:
 def store(tmp_path_factory):
     # the store's own tables only: level-of-detail tables and passes have their own tests
     mp = pytest.MonkeyPatch()
-    mp.setattr(builder_mod, "build_lod", lambda con: None)
+    mp.setattr(builder_mod, "build_lod", lambda con, **kw: None)
     yield Store(tmp_path_factory.mktemp("real-traces"))
     mp.undo()
 

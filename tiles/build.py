@@ -59,47 +59,53 @@ def lane_rank_sql(col: str = "lane") -> str:
     return f"(CASE {col} {whens} ELSE {len(LANE_ORDER)} END)"
 
 
-def build(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every lod_* table in the builder's connection (before the trace is published)."""
-    con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
+def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_setting: bool = False) -> None:
+    """Create every lod_* table in the builder's connection (before the trace is published).
+
+    slices: the table or view to read the slices from (the builder passes its staged rows, so
+    this runs while `slices` itself is being written). keep_order_setting: the caller has set
+    preserve_insertion_order (a setting of the whole database) and resets it itself."""
+    if not keep_order_setting:
+        con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
     t0 = time.perf_counter()
     try:
-        _build(con)
+        _build(con, slices)
     finally:
-        con.execute("SET preserve_insertion_order = false")
+        if not keep_order_setting:
+            con.execute("SET preserve_insertion_order = false")
     con.execute("INSERT INTO lod_info VALUES ('build_ms', ?)", [str(round((time.perf_counter() - t0) * 1000))])
 
 
-def _build(con: duckdb.DuckDBPyConnection) -> None:
+def _build(con: duckdb.DuckDBPyConnection, slices: str) -> None:
     start_ns, end_ns = (int(v) for v in con.execute(
         "SELECT (SELECT value FROM trace_meta WHERE key = 'start_ns'), (SELECT value FROM trace_meta WHERE key = 'end_ns')"
     ).fetchone())
     duration_ns = max(1, end_ns - start_ns)
     max_level = max(0, math.ceil(math.log2(duration_ns / BUCKETS_PER_TILE))) if duration_ns > BUCKETS_PER_TILE else 0
 
-    _build_groups(con)
+    _build_groups(con, slices)
     con.execute(
         "CREATE TABLE lod_names AS SELECT (row_number() OVER (ORDER BY name) - 1)::INTEGER AS name_id, name"
-        " FROM (SELECT DISTINCT name FROM slices) ORDER BY name_id"
+        f" FROM (SELECT DISTINCT name FROM {slices}) ORDER BY name_id"
     )
     cls = dur_class_sql("s.dur")
     # the same rows lod_slices will hold: their rate sets both its chunk width and its base level
     slice_rate = _peak_rate_per_ns(
-        con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM slices s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",
+        con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM {slices} s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",
         max_level)
     chunk_log2 = _chunk_log2(slice_rate, max_level)
     con.execute(
         f"""CREATE TABLE lod_slices AS
         SELECT t.grp, ((s.ts - {start_ns}) >> {chunk_log2})::INTEGER AS chunk, {cls}::TINYINT AS cls,
                s.ts - {start_ns} AS ts, s.dur, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id, s.bytes
-        FROM slices s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
+        FROM {slices} s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
         WHERE s.dur > 0
         ORDER BY t.grp, chunk, cls, ts"""
     )
     con.execute(
         f"""CREATE TABLE lod_instants AS
         SELECT t.grp, s.ts - {start_ns} AS ts, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id
-        FROM slices s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
+        FROM {slices} s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
         WHERE s.dur = 0
         ORDER BY t.grp, ts"""
     )
@@ -136,7 +142,7 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
     insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
 
 
-def _build_groups(con: duckdb.DuckDBPyConnection) -> None:
+def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices") -> None:
     """Tile groups: UI-ordered runs of one (lane, group_name), at most GROUP_MAX_TRACKS tracks."""
     con.execute(
         f"""CREATE TEMP TABLE _ordered AS
@@ -145,7 +151,7 @@ def _build_groups(con: duckdb.DuckDBPyConnection) -> None:
                row_number() OVER (PARTITION BY t.lane, t.group_name
                                   ORDER BY t.sort_key, t.track_id) - 1 AS pos_in_run,
                count(*) OVER (PARTITION BY t.lane, t.group_name) AS run_len
-        FROM tracks t LEFT JOIN (SELECT track_id, max(depth) AS max_depth FROM slices GROUP BY track_id) d
+        FROM tracks t LEFT JOIN (SELECT track_id, max(depth) AS max_depth FROM {slices} GROUP BY track_id) d
              USING (track_id)"""
     )
     con.execute(

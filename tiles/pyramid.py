@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-NUMPY_MAX_SLICES = 4_000_000
+NUMPY_MAX_SLICES = 1_500_000
 _I64_MAX = np.iinfo(np.int64).max
 
 
