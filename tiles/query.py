@@ -102,9 +102,11 @@ def _depth_sql(depths: tuple[int, int] | None) -> str:
 
 
 def _queries(info: LodInfo, level: int, index: int, grp: int | None,
-             depths: tuple[int, int] | None = None) -> dict[str, str]:
+             depths: tuple[int, int] | None = None, order: bool = True) -> dict[str, str]:
     """One SQL per section; all bounds are integers computed here (no user text reaches SQL).
-    `depths` (lo, hi): only the slice and instant rows of those depths (a depth page); None: all."""
+    `depths` (lo, hi): only the slice and instant rows of those depths (a depth page); None: all.
+    `order`: rows in the encoding's order (by track, then ts or bucket); without it the caller
+    sorts (_section_arrays does, in numpy: DuckDB's ORDER BY was half of a coarse tile's query)."""
     L = level
     t0 = index << (L + TILE_BUCKETS_LOG2)
     t1 = (index + 1) << (L + TILE_BUCKETS_LOG2)
@@ -120,7 +122,7 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None,
             f"SELECT {cols} FROM lod_slices WHERE {g}{_chunks(info, look, t1)}{d}cls BETWEEN {lo} AND {hi}"
             f" AND ts >= {max(0, look)} AND ts < {t1} AND ts + dur > {t0}"
             for lo, hi, look in branches
-        ) + " ORDER BY 1, 3, 5"
+        ) + (" ORDER BY 1, 3, 5" if order else "")
     else:
         out["slices"] = f"SELECT {cols} FROM lod_slices WHERE false"
 
@@ -128,7 +130,7 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None,
         out["merged"] = (
             f"SELECT track_id, b - {b0}, depth, count, busy::DOUBLE, coalesce(bytes, 0)::DOUBLE, l_id::DOUBLE,"
             f" l_dur::DOUBLE, l_name FROM lod_merged WHERE level = {L} AND {g}{d}b >= {b0} AND b < {b0 + 1024}"
-            " ORDER BY 1, 2, 3"
+            + (" ORDER BY 1, 2, 3" if order else "")
         )
     else:
         out["merged"] = (
@@ -137,32 +139,32 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None,
             f" sum(dur)::DOUBLE AS busy, coalesce(sum(bytes), 0)::DOUBLE AS bytes, max({LONGEST_KEY}) AS k,"
             f" arg_max(name_id, {LONGEST_KEY}) AS name"
             f" FROM lod_slices WHERE {g}{_chunks(info, t0, t1)}{d}cls < {L} AND ts >= {t0} AND ts < {t1}"
-            " GROUP BY ALL) ORDER BY 1, 2, 3"
+            " GROUP BY ALL)" + (" ORDER BY 1, 2, 3" if order else "")
         )
 
     if L >= info.instant_base_level:
         out["instants"] = (
             f"SELECT track_id, b - {b0}, depth, count, slice_id::DOUBLE, ts::DOUBLE, name_id FROM lod_instant_merged"
-            f" WHERE level = {L} AND {g}{d}b >= {b0} AND b < {b0 + 1024} ORDER BY 1, 2, 3"
+            f" WHERE level = {L} AND {g}{d}b >= {b0} AND b < {b0 + 1024}" + (" ORDER BY 1, 2, 3" if order else "")
         )
     else:
         out["instants"] = (
             "SELECT track_id, bucket, depth, n, id::DOUBLE, ts::DOUBLE, name FROM ("
             f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, depth, count(*) AS n, arg_min(slice_id, {FIRST_KEY}) AS id,"
             f" min(ts) AS ts, arg_min(name_id, {FIRST_KEY}) AS name"
-            f" FROM lod_instants WHERE {g}{d}ts >= {t0} AND ts < {t1} GROUP BY ALL) ORDER BY 1, 2, 3"
+            f" FROM lod_instants WHERE {g}{d}ts >= {t0} AND ts < {t1} GROUP BY ALL)" + (" ORDER BY 1, 2, 3" if order else "")
         )
 
     if L >= info.counter_base_level:
         out["counters"] = (
             f"SELECT track_id, b - {b0}, count, vmin, vmax, vfirst, vlast FROM lod_counter_merged"
-            f" WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024} ORDER BY 1, 2"
+            f" WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024}" + (" ORDER BY 1, 2" if order else "")
         )
     else:
         out["counters"] = (
             f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, count(*), min(value), max(value),"
             f" arg_min(value, ts), arg_max(value, ts) FROM lod_counters"
-            f" WHERE {g}ts >= {t0} AND ts < {t1} GROUP BY ALL ORDER BY 1, 2"
+            f" WHERE {g}ts >= {t0} AND ts < {t1} GROUP BY ALL" + (" ORDER BY 1, 2" if order else "")
         )
     return out
 
@@ -267,13 +269,29 @@ def _strings(con, names: list[str] | None) -> Callable[[np.ndarray], list[str]]:
 def _section_arrays(con, info: LodInfo, level: int, index: int, grp: int | None,
                     skip: frozenset[str] | set[str]) -> dict[str, list[np.ndarray]]:
     arrays: dict[str, list[np.ndarray]] = {}
-    for section, sql in _queries(info, level, index, grp).items():
+    for section, sql in _queries(info, level, index, grp, order=False).items():
         if section in skip:
             arrays[section] = [np.zeros(0, _NP[dt]) for _, dt in COLUMNS[section]]
             continue
         res = con.execute(sql).fetchnumpy()
-        arrays[section] = [np.asarray(v) for v in res.values()]
+        cols = [np.asarray(v) for v in res.values()]
+        if len(cols[0]) > 1:
+            o = _order(section, cols)
+            cols = [c[o] for c in cols]
+        arrays[section] = cols
     return arrays
+
+
+def _order(section: str, cols: list[np.ndarray]) -> np.ndarray:
+    """The encoding's row order: by track, then ts and depth (slices) or bucket and depth; one stable
+    argsort of a packed int64 key where the columns fit (track < 2^31, bucket < 2^10, depth < 2^15)."""
+    track = cols[0].astype(np.int64)
+    if section == "slices":
+        return np.lexsort((cols[_col(section, "depth")], cols[_col(section, "ts")], track))
+    key = (track << 25) | (cols[1].astype(np.int64) << 15)
+    if section != "counters":
+        key |= cols[2].astype(np.int64)
+    return np.argsort(key, kind="stable")
 
 
 def _fold(arrays: dict[str, list[np.ndarray]], depth: dict[str, np.ndarray], level: int, index: int,
