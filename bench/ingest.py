@@ -65,7 +65,7 @@ elif mode in ("parse", "lod", "pipeline", "lod_py"):
     from acceltrace.ingest import builder, pipeline
     from acceltrace.store.catalog import Store
     if mode == "parse":
-        builder.build_lod = lambda con: None
+        builder.build_lod = lambda con, **kw: None
     t0 = time.perf_counter(); c0 = os.times()
     # viewable = published (the views' precompute and the analysis come after, in "pipeline")
     r = pipeline.ingest_paths(Store(sys.argv[3]), [Path(path)], views=mode == "pipeline",
