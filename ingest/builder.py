@@ -294,16 +294,23 @@ class TraceBuilder:
             con.execute(f"CREATE TABLE {STAGE}._depths AS SELECT * FROM _depths_arrow")
         finally:
             con.unregister("_depths_arrow")
-        # the slices as they will be stored (depth filled in): what slices gets and the LOD reads
-        con.execute(f"CREATE VIEW {STAGE}._slices_final AS SELECT {cols} FROM {STAGE}._slices_staging s"
-                    f" LEFT JOIN {STAGE}._depths d USING (slice_id)")
+        # the slices as they will be stored (depth filled in, sorted), once, in memory: what slices
+        # gets and what the LOD build reads (a view would repeat the join for each of its readers)
+        con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY keeps that order
+        try:
+            con.execute(f"CREATE TABLE {STAGE}._slices_final AS SELECT {cols} FROM {STAGE}._slices_staging s"
+                        f" LEFT JOIN {STAGE}._depths d USING (slice_id) ORDER BY track_id, ts, depth")
+        finally:
+            con.execute("SET preserve_insertion_order = false")
+        con.execute(f"DROP TABLE {STAGE}._slices_staging")
+        con.execute(f"DROP TABLE {STAGE}._depths")
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")
             con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
 
         start, end = con.execute(
-            "SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM _slices_staging"
+            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {STAGE}._slices_final"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
         if start is None or end is None:  # every event was dropped on the way: nothing to show
@@ -313,7 +320,7 @@ class TraceBuilder:
                                  if dropped and self.warnings.kept else "")
                               + "; expected at least one event with a valid time")
         if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
-            (longest,) = con.execute("SELECT max(dur) FROM _slices_staging").fetchone()
+            (longest,) = con.execute(f"SELECT max(dur) FROM {STAGE}._slices_final").fetchone()
             self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"
                       f" {(longest or 0) / 86400e9:.1f} days); some times are probably corrupt")
         meta = dict(self.meta)
@@ -335,23 +342,23 @@ class TraceBuilder:
         return counts
 
     def _write_slices_and_lod(self) -> None:
-        """slices (sorted) and the level-of-detail tables, both from the staged slices, at once.
+        """slices and the level-of-detail tables, both from the sorted staged slices, at once.
 
-        They are independent: one sorts and writes the slices into the trace file, the other
-        builds lod_* from the same rows. Each runs on a cursor of its own in a thread of its
+        They are independent: one writes the slices into the trace file, the other builds lod_*
+        from the same rows. Each runs on a cursor of its own in a thread of its
         own (DuckDB releases the GIL), so the two cores share them; with a one-thread build (a
         fleet's worker, one per core) they run one after the other.
         """
         con = self.con
-        sort = f"INSERT INTO slices SELECT * FROM {STAGE}._slices_final ORDER BY track_id, ts, depth"
-        con.execute("SET preserve_insertion_order = true")  # both sorted writes store rows in order
+        write = f"INSERT INTO slices SELECT * FROM {STAGE}._slices_final"  # in order already
+        con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
         try:
             if self.threads == 1:
-                con.execute(sort)
+                con.execute(write)
                 build_lod(con, slices=f"{STAGE}._slices_final", keep_order_setting=True)
             else:
                 _in_parallel(
-                    lambda cur: cur.execute(sort),
+                    lambda cur: cur.execute(write),
                     lambda cur: build_lod(cur, slices=f"{STAGE}._slices_final", keep_order_setting=True),
                     con)
         finally:
