@@ -12,6 +12,7 @@
  *   ts, own, slack: int64 per node; start, end, why, why_end: writable int64 per node (out).
  * critical_path(start, end, why, why_end, slack, own, kind, lane) -> (a, b, type, node) as bytes
  *   kind, lane: int8 per node; the segments earliest first, types as SEGMENT codes below.
+ * scatter_max(out, idx, val), order_by(key, n, out): the graph build's two hot loops (analysis/graph.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -296,9 +297,90 @@ done:
     return out;
 }
 
+/* scatter_max(out, idx, val): out[idx[k]] = max(out[idx[k]], val[k]) (numpy's maximum.at) */
+static PyObject *py_scatter_max(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    Py_buffer b[3];
+    int got = 0;
+    static const char *names[3] = {"out", "idx", "val"};
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    for (; got < 3; got++)
+        if (get_buf(o[got], &b[got], 8, got == 0, names[got]) < 0) goto fail;
+    Py_ssize_t n = b[0].len / 8, m = b[1].len / 8;
+    if (b[2].len / 8 != m) {
+        PyErr_Format(PyExc_ValueError, "idx has %zd items, val %zd", m, b[2].len / 8);
+        goto fail;
+    }
+    int64_t *out = b[0].buf;
+    const int64_t *idx = b[1].buf, *val = b[2].buf;
+    Py_ssize_t bad = -1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int64_t i = idx[k];
+        if (i < 0 || i >= n) { bad = k; break; }
+        if (val[k] > out[i]) out[i] = val[k];
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "index %lld (item %zd) outside 0..%zd", (long long)idx[bad], bad, n - 1);
+        goto fail;
+    }
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&b[i]);
+    Py_RETURN_NONE;
+fail:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return NULL;
+}
+
+/* order_by(key, n, out): the stable order of items by key in 0..n-1 (a counting sort) into out */
+static PyObject *py_order_by(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ko, *oo;
+    Py_ssize_t n;
+    Py_buffer kb, ob;
+    if (!PyArg_ParseTuple(args, "OnO", &ko, &n, &oo)) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n must be >= 0");
+        return NULL;
+    }
+    if (get_buf(ko, &kb, 8, 0, "key") < 0) return NULL;
+    if (get_buf(oo, &ob, 8, 1, "out") < 0) { PyBuffer_Release(&kb); return NULL; }
+    Py_ssize_t m = kb.len / 8, bad = -1;
+    const int64_t *key = kb.buf;
+    int64_t *out = ob.buf;
+    int64_t *pos = NULL;
+    if (ob.len / 8 != m) {
+        PyErr_Format(PyExc_ValueError, "out has %zd items, key %zd", ob.len / 8, m);
+        goto done;
+    }
+    pos = calloc((size_t)n + 1, sizeof(int64_t));
+    if (!pos) { PyErr_NoMemory(); goto done; }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < m; k++) {
+        if (key[k] < 0 || key[k] >= n) { bad = k; break; }
+        pos[key[k] + 1]++;
+    }
+    if (bad < 0) {
+        for (Py_ssize_t i = 0; i < n; i++) pos[i + 1] += pos[i];
+        for (Py_ssize_t k = 0; k < m; k++) out[pos[key[k]]++] = k;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0)
+        PyErr_Format(PyExc_ValueError, "key %lld (item %zd) outside 0..%zd", (long long)key[bad], bad, n - 1);
+done:
+    free(pos);
+    PyBuffer_Release(&kb);
+    PyBuffer_Release(&ob);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
     {"replay", py_replay, METH_VARARGS, "List-schedule the graph (see the header); the number of finished nodes."},
     {"critical_path", py_critical_path, METH_VARARGS, "The critical path's segments (see the header)."},
+    {"scatter_max", py_scatter_max, METH_VARARGS, "out[idx[k]] = max(out[idx[k]], val[k]), bounds-checked."},
+    {"order_by", py_order_by, METH_VARARGS, "The stable order of items by a key in 0..n-1 (counting sort)."},
     {NULL, NULL, 0, NULL},
 };
 

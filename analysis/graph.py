@@ -14,6 +14,11 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+try:  # built by `pip install` (setup.py); optional: numpy does the same below
+    from acceltrace.analysis import _replay as _C
+except ImportError:  # pragma: no cover - depends on the install
+    _C = None
+
 HOST, DEVICE = 0, 1
 # a synchronising call returns this soon after the work it waited for: what ended earlier inside it
 # was not what it waited for (the trace does not say which event or queue a sync names)
@@ -82,6 +87,26 @@ class Graph:
         g._by_corr = getattr(self, "_by_corr", None)
         return g
 
+    def siblings_of(self, slice_ids) -> tuple[np.ndarray, np.ndarray]:
+        """siblings() of many slices at once: (i, node) pairs, i indexing slice_ids, in their order."""
+        v = self.index.nodes(slice_ids)
+        if (v < 0).any():
+            raise KeyError(int(np.asarray(slice_ids)[np.argmax(v < 0)]))
+        c = self.corr[v] if self.corr is not None else np.full(len(v), -1, np.int64)
+        if getattr(self, "_by_corr", None) is None:
+            dev = np.flatnonzero(self.corr >= 0) if self.corr is not None else np.zeros(0, np.int64)
+            o = np.argsort(self.corr[dev], kind="stable") if len(dev) else dev
+            self._by_corr = ((self.corr[dev][o], dev[o]) if len(dev) else
+                             (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        vals, nodes = self._by_corr
+        lo, hi = np.searchsorted(vals, c, "left"), np.searchsorted(vals, c, "right")
+        lo, hi = np.where(c < 0, 0, lo), np.where(c < 0, 1, hi)  # no correlation: the node alone
+        cnt = hi - lo
+        i = np.repeat(np.arange(len(v)), cnt)
+        pos = np.repeat(lo - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(int(cnt.sum()))
+        alone = c[i] < 0
+        return i, np.where(alone, v[i], nodes[np.minimum(pos, max(len(nodes) - 1, 0))] if len(nodes) else v[i])
+
     def siblings(self, slice_id: int) -> np.ndarray:
         """The device-work nodes of one copy call: those sharing the slice's correlation id."""
         v = self.index[slice_id]
@@ -94,6 +119,9 @@ class Graph:
             self._by_corr = (self.corr[dev][o], dev[o])
         vals, nodes = self._by_corr
         return nodes[np.searchsorted(vals, c, "left"):np.searchsorted(vals, c, "right")]
+
+
+_LANE_CODE = "CASE {} WHEN 'cpu' THEN 0 WHEN 'driver' THEN 1 WHEN 'eu' THEN 2 WHEN 'pcie' THEN 3 ELSE 4 END::TINYINT"
 
 
 class _Edges:
@@ -113,22 +141,37 @@ class _Edges:
 
 def build(con: duckdb.DuckDBPyConnection) -> Graph:
     """The graph of a trace whose connection already ran analysis/_common.sql (its _dev_work, _ready)."""
-    dev = con.execute("""
-        SELECT w.slice_id, CASE w.lane WHEN 'cpu' THEN 0 WHEN 'driver' THEN 1 WHEN 'eu' THEN 2 WHEN 'pcie' THEN 3 ELSE 4 END::TINYINT AS lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice, w.track_id,
-               dense_rank() OVER (ORDER BY coalesce(w.dev, '')) AS dev_code,
-               coalesce(w.corr_id, -1) AS corr_id,
-               dense_rank() OVER (ORDER BY coalesce(CASE WHEN r.kind IN ('dma', 'exec') THEN 'q' || r.src_track_id END,
-                        'stream:' || coalesce(w.dev, '') || ':' || json_extract_string(s.args, '$.stream'),
-                        't' || w.track_id)) AS queue_code
-        FROM _dev_work w JOIN slices s USING (slice_id) LEFT JOIN _ready r USING (slice_id)
+    # device work in time order; its queue is the driver queue that submitted it (a dma/exec flow from
+    # a driver track), else its stream (Kineto: args.stream of the device), else its own track
+    queued = "coalesce(r.kind IN ('dma', 'exec') AND r.src_track_id IS NOT NULL, false)"
+    dev = con.execute(f"""
+        SELECT w.slice_id, {_LANE_CODE.format("w.lane")} AS lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice,
+               w.track_id, d.dev_code, coalesce(w.corr_id, -1) AS corr_id,
+               CASE WHEN {queued} THEN r.src_track_id ELSE -1 END AS q_track
+        FROM _dev_work w LEFT JOIN _ready r USING (slice_id)
+        JOIN (SELECT dev, row_number() OVER (ORDER BY dev) AS dev_code
+              FROM (SELECT DISTINCT coalesce(dev, '') AS dev FROM _dev_work)) d ON d.dev = coalesce(w.dev, '')
         ORDER BY w.ts, w.slice_id""").fetchnumpy()
-    host = con.execute("""
+    queue = np.asarray(dev["q_track"], np.int64)
+    unqueued = queue < 0
+    if unqueued.any():  # the same rows in the same order: their stream, numbered per device
+        streams = con.execute(f"""
+            SELECT coalesce(dense_rank() OVER (ORDER BY coalesce(w.dev, ''), st) * (st IS NOT NULL)::INT, 0) AS code
+            FROM (SELECT w.*, json_extract_string(s.args, '$.stream') AS st FROM _dev_work w JOIN slices s
+                  USING (slice_id)) w LEFT JOIN _ready r USING (slice_id)
+            WHERE NOT {queued} ORDER BY w.ts, w.slice_id""").fetchnumpy()
+        code = np.asarray(streams["code"], np.int64)
+        track = np.asarray(dev["track_id"], np.int64)[unqueued]
+        # a queue key per row: the driver queue's track, else the stream, else the work's own track
+        queue[unqueued] = np.where(code > 0, (1 << 40) | code, (2 << 40) | track)
+    host = con.execute(f"""
         WITH items AS (
             SELECT DISTINCT src_slice AS slice_id FROM _ready
             UNION SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
             UNION SELECT slice_id FROM _sync_calls
         )
-        SELECT s.slice_id, CASE t.lane WHEN 'cpu' THEN 0 WHEN 'driver' THEN 1 WHEN 'eu' THEN 2 WHEN 'pcie' THEN 3 ELSE 4 END::TINYINT AS lane, s.ts, s.dur, s.track_id, coalesce(s.corr_id, -1) AS corr_id
+        SELECT s.slice_id, {_LANE_CODE.format("t.lane")} AS lane, s.ts, s.dur, s.track_id,
+               coalesce(s.corr_id, -1) AS corr_id
         FROM items i JOIN slices s USING (slice_id) JOIN _track_dev t ON t.track_id = s.track_id
         ORDER BY s.track_id, s.ts, s.slice_id""").fetchnumpy()
     col = lambda d, k, t: np.asarray(d[k], dtype=t)  # noqa: E731
@@ -164,8 +207,9 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     # native runtime writes submit -> driver `submit`, then the doorbell with the same correlation id):
     # the doorbell follows its call too, at most the call's length after its start; what it waited
     # beyond that stays slack
-    calls = np.unique(a[(a >= 0) & (a < nh)])
-    calls = calls[(lane[calls] == CPU) & (hcorr[calls] >= 0)]
+    calls = np.zeros(nh, bool)
+    calls[a[(a >= 0) & (a < nh)]] = True
+    calls = np.flatnonzero(calls & (lane[:nh] == CPU) & (hcorr >= 0))
     if len(calls):
         o = np.lexsort((calls, hcorr[calls]))
         cc, cn = hcorr[calls][o], calls[o]
@@ -183,7 +227,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     k = index.nodes(col(dev, "src_slice", np.int64))
     m = k >= 0
     E.add(k[m], dn[m], AFTER_START, np.minimum(ts[dn[m]], ts[k[m]] + dur[k[m]]) - ts[k[m]])
-    for codes in (col(dev, "queue_code", np.int64), col(dev, "track_id", np.int64)):
+    for codes in (queue, col(dev, "track_id", np.int64)):
         o = np.argsort(codes, kind="stable")  # device rows are in time order: stable keeps it per key
         same = codes[o][1:] == codes[o][:-1]
         u, v = dn[o][:-1][same], dn[o][1:][same]
@@ -196,11 +240,11 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     m = (a >= 0) & (b >= 0) & (a != b)
     m[m] &= ts[b[m]] >= ts[a[m]] + dur[a[m]]
     E.add(a[m], b[m], AFTER_END, np.zeros(int(m.sum()), np.int64))
-    s_, d_, k_, w_ = E.arrays()
     corr = np.concatenate([np.full(nh, -1, np.int64), col(dev, "corr_id", np.int64)])
-    g = Graph(sid, np.r_[np.zeros(nh, np.int8), np.ones(nd, np.int8)], lane, ts, dur, dur.copy(),
-              np.zeros(n, np.int64), s_, d_, k_, w_, index,
-              track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr)
+    kind = np.concatenate([np.zeros(nh, np.int8), np.ones(nd, np.int8)])
+    empty = np.zeros(0, np.int64)
+    g = Graph(sid, kind, lane, ts, dur, dur.copy(), np.zeros(n, np.int64), empty, empty, empty.astype(np.int8), empty,
+              index, track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr)
     # waits: a sync call waits for the device work that was submitted before it and ended inside it
     # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
     sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))
@@ -215,11 +259,39 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     xfers = dn[(lane[dn] == PCIE) & (corr[dn] >= 0)]
     bc, bw = _ranges(calls, hcorr[calls] - 1, hcorr[calls], xfers, corr[xfers])
     keep = (ts[bc] + dur[bc] >= ts[bw] + dur[bw]) & (ts[bc] <= ts[bw])
-    _add_waits(g, np.r_[c[m], bc[keep]], np.r_[w[m], bw[keep]])
-    _slack(g)
-    _infer_device_dependencies(g, np.r_[np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)])
-    _slack(g)
+    _add_waits(g, E, np.concatenate([c[m], bc[keep]]), np.concatenate([w[m], bw[keep]]))
+    earliest = np.full(n, np.iinfo(np.int64).min, np.int64)
+    for part in E.parts:
+        _earliest(g, earliest, *part)
+    _slack(g, earliest)
+    inferred = _infer_device_dependencies(g, np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]))
+    if inferred is not None:
+        E.add(*inferred)
+        _earliest(g, earliest, *E.parts[-1])
+        _slack(g, earliest)
+    # edges by source (stable): the replay then walks each node's edges in memory order
+    s_, d_, k_, w_ = E.arrays()
+    o = order_by(s_, n)
+    g.src, g.dst, g.ekind, g.weight = s_[o], d_[o], k_[o], w_[o]
     return g
+
+
+def order_by(key: np.ndarray, n: int) -> np.ndarray:
+    """The stable order of items by a key in 0..n-1 (np.argsort(kind="stable")'s, by a counting sort)."""
+    key = np.ascontiguousarray(key, dtype=np.int64)
+    if _C is None:
+        return np.argsort(key, kind="stable")
+    out = np.empty(len(key), np.int64)
+    _C.order_by(key, int(n), out)
+    return out
+
+
+def scatter_max(out: np.ndarray, idx: np.ndarray, val: np.ndarray) -> None:
+    """np.maximum.at(out, idx, val) (out: int64, written in place)."""
+    if _C is None:
+        np.maximum.at(out, idx, val)
+    else:
+        _C.scatter_max(out, np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(val, dtype=np.int64))
 
 
 def without_slack(g: Graph) -> Graph:
@@ -243,20 +315,14 @@ def _ranges(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, b: np.ndarray, key: n
     return ai, bs[np.arange(len(ai)) + starts]
 
 
-def _append(g: Graph, s, d, kind: int, w) -> None:
-    g.src, g.dst = np.r_[g.src, s], np.r_[g.dst, d]
-    g.ekind = np.r_[g.ekind, np.full(len(s), kind, np.int8)]
-    g.weight = np.r_[g.weight, w]
-
-
-def _infer_device_dependencies(g: Graph, dev_of: np.ndarray) -> None:
+def _infer_device_dependencies(g: Graph, dev_of: np.ndarray):
     """Work that started later than its submitter and queue allow waited for something the trace
     does not record (an event wait on another queue: a result copy after its kernel). Infer the
     edge from the work of the same device that ended last before it started, keeping the gap:
     fixing that work then lets the waiter move, as the device's own dependency would."""
     waiting = np.flatnonzero((g.kind == DEVICE) & (g.slack > 0))
     if not len(waiting):
-        return
+        return None
     nodes = np.flatnonzero(g.kind == DEVICE)
     ends = g.ts[nodes] + g.dur[nodes]
     o = np.lexsort((ends, dev_of[nodes]))  # by device, then end
@@ -275,28 +341,41 @@ def _infer_device_dependencies(g: Graph, dev_of: np.ndarray) -> None:
     u, v = nodes[pos[ok]], waiting[ok]
     gap = g.ts[v] - ends[pos[ok]]
     keep = gap < g.slack[v]
-    _append(g, u[keep], v[keep], AFTER_END, gap[keep])
+    return u[keep], v[keep], AFTER_END, gap[keep]
 
 
-def _add_waits(g: Graph, c: np.ndarray, w: np.ndarray) -> None:
+def _add_waits(g: Graph, E: _Edges, c: np.ndarray, w: np.ndarray) -> None:
     m = (c >= 0) & (w >= 0)
     c, w = c[m], w[m]
     if not len(c):
         return
-    _append(g, w, c, WAIT, np.zeros(len(c), np.int64))
+    E.add(w, c, WAIT, np.zeros(len(c), np.int64))
     # a waiting call's own time: what it spent after the last work it waited for ended
     last = np.full(len(g.ts), -1, np.int64)
-    np.maximum.at(last, c, g.ts[w] + g.dur[w])
+    scatter_max(last, c, g.ts[w] + g.dur[w])
     m = last >= 0
     g.own[m] = np.clip(g.ts[m] + g.dur[m] - last[m], 0, g.dur[m])
 
 
-def _slack(g: Graph) -> None:
+def _earliest(g: Graph, earliest: np.ndarray, src, dst, ekind, weight) -> None:
+    """Raise each node's earliest start to what these edges ask (waits ask nothing of a start)."""
+    if not len(src):
+        return
+    k = int(ekind[0]) if (ekind == ekind[0]).all() else None
+    if k == WAIT:
+        return
+    if k is None:
+        for kk in (AFTER_END, AFTER_START):
+            m = ekind == kk
+            _earliest(g, earliest, src[m], dst[m], ekind[m], weight[m])
+        return
+    t = g.ts[src] + weight
+    if k == AFTER_END:
+        t += g.dur[src]
+    scatter_max(earliest, dst, t)
+
+
+def _slack(g: Graph, earliest: np.ndarray) -> None:
     """Per node: how much later the trace started it than its constraints ask (kept by replay)."""
-    earliest = np.full(len(g.ts), np.iinfo(np.int64).min, np.int64)
-    m = g.ekind == AFTER_END
-    np.maximum.at(earliest, g.dst[m], g.ts[g.src[m]] + g.dur[g.src[m]] + g.weight[m])
-    m = g.ekind == AFTER_START
-    np.maximum.at(earliest, g.dst[m], g.ts[g.src[m]] + g.weight[m])
     has = earliest > np.iinfo(np.int64).min
     g.slack[has] = np.maximum(0, g.ts[has] - earliest[has])

@@ -43,6 +43,7 @@ class WhatIf:
     critical_path: list = field(default_factory=list)  # (start, end, type, slice_id or -1, track_id or -1)
     elapsed_ms: float = 0.0
     graph_span_ns: int = 0  # the trace's own span of the graph's nodes (first start to last end)
+    steps_ms: dict = field(default_factory=dict)  # step -> wall ms (graph build, each replay, ...)
 
 
 def _basis(pid: str, how: str) -> str:
@@ -51,49 +52,67 @@ def _basis(pid: str, how: str) -> str:
 
 
 def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_replays: int = 20,
-                   replay_nodes: int = 300_000, max_nodes: int | None = None) -> WhatIf:
+                   replay_nodes: int = 30_000_000, max_nodes: int | None = None) -> WhatIf:
     """Build the graph of the analysed trace, replay it per pass, all fixed, and per finding (the
     largest first, within the budget); the rest share their pass's saving by local estimate. A graph
     of more than max_nodes is replayed once, as it is (its critical path), and no fix is replayed:
-    every impact is None (the caller says why)."""
+    every impact is None (the caller says why). The graph is built once: every transformation edits
+    a copy of its duration and edge arrays (analysis/transform.py) and is replayed by the compiled
+    list scheduler (analysis/_replay.c). WhatIf.steps_ms times each step (bench/whatif.py prints them)."""
     t0 = time.perf_counter()
+    steps: dict[str, float] = {}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        out = fn()
+        steps[name] = steps.get(name, 0.0) + (time.perf_counter() - t) * 1e3
+        return out
+
     # savings are measured from the trace's own schedule: the graph replayed with its unexplained waits
     # kept (each relative to its node's edges, so work behind a fixed cause still moves with it); a fix
     # removes the waits it explains (analysis/transform.py). The edges-only replay is reported beside it.
-    exact = g = R.build(con)
-    exact_s = R.replay(g)
+    exact = g = timed("graph build", lambda: R.build(con))
+    exact_s = timed("replay as traced", lambda: R.replay(g))
     base = exact_s.makespan
     span = int((g.ts + g.dur).max() - g.ts.min()) if len(g.ts) else 0
+
+    def path_of(gr, sched):
+        a, b, t, v = R.critical_path_arrays(gr, sched)
+        sl = np.where(v >= 0, gr.slice_id[np.maximum(v, 0)], -1) if len(v) else v
+        tr = np.where(v >= 0, gr.track[np.maximum(v, 0)], -1) if len(v) else v
+        names = [R.SEGMENT_TYPES[x] for x in t.tolist()]
+        return list(zip(a.tolist(), b.tolist(), names, sl.tolist(), tr.tolist()))
+
+    path = timed("critical path", lambda: path_of(exact, exact_s))
     if max_nodes is not None and len(g.ts) > max_nodes:
-        path = [(a, b, t, int(g.slice_id[v]) if v >= 0 else -1, int(g.track[v]) if v >= 0 else -1)
-                for a, b, t, v in R.critical_path(g, exact_s)]
         return WhatIf(None, [], None, None, None, base, len(g.ts), len(g.src), int(g.slack.sum()), 1, path,
-                      (time.perf_counter() - t0) * 1e3, span)
-    edges_only = R.replay(R.without_slack(g)).makespan
+                      (time.perf_counter() - t0) * 1e3, span, steps)
+    edges_only = timed("replay edges only", lambda: R.replay(R.without_slack(g)).makespan)
     n_nodes = max(1, len(g.ts))
     replays = 2
 
-    def saving(fs: list[T.Fix]) -> int:
+    def saving(fs: list[T.Fix], step: str) -> int:
         nonlocal replays
         h = g.copy()
-        if not T.apply_all(h, fs, link_speedup):
+        if not timed(step + " (transform)", lambda: T.apply_all(h, fs, link_speedup)):
             return 0
         replays += 1
-        return max(0, base - R.replay(h).makespan)
+        return max(0, base - timed(step + " (replay)", lambda: R.replay(h).makespan))
 
     n = len(fixes)
     impact = np.zeros(n, np.int64)
     basis = ["none"] * n
-    todo = [i for i, f in enumerate(fixes) if f.local_ns > 0 and T.applicable(g, f)]
+    ok = T.applicable_all(g, fixes) if fixes else np.zeros(0, bool)
+    todo = [i for i, (f, a) in enumerate(zip(fixes, ok.tolist())) if a and f.local_ns > 0]
     by_pass: dict[str, list[int]] = {}
     for i in todo:
         by_pass.setdefault(fixes[i].pass_id, []).append(i)
-    pass_saving = {pid: saving([fixes[i] for i in idx]) for pid, idx in by_pass.items()}
-    all_fixed = saving([fixes[i] for i in todo]) if todo else 0
+    pass_saving = {pid: saving([fixes[i] for i in idx], f"what-if {pid} ({len(idx)})") for pid, idx in by_pass.items()}
+    all_fixed = saving([fixes[i] for i in todo], f"what-if all fixed ({len(todo)})") if todo else 0
     budget = min(max_replays, max(0, replay_nodes // n_nodes - replays))
     alone = sorted(todo, key=lambda i: (-fixes[i].local_ns, fixes[i].ts))[:budget]
     for i in alone:
-        impact[i] = saving([fixes[i]])
+        impact[i] = saving([fixes[i]], f"per-finding replays ({len(alone)})")
         basis[i] = _basis(fixes[i].pass_id, "replay")
     done = set(alone)
     for pid, idx in by_pass.items():
@@ -108,11 +127,8 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
         for i in rest:
             impact[i] = min(fixes[i].local_ns, int(round(fixes[i].local_ns * share)))
             basis[i] = _basis(pid, "pass share")
-    segs = R.critical_path(exact, exact_s)
-    path = [(a, b, t, int(exact.slice_id[v]) if v >= 0 else -1, int(exact.track[v]) if v >= 0 else -1)
-            for a, b, t, v in segs]
     return WhatIf(impact, basis, pass_saving, all_fixed, edges_only, exact_s.makespan, len(g.ts), len(g.src),
-                  int(exact.slack.sum()), replays, path, (time.perf_counter() - t0) * 1e3, span)
+                  int(exact.slack.sum()), replays, path, (time.perf_counter() - t0) * 1e3, span, steps)
 
 
 def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Table, dict, list]:

@@ -53,8 +53,9 @@ PARAMS: dict[str, Param] = {
         20, "replays", "findings replayed alone at most (largest local estimate first); the others get their "
         "pass's all-fixed saving split by local estimate (impact_basis 'pass share')"),
     "whatif_replay_nodes": Param(
-        300_000, "nodes", "budget of replayed graph nodes for the per-finding replays (a replay costs about a "
-        "microsecond per node): a trace of N nodes gets at most this / N replays", minimum=1),
+        30_000_000, "nodes", "budget of replayed graph nodes for the per-finding replays (the compiled replay "
+        "costs about 50 ns per node, its transformation as much again): a trace of N nodes gets at most this / N "
+        "replays, the as-traced and edges-only replays counted", minimum=1),
     "whatif_max_nodes": Param(
         2_000_000, "nodes", "a graph with more nodes is replayed only as it is (its critical path) at analysis: "
         "its findings' impact_ns stay NULL and say so (acceltrace whatif replays any size)", minimum=1),

@@ -48,9 +48,15 @@ WINDOW_PASSES = ("small_transfers", "pcie_saturation")  # their fix acts on a wi
 
 def applicable(g: R.Graph, fix: Fix) -> bool:
     """Whether the graph has what the fix changes (its slice, or a window for a window pass)."""
-    if fix.pass_id in WINDOW_PASSES:
-        return fix.dur > 0 or (fix.slice_id is not None and fix.slice_id in g.index)
-    return fix.slice_id is not None and fix.slice_id in g.index
+    return bool(applicable_all(g, [fix])[0])
+
+
+def applicable_all(g: R.Graph, fixes: list[Fix]) -> np.ndarray:
+    """applicable() of every fix (one lookup of all their slices)."""
+    sids = np.array([f.slice_id if f.slice_id is not None else -1 for f in fixes], np.int64)
+    has = (g.index.nodes(sids) >= 0) & np.array([f.slice_id is not None for f in fixes], bool)
+    window = np.array([f.pass_id in WINDOW_PASSES and f.dur > 0 for f in fixes], bool)
+    return has | window
 
 
 def apply(g: R.Graph, fix: Fix, link_speedup: float = 2.0) -> bool:
@@ -61,23 +67,23 @@ def apply(g: R.Graph, fix: Fix, link_speedup: float = 2.0) -> bool:
 def apply_all(g: R.Graph, fixes: list[Fix], link_speedup: float = 2.0) -> int:
     """Transform g in place for all the fixes together; how many of them applied."""
     by_pass: dict[str, list[Fix]] = defaultdict(list)
-    for f in fixes:
-        if applicable(g, f) and f.pass_id in _APPLY:
+    ok = applicable_all(g, fixes) if fixes else np.zeros(0, bool)
+    for f, a in zip(fixes, ok.tolist()):
+        if a and f.pass_id in _APPLY:
             by_pass[f.pass_id].append(f)
     for pid, fs in by_pass.items():
         _APPLY[pid](g, fs, link_speedup)
     return sum(len(fs) for fs in by_pass.values())
 
 
+def _nodes(g: R.Graph, fs: list[Fix]) -> np.ndarray:
+    return g.index.nodes(np.array([f.slice_id for f in fs], np.int64))
+
+
 def _mark(n: int, nodes) -> np.ndarray:
     m = np.zeros(n, bool)
-    m[np.asarray(list(nodes), np.int64)] = True
+    m[np.asarray(nodes, np.int64)] = True
     return m
-
-
-def _siblings(g: R.Graph, slice_id: int) -> np.ndarray:
-    """The device-work nodes of one copy call: the DMAs sharing the slice's correlation id."""
-    return g.siblings(slice_id)
 
 
 def _shrink(g: R.Graph, nodes: np.ndarray, by_ns: int) -> None:
@@ -115,41 +121,82 @@ def _window_nodes(g: R.Graph, pcie: np.ndarray, fix: Fix, overlap: bool) -> np.n
 
 
 def _copies(g, fs, _speedup) -> None:
-    pid = fs[0].pass_id
-    all_dmas = []
-    for f in fs:
-        dmas = np.asarray(_siblings(g, f.slice_id), np.int64)
-        all_dmas.append(dmas)
-        if pid == "redundant_transfers":
-            g.dur[dmas] = 0
-            g.own[dmas] = 0
+    redundant = fs[0].pass_id == "redundant_transfers"
+    fi, dmas = g.siblings_of(np.array([f.slice_id for f in fs], np.int64))
+    # one copy per call: a later fix of a call already fixed is applied after the others, in order
+    v = _nodes(g, fs)
+    key = np.where(g.corr[v] >= 0, g.corr[v], -1 - v) if g.corr is not None else -1 - v
+    _, first = np.unique(key, return_index=True)
+    once = np.zeros(len(fs), bool)
+    once[first] = True
+    sel = once[fi]
+    nodes, owner = dmas[sel], fi[sel]
+    if redundant:
+        g.dur[nodes] = 0
+        g.own[nodes] = 0
+    else:
+        local = np.array([f.local_ns for f in fs], np.float64)
+        total = np.bincount(owner, weights=g.dur[nodes], minlength=len(fs))
+        go = (local > 0) & (total > 0)
+        f = np.maximum(0.0, 1.0 - local / np.where(go, total, 1.0))
+        m = go[owner]
+        g.dur[nodes[m]] = np.rint(g.dur[nodes[m]] * f[owner[m]]).astype(np.int64)
+        g.own[nodes[m]] = np.minimum(g.own[nodes[m]], g.dur[nodes[m]])
+    for i in np.flatnonzero(~once).tolist():
+        again = dmas[fi == i]
+        if redundant:
+            g.dur[again] = 0
+            g.own[again] = 0
         else:
-            _shrink(g, dmas, f.local_ns)
-        # what a chunk waited for beyond its edges was the host staging the copy (or the copy itself)
-        g.slack[dmas] = 0
-    m = _mark(len(g.ts), np.concatenate(all_dmas))
+            _shrink(g, again, fs[i].local_ns)
+    # what a chunk waited for beyond its edges was the host staging the copy (or the copy itself)
+    g.slack[dmas] = 0
+    m = _mark(len(g.ts), dmas)
     _drop_edges(g, m[g.src] & (g.ekind == R.WAIT))
 
 
-def _submitters(g: R.Graph, nodes: np.ndarray) -> np.ndarray:
-    """The host nodes that hand the nodes their work: the doorbells or calls with a start edge into
-    them, and the calls with a start edge into those doorbells."""
-    m = _mark(len(g.ts), nodes)
-    e = (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST)
-    first = np.unique(g.src[e & m[g.dst]])
-    m2 = _mark(len(g.ts), first)
-    return np.union1d(first, g.src[e & m2[g.dst]])
+class _Submitters:
+    """Who hands each node its work: the host nodes with a start edge into it (doorbells, calls) and the
+    host nodes with a start edge into those -- from the graph's in-edges, gathered once per transformation."""
+
+    def __init__(self, g: R.Graph):
+        e = np.flatnonzero((g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
+        o = e[np.argsort(g.dst[e], kind="stable")]
+        self.src, self.dst = g.src[o], g.dst[o]
+        self.ptr = np.searchsorted(self.dst, np.arange(len(g.ts) + 1))
+
+    def direct(self, nodes: np.ndarray) -> np.ndarray:
+        lo, hi = self.ptr[nodes], self.ptr[nodes + 1]
+        cnt = hi - lo
+        if not cnt.sum():
+            return np.zeros(0, np.int64)
+        return self.src[np.repeat(lo - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(int(cnt.sum()))]
+
+    def of(self, nodes: np.ndarray) -> np.ndarray:
+        first = np.unique(self.direct(np.asarray(nodes, np.int64)))
+        return np.union1d(first, self.direct(first))
+
+    def first_cpu(self, g: R.Graph, rank: np.ndarray) -> np.ndarray:
+        """Per node: the rank (in `rank`, smaller is earlier) of its earliest CPU submitter; len(rank) if none."""
+        none = len(rank)
+        cpu = g.lane[self.src] == R.CPU
+        best1 = np.full(len(g.ts), none, np.int64)
+        np.minimum.at(best1, self.dst[cpu], rank[self.src[cpu]])
+        best = best1.copy()
+        np.minimum.at(best, self.dst, best1[self.src])
+        return best
 
 
 def _small(g, fs, _speedup) -> None:
     # batched: one call and one submission move the burst's bytes; the other calls of the burst take
     # no host time and hand their work on at once, and the transfers lose the fixed cost per transfer
     pcie = _transfers_by_start(g)
+    sub = _Submitters(g)
     for f in fs:
         burst = _window_nodes(g, pcie, f, overlap=False)
         if len(burst) > 1:
-            rest = _submitters(g, burst[1:])
-            keep = _submitters(g, burst[:1])
+            rest = sub.of(burst[1:])
+            keep = sub.of(burst[:1])
             rest = rest[~np.isin(rest, keep)]
             g.dur[rest] = 0
             g.own[rest] = 0
@@ -162,7 +209,7 @@ def _small(g, fs, _speedup) -> None:
 def _serialised(g, fs, _speedup) -> None:
     # no order against the queue's kernels: drop the order edges between the copy and a kernel
     # (its engine keeps ordering it against other copies)
-    m = _mark(len(g.ts), np.concatenate([np.asarray(_siblings(g, f.slice_id), np.int64) for f in fs]))
+    m = _mark(len(g.ts), g.siblings_of(np.array([f.slice_id for f in fs], np.int64))[1])
     into, out = m[g.dst], m[g.src]
     other = np.where(into, g.src, g.dst)
     _drop_edges(g, (into | out) & (g.ekind == R.AFTER_END) & (g.lane[other] == R.EU))
@@ -177,39 +224,64 @@ def _launch(g, fs, _speedup) -> None:
     ends = g.ts[dev] + g.dur[dev]
     o = np.argsort(ends, kind="stable")
     by_end, ends = dev[o], ends[o]
-    parts = [np.array([g.index[f.slice_id] for f in fs], np.int64)]
-    for f in fs:
-        t1 = f.ts + max(f.dur, 0)
-        lo, hi = np.searchsorted(g.ts[by_start], [f.ts, t1], "left")
-        lo2, hi2 = np.searchsorted(ends, [f.ts, t1], "right")
-        parts.append(np.r_[by_start[lo:hi], by_end[lo2:hi2]])
+    own = _nodes(g, fs)
+    f_ts = np.array([f.ts for f in fs], np.int64)
+    f_t1 = f_ts + np.maximum(np.array([f.dur for f in fs], np.int64), 0)
+    lo, hi = np.searchsorted(g.ts[by_start], f_ts, "left"), np.searchsorted(g.ts[by_start], f_t1, "left")
+    lo2, hi2 = np.searchsorted(ends, f_ts, "right"), np.searchsorted(ends, f_t1, "right")
+    fi1, n1 = _expand(lo, hi, by_start)
+    fi2, n2 = _expand(lo2, hi2, by_end)
+    # (fix, node) for every node a fix moves: its own kernel and what its gap holds
+    fix_of = np.concatenate([np.arange(len(fs)), fi1, fi2])
+    node_of = np.concatenate([own, n1, n2])
     # ... and the host work before the first late call shrinks by the gap's local estimate: the thread
     # hands the work over that much sooner (its calls keep their own time)
-    host_e = (g.ekind == R.AFTER_END) & (g.lane[g.dst] == R.CPU)
-    for f, extra in zip(fs, parts[1:] if len(parts) > 1 else []):
-        own = np.r_[extra, g.index[f.slice_id]]
-        calls = _submitters(g, own)
-        calls = calls[g.lane[calls] == R.CPU]
-        if len(calls) and f.local_ns > 0:
-            first = calls[np.argmin(g.ts[calls])]
-            e = np.flatnonzero(host_e & (g.dst == first))
-            g.weight[e] = np.maximum(0, g.weight[e] - f.local_ns)
-    nodes = np.unique(np.concatenate(parts))
-    m = _mark(len(g.ts), nodes)
+    rank_order = np.lexsort((np.arange(len(g.ts)), g.ts))  # earliest start first, then the lower node
+    rank = np.empty(len(g.ts), np.int64)
+    rank[rank_order] = np.arange(len(g.ts))
+    best = _Submitters(g).first_cpu(g, rank)
+    first = np.full(len(fs), len(rank), np.int64)
+    np.minimum.at(first, fix_of, best[node_of])
+    local = np.array([f.local_ns for f in fs], np.int64)
+    hit = (first < len(rank)) & (local > 0)
+    if hit.any():
+        cut = np.zeros(len(g.ts), np.int64)
+        np.add.at(cut, rank_order[first[hit]], local[hit])
+        e = np.flatnonzero((g.ekind == R.AFTER_END) & (g.lane[g.dst] == R.CPU) & (cut[g.dst] > 0))
+        g.weight[e] = np.maximum(0, g.weight[e] - cut[g.dst[e]])
+    m = _mark(len(g.ts), node_of)
     _drop_edges(g, m[g.dst] & (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
-    g.slack[nodes] = 0
+    g.slack[m] = 0
+
+
+def _expand(lo: np.ndarray, hi: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, items[j]) for every i and lo[i] <= j < hi[i]."""
+    cnt = np.maximum(0, hi - lo)
+    total = int(cnt.sum())
+    if not total:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    fi = np.repeat(np.arange(len(lo)), cnt)
+    return fi, items[np.repeat(lo - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(total)]
 
 
 def _sync(g, fs, _speedup) -> None:
-    m = _mark(len(g.ts), [g.index[f.slice_id] for f in fs])
+    m = _mark(len(g.ts), _nodes(g, fs))
     _drop_edges(g, m[g.dst] & (g.ekind == R.WAIT))
 
 
 def _roofline(g, fs, _speedup) -> None:
-    for f in fs:
-        v = g.index[f.slice_id]
-        g.dur[v] = max(0, g.dur[v] - f.local_ns)
-        g.own[v] = g.dur[v]
+    v = _nodes(g, fs)
+    local = np.array([f.local_ns for f in fs], np.int64)
+    if (local < 0).any():  # a negative estimate: one by one, as given
+        for x, ln in zip(v.tolist(), local.tolist()):
+            g.dur[x] = max(0, g.dur[x] - ln)
+            g.own[x] = g.dur[x]
+        return
+    cut = np.zeros(len(g.ts), np.int64)
+    np.add.at(cut, v, local)
+    u = np.unique(v)
+    g.dur[u] = np.maximum(0, g.dur[u] - cut[u])
+    g.own[u] = g.dur[u]
 
 
 def _saturation(g, fs, speedup) -> None:

@@ -35,9 +35,10 @@ def main() -> int:
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--speed", type=int, metavar="EVENTS", help="time the replay on a generated trace instead")
     ap.add_argument("--store", default="/tmp/acceltrace-bench-analysis", help="--speed: where the trace is cached")
+    ap.add_argument("--python", action="store_true", help="--speed: also time the Python replay (same schedule?)")
     args = ap.parse_args()
     if args.speed:
-        return speed(args.speed, args.store)
+        return speed(args.speed, args.store, args.python)
     from acceltrace.analysis.runner import after_publish
     from acceltrace.analysis.whatif import whatif
     from acceltrace.ingest.pipeline import ingest_paths
@@ -70,15 +71,14 @@ def main() -> int:
 
 
 
-def speed(n_events: int, store_dir: str) -> int:
-    """Each step of the what-if on a generated trace, beside an anchor in the same run: one full scan
-    of the slices table. The per-finding replays are capped by whatif_replay_nodes (their count shown)."""
-    import numpy as np
-
+def speed(n_events: int, store_dir: str, compare_python: bool = False) -> int:
+    """Each step of the what-if on a generated trace, as analysis/impact.py runs it (one graph, every
+    transformation an edit of a copy of its arrays, the compiled replay), beside an anchor measured in
+    the same run: one full scan of the slices table. Wall and process CPU seconds per step."""
     sys.path.insert(0, str(ROOT / "bench"))
     from analysis_perf import get_trace
 
-    from acceltrace.analysis import replay, runner
+    from acceltrace.analysis import impact, replay, runner
     from acceltrace.analysis import params as P
     from acceltrace.analysis import transform as T
     from acceltrace.store.catalog import Store
@@ -91,17 +91,12 @@ def speed(n_events: int, store_dir: str) -> int:
     con.execute("SELECT track_id, count(*), sum(dur) FROM slices GROUP BY track_id").fetchall()
     scan_s = time.perf_counter() - t
     values = P.resolve(None)
-    steps = []
-
-    def step(name, fn):
-        t = time.perf_counter()
-        out = fn()
-        steps.append((name, time.perf_counter() - t))
-        return out
-
     specs = runner.discover()
-    step("_common.sql + passes (SQL)", lambda: [runner._exec_file(con, runner.SQL_DIR / "_common.sql", values)]
-         + [runner._run_one(con, specs[p], values) for p in runner.dependency_order(specs, list(specs))])
+    t = time.perf_counter()
+    runner._exec_file(con, runner.SQL_DIR / "_common.sql", values)
+    for p in runner.dependency_order(specs, list(specs)):
+        runner._run_one(con, specs[p], values)
+    sql_s = time.perf_counter() - t
     fixes = []
     for pid in specs:
         try:
@@ -109,34 +104,36 @@ def speed(n_events: int, store_dir: str) -> int:
         except Exception:  # noqa: BLE001 -- a pass that did not apply has no candidate table
             continue
         fixes += [T.Fix(pid, s_, int(t_ or 0), int(d or 0), int(ln or 0)) for s_, t_, d, ln in rows]
-    g = step("graph build", lambda: replay.build(con))
-    s0 = step("replay (as traced)", lambda: replay.replay(g))
-    step("critical path", lambda: replay.critical_path(g, s0))
-    by_pass: dict = {}
-    for f in fixes:
-        by_pass.setdefault(f.pass_id, []).append(f)
-    for pid, fs in by_pass.items():
-        def one(fs=fs):
-            h = g.copy()
-            T.apply_all(h, fs)
-            return replay.replay(h)
-        step(f"what-if {pid} ({len(fs)})", one)
-    h = g.copy()
-    step("what-if all fixed", lambda: (T.apply_all(h, fixes), replay.replay(h)))
-    n_alone = min(int(values["whatif_max_replays"]), max(0, int(values["whatif_replay_nodes"]) // max(1, len(g.ts))))
-    con.close()
-    total = sum(d for _, d in steps[1:])
-    print(f"trace: {n_slices:,} slices; graph {len(g.ts):,} nodes, {len(g.src):,} edges; anchor: one full scan of"
-          f" slices = {scan_s * 1e3:.0f} ms; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'step':<44} {'s':>8} {'x scan':>8}")
-    for name, d in steps:
-        print(f"{name:<44} {d:>8.2f} {d / scan_s:>8.0f}")
-    per = np.mean([d for n, d in steps if n.startswith("replay")])
-    print(f"{'graph + critical path + all what-ifs':<44} {total:>8.2f} {total / scan_s:>8.0f}"
-          f"  (+ {n_alone} per-finding replays at ~{per:.2f} s each under the default budget)")
+    cpu0, t = time.process_time(), time.perf_counter()
+    r = impact.replay_impacts(con, fixes, values["whatif_link_speedup"], int(values["whatif_max_replays"]),
+                              int(values["whatif_replay_nodes"]))
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu0
+    print(f"trace: {n_slices:,} slices; graph {r.nodes:,} nodes, {r.edges:,} edges; anchor: one full scan of"
+          f" slices = {scan_s * 1e3:.0f} ms; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores;"
+          f" replay compiled: {replay._C is not None}")
+    print(f"(_common.sql + the passes' SQL before it: {sql_s:.1f} s; {len(fixes):,} candidates to fix)")
+    print(f"{'step':<52} {'s':>8} {'x scan':>8}")
+    for name, ms in r.steps_ms.items():
+        print(f"{name:<52} {ms / 1e3:>8.2f} {ms / 1e3 / scan_s:>8.0f}")
+    per = sum(ms for name, ms in r.steps_ms.items() if name.startswith("per-finding"))
+    core = wall - per / 1e3
+    print(f"{'graph + critical path + all what-ifs (wall)':<52} {core:>8.2f} {core / scan_s:>8.0f}"
+          f"  (+ {per / 1e3:.2f} s of per-finding replays)")
+    print(f"{'  the same, process CPU seconds (all of it)':<52} {cpu:>8.2f}")
     budget = 30.0 * n_slices / 10_000_000
-    print(f"target: 10 M events <= 30 s, i.e. {budget:.1f} s at this size: "
-          f"{'met' if total <= budget else 'missed'}")
+    print(f"target: 10 M events <= 30 s, i.e. {budget:.1f} s at this size: {'met' if core <= budget else 'missed'}"
+          f" (wall; load {os.getloadavg()[0]:.1f})")
+    if compare_python:
+        g = replay.build(con)
+        t = time.perf_counter()
+        a = replay.replay(g)
+        tc = time.perf_counter() - t
+        t = time.perf_counter()
+        b = replay.replay(g, compiled=False)
+        tp = time.perf_counter() - t
+        same = all((getattr(a, f) == getattr(b, f)).all() for f in ("start", "end", "why", "why_end"))
+        print(f"replay as traced: compiled {tc:.2f} s, Python {tp:.2f} s ({tp / tc:.0f}x); same schedule: {same}")
+    con.close()
     return 0
 
 

@@ -126,3 +126,18 @@ def test_a_schedule_pointing_outside_the_graph_is_refused_by_the_critical_path(u
     empty = R.Graph(*(np.zeros(0, np.int8 if f in ("kind", "lane", "ekind") else np.int64) for f in
                       ("slice_id", "kind", "lane", "ts", "dur", "own", "slack", "src", "dst", "ekind", "weight")))
     assert R.critical_path(empty, R.replay(empty, compiled=use_c), compiled=use_c) == []
+
+
+def test_the_graph_built_without_the_compiled_helpers_is_the_same(tmp_path, monkeypatch):
+    from acceltrace.analysis import graph as G
+
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [A100])
+    con = store.connect(res.id, sides=())
+    runner._exec_file(con, runner.SQL_DIR / "_common.sql", P.resolve(None))
+    a = G.build(con)
+    monkeypatch.setattr(G, "_C", None)
+    b = G.build(con)
+    for f in ("slice_id", "kind", "lane", "ts", "dur", "own", "slack", "src", "dst", "ekind", "weight"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert (np.diff(a.src) >= 0).all()  # edges by source: the replay walks them in memory order
