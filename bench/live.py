@@ -304,6 +304,10 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path, shot
             _analysed(srv, tid)
         res["finalise_s"] = time.monotonic() - t0  # to the findings
         if frames:
+            # how far the drawn head and the pushed head moved while recorded (no sample is possible
+            # when the drawn head stands still: the page never had every visible tile up to date)
+            res["drawn_moved_s"] = (frames[-1][1] - frames[0][1]) / 1e9
+            res["pushed_moved_s"] = ((frames[-1][2] or 0) - (frames[0][2] or 0)) / 1e9
             res.update(latencies(frames, _event_times(out) - start_abs, start_abs, mono_to_wall_ms))
             res["stages"] = stage_breakdown(sorted(stages.values(), key=lambda s: s["announced_ns"]), frames,
                                             start_abs, mono_to_wall_ms)
