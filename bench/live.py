@@ -124,6 +124,14 @@ def _cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _peak_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _daemon(tmp: Path):
     sock, out = tmp / "d.sock", tmp / "out.atrace"
     proc = subprocess.Popen([PY, "-m", "acceltrace", "traced", "--socket", str(sock), "--out", str(out),
@@ -286,6 +294,7 @@ def follow(rate: float, seconds: float, browser: bool, via: str, tmp: Path, shot
         except urllib.error.HTTPError:  # a file source is final once its producer closed it
             meta = {}
         res["server_cpu_cores"] = (cpu1 - cpu0) / (w1 - w0)
+        res["server_peak_mb"] = _peak_mb(srv.proc.pid)
         if "live" in meta:
             res["segments"], res["events_seen_live"] = meta["live"]["segments"], meta["live"]["events"]
             res["build_ms"] = meta["live"]["build_ms"]
@@ -401,7 +410,7 @@ def main() -> int:
         share = 1 - (r.get("not_shown") or 0) / seen if seen else float("nan")
         print(f"{r['rate']:>10.0f} ev/s: lost by the daemon {r.get('lost', 0)}, not drawn live {r.get('not_shown', 0)} "
               f"({share:.0%} of the events read were drawn live); drawn, then left the live view (head over its "
-              f"bound, not sealed) {r.get('dropped_live', 0)}")
+              f"bound, not sealed) {r.get('dropped_live', 0)}; server peak memory {r.get('server_peak_mb', 0):.0f} MB")
     if fin:
         n = fin["native"]
         print(f"\nFinalisation of a {fin['events']:,}-event capture ({fin['file_mb']:.0f} MB, produced in "

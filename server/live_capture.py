@@ -321,12 +321,11 @@ class LiveCapture:
                 return
             keys = {s.key for s in out}
             self.sealed = [s for s in self.sealed if s.key not in keys]
-            now = time.monotonic()
-            self._retired += [(now, s) for s in out]
+            self._retire(out)
         origin = self.start_abs_ns or 0
         for s in out:
             self.parts.drop(s.key)
-            self.dropped_live += s.n_slices
+            self.dropped_live += s.n_slices + len(s.head.c_ts)  # its events as drawn (a begin/end pair: one)
             self.gaps.add_span(origin + s.lo_ns, origin + s.hi_ns)
         self._announce("data", min(s.lo_ns for s in out), max(s.hi_ns for s in out))
 
@@ -384,14 +383,18 @@ class LiveCapture:
             keys = {s.key for s in segs}
             at = next((i for i, s in enumerate(self.sealed) if s.key in keys or s.order > seg.order), len(self.sealed))
             self.sealed = self.sealed[:at] + [seg] + [s for s in self.sealed[at:] if s.key not in keys]
-            now = time.monotonic()
-            self._retired += [(now, s) for s in segs]
-            while self._retired and now - self._retired[0][0] > RETIRE_S:
-                self._retired.popleft()[1].remove()
+            self._retire(segs)
         for s in segs:
             self.parts.drop(s.key)
         self.compactions += 1
         self._announce("data", seg.lo_ns, seg.hi_ns)
+
+    def _retire(self, segs: list[Segment]) -> None:
+        """Segments replaced or let go: closed RETIRE_S later (requests may still read them); under lock."""
+        now = time.monotonic()
+        self._retired += [(now, s) for s in segs]
+        while self._retired and now - self._retired[0][0] > RETIRE_S:
+            self._retired.popleft()[1].remove()
 
     def _head_window(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
         """`recs` as a head segment (in memory; server/live_build.py's build_head)."""
