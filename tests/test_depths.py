@@ -20,3 +20,27 @@ def test_compiled_first_free_equals_python(seed):
     fast, slow = depths._first_free(ts, dur, compiled=True), depths._first_free(ts, dur, compiled=False)
     assert fast.dtype == slow.dtype == np.int32
     assert fast.tolist() == slow.tolist()
+
+
+@pytest.mark.parametrize("span", [10_000, 1 << 61])
+def test_packed_sweep_order_equals_the_five_key_order(monkeypatch, span):
+    """assign_depths with the (track, time, kind) key packed into one int64 gives the same depths as
+    with the three keys apart (the fallback: used when they do not fit, as with the 2^61 span here)."""
+    import duckdb
+
+    rng = np.random.default_rng(3)
+    n = 4000
+    con = duckdb.connect()
+    con.execute("CREATE TABLE _slices_staging (slice_id BIGINT, track_id INTEGER, ts BIGINT, dur BIGINT, depth INTEGER)")
+    ts = rng.integers(0, 10_000, n) * (span // 10_000)
+    dur = np.where(rng.random(n) < 0.2, 0, rng.integers(0, 400, n) * max(1, span // 10_000 // 50))
+    con.register("b", {"slice_id": np.arange(n), "track_id": rng.integers(0, 9, n).astype(np.int32),
+                       "ts": ts, "dur": dur, "depth": np.full(n, None)})
+    con.execute("INSERT INTO _slices_staging SELECT slice_id, track_id, ts, dur, NULL FROM b")
+    packed = depths._primary_keys(np.array([0, 8]), np.array([0, int(ts.max() + dur.max())]), np.array([0, 2]))
+    assert len(packed) == (1 if span == 10_000 else 3)
+    got = depths.assign_depths(con).sort_by("slice_id")
+    monkeypatch.setattr(depths, "_primary_keys", lambda track, t, kind: (kind, t, track))
+    want = depths.assign_depths(con).sort_by("slice_id")
+    assert got.equals(want)
+    assert got.num_rows == n and max(got["depth"].to_pylist()) > 0
