@@ -33,12 +33,24 @@ class NodeIndex:
     """slice_id -> node, over sorted arrays (a dict of millions of ints costs more than the graph)."""
 
     def __init__(self, slice_ids: np.ndarray):
+        self.lut = None
+        lo = int(slice_ids.min()) if len(slice_ids) else 0
+        span = int(slice_ids.max()) - lo + 1 if len(slice_ids) else 0
+        if 0 < span <= 4 * len(slice_ids) + 1024:  # ids nearly dense (as the builder numbers them): a table
+            self.lo, self.lut = lo, np.full(span, -1, np.int64)
+            self.lut[slice_ids - lo] = np.arange(len(slice_ids))
+            self.order = self.sorted = None
+            return
         self.order = np.argsort(slice_ids, kind="stable")
         self.sorted = slice_ids[self.order]
 
     def nodes(self, ids) -> np.ndarray:
         """The node of each id, -1 where the graph has none."""
         ids = np.asarray(ids, np.int64)
+        if self.lut is not None:
+            k = ids - self.lo
+            inside = (k >= 0) & (k < len(self.lut))
+            return np.where(inside, self.lut[np.where(inside, k, 0)], -1)
         if not len(self.sorted) or not len(ids):
             return np.full(len(ids), -1, np.int64)
         pos = np.minimum(np.searchsorted(self.sorted, ids), len(self.sorted) - 1)
@@ -85,7 +97,21 @@ class Graph:
                   self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
                   corr=self.corr)
         g._by_corr = getattr(self, "_by_corr", None)
+        g._cache = self._shared()
         return g
+
+    def _shared(self) -> dict:
+        if getattr(self, "_cache", None) is None:
+            self._cache = {}
+        return self._cache
+
+    def cached(self, key: str, make):
+        """What a transformation derives from the arrays no transformation edits (ts, kind, lane, track,
+        corr), computed once for the graph and every copy of it."""
+        c = self._shared()
+        if key not in c:
+            c[key] = make()
+        return c[key]
 
     def siblings_of(self, slice_ids) -> tuple[np.ndarray, np.ndarray]:
         """siblings() of many slices at once: (i, node) pairs, i indexing slice_ids, in their order."""
@@ -163,7 +189,9 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         code = np.asarray(streams["code"], np.int64)
         track = np.asarray(dev["track_id"], np.int64)[unqueued]
         # a queue key per row: the driver queue's track, else the stream, else the work's own track
-        queue[unqueued] = np.where(code > 0, (1 << 40) | code, (2 << 40) | track)
+        # (three ranges of small numbers, so a counting sort orders them)
+        top = int(max(queue.max(initial=0), np.asarray(dev["track_id"], np.int64).max(initial=0))) + 1
+        queue[unqueued] = np.where(code > 0, top + code, top + int(code.max(initial=0)) + 1 + track)
     host = con.execute(f"""
         WITH items AS (
             SELECT DISTINCT src_slice AS slice_id FROM _ready
@@ -228,7 +256,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     m = k >= 0
     E.add(k[m], dn[m], AFTER_START, np.minimum(ts[dn[m]], ts[k[m]] + dur[k[m]]) - ts[k[m]])
     for codes in (queue, col(dev, "track_id", np.int64)):
-        o = np.argsort(codes, kind="stable")  # device rows are in time order: stable keeps it per key
+        # device rows are in time order: a stable order by key keeps it per key
+        o = _stable_order(codes)
         same = codes[o][1:] == codes[o][:-1]
         u, v = dn[o][:-1][same], dn[o][1:][same]
         # profilers' clocks let neighbours overlap by a few us: keep the overlap, never widen it
@@ -284,6 +313,14 @@ def order_by(key: np.ndarray, n: int) -> np.ndarray:
     out = np.empty(len(key), np.int64)
     _C.order_by(key, int(n), out)
     return out
+
+
+def _stable_order(codes: np.ndarray) -> np.ndarray:
+    """np.argsort(codes, kind="stable"), by a counting sort where the codes are small non-negative numbers."""
+    top = int(codes.max(initial=-1)) + 1
+    if codes.min(initial=0) >= 0 and top <= 4 * len(codes) + 1024:
+        return order_by(codes, top)
+    return np.argsort(codes, kind="stable")
 
 
 def scatter_max(out: np.ndarray, idx: np.ndarray, val: np.ndarray) -> None:

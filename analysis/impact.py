@@ -12,6 +12,7 @@ finding fixed: those savings are the pass's and the run's. docs/analysis.md "Wha
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -26,6 +27,43 @@ WHATIF_COLUMNS = ("makespan_ns", "replayed_makespan_ns", "edges_only_makespan_ns
                   "nodes", "edges", "unexplained_wait_ns", "replays", "elapsed_ms")
 CRITICAL_PATH_COLUMNS = [("seq", "BIGINT NOT NULL"), ("start_ns", "BIGINT NOT NULL"), ("end_ns", "BIGINT NOT NULL"),
                          ("type", "VARCHAR NOT NULL"), ("slice_id", "BIGINT"), ("track_id", "INTEGER")]
+
+
+class Path(Sequence):
+    """The critical path's segments as arrays (a 10 M-event trace has millions): a sequence of
+    (start, end, type, slice_id or -1, track_id or -1) tuples for who reads it one by one, the
+    arrays for who sums or stores it."""
+
+    def __init__(self, start, end, type_code, slice_id, track_id):
+        self.start, self.end, self.type_code = start, end, type_code
+        self.slice_id, self.track_id = slice_id, track_id
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return (int(self.start[i]), int(self.end[i]), R.SEGMENT_TYPES[int(self.type_code[i])],
+                int(self.slice_id[i]), int(self.track_id[i]))
+
+    def __iter__(self):
+        names = R.SEGMENT_TYPES
+        return iter(zip(self.start.tolist(), self.end.tolist(), [names[x] for x in self.type_code.tolist()],
+                        self.slice_id.tolist(), self.track_id.tolist()))
+
+    def by_type_ns(self) -> dict[str, int]:
+        ns = np.bincount(self.type_code.astype(np.int64), weights=(self.end - self.start).astype(np.float64),
+                         minlength=len(R.SEGMENT_TYPES)) if len(self) else np.zeros(len(R.SEGMENT_TYPES))
+        return {t: int(round(x)) for t, x in zip(R.SEGMENT_TYPES, ns)}
+
+    def table(self) -> pa.Table:
+        names = pa.array(R.SEGMENT_TYPES, pa.string())
+        return pa.table({"seq": pa.array(np.arange(len(self)), pa.int64()), "start_ns": pa.array(self.start, pa.int64()),
+                         "end_ns": pa.array(self.end, pa.int64()),
+                         "type": names.take(pa.array(self.type_code.astype(np.int32))),
+                         "slice_id": pa.array(self.slice_id, pa.int64(), mask=self.slice_id < 0),
+                         "track_id": pa.array(self.track_id.astype(np.int32), pa.int32(), mask=self.track_id < 0)})
 
 
 @dataclass
@@ -80,8 +118,7 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
         a, b, t, v = R.critical_path_arrays(gr, sched)
         sl = np.where(v >= 0, gr.slice_id[np.maximum(v, 0)], -1) if len(v) else v
         tr = np.where(v >= 0, gr.track[np.maximum(v, 0)], -1) if len(v) else v
-        names = [R.SEGMENT_TYPES[x] for x in t.tolist()]
-        return list(zip(a.tolist(), b.tolist(), names, sl.tolist(), tr.tolist()))
+        return Path(a, b, t, sl, tr)
 
     path = timed("critical path", lambda: path_of(exact, exact_s))
     if max_nodes is not None and len(g.ts) > max_nodes:
@@ -189,9 +226,12 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
 def critical_path_summary(path: list, start_ns: int, wi: dict) -> dict:
     """The critical path's time per segment type (every type named, 0 when absent), its span and
     segment count; times relative to start_ns."""
-    by = {t: 0 for t in R.SEGMENT_TYPES}
-    for a, b, t, *_ in path:
-        by[t] = by.get(t, 0) + (b - a)
+    if isinstance(path, Path):
+        by = path.by_type_ns()
+    else:
+        by = {t: 0 for t in R.SEGMENT_TYPES}
+        for a, b, t, *_ in path:
+            by[t] = by.get(t, 0) + (b - a)
     span = (path[-1][1] - path[0][0]) if path else 0
     return {"makespan_ns": int(wi.get("makespan_ns", 0)), "path_ns": int(sum(by.values())),
             "span_ns": int(span), "start_ns": int(path[0][0] - start_ns) if path else None,
@@ -218,7 +258,11 @@ def write_tables(side, wi: dict, path: list) -> None:
         side.execute(f"INSERT INTO whatif VALUES ({', '.join('?' * len(WHATIF_COLUMNS))})",
                      [wi[c] for c in WHATIF_COLUMNS])
     side.execute(schema.create_sql("critical_path", CRITICAL_PATH_COLUMNS))
-    if path:
+    if isinstance(path, Path) and len(path):
+        side.register("_new_path", path.table())
+        side.execute("INSERT INTO critical_path SELECT * FROM _new_path")
+        side.unregister("_new_path")
+    elif path:
         seg = pa.table({"seq": pa.array(range(len(path)), pa.int64()),
                         "start_ns": pa.array([p[0] for p in path], pa.int64()),
                         "end_ns": pa.array([p[1] for p in path], pa.int64()),

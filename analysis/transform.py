@@ -192,18 +192,17 @@ def _small(g, fs, _speedup) -> None:
     # no host time and hand their work on at once, and the transfers lose the fixed cost per transfer
     pcie = _transfers_by_start(g)
     sub = _Submitters(g)
+    rest_all = np.zeros(len(g.ts), bool)  # host nodes (calls, doorbells) a batch makes free
     for f in fs:
         burst = _window_nodes(g, pcie, f, overlap=False)
         if len(burst) > 1:
             rest = sub.of(burst[1:])
-            keep = sub.of(burst[:1])
-            rest = rest[~np.isin(rest, keep)]
-            g.dur[rest] = 0
-            g.own[rest] = 0
+            rest_all[rest[~np.isin(rest, sub.of(burst[:1]))]] = True
             g.slack[burst[1:]] = 0
-            m = _mark(len(g.ts), rest)
-            g.weight[m[g.src] & (g.ekind == R.AFTER_START)] = 0
-        _shrink(g, burst, f.local_ns)
+        _shrink(g, burst, f.local_ns)  # transfers only: never a node of rest_all
+    g.dur[rest_all] = 0
+    g.own[rest_all] = 0
+    g.weight[rest_all[g.src] & (g.ekind == R.AFTER_START)] = 0
 
 
 def _serialised(g, fs, _speedup) -> None:
@@ -220,7 +219,7 @@ def _launch(g, fs, _speedup) -> None:
     # (what the late host also submitted late: the kernel's input copies), lose their submitter
     # constraints and unexplained waits
     dev = np.flatnonzero(g.kind == R.DEVICE)
-    by_start = dev[np.argsort(g.ts[dev], kind="stable")]
+    by_start = g.cached("device by start", lambda: dev[np.argsort(g.ts[dev], kind="stable")])
     ends = g.ts[dev] + g.dur[dev]
     o = np.argsort(ends, kind="stable")
     by_end, ends = dev[o], ends[o]
@@ -236,9 +235,8 @@ def _launch(g, fs, _speedup) -> None:
     node_of = np.concatenate([own, n1, n2])
     # ... and the host work before the first late call shrinks by the gap's local estimate: the thread
     # hands the work over that much sooner (its calls keep their own time)
-    rank_order = np.lexsort((np.arange(len(g.ts)), g.ts))  # earliest start first, then the lower node
-    rank = np.empty(len(g.ts), np.int64)
-    rank[rank_order] = np.arange(len(g.ts))
+    # CPU nodes ranked by start, then node: the earliest of a set is its smallest rank
+    rank_order, rank = g.cached("cpu rank", lambda: _cpu_rank(g))
     best = _Submitters(g).first_cpu(g, rank)
     first = np.full(len(fs), len(rank), np.int64)
     np.minimum.at(first, fix_of, best[node_of])
@@ -252,6 +250,14 @@ def _launch(g, fs, _speedup) -> None:
     m = _mark(len(g.ts), node_of)
     _drop_edges(g, m[g.dst] & (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
     g.slack[m] = 0
+
+
+def _cpu_rank(g: R.Graph) -> tuple[np.ndarray, np.ndarray]:
+    cpu = np.flatnonzero(g.lane == R.CPU)
+    order = cpu[np.argsort(g.ts[cpu], kind="stable")]
+    rank = np.full(len(g.ts), len(g.ts), np.int64)
+    rank[order] = np.arange(len(order))
+    return order, rank
 
 
 def _expand(lo: np.ndarray, hi: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
