@@ -356,3 +356,27 @@ def test_tiles_are_cached_on_disk_beside_the_trace_and_gzip_is_negotiated(api, t
     gz = list((trace_store.root / "traces").glob(f"{tid}.tile.*.{level}.0.all.bin.gz"))
     assert len(gz) == 1 and gzip.decompress(gz[0].read_bytes()) == first.content
     assert api.get(url, headers={"If-None-Match": r.headers["etag"]}).status_code == 304
+
+
+def _priority_of_this_process() -> tuple[int, int, int]:
+    import ctypes
+    import platform
+
+    number = {"x86_64": 252, "aarch64": 31}.get(platform.machine())  # ioprio_get
+    io = ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0) if number else -1
+    return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), io
+
+
+def test_ingest_processes_run_at_idle_cpu_and_io_priority():
+    # viewers first: an ingest gets the CPU and the disk only when the workers leave them idle
+    from acceltrace.server.ingest_child import IngestProcesses
+
+    procs = IngestProcesses(workers=1)
+    try:
+        policy, nice, io = procs.run(_priority_of_this_process)
+    finally:
+        procs.close()
+    assert policy == os.SCHED_IDLE
+    assert nice >= 10
+    if io != -1:
+        assert io >> 13 == 3  # IOPRIO_CLASS_IDLE
