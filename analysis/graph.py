@@ -88,6 +88,9 @@ class Graph:
     index: NodeIndex | None = None  # slice_id -> node
     track: np.ndarray | None = None  # per node: its track_id (never changed by a transformation)
     corr: np.ndarray | None = None  # per node: the device work's correlation id (-1: none, or host)
+    direction: np.ndarray | None = None  # per node: a copy's direction, 1 h2d, 2 d2h (0: other, or unknown)
+    queue_prev: np.ndarray | None = None  # per node: the work before it in its queue (-1: none, or host)
+    queue_next: np.ndarray | None = None  # per node: the work after it in its queue (-1: none, or host)
 
     def copy(self) -> "Graph":
         """A graph a transformation may edit: the arrays it edits in place (dur, own, slack, weight) are
@@ -95,7 +98,7 @@ class Graph:
         are shared -- a transformation replaces those arrays (drops edges), never writes into them."""
         g = Graph(self.slice_id, self.kind, self.lane, self.ts, self.dur.copy(), self.own.copy(), self.slack.copy(),
                   self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
-                  corr=self.corr)
+                  corr=self.corr, direction=self.direction, queue_prev=self.queue_prev, queue_next=self.queue_next)
         g._by_corr = getattr(self, "_by_corr", None)
         g._cache = self._shared()
         return g
@@ -173,6 +176,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     dev = con.execute(f"""
         SELECT w.slice_id, {_LANE_CODE.format("w.lane")} AS lane, w.ts, w.dur, coalesce(r.src_slice, -1) AS src_slice,
                w.track_id, d.dev_code, coalesce(w.corr_id, -1) AS corr_id,
+               CASE w.direction WHEN 'h2d' THEN 1 WHEN 'd2h' THEN 2 ELSE 0 END::TINYINT AS direction,
                CASE WHEN {queued} THEN r.src_track_id ELSE -1 END AS q_track
         FROM _dev_work w LEFT JOIN _ready r USING (slice_id)
         JOIN (SELECT dev, row_number() OVER (ORDER BY dev) AS dev_code
@@ -255,6 +259,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     k = index.nodes(col(dev, "src_slice", np.int64))
     m = k >= 0
     E.add(k[m], dn[m], AFTER_START, np.minimum(ts[dn[m]], ts[k[m]] + dur[k[m]]) - ts[k[m]])
+    queue_prev, queue_next = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
     for codes in (queue, col(dev, "track_id", np.int64)):
         # device rows are in time order: a stable order by key keeps it per key
         o = _stable_order(codes)
@@ -262,6 +267,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         u, v = dn[o][:-1][same], dn[o][1:][same]
         # profilers' clocks let neighbours overlap by a few us: keep the overlap, never widen it
         E.add(u, v, AFTER_END, np.minimum(0, ts[v] - ts[u] - dur[u]))
+        if codes is queue:  # the queue's order, for a transformation that takes work off its queue
+            queue_next[u], queue_prev[v] = v, u
     # dependencies the trace records between pieces of work (an event wait: start after the end)
     dep = con.execute("""SELECT src_slice, dst_slice FROM flows WHERE kind = 'dependency'
                          AND src_slice IS NOT NULL AND dst_slice IS NOT NULL""").fetchnumpy()
@@ -273,7 +280,9 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     kind = np.concatenate([np.zeros(nh, np.int8), np.ones(nd, np.int8)])
     empty = np.zeros(0, np.int64)
     g = Graph(sid, kind, lane, ts, dur, dur.copy(), np.zeros(n, np.int64), empty, empty, empty.astype(np.int8), empty,
-              index, track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr)
+              index, track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr,
+              direction=np.concatenate([np.zeros(nh, np.int8), col(dev, "direction", np.int8)]),
+              queue_prev=queue_prev, queue_next=queue_next)
     # waits: a sync call waits for the device work that was submitted before it and ended inside it
     # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
     sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))

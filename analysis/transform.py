@@ -6,7 +6,9 @@ estimate (local_ns: what the pass says the fixed version would not need):
   its call no longer blocks on them (a pinned copy is asynchronous);
 - small_transfers: the burst's transfers batched: their busy time shrinks by local_ns;
 - redundant_transfers: the copy dropped (its DMA takes no time, its call does not wait);
-- copy_compute_serialization: the copy on a queue of its own (no order against the kernels);
+- copy_compute_serialization: the copy on a queue of its own per direction, its data dependency kept
+  (a host-to-device copy still feeds the kernel after it, a device-to-host copy still follows the
+  kernel before it), the queue's kernels keeping their order around it;
 - launch_gaps: the kernel submitted early enough (no submitter constraint, no unexplained wait);
 - sync_stalls: the synchronising call no longer waits for the device;
 - memory_access_inefficiency: the kernel at its roofline time (local_ns shorter);
@@ -206,12 +208,47 @@ def _small(g, fs, _speedup) -> None:
 
 
 def _serialised(g, fs, _speedup) -> None:
-    # no order against the queue's kernels: drop the order edges between the copy and a kernel
-    # (its engine keeps ordering it against other copies)
-    m = _mark(len(g.ts), g.siblings_of(np.array([f.slice_id for f in fs], np.int64))[1])
-    into, out = m[g.dst], m[g.src]
-    other = np.where(into, g.src, g.dst)
-    _drop_edges(g, (into | out) & (g.ekind == R.AFTER_END) & (g.lane[other] == R.EU))
+    # the copy on a queue of its own (one per direction), its data dependency kept: a host-to-device
+    # copy no longer waits for the queue's work before it (the kernel it feeds still waits for it), a
+    # device-to-host copy still follows the kernel whose result it carries but no longer holds up the
+    # queue's work after it; the queue's kernels keep their order around it. Its engine keeps ordering
+    # it against the copies on that engine. A copy of no known direction (or a graph without its
+    # queues) loses every order edge against kernels (a bound).
+    copies = g.siblings_of(np.array([f.slice_id for f in fs], np.int64))[1]
+    m = _mark(len(g.ts), copies)
+    if g.queue_next is None or g.direction is None:
+        into, out = m[g.dst], m[g.src]
+        other = np.where(into, g.src, g.dst)
+        _drop_edges(g, (into | out) & (g.ekind == R.AFTER_END) & (g.lane[other] == R.EU))
+        return
+    h2d, d2h = m & (g.direction == 1), m & (g.direction == 2)
+    q = (g.ekind == R.AFTER_END) & (g.queue_next[g.src] == g.dst) & (g.track[g.src] != g.track[g.dst])
+    unknown = m & ~h2d & ~d2h
+    other_eu = lambda a, b: unknown[a] & (g.lane[b] == R.EU)  # noqa: E731
+    drop = q & (h2d[g.dst] | d2h[g.src] | other_eu(g.dst, g.src) | other_eu(g.src, g.dst))
+    _drop_edges(g, drop)
+    # the queue's kernels keep their order: the kernel before each copy, then the kernel after it
+    c = np.unique(copies)
+    before, after = _queue_eu(g, c, g.queue_prev), _queue_eu(g, c, g.queue_next)
+    ok = (before >= 0) & (after >= 0)
+    u, v = before[ok], after[ok]
+    if len(u):
+        w = np.minimum(0, g.ts[v] - g.ts[u] - g.dur[u])
+        g.src, g.dst = np.concatenate([g.src, u]), np.concatenate([g.dst, v])
+        g.ekind = np.concatenate([g.ekind, np.full(len(u), R.AFTER_END, np.int8)])
+        g.weight = np.concatenate([g.weight, w])
+
+
+def _queue_eu(g: R.Graph, nodes: np.ndarray, step: np.ndarray, limit: int = 64) -> np.ndarray:
+    """The nearest kernel (eu work) from each node along its queue (step: queue_prev or queue_next); -1: none
+    within `limit` steps."""
+    v = step[nodes]
+    for _ in range(limit):
+        go = (v >= 0) & (g.lane[np.maximum(v, 0)] != R.EU)
+        if not go.any():
+            break
+        v = np.where(go, step[np.maximum(v, 0)], v)
+    return np.where((v >= 0) & (g.lane[np.maximum(v, 0)] == R.EU), v, -1)
 
 
 def _launch(g, fs, _speedup) -> None:
