@@ -35,7 +35,8 @@ from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.ingest.native.atrace import _Ingest as NativeIngest  # the importer's core, fed a WindowReader
 from acceltrace.ingest.native.atrace import ingest_atrace
 from acceltrace.store import schema
-from acceltrace.tiles.live import HeadArrays, HeadTables, unlink_duckdb
+from acceltrace.tiles.head import HeadArrays, HeadTables
+from acceltrace.tiles.live import unlink_duckdb
 from acceltrace.tiles.build import LANE_ORDER
 
 BUILD_TARGET_S = 0.25      # a delta should be built within this: it is most of the event-to-screen time

@@ -9,7 +9,8 @@ from acceltrace.formats.atrace.writer import AtraceWriter
 from acceltrace.server.live_build import _flat
 from acceltrace.server.live_capture import LiveCapture
 from acceltrace.store.catalog import Store
-from acceltrace.tiles.live import compose_tile, dur_class
+from acceltrace.tiles.head import dur_class
+from acceltrace.tiles.live import compose_tile
 from acceltrace.tiles.query import decode_tile
 
 T0 = 5_000_000_000
