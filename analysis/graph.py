@@ -197,14 +197,12 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         top = int(max(queue.max(initial=0), np.asarray(dev["track_id"], np.int64).max(initial=0))) + 1
         queue[unqueued] = np.where(code > 0, top + code, top + int(code.max(initial=0)) + 1 + track)
     host = con.execute(f"""
-        WITH items AS (
-            SELECT DISTINCT src_slice AS slice_id FROM _ready
-            UNION SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
-            UNION SELECT slice_id FROM _sync_calls
-        )
         SELECT s.slice_id, {_LANE_CODE.format("t.lane")} AS lane, s.ts, s.dur, s.track_id,
                coalesce(s.corr_id, -1) AS corr_id
-        FROM items i JOIN slices s USING (slice_id) JOIN _track_dev t ON t.track_id = s.track_id
+        FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
+        WHERE s.slice_id IN (SELECT src_slice FROM _ready
+                             UNION ALL SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
+                             UNION ALL SELECT slice_id FROM _sync_calls)
         ORDER BY s.track_id, s.ts, s.slice_id""").fetchnumpy()
     col = lambda d, k, t: np.asarray(d[k], dtype=t)  # noqa: E731
     nh, nd = len(host["slice_id"]), len(dev["slice_id"])

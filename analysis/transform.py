@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acceltrace.analysis import replay as R
+from acceltrace.analysis.graph import order_by, scatter_max
 
 # pass -> what the replay of its fix cannot see (the finding's impact_basis says so)
 BOUNDS = {
@@ -163,7 +164,7 @@ class _Submitters:
 
     def __init__(self, g: R.Graph):
         e = np.flatnonzero((g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
-        o = e[np.argsort(g.dst[e], kind="stable")]
+        o = e[order_by(g.dst[e], len(g.ts))]
         self.src, self.dst = g.src[o], g.dst[o]
         self.ptr = np.searchsorted(self.dst, np.arange(len(g.ts) + 1))
 
@@ -182,11 +183,11 @@ class _Submitters:
         """Per node: the rank (in `rank`, smaller is earlier) of its earliest CPU submitter; len(rank) if none."""
         none = len(rank)
         cpu = g.lane[self.src] == R.CPU
-        best1 = np.full(len(g.ts), none, np.int64)
-        np.minimum.at(best1, self.dst[cpu], rank[self.src[cpu]])
-        best = best1.copy()
-        np.minimum.at(best, self.dst, best1[self.src])
-        return best
+        neg1 = np.full(len(g.ts), -none, np.int64)  # minima as maxima of the negated ranks
+        scatter_max(neg1, self.dst[cpu], -rank[self.src[cpu]])
+        neg = neg1.copy()
+        scatter_max(neg, self.dst, neg1[self.src])
+        return -neg
 
 
 def _small(g, fs, _speedup) -> None:
