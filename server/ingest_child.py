@@ -22,6 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 INGEST_NICE = 10  # the ingest yields the CPU to the workers serving viewers
+IDLE_FROM_BYTES = 16 << 20  # an upload this big ingests at idle priority (a small one answers within the wait)
 _IOPRIO_SET = {"x86_64": 251, "aarch64": 30}  # the ioprio_set syscall's number (no os wrapper for it)
 
 
@@ -30,21 +31,21 @@ def _init(nice: int) -> None:
         os.nice(nice)
     except OSError:
         pass
-    _lowest_priority()
     import acceltrace.analysis.runner  # noqa: F401  (imported once, before the first upload)
     import acceltrace.ingest.pipeline  # noqa: F401
 
 
-def _lowest_priority() -> None:
-    """Run the ingest only when the workers serving viewers leave the CPU and the disk idle:
-    SCHED_IDLE (nice 10 still took a share of both cores from them: +231 % viewers' p95 during an
-    upload, bench/load.py) and the idle I/O class. Set before this process starts any thread, so
-    DuckDB's threads inherit both. Best effort: a system that refuses keeps nice 10.
-    ACCELTRACE_INGEST_PRIORITY=nice keeps nice 10 only (the comparison bench/load.py prints)."""
+def set_priority(idle: bool) -> None:
+    """idle: run this job only when the workers serving viewers leave the CPU and the disk idle:
+    SCHED_IDLE (nice 10 still took a share of both cores from them: +231 % viewers' p95 during a
+    344 MB upload, bench/load.py) and the idle I/O class; else back to nice 10 (SCHED_OTHER, the
+    I/O class that follows nice). Set at the start of a job, before its DuckDB instance starts
+    threads, so they inherit it. Best effort: a system that refuses keeps what it had.
+    ACCELTRACE_INGEST_PRIORITY=nice keeps nice 10 for every job (the comparison bench/load.py prints)."""
     if os.environ.get("ACCELTRACE_INGEST_PRIORITY", "idle") == "nice":
-        return
+        idle = False
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        os.sched_setscheduler(0, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
     except (AttributeError, OSError):
         pass
     import platform
@@ -56,7 +57,7 @@ def _lowest_priority() -> None:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall(number, 1, 0, 3 << 13)  # IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE
+        libc.syscall(number, 1, 0, (3 << 13) if idle else 0)  # IOPRIO_WHO_PROCESS, this thread; IDLE or NONE
     except (OSError, AttributeError):
         pass
 
@@ -67,6 +68,10 @@ def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str) -> str
     from acceltrace.ingest import pipeline
     from acceltrace.store.catalog import Store
 
+    try:  # a big upload waits for idle CPU; a small one is answered within the upload's wait
+        set_priority(os.path.getsize(path) >= IDLE_FROM_BYTES)
+    except OSError:
+        set_priority(False)
     store = Store(root, sweep=False)
     last = [0.0]
 
@@ -103,6 +108,7 @@ def prebuild(root: str, trace_id: str) -> int:
     from acceltrace.store.catalog import Store
     from acceltrace.tiles.disk import prebuild as build
 
+    set_priority(True)  # nobody waits for it: the viewers come first
     return build(Store(root, sweep=False), trace_id)
 
 

@@ -358,25 +358,32 @@ def test_tiles_are_cached_on_disk_beside_the_trace_and_gzip_is_negotiated(api, t
     assert api.get(url, headers={"If-None-Match": r.headers["etag"]}).status_code == 304
 
 
-def _priority_of_this_process() -> tuple[int, int, int]:
+def _priority_for_a_job(idle: bool) -> tuple[int, int, int]:
     import ctypes
     import platform
 
+    from acceltrace.server.ingest_child import set_priority
+
+    set_priority(idle)
     number = {"x86_64": 252, "aarch64": 31}.get(platform.machine())  # ioprio_get
     io = ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0) if number else -1
     return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), io
 
 
-def test_ingest_processes_run_at_idle_cpu_and_io_priority():
-    # viewers first: an ingest gets the CPU and the disk only when the workers leave them idle
+def test_big_ingests_and_prebuilds_run_at_idle_cpu_and_io_priority_small_ones_at_nice_10():
+    # viewers first: a big ingest gets the CPU and the disk only when the workers leave them idle;
+    # a small one (answered within the upload's wait) and the next job after a big one run at nice 10
+    from acceltrace.server import ingest_child
     from acceltrace.server.ingest_child import IngestProcesses
 
     procs = IngestProcesses(workers=1)
     try:
-        policy, nice, io = procs.run(_priority_of_this_process)
+        idle = procs.run(_priority_for_a_job, True)
+        normal = procs.run(_priority_for_a_job, False)
     finally:
         procs.close()
-    assert policy == os.SCHED_IDLE
-    assert nice >= 10
-    if io != -1:
-        assert io >> 13 == 3  # IOPRIO_CLASS_IDLE
+    assert idle[0] == os.SCHED_IDLE and idle[1] >= 10
+    assert normal[0] == os.SCHED_OTHER and normal[1] >= 10
+    if idle[2] != -1:
+        assert idle[2] >> 13 == 3 and normal[2] >> 13 != 3  # IOPRIO_CLASS_IDLE, then not
+    assert ingest_child.IDLE_FROM_BYTES <= 64 << 20
