@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import CancelledError
 from pathlib import Path
 
@@ -31,6 +32,7 @@ log = logging.getLogger("acceltrace.live")
 MAX_SEGMENTS = 64         # a server behind compacts only once it holds this many segments
 SEAL_CPU_SHARE = 0.35     # compactions rest after each so that they take at most this share of a core
 RETIRE_S = 10.0           # a compacted delta stays open this long for requests still reading it
+RETIRE_HEAD_S = 1.0       # ... a head segment this long (memory; a request holding it keeps its arrays)
 
 
 def env_records(name: str, default: int) -> int:
@@ -142,11 +144,17 @@ class Sealing:
         self._announce("data", seg.lo_ns, seg.hi_ns)
 
     def _retire(self, segs: list[Segment]) -> None:
-        """Segments replaced or let go: closed RETIRE_S later (requests may still read them); under lock."""
+        """Segments replaced or let go: closed RETIRE_S later (requests may still read them), head
+        segments RETIRE_HEAD_S later (at 1 M events/s ten seconds of them are ~1.5 GB); under lock."""
         now = time.monotonic()
         self._retired += [(now, s) for s in segs]
-        while self._retired and now - self._retired[0][0] > RETIRE_S:
-            self._retired.popleft()[1].remove()
+        keep = []
+        for t, s in self._retired:
+            if now - t > (RETIRE_HEAD_S if s.head is not None else RETIRE_S):
+                s.remove()
+            else:
+                keep.append((t, s))
+        self._retired = deque(keep)
 
     def _head_window(self, ctx, recs: np.ndarray, streams: np.ndarray, base: int) -> Segment | None:
         """`recs` as a head segment (in memory; server/live_build.py's build_head)."""
