@@ -435,14 +435,22 @@ def test_tile_decoder_reads_what_the_server_put_in_a_tile(page, server, trace_id
     level = max(meta["levels"]["min"], meta["levels"]["max"] - 4)
     index = 3
     open_trace(page, trace_id)
-    got = page.evaluate("""async ([id, level, index, group]) => {
+    # every depth page of the tile (docs/api.md "Depth pages"), as the timeline fetches them
+    pages = max(t["max_depth"] for t in meta["tracks"] if t["group"] == group) // meta["levels"]["depth_page"] + 1
+    got = page.evaluate("""async ([id, level, index, group, pages]) => {
         const { decodeTile } = await import('/static/tiles/decode.js');
-        const r = await fetch(`/api/traces/${id}/tiles/${level}/${index}?group=${group}`);
-        const t = decodeTile(await r.arrayBuffer(), level, index);
         const out = {};
-        for (const [tid, tt] of t.tracks) out[tid] = {ids: Array.from(tt.id).sort((a, b) => a - b),
-            merged: tt.m_count.reduce((a, b) => a + b, 0), t0: t.start_ns, t1: t.start_ns + t.span_ns};
-        return out; }""", [trace_id, level, index, group])
+        for (let p = 0; p < pages; p++) {
+          const r = await fetch(`/api/traces/${id}/tiles/${level}/${index}?group=${group}&page=${p}`);
+          const t = decodeTile(await r.arrayBuffer(), level, index);
+          for (const [tid, tt] of t.tracks) {
+            const o = out[tid] || (out[tid] = {ids: [], merged: 0, t0: t.start_ns, t1: t.start_ns + t.span_ns});
+            o.ids.push(...tt.id);
+            o.merged += tt.m_count.reduce((a, b) => a + b, 0);
+          }
+        }
+        for (const o of Object.values(out)) o.ids.sort((a, b) => a - b);
+        return out; }""", [trace_id, level, index, group, pages])
     bucket = 2 ** level
     t0, t1 = index * 1024 * bucket, (index + 1) * 1024 * bucket
     start = int(query(server, trace_id, "SELECT value FROM trace_meta WHERE key = 'start_ns'")[0][0])
