@@ -14,10 +14,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-try:  # built by `pip install` (setup.py); optional: numpy does the same below
-    from acceltrace.analysis import _replay as _C
-except ImportError:  # pragma: no cover - depends on the install
-    _C = None
+from acceltrace.analysis.arrays import stable_order, order_by, scatter_max
 
 HOST, DEVICE = 0, 1
 # a synchronising call returns this soon after the work it waited for: what ended earlier inside it
@@ -260,7 +257,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     queue_prev, queue_next = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
     for codes in (queue, col(dev, "track_id", np.int64)):
         # device rows are in time order: a stable order by key keeps it per key
-        o = _stable_order(codes)
+        o = stable_order(codes)
         same = codes[o][1:] == codes[o][:-1]
         u, v = dn[o][:-1][same], dn[o][1:][same]
         # profilers' clocks let neighbours overlap by a few us: keep the overlap, never widen it
@@ -310,32 +307,6 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     o = order_by(s_, n)
     g.src, g.dst, g.ekind, g.weight = s_[o], d_[o], k_[o], w_[o]
     return g
-
-
-def order_by(key: np.ndarray, n: int) -> np.ndarray:
-    """The stable order of items by a key in 0..n-1 (np.argsort(kind="stable")'s, by a counting sort)."""
-    key = np.ascontiguousarray(key, dtype=np.int64)
-    if _C is None:
-        return np.argsort(key, kind="stable")
-    out = np.empty(len(key), np.int64)
-    _C.order_by(key, int(n), out)
-    return out
-
-
-def _stable_order(codes: np.ndarray) -> np.ndarray:
-    """np.argsort(codes, kind="stable"), by a counting sort where the codes are small non-negative numbers."""
-    top = int(codes.max(initial=-1)) + 1
-    if codes.min(initial=0) >= 0 and top <= 4 * len(codes) + 1024:
-        return order_by(codes, top)
-    return np.argsort(codes, kind="stable")
-
-
-def scatter_max(out: np.ndarray, idx: np.ndarray, val: np.ndarray) -> None:
-    """np.maximum.at(out, idx, val) (out: int64, written in place)."""
-    if _C is None:
-        np.maximum.at(out, idx, val)
-    else:
-        _C.scatter_max(out, np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(val, dtype=np.int64))
 
 
 def without_slack(g: Graph) -> Graph:

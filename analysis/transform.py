@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acceltrace.analysis import replay as R
-from acceltrace.analysis.graph import order_by, scatter_max
+from acceltrace.analysis.arrays import order_by, scatter_max
 
 # pass -> what the replay of its fix cannot see (the finding's impact_basis says so)
 BOUNDS = {

@@ -129,6 +129,7 @@ def test_a_schedule_pointing_outside_the_graph_is_refused_by_the_critical_path(u
 
 
 def test_the_graph_built_without_the_compiled_helpers_is_the_same(tmp_path, monkeypatch):
+    from acceltrace.analysis import arrays
     from acceltrace.analysis import graph as G
 
     store = Store(tmp_path / "s")
@@ -136,7 +137,7 @@ def test_the_graph_built_without_the_compiled_helpers_is_the_same(tmp_path, monk
     con = store.connect(res.id, sides=())
     runner._exec_file(con, runner.SQL_DIR / "_common.sql", P.resolve(None))
     a = G.build(con)
-    monkeypatch.setattr(G, "_C", None)
+    monkeypatch.setattr(arrays, "_C", None)
     b = G.build(con)
     for f in ("slice_id", "kind", "lane", "ts", "dur", "own", "slack", "src", "dst", "ekind", "weight"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
