@@ -140,6 +140,9 @@ class LiveCapture(Sealing):
             self.status = "failed"
             self.store.fail(self.trace_id, None, f"the server stopped while {self.path.name} was being captured; "
                                                  "ingest the file to see it")
+        self._pool.shutdown(wait=True)  # a head build under way (ms) ends before its database closes
+        if self._compactor is not None:
+            self._compactor.join(timeout=30)  # a DuckDB build cut off at interpreter exit aborts the process
         self._close_segments()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
