@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from acceltrace.analysis.arrays import stable_order, order_by, scatter_max
+from acceltrace.analysis.arrays import order_by, scatter_max, stable_order
 
 HOST, DEVICE = 0, 1
 # a synchronising call returns this soon after the work it waited for: what ended earlier inside it

@@ -81,7 +81,7 @@ class WhatIf:
     critical_path: list = field(default_factory=list)  # (start, end, type, slice_id or -1, track_id or -1)
     elapsed_ms: float = 0.0
     graph_span_ns: int = 0  # the trace's own span of the graph's nodes (first start to last end)
-    steps_ms: dict = field(default_factory=dict)  # step -> wall ms (graph build, each replay, ...)
+    steps_ms: dict = field(default_factory=dict)  # step -> [wall ms, process CPU ms] (graph build, each replay, ...)
 
 
 def _basis(pid: str, how: str) -> str:
@@ -98,12 +98,14 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
     a copy of its duration and edge arrays (analysis/transform.py) and is replayed by the compiled
     list scheduler (analysis/_replay.c). WhatIf.steps_ms times each step (bench/whatif.py prints them)."""
     t0 = time.perf_counter()
-    steps: dict[str, float] = {}
+    steps: dict[str, list[float]] = {}
 
     def timed(name, fn):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
-        steps[name] = steps.get(name, 0.0) + (time.perf_counter() - t) * 1e3
+        ms = steps.setdefault(name, [0.0, 0.0])
+        ms[0] += (time.perf_counter() - t) * 1e3
+        ms[1] += (time.process_time() - c) * 1e3
         return out
 
     # savings are measured from the trace's own schedule: the graph replayed with its unexplained waits
