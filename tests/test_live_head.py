@@ -38,6 +38,10 @@ def _records(w: AtraceWriter, rng: np.random.Generator, n: int) -> None:
     recs["corr"] = np.arange(n) // 2
     recs["flags"] = R.FLAG_HAS_CORR
     recs["bytes"][::11], recs["flags"][::11] = 4096, R.FLAG_HAS_CORR | R.FLAG_HAS_BYTES
+    # an explicit flow (flow ids, not correlation) from a cpu slice to a device slice
+    recs["flow"][[1, 3]], recs["flow_kind"][[1, 3]] = 77, R.FLOW_CODES["exec"]
+    recs["flags"][1] |= R.FLAG_FLOW_OUT
+    recs["flags"][3] |= R.FLAG_FLOW_IN
     w.add_records(recs)
     w.add_records(R.encode(R.BEGIN, names[4], ts=int(ts[10]) + 1, pid=3, tid=5))
     w.add_records(R.encode(R.END, names[4], ts=int(ts[20]), pid=3, tid=5))
@@ -96,6 +100,13 @@ def test_a_head_segment_gives_the_tiles_a_sealed_segment_of_the_same_records_giv
         dev = next(r for r in found["results"] if capture.layout.tracks[r["track_id"]]["lane"] == "eu")
         got[seg.key] = (found, capture.slice_detail(dev["id"]))
     capture.sealed = []
+    for seg in (head, sealed):  # the explicit flow: its source's detail lists it (ids are the segment's)
+        capture.sealed = [seg]
+        src = capture.search("gemm", 0, 5)["results"][0]  # record 1: the second record, a gemm on the cpu
+        got[seg.key + "/flow"] = capture.slice_detail(src["id"])["flows"]
+    capture.sealed = []
+    assert got[head.key + "/flow"] == got[sealed.key + "/flow"]
+    assert [f["kind"] for f in got[head.key + "/flow"]["out"]] == ["exec"]
     (hs, hd), (ss, sd) = got[head.key], got[sealed.key]
     assert hs == ss and hs["total"] > 1000
     assert hd == sd and hd["slice"]["track"]["name"] == "dev0 matrix 0"
