@@ -30,8 +30,8 @@ def deep_server(tmp_path_factory, live_server_factory):
 def _pixel(page, x, y):
     return tuple(page.evaluate("""([x, y]) => {
         const c = document.querySelector('#timeline canvas.tracks'), d = window.devicePixelRatio || 1;
-        return Array.from(c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1).data.slice(0, 3)); }""",
-        [x, y]))
+        const px = c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1);
+        return Array.from(px.data.slice(0, 3)); }""", [x, y]))
 
 
 def _x_of(page, rel_ns):
@@ -80,7 +80,8 @@ def test_deep_tracks_fetch_the_pages_on_screen_and_draw_the_fold_from_one(browse
         assert d20 != FOLD_RGB and max(abs(a - b) for a, b in zip(d20, (255, 255, 255))) > BACKGROUND_TOL
         # unfold every depth and scroll to the bottom of the track: the deepest pages come, no more
         page.evaluate(f"""() => {{ const tl = window.acceltrace.timeline;
-            tl.layout.setDepths({tid0}, {DEEP_DEPTH + 2}); tl.relayout(); tl.revealTrack({tid0}, {DEEP_DEPTH + 1}); }}""")
+            tl.layout.setDepths({tid0}, {DEEP_DEPTH + 2}); tl.relayout();
+            tl.revealTrack({tid0}, {DEEP_DEPTH + 1}); }}""")
         _ui.wait_idle(page)
         assert max(_pages(urls)) == (DEEP_DEPTH + 1) // 4
         depths = page.evaluate(f"""() => {{ const s = new Set();

@@ -152,7 +152,8 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None,
             "SELECT track_id, bucket, depth, n, id::DOUBLE, ts::DOUBLE, name FROM ("
             f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, depth, count(*) AS n, arg_min(slice_id, {FIRST_KEY}) AS id,"
             f" min(ts) AS ts, arg_min(name_id, {FIRST_KEY}) AS name"
-            f" FROM lod_instants WHERE {g}{d}ts >= {t0} AND ts < {t1} GROUP BY ALL)" + (" ORDER BY 1, 2, 3" if order else "")
+            f" FROM lod_instants WHERE {g}{d}ts >= {t0} AND ts < {t1} GROUP BY ALL)"
+            + (" ORDER BY 1, 2, 3" if order else "")
         )
 
     if L >= info.counter_base_level:

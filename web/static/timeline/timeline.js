@@ -4,7 +4,9 @@
 // visible tile is pending, "idle" when everything visible is drawn.
 
 import { View } from "./view.js";
-import { Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, STATUS_PX, rowOfDepth, shownDepths, isFolded, sliceRows } from "./layout.js";
+import {
+  Layout, ROW_PX, TRACK_PAD_PX, NAMES_PX, AXIS_PX, STATUS_PX, rowOfDepth, shownDepths, isFolded, sliceRows,
+} from "./layout.js";
 import { TileStore, tileRange, pageKey } from "../tiles/cache.js";
 import { renderFrame } from "./frame.js";
 
@@ -176,7 +178,8 @@ export class Timeline {
       const r1 = Math.floor((y1 - y - TRACK_PAD_PX) / ROW_PX);
       const shown = shownDepths(t), rows = sliceRows(t);
       if (t.lane === "pcie" && r1 >= rows) { for (const k of this.groupKeys(g)) out.add(k); continue; }
-      for (let r = Math.min(r0, shown - 1); r <= Math.min(r1, shown - 1); r += 1) out.add(pageKey(g, Math.floor(r / P)));
+      const last = Math.min(r1, shown - 1);
+      for (let r = Math.min(r0, shown - 1); r <= last; r += 1) out.add(pageKey(g, Math.floor(r / P)));
       if (isFolded(t) && r1 >= shown) out.add(pageKey(g, Math.floor((shown - 1) / P)));
     }
     return [...out];
