@@ -77,7 +77,9 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
                   *slack = b[6].buf;
     const int8_t *ek = b[2].buf;
     int64_t *start = b[7].buf, *end = b[8].buf, *why = b[9].buf, *why_end = b[10].buf;
+    int sorted = 1;  /* edges already by source (analysis/graph.py sorts them): no index to build */
     for (Py_ssize_t k = 0; k < m; k++) {
+        if (k && src[k] < src[k - 1]) sorted = 0;
         if (src[k] < 0 || src[k] >= n || dst[k] < 0 || dst[k] >= n) {
             PyErr_Format(PyExc_ValueError, "edge %zd (%lld -> %lld) names a node outside 0..%zd", k,
                          (long long)src[k], (long long)dst[k], n - 1);
@@ -90,7 +92,7 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
     }
     /* CSR by source, stable (the edges of a node in their given order, as numpy's stable argsort) */
     int64_t *ptr = calloc((size_t)n + 1, sizeof(int64_t));
-    int64_t *eidx = malloc(((size_t)m + 1) * sizeof(int64_t));
+    int64_t *eidx = sorted ? NULL : malloc(((size_t)m + 1) * sizeof(int64_t));
     int64_t *need_start = calloc((size_t)n + 1, sizeof(int64_t));
     int64_t *need_wait = calloc((size_t)n + 1, sizeof(int64_t));
     int64_t *wait = malloc(((size_t)n + 1) * sizeof(int64_t));
@@ -99,7 +101,7 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
     char *started = calloc((size_t)n + 1, 1);
     int64_t done = 0;
     int overflow = 0;
-    if (!ptr || !eidx || !need_start || !need_wait || !wait || !starts || !ends || !started) {
+    if (!ptr || (!sorted && !eidx) || !need_start || !need_wait || !wait || !starts || !ends || !started) {
         PyErr_NoMemory();
         goto free_all;
     }
@@ -110,7 +112,7 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
         else need_start[dst[k]]++;
     }
     for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
-    {
+    if (!sorted) {
         int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
         if (fill) {
             memcpy(fill, ptr, (size_t)n * sizeof(int64_t));
@@ -137,7 +139,7 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
             start[v] = s;
             started[v] = 1;
             for (int64_t j = ptr[v]; j < ptr[v + 1]; j++) {
-                int64_t k = eidx[j];
+                int64_t k = sorted ? j : eidx[j];
                 if (ek[k] != AFTER_START) continue;
                 int64_t u = dst[k], t;
                 if (ADD(s, w[k], &t)) { overflow = 1; break; }
@@ -153,7 +155,7 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
         if (ADD(wait[v] > s ? wait[v] : s, own[v], &e)) { overflow = 1; break; }
         end[v] = e;
         for (int64_t j = ptr[v]; j < ptr[v + 1]; j++) {
-            int64_t k = eidx[j], u = dst[k];
+            int64_t k = sorted ? j : eidx[j], u = dst[k];
             if (ek[k] == WAIT) {
                 if (e > wait[u]) { wait[u] = e; why_end[u] = v; }
                 if (--need_wait[u] == 0 && started[u]) ends[ne++] = u;
