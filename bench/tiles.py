@@ -87,11 +87,13 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
 
 
 def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> list[tuple[int, float, float]]:
-    """In-process, no HTTP: CPU ms (all threads) to compute one cold tile, median and p95 per level.
+    """In-process, no HTTP: CPU ms (all threads) to compute one cold tile (every depth page of it, as
+    the route builds them), median and p95 per level.
 
     CPU time, unlike wall time, hardly depends on how many other jobs share the machine.
     """
-    from acceltrace.tiles.query import LodInfo, build_tile
+    from acceltrace.tiles.layout import group_depths
+    from acceltrace.tiles.query import LodInfo, build_pages
 
     con = store.connect(trace_id, sides=())
     con.execute("SET threads = 2")
@@ -100,6 +102,7 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
     counts = dict((g, (s, i, c)) for g, s, i, c in con.execute(
         "SELECT grp, slices, instants, counters FROM lod_group_counts").fetchall())
     groups = [g for g, (s, _, _) in counts.items() if s]
+    depths = group_depths(con)
     rng = np.random.default_rng(seed)
     out = []
     for level in range(info.max_level + 1):
@@ -109,7 +112,7 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
             g, i = groups[int(rng.integers(len(groups)))], int(rng.integers(n_tiles))
             empty = frozenset(k for k, v in zip(("instants", "counters"), counts[g][1:]) if not v)
             t = time.process_time()
-            build_tile(con, info, level, i, g, f"g{g}", empty, names)
+            build_pages(con, info, level, i, g, f"g{g}", empty, names, depths.get(g, 0))  # as the route: every page
             cpu.append(time.process_time() - t)
         out.append((level, _pct(cpu, 50), _pct(cpu, 95)))
     con.close()
