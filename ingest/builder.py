@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pyarrow.compute as pc
 
 from acceltrace.store import schema
 from acceltrace.store.duck import insert_rows
+from acceltrace.ingest import stage
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import assign_depths as _assign_depths
 from acceltrace.tiles.build import build as build_lod
@@ -62,7 +62,6 @@ class Warnings:
             self.kept.append(f"{where}: {message}")
 
 
-STAGE = "_stage"  # the attached in-memory database of the staged slices (see __init__)
 TIME_LIMIT_NS = 1 << 62  # |ts| and ts + dur bound (store invariant, docs/schema.md)
 LONG_SPAN_NS = 7 * 86400 * 10**9  # a longer trace is published with a warning
 
@@ -81,18 +80,13 @@ class TraceBuilder:
         self.threads = threads
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
-        # staging lives in an attached in-memory database: appends stay in memory (spilling to the
-        # temp dir), only the sorted final table is written to the trace file, and unlike a TEMP
-        # table every cursor sees it, so finish() can write slices and build the LOD at once
-        (db,) = self.con.execute("SELECT current_database()").fetchone()
-        self.con.execute(f"ATTACH ':memory:' AS {STAGE}")
-        self.con.execute(f"SET search_path = '{_quote_ident(db)},{STAGE}'")  # staging by its bare name
+        stage.attach(self.con)  # the staged slices' own in-memory database (ingest/stage.py)
         for table in schema.TABLES:
             if table == "slices":
                 # staging: depth may be unknown (NULL) until finish()
                 cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES[table]]
                 self.con.execute(schema.create_sql(table, cols, name="_slices_staging").replace(
-                    "CREATE TABLE ", f"CREATE TABLE {STAGE}.", 1))
+                    "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
             else:
                 self.con.execute(schema.create_sql(table))
         self.meta: dict[str, str] = {}
@@ -286,31 +280,15 @@ class TraceBuilder:
         self._check_times(source_name)
         self._write_tracks()
         depths = _assign_depths(con)
-        cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth"
-                         for c in schema.column_names("slices"))
         con.execute(schema.create_sql("slices"))
-        con.register("_depths_arrow", depths)
-        try:
-            con.execute(f"CREATE TABLE {STAGE}._depths AS SELECT * FROM _depths_arrow")
-        finally:
-            con.unregister("_depths_arrow")
-        # the slices as they will be stored (depth filled in, sorted), once, in memory: what slices
-        # gets and what the LOD build reads (a view would repeat the join for each of its readers)
-        con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY keeps that order
-        try:
-            con.execute(f"CREATE TABLE {STAGE}._slices_final AS SELECT {cols} FROM {STAGE}._slices_staging s"
-                        f" LEFT JOIN {STAGE}._depths d USING (slice_id) ORDER BY track_id, ts, depth")
-        finally:
-            con.execute("SET preserve_insertion_order = false")
-        con.execute(f"DROP TABLE {STAGE}._slices_staging")
-        con.execute(f"DROP TABLE {STAGE}._depths")
+        stage.sort_final(con, depths, schema.column_names("slices"))
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")
             con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
 
         start, end = con.execute(
-            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {STAGE}._slices_final"
+            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {stage.NAME}._slices_final"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
         if start is None or end is None:  # every event was dropped on the way: nothing to show
@@ -320,7 +298,7 @@ class TraceBuilder:
                                  if dropped and self.warnings.kept else "")
                               + "; expected at least one event with a valid time")
         if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
-            (longest,) = con.execute(f"SELECT max(dur) FROM {STAGE}._slices_final").fetchone()
+            (longest,) = con.execute(f"SELECT max(dur) FROM {stage.NAME}._slices_final").fetchone()
             self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"
                       f" {(longest or 0) / 86400e9:.1f} days); some times are probably corrupt")
         meta = dict(self.meta)
@@ -334,37 +312,13 @@ class TraceBuilder:
         meta["warnings"] = json.dumps(self.warnings.kept)
         insert_rows(con, "trace_meta", sorted(meta.items()))
 
-        self._write_slices_and_lod()  # every published trace carries its level-of-detail tables
+        # slices into the file and the level-of-detail tables every published trace carries, at once
+        stage.write_slices_and_lod(con, build_lod, parallel=self.threads != 1)
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return counts
-
-    def _write_slices_and_lod(self) -> None:
-        """slices and the level-of-detail tables, both from the sorted staged slices, at once.
-
-        They are independent: one writes the slices into the trace file, the other builds lod_*
-        from the same rows. Each runs on a cursor of its own in a thread of its
-        own (DuckDB releases the GIL), so the two cores share them; with a one-thread build (a
-        fleet's worker, one per core) they run one after the other.
-        """
-        con = self.con
-        write = f"INSERT INTO slices SELECT * FROM {STAGE}._slices_final"  # in order already
-        con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
-        try:
-            if self.threads == 1:
-                con.execute(write)
-                build_lod(con, slices=f"{STAGE}._slices_final", keep_order_setting=True)
-            else:
-                _in_parallel(
-                    lambda cur: cur.execute(write),
-                    lambda cur: build_lod(cur, slices=f"{STAGE}._slices_final", keep_order_setting=True),
-                    con)
-        finally:
-            con.execute("SET preserve_insertion_order = false")
-        con.execute("RESET search_path")
-        con.execute(f"DETACH {STAGE}")
 
     def counts(self) -> dict:
         q = self.con.execute
@@ -387,34 +341,6 @@ class TraceBuilder:
     def _write_tracks(self) -> None:
         if self._track_rows:
             insert_rows(self.con, "tracks", self._track_rows)
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _in_parallel(first, second, con: duckdb.DuckDBPyConnection) -> None:
-    """first(cursor) in a thread and second(cursor) here, each on a cursor of its own; the first
-    error of either is raised once both are done."""
-    errors: list[BaseException] = []
-
-    def run(job):
-        cur = con.cursor()
-        try:
-            job(cur)
-        except BaseException as e:  # re-raised below, in the caller's thread
-            errors.append(e)
-        finally:
-            cur.close()
-
-    t = threading.Thread(target=run, args=(first,), name="slices-write")
-    t.start()
-    try:
-        run(second)
-    finally:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:

@@ -1,0 +1,96 @@
+"""Where the builder stages slices until finish(): an attached in-memory DuckDB database.
+
+Appends stay in memory (spilling to the temp directory beyond the builder's memory limit) and
+only the sorted final table is written to the trace file. Unlike a TEMP table, an attached
+database is seen by every cursor of the connection, so finish() can write `slices` into the
+file on one cursor while another builds the level-of-detail tables from the same rows: the
+two cores share the two biggest steps of time-to-viewable. The database is on the builder
+connection's search path, so ingesters name `_slices_staging` without its catalog.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+
+NAME = "_stage"
+
+
+def attach(con: duckdb.DuckDBPyConnection) -> None:
+    (db,) = con.execute("SELECT current_database()").fetchone()
+    con.execute(f"ATTACH ':memory:' AS {NAME}")
+    con.execute(f"SET search_path = '{_quote_ident(db)},{NAME}'")
+
+
+def sort_final(con: duckdb.DuckDBPyConnection, depths: pa.Table, columns: list[str]) -> None:
+    """`_slices_final`: the staged slices with their depths filled in, sorted as `slices` is stored.
+
+    Made once, in memory: the file's table and every query of the LOD build read it (a view
+    would repeat the join for each of them). The staging table is dropped, so memory holds
+    one copy of the slices."""
+    cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth" for c in columns)
+    con.register("_depths_arrow", depths)
+    try:
+        con.execute(f"CREATE TABLE {NAME}._depths AS SELECT * FROM _depths_arrow")
+    finally:
+        con.unregister("_depths_arrow")
+    con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY keeps that order
+    try:
+        con.execute(f"CREATE TABLE {NAME}._slices_final AS SELECT {cols} FROM {NAME}._slices_staging s"
+                    f" LEFT JOIN {NAME}._depths d USING (slice_id) ORDER BY track_id, ts, depth")
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    con.execute(f"DROP TABLE {NAME}._slices_staging")
+    con.execute(f"DROP TABLE {NAME}._depths")
+
+
+def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable, parallel: bool = True) -> None:
+    """`slices` from `_slices_final`, and build_lod over the same rows, at once; then detach.
+
+    Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL); without
+    `parallel` (a one-thread build: a fleet runs one per core) one after the other."""
+    write = f"INSERT INTO slices SELECT * FROM {NAME}._slices_final"  # in order already
+    source = f"{NAME}._slices_final"
+    con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
+    try:
+        if parallel:
+            _in_parallel(lambda cur: cur.execute(write),
+                         lambda cur: build_lod(cur, slices=source, keep_order_setting=True), con)
+        else:
+            con.execute(write)
+            build_lod(con, slices=source, keep_order_setting=True)
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    con.execute("RESET search_path")
+    con.execute(f"DETACH {NAME}")
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _in_parallel(first, second, con: duckdb.DuckDBPyConnection) -> None:
+    """first(cursor) in a thread and second(cursor) here, each on a cursor of its own; the first
+    error of either is raised once both are done."""
+    errors: list[BaseException] = []
+
+    def run(job):
+        cur = con.cursor()
+        try:
+            job(cur)
+        except BaseException as e:  # re-raised below, in the caller's thread
+            errors.append(e)
+        finally:
+            cur.close()
+
+    t = threading.Thread(target=run, args=(first,), name="slices-write")
+    t.start()
+    try:
+        run(second)
+    finally:
+        t.join()
+    if errors:
+        raise errors[0]
