@@ -127,8 +127,14 @@ def ingest_one(
     threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1).
     views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published."""
     res = Result(name=label)
+    digest = None
     try:
-        digest = content_hash(paths)
+        if trace_id is None:  # a row begun earlier has its hash already (an upload hashes as it arrives)
+            digest = content_hash(paths)
+        else:
+            for p in paths:
+                if not p.is_dir():
+                    open(p, "rb").close()
     except OSError as e:
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
