@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -27,12 +28,30 @@ _IOPRIO_SET = {"x86_64": 251, "aarch64": 30}  # the ioprio_set syscall's number 
 
 
 def _init(nice: int) -> None:
+    # forked from a server worker, the process inherits uvicorn's SIGTERM/SIGINT handlers, which only
+    # set a flag in this copy of the server: a stop signal must end it as it ends any process
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _exit_with_parent(os.getppid())
     try:
         os.nice(nice)
     except OSError:
         pass
     import acceltrace.analysis.runner  # noqa: F401  (imported once, before the first upload)
     import acceltrace.ingest.pipeline  # noqa: F401
+
+
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """A server worker killed outright (SIGKILL, OOM) cannot stop its pool: each process watches its
+    parent and exits once it is gone, so no ingest process outlives the server (an ingest in flight
+    then is lost, as its trace is: the catalog's sweep removes the row and the temp file)."""
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def set_priority(idle: bool) -> None:
