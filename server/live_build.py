@@ -35,7 +35,7 @@ from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.ingest.native.atrace import _Ingest as NativeIngest  # the importer's core, fed a WindowReader
 from acceltrace.ingest.native.atrace import ingest_atrace
 from acceltrace.store import schema
-from acceltrace.tiles.head import HeadArrays, HeadTables
+from acceltrace.tiles.head import NAMES_TABLE, HeadArrays, HeadTables, names_table
 from acceltrace.tiles.live import unlink_duckdb
 from acceltrace.tiles.build import LANE_ORDER
 
@@ -222,8 +222,7 @@ class ArrayBuilder(TraceBuilder):
             "flows": self._con.sql("SELECT * FROM flows").to_arrow_table() if self._con is not None else _empty("flows"),
             "trace_meta": pa.table({"key": pa.array(list(self.meta), pa.string()),
                                     "value": pa.array(list(self.meta.values()), pa.string())}),
-            "lod_names": pa.table({"name_id": pa.array(np.arange(len(names), dtype=np.int32)),
-                                   "name": pa.array(names, pa.string())}),
+            NAMES_TABLE: names_table(names),
         }
         return Head(arrays, HeadTables(self._db, tables), tracks, names, n, lo, hi, start)
 

@@ -18,6 +18,16 @@ import numpy as np
 from acceltrace.tiles.build import TILE_BUCKETS_LOG2
 
 
+NAMES_TABLE = "lod_names"  # a head's name dictionary, under the name sealed segments give it
+
+
+def names_table(names: list[str]):
+    """The head's name dictionary (name_id -> name) as the table the slice queries join."""
+    import pyarrow as pa
+
+    return pa.table({"name_id": pa.array(np.arange(len(names), dtype=np.int32)), "name": pa.array(names, pa.string())})
+
+
 def dur_class(dur: np.ndarray) -> np.ndarray:
     """floor(log2(dur)) exactly for dur > 0 (tiles/build.py's dur_class_sql; the float log2 alone rounds
     up just below powers of two)."""
