@@ -88,6 +88,9 @@ class Graph:
     direction: np.ndarray | None = None  # per node: a copy's direction, 1 h2d, 2 d2h (0: other, or unknown)
     queue_prev: np.ndarray | None = None  # per node: the work before it in its queue (-1: none, or host)
     queue_next: np.ndarray | None = None  # per node: the work after it in its queue (-1: none, or host)
+    # per node: a transfer's unloaded time (alone on its own link) where it ran in a window of a
+    # saturated *shared* uplink (pcie_saturation's _sat_members), -1 elsewhere: what its fix gives it
+    unloaded: np.ndarray | None = None
 
     def copy(self) -> "Graph":
         """A graph a transformation may edit: the arrays it edits in place (dur, own, slack, weight) are
@@ -95,7 +98,8 @@ class Graph:
         are shared -- a transformation replaces those arrays (drops edges), never writes into them."""
         g = Graph(self.slice_id, self.kind, self.lane, self.ts, self.dur.copy(), self.own.copy(), self.slack.copy(),
                   self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
-                  corr=self.corr, direction=self.direction, queue_prev=self.queue_prev, queue_next=self.queue_next)
+                  corr=self.corr, direction=self.direction, queue_prev=self.queue_prev, queue_next=self.queue_next,
+                  unloaded=self.unloaded)
         g._by_corr = getattr(self, "_by_corr", None)
         g._cache = self._shared()
         return g
@@ -306,7 +310,22 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     s_, d_, k_, w_ = E.arrays()
     o = order_by(s_, n)
     g.src, g.dst, g.ekind, g.weight = s_[o], d_[o], k_[o], w_[o]
+    g.unloaded = _shared_uplink_targets(con, index, n)
     return g
+
+
+def _shared_uplink_targets(con, index, n: int) -> np.ndarray | None:
+    """Graph.unloaded from the pcie_saturation pass's tables, when it ran on this connection."""
+    (have,) = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_sat_members'").fetchone()
+    if not have:
+        return None
+    t = con.execute("SELECT slice_id, min(unloaded_ns)::BIGINT AS u FROM _sat_members WHERE shared"
+                    " GROUP BY slice_id").fetchnumpy()
+    out = np.full(n, -1, np.int64)
+    v = index.nodes(np.asarray(t["slice_id"], np.int64))
+    ok = v >= 0
+    out[v[ok]] = np.asarray(t["u"], np.int64)[ok]
+    return out
 
 
 def without_slack(g: Graph) -> Graph:

@@ -329,11 +329,19 @@ def _roofline(g, fs, _speedup) -> None:
 
 
 def _saturation(g, fs, speedup) -> None:
+    """The window's transfers as their link not being the limit. Behind a shared (switch) uplink: each at
+    its unloaded time, alone on its own device link (the uplink's excess demand spread; several devices
+    through one uplink stretch a transfer by up to their number, which no fixed factor models); on a
+    device's own saturated link: on a link `speedup` times faster (a later generation, a parameter)."""
     m = np.zeros(len(g.ts), bool)
     pcie = _transfers_by_start(g)
     for f in fs:
         m[_window_nodes(g, pcie, f, overlap=True)] = True
-    g.dur[m] = (g.dur[m] / speedup).astype(np.int64)
+    faster = (g.dur[m] / speedup).astype(np.int64)
+    if g.unloaded is not None:
+        u = g.unloaded[m]
+        faster = np.where(u >= 0, np.minimum(g.dur[m], u), faster)
+    g.dur[m] = faster
     g.own[m] = g.dur[m]
 
 

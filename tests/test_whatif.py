@@ -156,3 +156,22 @@ def test_a_trace_whose_device_slices_exceed_the_node_limit_builds_no_graph_at_an
     con = store.connect(res.id)
     assert con.execute("SELECT count(*) FROM critical_path").fetchone() == (0,)
     assert con.execute("SELECT makespan_ns, replayed_makespan_ns FROM whatif").fetchone() == (rep.run_ns, None)
+
+
+@pytest.mark.parametrize("seed, devices", [(41, 4), (43, 1)])
+def test_a_saturated_link_fix_saves_what_the_model_saves_without_the_saturation(tmp_path, seed, devices):
+    """Behind a shared uplink (4 devices, seed 41) the fixed transfers run at their unloaded time on their
+    own link, as the model's counterfactual without the uplink does; on a device's own link (1 device,
+    seed 43) on a link twice as fast, as its counterfactual does. Seeds not used while writing it."""
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "acceltrace", "sim", "pcie-saturation", "--out", str(out), "--seed",
+                    str(seed)], check=True, capture_output=True, cwd=ROOT)
+    doc = json.loads((out / "ground_truth.json").read_text())
+    assert doc["config"]["devices"] == devices
+    truth = sum(i["impact_ns"] for i in doc["issues"] if i["kind"] == "pcie_saturation")
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [out], after_publish=runner.after_publish)
+    assert res.error is None, res.error
+    rep = W.whatif(store, res.id, per_pass=0)
+    got = next(p["saving_ns"] for p in rep["passes"] if p["pass"] == "pcie_saturation")
+    assert truth > 0 and abs(got / truth - 1) <= 0.10, (got, truth)
