@@ -89,6 +89,10 @@ class TraceBuilder:
                     "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
             else:
                 self.con.execute(schema.create_sql(table))
+        self._new_state()
+
+    def _new_state(self) -> None:
+        """What the builder knows of a trace before anything is added (subclasses keep it too)."""
         self.meta: dict[str, str] = {}
         self.warnings = Warnings()
         self._tracks: dict[object, int] = {}

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from acceltrace.formats import record as R
 from acceltrace.formats.atrace.window import write_window
-from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder, Warnings
+from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
 from acceltrace.ingest.depths import assign_depths
 from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.ingest.native.atrace import _Ingest as NativeIngest  # the importer's core, fed a WindowReader
@@ -128,14 +128,7 @@ class ArrayBuilder(TraceBuilder):
         self.work_dir = None
         self._db = db
         self._con: duckdb.DuckDBPyConnection | None = None
-        self.meta: dict[str, str] = {}
-        self.warnings = Warnings()
-        self._tracks: dict[object, int] = {}
-        self._track_rows: list[tuple] = []
-        self._next_slice = 0
-        self._next_flow = 0
-        self.n_counters = 0
-        self.formats: list[str] = []
+        self._new_state()
         self._slices: list[pa.Table] = []
         self._counters: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
