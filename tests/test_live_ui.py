@@ -1,7 +1,6 @@
 """A live capture in the real timeline: daemon, Python producer and server, the trace page following
 the capture through the documented hook, then the same URL becoming the analysed trace."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import json
 
 import pytest
 
+from _ui import CHROMIUM, LAUNCH_ARGS
 from test_traced import _start, _stop
 
 PY = sys.executable
@@ -60,6 +60,18 @@ LOSSY = textwrap.dedent("""
 """)
 
 
+def _live_row(srv, timeout_s: float = 20.0) -> dict:
+    """The server's live trace once it lists one with slices (its catalog row)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = _json(srv.url + "/api/traces")["traces"]
+        row = next((r for r in rows if r["status"] == "live" and r["counts"].get("slices")), None)
+        if row is not None:
+            return row
+        time.sleep(0.1)
+    raise AssertionError(f"no live trace with slices within {timeout_s:g} s:\n{srv.log()}")
+
+
 def _json(url):
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())
@@ -75,17 +87,10 @@ def test_a_live_capture_is_followed_in_the_timeline_and_becomes_the_analysed_tra
         monkeypatch.delenv("ACCELTRACE_LIVE_FILE", raising=False)
         srv = live_server_factory(tmp_path / "store")
         producer = subprocess.Popen([PY, "-c", PRODUCER, str(sock)])
-        deadline = time.monotonic() + 20
-        row = None
-        while time.monotonic() < deadline and row is None:
-            rows = _json(srv.url + "/api/traces")["traces"]
-            row = next((r for r in rows if r["status"] == "live" and r["counts"].get("slices")), None)
-            time.sleep(0.1)
-        assert row is not None, srv.log()
+        row = _live_row(srv)
         tid = row["id"]
         with pw.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
             page = browser.new_page(viewport={"width": 1200, "height": 1100})
             errors = []
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -208,16 +213,9 @@ def test_a_server_behind_says_what_it_did_not_draw_and_hatches_where(tmp_path, m
     srv = live_server_factory(tmp_path / "store")
     writer = subprocess.Popen([PY, "-c", FAST_WRITER, str(f)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
-        row = None
-        while time.monotonic() < deadline and row is None:
-            rows = _json(srv.url + "/api/traces")["traces"]
-            row = next((r for r in rows if r["status"] == "live" and r["counts"].get("slices")), None)
-            time.sleep(0.1)
-        assert row is not None, srv.log()
+        row = _live_row(srv)
         with pw.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
             page = browser.new_page(viewport={"width": 1200, "height": 700})
             page.goto(f"{srv.url}/t/{row['id']}")
             assert writer.stdout.readline().strip() == "done"
