@@ -291,3 +291,29 @@ def test_args_that_are_not_objects_do_not_break_linking(tmp_path, quick, compile
     finally:
         columns.USE_COMPILED = old
     assert res.error is None and res.counts["slices"] == 3 and res.counts["flows"] == 1, (res.error, res.counts)
+
+
+def test_events_of_a_selection_read_one_by_one_are_the_selected_ones():
+    # EventColumns.take + indexing (the rare per-event paths: metadata, problem reports, DMA args):
+    # each index reads its own row of the chunk, negative ones too, and past the end raises
+    import json as _json
+
+    evs = [{"ph": "X", "name": f"k{i}", "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 5,
+            "args": {"External id": i, "direction": "HOST_TO_DEVICE" if i % 2 else "DEVICE_TO_HOST"}}
+           for i in range(40)]
+    raw = _json.dumps(evs).encode()
+    cols = columns.scan_columns(raw)
+    if cols is None:
+        pytest.skip("the compiled scanner is not built")
+    pick = np.array([3, 17, 39, 0])
+    sub = cols.take(pick)
+    assert [sub[i].name for i in range(len(pick))] == [f"k{j}" for j in pick]
+    assert sub[-1].name == "k0"
+    with pytest.raises(IndexError):
+        sub[len(pick)]
+    args = columns.values(sub, "args")
+    assert [_json.loads(bytes(args[i]))["External id"] for i in range(len(pick))] == pick.tolist()
+    ts = columns.values(sub, "ts")
+    assert [ts[i] for i in range(len(pick))] == [1000 + j for j in pick]
+    af = columns.arg_fields(args)
+    assert [af[i].direction for i in range(len(pick))] == [evs[j]["args"]["direction"] for j in pick]
