@@ -110,6 +110,14 @@ def values(evs: list, name: str) -> list:
     return list(map(attrgetter(name), evs))
 
 
+def has_field(evs: list, name: str, raw: bytes) -> bool:
+    """Whether any event may have field `name`: the scanner's tags, else a search of the chunk's text
+    for the quoted key (a superset: the field's readers then see the values)."""
+    if isinstance(evs, EventColumns):
+        return evs.has(name)
+    return f'"{name}"'.encode() in raw
+
+
 def strings(evs: list, name: str) -> pa.Array:
     if isinstance(evs, EventColumns) and name in _STR_FIELDS:
         return evs.strings(name)
@@ -174,15 +182,11 @@ def arg_fields(args: list) -> list[ArgFields] | None:
     """The linking args of each event; None when no event in the batch has any of them."""
     if not args:
         return None
-    if isinstance(args, ArgsColumn):
-        buf, starts, lens = args.cols.args()
-        body = _scan.gather(buf, np.ascontiguousarray(starts), np.ascontiguousarray(lens), b",")
-    else:
-        body = b",".join(args)
+    if isinstance(args, ArgsColumn):  # the scanner noted these keys already: no search, no second decode
+        return ArgFieldColumns(args.cols, _arg_one) if args.cols.has_arg_keys() else None
+    body = b",".join(args)
     if not any(k in body for k in (b'"correlation"', b'xternal id"', b'"bytes"', b'"size"', b'"direction"')):
         return None
-    if isinstance(args, ArgsColumn):  # the scanner noted these keys already: no second decode
-        return ArgFieldColumns(args.cols, _arg_one)
     try:
         return _ARGS.decode(b"[" + body + b"]")
     except msgspec.ValidationError:  # an args that is not an object (a string, a number) links nothing

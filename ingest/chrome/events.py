@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
-from acceltrace.ingest.chrome.columns import arg_fields, arg_ints, id_codes, norm_id, raw_events, raw_text, strings, take, to_ns, values
+from acceltrace.ingest.chrome.columns import arg_fields, arg_ints, has_field, id_codes, norm_id, raw_events, raw_text, strings, take, to_ns, values
 from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
@@ -200,7 +200,7 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
     if not sub:
         return
     names = strings(sub, "name").fill_null("")
-    if b'"[memory]"' in work.chunk.raw:  # memory events are levels over time: counters, not instants
+    if not is_x.all():  # memory events are instant levels over time: counters, not instants
         mem = pc.equal(names, MEMORY_EVENT).to_numpy(zero_copy_only=False) & ~is_x
         if mem.any():
             k = np.flatnonzero(mem)
@@ -252,7 +252,7 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
         valid = ~ext.is_null().to_numpy(zero_copy_only=False)
         state.stage("ext", {"src": np.full(int(valid.sum()), src.idx, dtype=np.int32),
                             "slice_id": slice_ids[valid], "ext_id": ext.filter(pa.array(valid))})
-    if b"\"bind_id\"" in work.chunk.raw:  # v2 flows are rare: skip the field when the text lacks it
+    if has_field(sub, "bind_id", work.chunk.raw):  # v2 flows are rare: skip the field when no event has it
         _stage_v2_flows(state, src, sub, slice_ids, ts_ns)
 
 

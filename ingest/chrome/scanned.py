@@ -135,6 +135,16 @@ class EventColumns:
     def tags(self, name: str) -> np.ndarray:
         return self._sel(self._s.tags[_F[name]])
 
+    def has(self, name: str) -> bool:
+        """Whether any event of the selection has field `name` (the scanner's tags, no text search)."""
+        return bool((self.tags(name) != T_ABSENT).any())
+
+    def has_arg_keys(self) -> bool:
+        """Whether any event's args has one of the linking keys at its top (ARG_KEYS) that
+        arg_fields reads: the scanner noted them, so the args text is not searched."""
+        a = self._s.atag
+        return bool((a if self._idx is None else a[:, self._idx]).any())
+
     # -- columns
     def strings(self, name: str) -> pa.Array:
         arr = self._s.strings(_F[name])
