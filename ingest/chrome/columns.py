@@ -261,6 +261,17 @@ def id_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
     return codes(values(evs, name))
 
 
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(a, return_inverse=True) for integers, by hashing (Arrow) and sorting only the
+    distinct values: a chunk has tens of thousands of events and a handful of threads or tracks."""
+    enc = pa.array(a).dictionary_encode()
+    uniq = enc.dictionary.to_numpy(zero_copy_only=False)
+    order = np.argsort(uniq, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return uniq[order], rank[enc.indices.to_numpy(zero_copy_only=False)]
+
+
 def codes(vals: list) -> tuple[np.ndarray, list]:
     """Dense codes for hashable values and the distinct values in code order."""
     kinds = set(map(type, vals))

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
-from acceltrace.ingest.chrome.columns import arg_fields, arg_ints, has_field, id_codes, norm_id, raw_events, raw_text, strings, take, to_ns, values
+from acceltrace.ingest.chrome.columns import (arg_fields, arg_ints, has_field, id_codes, norm_id, raw_events, raw_text,
+                                             strings, take, to_ns, unique_inverse, values)
 from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
@@ -85,7 +86,7 @@ def _threads(state: ChromeState, src: SourceState, sub: list):
     """Per event: thread key, normalised pid and tid (as lists of the distinct values + codes)."""
     pc, pu = id_codes(sub, "pid")
     tc, tu = id_codes(sub, "tid")
-    pairs, inv = np.unique(pc * max(1, len(tu)) + tc, return_inverse=True)
+    pairs, inv = unique_inverse(pc * max(1, len(tu)) + tc)
     keys = np.empty(len(pairs), dtype=np.int64)
     pid_of, tid_of = [], []
     for j, pair in enumerate(pairs.tolist()):
@@ -154,7 +155,7 @@ def _tracks(state, src, inv, keys, pid_of, tid_of, lane, direction, skip=None) -
     combo = inv.astype(np.int64) * 64 + lane.astype(np.int64) * 8 + direction
     if skip is not None:
         combo = np.where(skip, -1, combo)
-    uniq, cinv = np.unique(combo, return_inverse=True)
+    uniq, cinv = unique_inverse(combo)
     ids = np.empty(len(uniq), dtype=np.int32)
     for j, c in enumerate(uniq.tolist()):
         if c < 0:

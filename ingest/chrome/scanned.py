@@ -156,12 +156,8 @@ class EventColumns:
         tags = self.tags(name)
         if not len(tags) or not (tags == T_INT).all():
             return None
-        vals = self._sel(self._s.ival[_IV[name]])
-        uniq, first, inv = np.unique(vals, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        return rank[inv.reshape(-1)], uniq[order].tolist()
+        enc = pa.array(self._sel(self._s.ival[_IV[name]])).dictionary_encode()  # hashed: first-appearance order
+        return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
     def times(self, name: str) -> chrome_numbers.Parsed:
         tags = self.tags(name)
