@@ -28,16 +28,22 @@ SELECT row_number() OVER (ORDER BY c.precedence, c.local_ns DESC, c.ts, c.slice_
        c.dev IS NULL OR k.dev IS NULL OR c.dev = k.dev AS on_critical_dev
 FROM _candidates c LEFT JOIN _critical_dev k ON TRUE;
 
+-- grp: the candidates that compete for the same time. On the critical device (and candidates of no
+-- device) they all do; a device that finished earlier is its own group: its candidates win no
+-- exclusive time (their impact stays 0) but a residual pass's min_share is still measured against the
+-- findings of higher precedence on that device (a gap there mostly explained by a sync stall is not
+-- reported, one that is not is, with its own device's saving in the what-if).
 CREATE OR REPLACE TEMP TABLE _claim_raw AS
-SELECT cand_id, claim_start AS a, claim_end AS b, local_ns, FALSE AS head
+SELECT cand_id, claim_start AS a, claim_end AS b, local_ns, FALSE AS head, '' AS grp
 FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start AND on_critical_dev
 UNION ALL
 -- same device and overlapping, as a pure range join on device-offset times (_dev_offset)
-SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns, c.head
+SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns, c.head, c.grp
 FROM (SELECT c.cand_id, c.local_ns, c.claim_start + o.off AS s, c.claim_end + o.off AS e, o.off,
-             c.claim_mode = 'idle_head' AS head
+             c.claim_mode = 'idle_head' AS head, CASE WHEN c.on_critical_dev THEN '' ELSE c.dev END AS grp
       FROM _cand c JOIN _dev_offset o ON o.dev = c.dev
-      WHERE c.claim_mode IN ('idle', 'idle_head') AND c.claim_end > c.claim_start AND c.on_critical_dev) c
+      WHERE c.claim_mode IN ('idle', 'idle_head') AND c.claim_end > c.claim_start
+        AND (c.on_critical_dev OR c.min_share > 0)) c
 JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
       FROM _eu_idle i JOIN _dev_offset o ON o.dev = i.dev) i
   ON i.s < c.e AND i.e > c.s;
@@ -46,34 +52,36 @@ JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
 -- for a delay that pushes later work back)
 CREATE OR REPLACE TEMP TABLE _claim AS
 WITH o AS (
-    SELECT cand_id, a, b, local_ns, head,
+    SELECT cand_id, a, b, local_ns, head, grp,
            CASE WHEN head THEN sum(b - a) OVER (PARTITION BY cand_id ORDER BY a ROWS UNBOUNDED PRECEDING)
                 ELSE sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC ROWS UNBOUNDED PRECEDING) END
              - (b - a) AS before_ns
     FROM _claim_raw
 )
-SELECT cand_id,
+SELECT cand_id, grp,
        CASE WHEN head THEN a ELSE greatest(a, b - (local_ns - before_ns)) END AS a,
        CASE WHEN head THEN least(b, a + (local_ns - before_ns)) ELSE b END AS b
 FROM o WHERE before_ns < local_ns;
 
--- elementary segments between all claim boundaries; each goes to the first candidate
+-- elementary segments between all claim boundaries (per group); each goes to the first candidate
 CREATE OR REPLACE TEMP TABLE _alloc AS
-WITH p AS (SELECT a AS t FROM _claim UNION SELECT b FROM _claim),
-seg AS (SELECT t AS t0, lead(t) OVER (ORDER BY t) AS t1 FROM p),
+WITH p AS (SELECT grp, a AS t FROM _claim UNION SELECT grp, b FROM _claim),
+seg AS (SELECT grp, t AS t0, lead(t) OVER (PARTITION BY grp ORDER BY t) AS t1 FROM p),
 won AS (
     SELECT s.t0, s.t1, min(c.cand_id) AS cand_id
-    FROM seg s JOIN _claim c ON c.a <= s.t0 AND c.b >= s.t1
+    FROM seg s JOIN _claim c ON c.grp = s.grp AND c.a <= s.t0 AND c.b >= s.t1
     WHERE s.t1 IS NOT NULL
-    GROUP BY s.t0, s.t1
+    GROUP BY s.grp, s.t0, s.t1
 )
 SELECT cand_id, sum(t1 - t0) AS alloc_ns FROM won GROUP BY cand_id;
 
 -- candidates with their allocation; min_share drops candidates mostly explained by
 -- findings of higher precedence (a residual pass such as launch_gaps sets it)
 CREATE OR REPLACE TEMP TABLE _kept AS
-SELECT c.*, CAST(coalesce(a.alloc_ns, 0) AS BIGINT) AS impact_ns, coalesce(cl.claimed_ns, 0) AS claimed_ns,
-       row_number() OVER (PARTITION BY c.pass ORDER BY coalesce(a.alloc_ns, 0) DESC, c.local_ns DESC, c.ts)
+SELECT c.*, CAST(CASE WHEN c.on_critical_dev THEN coalesce(a.alloc_ns, 0) ELSE 0 END AS BIGINT) AS impact_ns,
+       CASE WHEN c.on_critical_dev THEN coalesce(cl.claimed_ns, 0) ELSE 0 END AS claimed_ns,
+       row_number() OVER (PARTITION BY c.pass ORDER BY CASE WHEN c.on_critical_dev THEN coalesce(a.alloc_ns, 0)
+                                                        ELSE 0 END DESC, c.local_ns DESC, c.ts)
          AS pass_rank
 FROM _cand c
 LEFT JOIN _alloc a ON a.cand_id = c.cand_id

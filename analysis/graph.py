@@ -91,6 +91,7 @@ class Graph:
     # per node: a transfer's unloaded time (alone on its own link) where it ran in a window of a
     # saturated *shared* uplink (pcie_saturation's _sat_members), -1 elsewhere: what its fix gives it
     unloaded: np.ndarray | None = None
+    device: np.ndarray | None = None  # per node: the device work's device as a code (-1: host)
 
     def copy(self) -> "Graph":
         """A graph a transformation may edit: the arrays it edits in place (dur, own, slack, weight) are
@@ -99,7 +100,7 @@ class Graph:
         g = Graph(self.slice_id, self.kind, self.lane, self.ts, self.dur.copy(), self.own.copy(), self.slack.copy(),
                   self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
                   corr=self.corr, direction=self.direction, queue_prev=self.queue_prev, queue_next=self.queue_next,
-                  unloaded=self.unloaded)
+                  unloaded=self.unloaded, device=self.device)
         g._by_corr = getattr(self, "_by_corr", None)
         g._cache = self._shared()
         return g
@@ -281,7 +282,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     g = Graph(sid, kind, lane, ts, dur, dur.copy(), np.zeros(n, np.int64), empty, empty, empty.astype(np.int8), empty,
               index, track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr,
               direction=np.concatenate([np.zeros(nh, np.int8), col(dev, "direction", np.int8)]),
-              queue_prev=queue_prev, queue_next=queue_next)
+              queue_prev=queue_prev, queue_next=queue_next,
+              device=np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]))
     # waits: a sync call waits for the device work that was submitted before it and ended inside it
     # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
     sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))
@@ -301,7 +303,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     for part in E.parts:
         _earliest(g, earliest, *part)
     _slack(g, earliest)
-    inferred = _infer_device_dependencies(g, np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]))
+    inferred = _infer_device_dependencies(g, g.device)
     if inferred is not None:
         E.add(*inferred)
         _earliest(g, earliest, *E.parts[-1])
