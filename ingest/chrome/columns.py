@@ -118,6 +118,16 @@ def has_field(evs: list, name: str, raw: bytes) -> bool:
     return f'"{name}"'.encode() in raw
 
 
+def phase_bytes(evs: list) -> np.ndarray | None:
+    """Each event's one-character ph as a byte, on the compiled path (else None: read the strings)."""
+    return evs.phase_bytes() if isinstance(evs, EventColumns) else None
+
+
+def id_ints(evs: list, name: str) -> np.ndarray | None:
+    """An id field as int64 when every event has an integer there, on the compiled path (else None)."""
+    return evs.int_values(name) if isinstance(evs, EventColumns) else None
+
+
 def strings(evs: list, name: str) -> pa.Array:
     if isinstance(evs, EventColumns) and name in _STR_FIELDS:
         return evs.strings(name)

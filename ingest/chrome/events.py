@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
-from acceltrace.ingest.chrome.columns import (arg_fields, arg_ints, has_field, id_codes, norm_id, raw_events, raw_text,
-                                             strings, take, to_ns, unique_inverse, values)
+from acceltrace.ingest.chrome.columns import (arg_fields, arg_ints, has_field, id_codes, id_ints, norm_id, phase_bytes,
+                                             raw_events, raw_text, strings, take, to_ns, unique_inverse, values)
 from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
@@ -53,12 +53,7 @@ def process_chunk(state: ChromeState, src: SourceState, chunk) -> None:
     if not evs:
         return
     work = ChunkWork(chunk, src)
-    enc = strings(evs, "ph").dictionary_encode()
-    ph_codes = enc.indices.to_numpy(zero_copy_only=False)
-    phases = enc.dictionary.to_pylist()
-    groups = {}
-    for k, ph in enumerate(phases):
-        groups[ph] = np.flatnonzero(ph_codes == k) if len(phases) > 1 else np.arange(len(evs))
+    groups = _phase_groups(evs)
     slice_idx = [groups[p] for p in SLICE_PHASES if p in groups]
     if slice_idx:
         idx = np.sort(np.concatenate(slice_idx)) if len(slice_idx) > 1 else slice_idx[0]
@@ -80,6 +75,22 @@ def process_chunk(state: ChromeState, src: SourceState, chunk) -> None:
             _stage_async(state, work, sub, idx, ASYNC_PHASES[ph])
         else:
             src.count_phase(ph, len(idx), chunk.first_index + int(idx[0]))
+
+
+def _phase_groups(evs) -> dict:
+    """{ph: the indices of the chunk's events of that phase}, in order of first appearance."""
+    one = phase_bytes(evs)
+    if one is not None:  # the common case: one-character phases, grouped by their byte
+        present = np.flatnonzero(np.bincount(one, minlength=256))
+        if len(present) == 1:
+            return {chr(present[0]): np.arange(len(evs))}
+        first = {int(b): int(np.argmax(one == b)) for b in present}
+        return {chr(b): np.flatnonzero(one == b) for b in sorted(first, key=first.__getitem__)}
+    enc = strings(evs, "ph").dictionary_encode()
+    ph_codes = enc.indices.to_numpy(zero_copy_only=False)
+    phases = enc.dictionary.to_pylist()
+    return {ph: np.flatnonzero(ph_codes == k) if len(phases) > 1 else np.arange(len(evs))
+            for k, ph in enumerate(phases)}
 
 
 def _threads(state: ChromeState, src: SourceState, sub: list):
@@ -307,10 +318,12 @@ def _stage_flow_events(state, work, sub, idx, ph) -> None:
     cats, names = ce_.dictionary.to_pylist(), ne_.dictionary.to_pylist()
     combo = (ce_.indices.to_numpy(zero_copy_only=False).astype(np.int64) * len(names)
              + ne_.indices.to_numpy(zero_copy_only=False))
-    uniq, kc = np.unique(combo, return_inverse=True)
+    uniq, kc = unique_inverse(combo)
     key_of = np.array([state.flow_keys.setdefault((cats[u // len(names)], names[u % len(names)]), len(state.flow_keys))
                        for u in uniq.tolist()], dtype=np.int32)
-    fid, fid_text = flow_ids(values(sub, "id"))
+    ints_ = id_ints(sub, "id")
+    fid, fid_text = ((pa.array(ints_, pa.int64()), pa.nulls(len(ints_), pa.string())) if ints_ is not None
+                     else flow_ids(values(sub, "id")))
     n = len(sub)
     state.stage("flow_raw", {
         "src": np.full(n, src.idx, dtype=np.int32), "thread_key": keys[inv], "ts": ts_ns,

@@ -135,6 +135,24 @@ class EventColumns:
     def tags(self, name: str) -> np.ndarray:
         return self._sel(self._s.tags[_F[name]])
 
+    def phase_bytes(self) -> np.ndarray | None:
+        """Each event's ph as its one byte (uint8) when every ph is a one-character string, read
+        from the scanner's string buffer without building strings; else None."""
+        s, f = self._s, _F["ph"]
+        if s.n == 0 or not (s.tags[f] == T_STR).all() or len(s.sdata[f]) != s.n:
+            return None
+        offs = np.frombuffer(s.soffs, dtype=np.int32, count=s.n + 1, offset=4 * f * (s.n + 1))
+        if offs[0] != 0 or not (np.diff(offs) == 1).all():
+            return None
+        return self._sel(np.frombuffer(s.sdata[f], dtype=np.uint8))
+
+    def int_values(self, name: str) -> np.ndarray | None:
+        """An id field as int64 when every event's value is an integer token, else None."""
+        tags = self.tags(name)
+        if not len(tags) or not (tags == T_INT).all():
+            return None
+        return self._sel(self._s.ival[_IV[name]])
+
     def has(self, name: str) -> bool:
         """Whether any event of the selection has field `name` (the scanner's tags, no text search)."""
         return bool((self.tags(name) != T_ABSENT).any())
