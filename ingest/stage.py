@@ -25,12 +25,16 @@ def attach(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"SET search_path = '{_quote_ident(db)},{NAME}'")
 
 
-def sort_final(con: duckdb.DuckDBPyConnection, depths: pa.Table, columns: list[str]) -> None:
+def sort_final(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, columns: list[str]) -> None:
     """`_slices_final`: the staged slices with their depths filled in, sorted as `slices` is stored.
 
     Made once, in memory: the file's table and every query of the LOD build read it (a view
     would repeat the join for each of them). The staging table is dropped, so memory holds
-    one copy of the slices."""
+    one copy of the slices. `depths` None: the staged rows are already in that order with their
+    depths (the builder checked as they came), so the staging table is renamed, not copied."""
+    if depths is None:
+        con.execute(f"ALTER TABLE {NAME}._slices_staging RENAME TO _slices_final")
+        return
     cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth" for c in columns)
     con.register("_depths_arrow", depths)
     try:

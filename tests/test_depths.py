@@ -44,3 +44,28 @@ def test_packed_sweep_order_equals_the_five_key_order(monkeypatch, span):
     want = depths.assign_depths(con).sort_by("slice_id")
     assert got.equals(want)
     assert got.num_rows == n and max(got["depth"].to_pylist()) > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flat_tracks_skip_the_sweep_with_the_same_depths(seed):
+    """depths_of (flat tracks get 0 without the sweep) gives the sweep's depths on every row: flat
+    tracks, nested ones, partial overlaps, instants at a slice's start or end, equal starts."""
+    rng = np.random.default_rng(seed)
+    n = 6000
+    track = rng.integers(0, 12, n).astype(np.int64)
+    ts = rng.integers(0, 40_000, n).astype(np.int64) * 10
+    dur = np.where(rng.random(n) < 0.1, 0, rng.integers(1, 30, n) * 10).astype(np.int64)
+    flat = track < 6  # tracks 0-5: back to back (some touching, an instant at a slice's end), never nested
+    for tr in range(6):
+        rows = np.flatnonzero(track == tr)
+        gaps = rng.integers(0, 3, len(rows)) * 10
+        d = dur[rows]
+        start = np.cumsum(np.r_[0, (d + gaps + (d == 0))[:-1]])  # the next slice starts after an instant
+        ts[rows] = start
+    sid = rng.permutation(n).astype(np.int64)
+    want = np.zeros(n, np.int32)
+    depths._sweep(sid, track, ts, dur, want, np.zeros(n, bool))
+    got = depths.depths_of(sid, track, ts, dur)
+    assert got.dtype == np.int32
+    assert got.tolist() == want.tolist()
+    assert (got[flat] == 0).all() and got[~flat].max() > 0

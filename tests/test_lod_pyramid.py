@@ -80,6 +80,32 @@ def test_numpy_pyramid_equals_the_sql_pyramid_on_the_synthetic_trace(trace_store
         twin.close()
 
 
+def test_numpy_pyramid_in_parts_equals_the_sql_pyramid(trace_store, tmp_path):
+    # a trace over the in-memory limit is built in parts of (grp, ts >> max_level) runs; a limit
+    # far below the synthetic trace's size forces many parts, some splitting one group in time
+    path = Store(trace_store.root, sweep=False).trace_path(trace_store.ids["synthetic"])
+    copy = tmp_path / "parts.duckdb"
+    shutil.copy(path, copy)
+    con = duckdb.connect(str(copy))
+    info = dict(con.execute("SELECT key, value FROM lod_info").fetchall())
+    base, top = int(info["base_level"]), int(info["max_level"])
+    (n, groups) = con.execute("SELECT count(*), count(DISTINCT grp) FROM lod_slices").fetchone()
+    limit = max(1, n // 40)
+    parts = pyramid._parts(con, top, limit)
+    assert len(parts) > groups  # more parts than groups: some group is cut in time
+    con.execute("DROP TABLE lod_merged")
+    con.execute("SET preserve_insertion_order = true")
+    pyramid.build_merged(con, base, top, limit=limit)
+    levels = [r[0] for r in con.execute("SELECT level FROM lod_merged").fetchall()]
+    assert levels == sorted(levels)  # stored in level order, as the one-part build stores it
+    con.close()
+    twin = _sql_twin(path, tmp_path)
+    try:
+        assert _assert_same(twin, copy) > 0
+    finally:
+        twin.close()
+
+
 def test_sums_that_could_overflow_take_the_sql_build():
     con = duckdb.connect()
     con.execute("CREATE TABLE lod_slices (grp INTEGER, chunk INTEGER, cls TINYINT, ts BIGINT, dur BIGINT,"

@@ -8,8 +8,11 @@ one read of lod_slices and one sort per level, and go back to DuckDB as one Arro
 against the SQL build): per (level, grp, b, track_id, depth) the count, busy ns and bytes of
 the slices shorter than the level's bucket, and the longest of them (ties to the smaller id).
 
-Memory is that of lod_slices' columns (about 50 bytes a slice), so build.py takes this path
-only below NUMPY_MAX_SLICES; above it, or when a sum could overflow int64, the SQL build runs.
+Memory is that of lod_slices' columns (about 50 bytes a slice): a trace of more than
+NUMPY_MAX_SLICES slices is built in parts of at most that many (runs of (grp, ts >> max_level):
+every bucket of every level lies inside one such key, so the parts' rows are the whole table's),
+each part's levels staged in DuckDB and copied into lod_merged in level order at the end. Only
+when a sum could overflow int64 does build.py take the SQL build.
 """
 
 from __future__ import annotations
@@ -23,10 +26,29 @@ _I64_MAX = np.iinfo(np.int64).max
 
 
 def fits(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the numpy build may run: few enough slices, and no sum that could overflow int64."""
-    n, total_dur, total_bytes = con.execute(
-        "SELECT count(*), coalesce(sum(dur), 0), coalesce(sum(abs(bytes::HUGEINT)), 0) FROM lod_slices").fetchone()
-    return n <= NUMPY_MAX_SLICES and total_dur <= _I64_MAX and total_bytes <= _I64_MAX
+    """Whether the numpy build may run: no sum that could overflow int64 (any number of slices: a
+    large trace is built in parts)."""
+    total_dur, total_bytes = con.execute(
+        "SELECT coalesce(sum(dur), 0), coalesce(sum(abs(bytes::HUGEINT)), 0) FROM lod_slices").fetchone()
+    return total_dur <= _I64_MAX and total_bytes <= _I64_MAX
+
+
+def _parts(con: duckdb.DuckDBPyConnection, max_level: int, limit: int) -> list[tuple[tuple, tuple]]:
+    """Runs of consecutive (grp, ts >> max_level) keys of at most `limit` slices each (a single key
+    holding more is a part of its own): [(first key, last key)], in table order."""
+    keys = con.execute(f"SELECT grp, ts >> {max_level} AS tp, count(*) FROM lod_slices GROUP BY ALL ORDER BY ALL"
+                       ).fetchall()
+    parts, lo, n = [], None, 0
+    for i, (g, tp, c) in enumerate(keys):
+        if lo is not None and n + c > limit:
+            parts.append((lo, keys[i - 1][:2]))
+            lo, n = None, 0
+        if lo is None:
+            lo = (g, tp)
+        n += c
+    if lo is not None:
+        parts.append((lo, keys[-1][:2]))
+    return parts
 
 
 class _Rows:
@@ -72,10 +94,44 @@ def _reduce(r: _Rows) -> _Rows:
                  ldur=r.ldur[first], lid=r.lid[first], lname=r.lname[first])
 
 
-def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int) -> None:
-    """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes)."""
-    cols = con.execute("SELECT grp, ts, dur, track_id, depth, slice_id, name_id, bytes, cls FROM lod_slices"
-                       ).fetchnumpy()
+_COLUMNS = "grp, ts, dur, track_id, depth, slice_id, name_id, bytes, cls"
+_CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id INTEGER, depth SMALLINT,"
+           " count BIGINT, busy BIGINT, bytes BIGINT, l_dur BIGINT, l_id BIGINT, l_name INTEGER)")
+
+
+def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
+                 limit: int | None = None) -> None:
+    """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes); `limit`: the
+    most slices read into memory at once (NUMPY_MAX_SLICES by default)."""
+    limit = NUMPY_MAX_SLICES if limit is None else limit
+    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
+    con.execute(_CREATE.format(name="lod_merged"))
+    if n <= limit:
+        out = _levels(con.execute(f"SELECT {_COLUMNS} FROM lod_slices").fetchnumpy(), base, max_level)
+        _insert(con, "lod_merged", out)
+        return
+    # in parts; each level's rows of every part staged in a table of its own, in part order, so the
+    # final copy is one ordered append per level (lod_merged stays in (level, grp, b, ...) order)
+    levels = range(base, max_level + 1)
+    for level in levels:
+        con.execute(_CREATE.format(name=f"_merged_l{level}").replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+    try:
+        for (g0, t0), (g1, t1) in _parts(con, max_level, limit):
+            cols = con.execute(
+                f"SELECT {_COLUMNS} FROM lod_slices WHERE grp BETWEEN ? AND ?"
+                f" AND (grp > ? OR ts >> {max_level} >= ?) AND (grp < ? OR ts >> {max_level} <= ?)",
+                [g0, g1, g0, t0, g1, t1]).fetchnumpy()
+            for level, batch in zip(levels, _levels(cols, base, max_level)):
+                _insert(con, f"_merged_l{level}", [batch])
+        for level in levels:
+            con.execute(f"INSERT INTO lod_merged SELECT * FROM _merged_l{level}")
+    finally:
+        for level in levels:
+            con.execute(f"DROP TABLE IF EXISTS _merged_l{level}")
+
+
+def _levels(cols: dict, base: int, max_level: int) -> list[pa.RecordBatch]:
+    """One batch per level base..max_level of the slices in `cols` (columns of lod_slices)."""
     bytes_ = cols["bytes"]
     s = {
         "grp": np.asarray(cols["grp"], np.int32), "ts": np.asarray(cols["ts"], np.int64),
@@ -97,15 +153,17 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int) -> N
             longs = by_cls[bounds[level - 1]:bounds[level]]  # class level-1: short from this level on
             level_rows = _reduce(_Rows.concat(prev, _from_slices(s, longs, level)))
         out.append(_batch(level, level_rows))
-    con.execute("CREATE TABLE lod_merged (level TINYINT, grp INTEGER, b BIGINT, track_id INTEGER, depth SMALLINT,"
-                " count BIGINT, busy BIGINT, bytes BIGINT, l_dur BIGINT, l_id BIGINT, l_name INTEGER)")
-    if out:
-        table = pa.Table.from_batches(out)
-        con.register("_merged_rows", table)
-        try:
-            con.execute("INSERT INTO lod_merged SELECT * FROM _merged_rows")
-        finally:
-            con.unregister("_merged_rows")
+    return out
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, batches: list[pa.RecordBatch]) -> None:
+    if not batches or not sum(b.num_rows for b in batches):
+        return
+    con.register("_merged_rows", pa.Table.from_batches(batches))
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM _merged_rows")
+    finally:
+        con.unregister("_merged_rows")
 
 
 def _batch(level: int, r: _Rows) -> pa.RecordBatch:

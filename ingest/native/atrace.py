@@ -21,6 +21,8 @@ from acceltrace.formats.atrace.layout import MAGIC, AtraceError
 from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.formats.atrace.clock import domain_maps
 from acceltrace.ingest.native.flows import FlowEnds, corr_flows
+from acceltrace.ingest.depths import depths_of
+from acceltrace.ingest.builder import TIME_LIMIT_NS
 from acceltrace.ingest.native.tracks import Tracks
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.sources import Source
@@ -100,8 +102,10 @@ class _Ingest:
         self.maps, problems = domain_maps(reader.sync, self.meta.get("clock_domains", []))
         for p in problems:
             builder.warn(label, p)
-        self.flow_ends = FlowEnds(builder)
+        self.flow_ends = FlowEnds()
         self.corr_targets = 0
+        self.pending: list[dict] = []  # the file's slices, in file order, until _flush
+        self.n_pending = 0
         self.be_parts: list[np.ndarray] = []
         self.be_order: list[np.ndarray] = []
         self.order = 0
@@ -166,7 +170,8 @@ class _Ingest:
             self._batch(recs, streams)
             self.order += len(recs)
         lost_to_damage = [p for p in self.r.problems if p.dropped_events]
-        if alone and lost_to_damage and self.b.n_slices == self.first_slice and self.b.n_counters == 0:
+        if (alone and lost_to_damage and not self.n_pending and self.b.n_slices == self.first_slice
+                and self.b.n_counters == 0):
             # nothing survived the damage: say what happened, not merely that the trace is empty
             p = lost_to_damage[0]
             raise IngestError(self.label, f"no events before the damage: {p.message} "
@@ -174,9 +179,7 @@ class _Ingest:
         for p in self.r.problems:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()
-        self.flow_ends.link(self.label)
-        if self.corr_targets:
-            corr_flows(self.b, self.first_slice, self.b.n_slices - 1)
+        self._flush()
         self.tracks.apply_names()
         for why, n in self.dropped.items():
             self.b.warn(self.label, f"{n} events dropped: {why}", dropped=n)
@@ -243,8 +246,7 @@ class _Ingest:
         ok = np.ones(len(ticks), dtype=bool)
         if not clock.any():
             return out, ok
-        for dom in np.unique(clock):
-            dom = int(dom)
+        for dom in np.flatnonzero(np.bincount(clock, minlength=1)).tolist():  # O(n): no sort of the clocks
             if dom == 0:
                 continue
             m = clock == dom
@@ -256,23 +258,22 @@ class _Ingest:
         return out, ok
 
     def _add_slices(self, s, streams, track, ts, dur, name, cat, args) -> None:
-        """Append slices; name/cat/args are global string indices (the empty string means none)."""
+        """Keep slices for _flush; name/cat/args are global string indices (the empty string means none).
+
+        A slice's provisional id (pid) is its position in file order: flows are joined on pids."""
         flags = s["flags"]
-        direction = np.where(s["direction"] < len(R.DIRECTIONS), s["direction"], 0).astype(np.int8)
-        mem = np.where(s["mem"] < len(R.MEM_KINDS), s["mem"], 0).astype(np.int8)
-        first = self.b.add_slices({
-            "track_id": pa.array(track, pa.int32()),
-            "ts": pa.array(ts, pa.int64()),
-            "dur": pa.array(dur, pa.int64()),
-            "name": pa.DictionaryArray.from_arrays(pa.array(name, pa.int64()), self.dict_arr),
-            "category": pa.DictionaryArray.from_arrays(pa.array(cat, pa.int64(), mask=self.empty[cat]),
-                                                       self.dict_arr),
-            "corr_id": pa.array(s["corr"].astype(np.int64), pa.int64(), mask=(flags & R.FLAG_HAS_CORR) == 0),
-            "bytes": pa.array(s["bytes"].astype(np.int64), pa.int64(), mask=(flags & R.FLAG_HAS_BYTES) == 0),
-            "direction": pa.DictionaryArray.from_arrays(pa.array(direction), _DIRECTIONS),
-            "host_mem": pa.DictionaryArray.from_arrays(pa.array(mem), _HOST_MEM),
-            "args": pa.DictionaryArray.from_arrays(pa.array(args, pa.int64(), mask=self.empty[args]), self.dict_arr),
+        n = len(ts)
+        first = self.n_pending
+        self.pending.append({
+            "track": np.asarray(track, np.int32), "ts": np.asarray(ts, np.int64), "dur": np.asarray(dur, np.int64),
+            "name": np.asarray(name, np.int64), "cat": np.asarray(cat, np.int64), "args": np.asarray(args, np.int64),
+            "corr": s["corr"].astype(np.int64), "has_corr": (flags & R.FLAG_HAS_CORR) != 0,
+            "bytes": s["bytes"].astype(np.int64), "has_bytes": (flags & R.FLAG_HAS_BYTES) != 0,
+            "direction": np.where(s["direction"] < len(R.DIRECTIONS), s["direction"], 0).astype(np.int8),
+            "mem": np.where(s["mem"] < len(R.MEM_KINDS), s["mem"], 0).astype(np.int8),
+            "lane": s["lane"].astype(np.int8),
         })
+        self.n_pending += n
         # slices a correlation flow could still point at (driver/pcie/eu with a corr id and no explicit
         # incoming flow): when a file has none, as the device model's do, the corr join is skipped
         self.corr_targets += int(((s["lane"] >= 1) & (s["lane"] <= 3) & ((flags & R.FLAG_HAS_CORR) != 0)
@@ -283,6 +284,65 @@ class _Ingest:
             self.flow_ends.add(
                 (streams[idx].astype(np.uint64) << np.uint64(32)) | s["flow"][idx].astype(np.uint64),
                 (flags[idx] & R.FLAG_FLOW_OUT) != 0, s["flow_kind"][idx], first + idx.astype(np.int64))
+
+    def _flush(self) -> None:
+        """The file's slices to the builder at once, sorted as `slices` is stored (track, ts, depth)
+        with their depths (ingest/depths.py's, computed here on the columns in hand), so the builder's
+        finish neither computes depths nor sorts; then the flows, joined in numpy on provisional ids
+        and mapped to the builder's ids. Slices with times out of the store's range get depth 0 here
+        and are dropped, with a warning, by the builder as before."""
+        if not self.pending:
+            return
+        cols = {k: np.concatenate([p[k] for p in self.pending]) for k in self.pending[0]}
+        self.pending = []
+        n = self.n_pending
+        pid = np.arange(n, dtype=np.int64)
+        ts, dur, track = cols["ts"], cols["dur"], cols["track"]
+        lim = TIME_LIMIT_NS
+        end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
+        ok = (ts >= -lim) & (ts <= lim) & (end >= ts) & (end <= lim)  # the builder's range check
+        depth = np.zeros(n, np.int32)
+        if ok.all():
+            depth = depths_of(pid, track.astype(np.int64), ts, dur)
+        else:
+            r = np.flatnonzero(ok)
+            depth[r] = depths_of(pid[r], track[r].astype(np.int64), ts[r], dur[r])
+        keys = _sort_keys(track, ts, depth)
+        order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys)
+        first = self.b.n_slices
+        ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
+        ids[order] = first + pid
+        for lo in range(0, n, BATCH_EVENTS):
+            o = order[lo:lo + BATCH_EVENTS]
+            got = self.b.add_slices(self._slice_table(cols, o, depth))
+            assert got == first + lo, (got, first + lo)  # ids are consecutive: `ids` is the builder's
+        src, dst, kind = self.flow_ends.link(self.b, self.label)
+        if len(dst):  # a destination whose source is not in the file keeps an empty source end
+            self.b.add_flows(pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
+                             _repeat("atrace", len(dst)))
+        if self.corr_targets:
+            c = np.flatnonzero(cols["has_corr"] & (cols["lane"] <= 3))
+            src, cdst, kind = corr_flows(pid[c], cols["corr"][c], ts[c], cols["lane"][c], taken=dst)
+            if len(cdst):
+                self.b.add_flows(ids[src], ids[cdst], kind, _repeat("corr", len(cdst)))
+
+    def _slice_table(self, c: dict, o: np.ndarray, depth: np.ndarray) -> dict:
+        """The builder's columns of the slices at positions `o`, strings as dictionary columns."""
+        cat, args = c["cat"][o], c["args"][o]
+        return {
+            "track_id": pa.array(c["track"][o], pa.int32()),
+            "ts": pa.array(c["ts"][o], pa.int64()),
+            "dur": pa.array(c["dur"][o], pa.int64()),
+            "depth": pa.array(depth[o], pa.int32()),
+            "name": pa.DictionaryArray.from_arrays(pa.array(c["name"][o], pa.int64()), self.dict_arr),
+            "category": pa.DictionaryArray.from_arrays(pa.array(cat, pa.int64(), mask=self.empty[cat]),
+                                                       self.dict_arr),
+            "corr_id": pa.array(c["corr"][o], pa.int64(), mask=~c["has_corr"][o]),
+            "bytes": pa.array(c["bytes"][o], pa.int64(), mask=~c["has_bytes"][o]),
+            "direction": pa.DictionaryArray.from_arrays(pa.array(c["direction"][o]), _DIRECTIONS),
+            "host_mem": pa.DictionaryArray.from_arrays(pa.array(c["mem"][o]), _HOST_MEM),
+            "args": pa.DictionaryArray.from_arrays(pa.array(args, pa.int64(), mask=self.empty[args]), self.dict_arr),
+        }
 
     # -- begin/end pairs ------------------------------------------------------------------------
     def _begin_end(self) -> None:
@@ -410,6 +470,21 @@ def _sane_entry(key: str, e: dict) -> bool:
                 and (hz is None or (isinstance(hz, (int, float)) and not isinstance(hz, bool) and hz > 0)))
     dev = e.get("id", e.get("index"))
     return dev is None or small_int(dev, 255)
+
+
+def _repeat(text: str, n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([text], pa.string()))
+
+
+def _sort_keys(track: np.ndarray, ts: np.ndarray, depth: np.ndarray) -> tuple:
+    """lexsort keys for (track, ts, depth): one packed int64 where the three fit in 63 bits."""
+    if len(ts):
+        t0, span = int(ts.min()), int(ts.max()) - int(ts.min())
+        top, dtop = int(track.max()), int(depth.max())
+        tb, db = span.bit_length(), max(1, dtop.bit_length())
+        if int(track.min()) >= 0 and top.bit_length() + tb + db <= 63:
+            return ((track.astype(np.int64) << (tb + db)) | ((ts - t0) << db) | depth.astype(np.int64),)
+    return (depth, ts, track)
 
 
 _BE_DTYPE = np.dtype([("kind", "u1"), ("lane", "u1"), ("flags", "u1"), ("direction", "u1"), ("mem", "u1"), ("flow_kind", "u1"),
