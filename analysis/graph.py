@@ -92,6 +92,7 @@ class Graph:
     # saturated *shared* uplink (pcie_saturation's _sat_members), -1 elsewhere: what its fix gives it
     unloaded: np.ndarray | None = None
     device: np.ndarray | None = None  # per node: the device work's device as a code (-1: host)
+    queue: np.ndarray | None = None  # per node: the device work's queue as a code (-1: host)
 
     def copy(self) -> "Graph":
         """A graph a transformation may edit: the arrays it edits in place (dur, own, slack, weight) are
@@ -100,7 +101,7 @@ class Graph:
         g = Graph(self.slice_id, self.kind, self.lane, self.ts, self.dur.copy(), self.own.copy(), self.slack.copy(),
                   self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
                   corr=self.corr, direction=self.direction, queue_prev=self.queue_prev, queue_next=self.queue_next,
-                  unloaded=self.unloaded, device=self.device)
+                  unloaded=self.unloaded, device=self.device, queue=self.queue)
         g._by_corr = getattr(self, "_by_corr", None)
         g._cache = self._shared()
         return g
@@ -283,7 +284,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
               index, track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr,
               direction=np.concatenate([np.zeros(nh, np.int8), col(dev, "direction", np.int8)]),
               queue_prev=queue_prev, queue_next=queue_next,
-              device=np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]))
+              device=np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]),
+              queue=np.concatenate([np.full(nh, -1, np.int64), queue]))
     # waits: a sync call waits for the device work that was submitted before it and ended inside it
     # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
     sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))

@@ -213,7 +213,11 @@ def _serialised(g, fs, _speedup) -> None:
     # the copy on a queue of its own (one per direction), its data dependency kept: a host-to-device
     # copy no longer waits for the queue's work before it (the kernel it feeds still waits for it), a
     # device-to-host copy still follows the kernel whose result it carries but no longer holds up the
-    # queue's work after it; the queue's kernels keep their order around it. Its engine keeps ordering
+    # queue's work after it; the queue's kernels keep their order around it. The copies taken off one
+    # queue in one direction keep their order on their new queue (one after the other, as the queue ran
+    # them: two copies feeding the same kernel still arrive one after the other, whatever engines they
+    # ran on), and every host-to-device copy feeds the next kernel of its old queue, every device-to-host
+    # copy follows the kernel before it, also with other copies between them. Its engine keeps ordering
     # it against the copies on that engine. A copy of no known direction (or a graph without its
     # queues) loses every order edge against kernels (a bound).
     copies = g.siblings_of(np.array([f.slice_id for f in fs], np.int64))[1]
@@ -229,11 +233,22 @@ def _serialised(g, fs, _speedup) -> None:
     other_eu = lambda a, b: unknown[a] & (g.lane[b] == R.EU)  # noqa: E731
     drop = q & (h2d[g.dst] | d2h[g.src] | other_eu(g.dst, g.src) | other_eu(g.src, g.dst))
     _drop_edges(g, drop)
-    # the queue's kernels keep their order: the kernel before each copy, then the kernel after it
     c = np.unique(copies)
+    # the queue's kernels keep their order: the kernel before each copy, then the kernel after it
     before, after = _queue_eu(g, c, g.queue_prev), _queue_eu(g, c, g.queue_next)
     ok = (before >= 0) & (after >= 0)
-    u, v = before[ok], after[ok]
+    # data: a host-to-device copy feeds the next kernel, a device-to-host copy follows the kernel before it
+    up, dn = h2d[c] & (after >= 0), d2h[c] & (before >= 0)
+    us, vs = [before[ok], c[up], before[dn]], [after[ok], after[up], c[dn]]
+    # the moved copies of one direction, in their old queue's order, one after the other
+    if g.queue is not None:
+        for moved in (h2d, d2h):
+            k = c[moved[c]]
+            k = k[np.lexsort((k, g.ts[k], g.queue[k]))]
+            same = g.queue[k][1:] == g.queue[k][:-1]
+            us.append(k[:-1][same])
+            vs.append(k[1:][same])
+    u, v = np.concatenate(us), np.concatenate(vs)
     if len(u):
         w = np.minimum(0, g.ts[v] - g.ts[u] - g.dur[u])
         g.src, g.dst = np.concatenate([g.src, u]), np.concatenate([g.dst, v])
