@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -128,13 +129,17 @@ def ingest_one(
     views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published."""
     res = Result(name=label)
     digest = None
+    hashing = None  # the hash of a new row, computed beside the ingest (hashlib releases the GIL)
     try:
-        if trace_id is None:  # a row begun earlier has its hash already (an upload hashes as it arrives)
+        if trace_id is None and skip_existing:  # needed first: an input already in the store is skipped
             digest = content_hash(paths)
-        else:
+        else:  # a row begun earlier has its hash already (an upload hashes as it arrives)
             for p in paths:
                 if not p.is_dir():
                     open(p, "rb").close()
+            if trace_id is None:
+                hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-hash")
+                digest = hashing.submit(content_hash, paths)
     except OSError as e:
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
@@ -153,7 +158,7 @@ def ingest_one(
             res.id, res.format, res.counts, res.skipped = have["id"], have["format"], have["counts"], True
             return res
     elif trace_id is None:
-        trace_id, tmp_path = store.begin(label, total, digest)
+        trace_id, tmp_path = store.begin(label, total, None)  # its hash is set when it is published
     res.id = trace_id
     builder = None
     try:
@@ -188,7 +193,11 @@ def ingest_one(
         res.counts = builder.finish(fmt, label)
         res.format = fmt
         res.warnings = list(builder.warnings.kept)
-        store.publish(trace_id, tmp_path, fmt, res.counts)
+        try:
+            hashed = digest.result() if hashing is not None else None
+        except OSError as e:  # the file changed under us while it was read twice
+            raise IngestError(label, f"cannot read the input again to hash it ({e.strerror or e})")
+        store.publish(trace_id, tmp_path, fmt, res.counts, content_hash=hashed)
     except IngestError as e:
         res.error = str(e)
     except MemoryError:
@@ -198,6 +207,8 @@ def ingest_one(
     finally:
         if res.error and builder is not None:
             builder.abort()
+        if hashing is not None:
+            hashing.shutdown(wait=True, cancel_futures=True)
     if res.error:
         store.fail(trace_id, tmp_path, res.error, keep_row=keep_failed)
         if not keep_failed:

@@ -217,15 +217,17 @@ class Store:
         with self._db() as db:
             db.execute("UPDATE traces SET progress = ? WHERE id = ?", (float(fraction), trace_id))
 
-    def publish(self, trace_id: str, tmp_path: Path, fmt: str, counts: dict) -> None:
-        """Rename the finished file into place, then mark it ready (in that order)."""
+    def publish(self, trace_id: str, tmp_path: Path, fmt: str, counts: dict, content_hash: str | None = None) -> None:
+        """Rename the finished file into place, then mark it ready (in that order).
+
+        content_hash: the input's hash when it was computed during the ingest (else the row's own)."""
         final = self.trace_path(trace_id)
         os.replace(tmp_path, final)
         with self._db() as db:
             db.execute(
                 "UPDATE traces SET status = 'ready', format = ?, counts = ?, db_bytes = ?, progress = 1,"
-                " pid = NULL, error = NULL WHERE id = ?",
-                (fmt, json.dumps(counts), final.stat().st_size, trace_id),
+                " pid = NULL, error = NULL, content_hash = coalesce(?, content_hash) WHERE id = ?",
+                (fmt, json.dumps(counts), final.stat().st_size, content_hash, trace_id),
             )
 
     def fail(self, trace_id: str, tmp_path: Path | None, error: str, keep_row: bool = True) -> None:
