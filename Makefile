@@ -21,6 +21,12 @@ setup: $(BIN)/python
 	  (apt-get update -qq && apt-get install -y -qq gcc python3-dev) >/dev/null 2>&1 || \
 	  (sudo -n apt-get update -qq && sudo -n apt-get install -y -qq gcc python3-dev) >/dev/null 2>&1 || \
 	  echo "no C compiler: the ingest scanner is not built; Chrome traces load on the slower Python path"; }
+	@# the Nsight SQLite reader (ingest/nsys/_sqlread.c) links the system libsqlite3: Debian's libsqlite3-dev
+	@test -f /usr/include/sqlite3.h || { \
+	  echo "installing libsqlite3-dev for the compiled Nsight reader (optional)"; \
+	  (apt-get update -qq && apt-get install -y -qq libsqlite3-dev) >/dev/null 2>&1 || \
+	  (sudo -n apt-get update -qq && sudo -n apt-get install -y -qq libsqlite3-dev) >/dev/null 2>&1 || \
+	  echo "no libsqlite3-dev: Nsight exports are read on the slower Python sqlite3 path"; }
 	$(BIN)/python -m pip install -q -e .
 
 test-setup: setup

@@ -4,13 +4,20 @@ Nsight's export schema changes between versions (2.x from Nsight 2022, 3.x from 
 tables are created lazily, columns come and go, and the metadata table was renamed. So we
 inventory tables and columns first, check each event table we use has the columns we need
 (refusing the file with the table and column named otherwise), and copy only the columns
-present, filling absent optional ones with NULL. Rows cross from Python's sqlite3 (DuckDB's
-SQLite extension cannot be installed offline) in bounded batches, as Arrow columns.
+present, filling absent optional ones with NULL. Rows cross in bounded batches, as Arrow columns:
+read by the compiled reader (`_sqlread.c`, on the system libsqlite3: sqlite3_step straight into
+column buffers, the GIL released) where it is built, else by Python's sqlite3 (DuckDB's SQLite
+extension cannot be installed offline). Both give the same rows: the compiled reader hands a table
+whose values it would read differently (text in a number column, say) back to the Python path,
+which then reads or refuses it as it always did. ACCELTRACE_NSYS_READER=python (or USE_COMPILED =
+False) forces the Python path.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -21,8 +28,21 @@ import pyarrow as pa
 
 from acceltrace.store.errors import IngestError
 
+try:  # built by `pip install` (setup.py) where libsqlite3's header is; optional
+    from acceltrace.ingest.nsys import _sqlread
+except ImportError:  # pragma: no cover - depends on the install
+    _sqlread = None
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH_ROWS = 65_536
+COMPILED_BATCH_ROWS = 131_072
+USE_COMPILED = True
+READER_ENV = "ACCELTRACE_NSYS_READER"
+
+
+def compiled_reader() -> bool:
+    """Whether copy_table reads with the compiled reader (built, and not turned off)."""
+    return USE_COMPILED and _sqlread is not None and os.environ.get(READER_ENV, "").lower() != "python"
 
 I, T, F = "BIGINT", "VARCHAR", "DOUBLE"
 
@@ -110,6 +130,7 @@ class Export:
 
     name: str
     con: sqlite3.Connection
+    uri: str | None = None  # the read-only URI `con` was opened with (the compiled reader opens its own)
     columns: dict[str, set[str]] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
@@ -127,8 +148,9 @@ def open_export(path: Path, name: str) -> Export:
         if f.read(16) != SQLITE_MAGIC:
             raise IngestError(name, "not an SQLite database (expected the header 'SQLite format 3')", "byte 0")
     # immutable=1: no locks, no journal lookups; the file must not change while we read (it is ours or the user's input)
-    con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True)
-    ex = Export(name=name, con=con)
+    uri = f"file:{quote(str(path))}?mode=ro&immutable=1"
+    con = sqlite3.connect(uri, uri=True)
+    ex = Export(name=name, con=con, uri=uri)
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for t in tables:
@@ -199,6 +221,11 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
     if table not in ex.columns:
         return 0
     names = list(cols)
+    if ex.uri is not None and compiled_reader():
+        n = _copy_compiled(ex, stage, table, target, cols, have, batch_rows)
+        if n is not None:
+            return n
+        stage.execute(f'DELETE FROM "{target}"')  # a value it reads otherwise: the Python path reads the table
     n = 0
     try:
         fast = all(t == I for t in cols.values()) and _all_integers(ex, table, [c for c in names if c in have])
@@ -233,6 +260,59 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e})",
                           f"after row {n}") from None
     return n
+
+
+def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, target: str, cols: dict,
+                   have: set, batch_rows: int | None) -> int | None:
+    """copy_table's rows through the compiled reader; None when a value needs the Python path."""
+    names = list(cols)
+    present = [c for c in names if c in have]
+    if not present:
+        return None
+    kinds = "".join(("t" if c in _TIME_COLUMNS else "i") if cols[c] == I else "f" if cols[c] == F else "s"
+                    for c in present)
+    n = 0
+    try:
+        q = _sqlread.Query(ex.uri, f'SELECT {", ".join(map(_dq, present))} FROM "{_q(table)}"', kinds)
+    except _sqlread.Error as e:
+        raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e.args[0]})",
+                          "after row 0") from None
+    step = batch_rows or COMPILED_BATCH_ROWS
+    pool = ThreadPoolExecutor(1, thread_name_prefix="nsys-read")  # SQLite steps the next batch (no GIL) while
+    try:                                                          # DuckDB inserts this one
+        ahead = pool.submit(q.fetch, step)
+        while (got := ahead.result()) is not None:
+            ahead = pool.submit(q.fetch, step)
+            rows, buffers = got
+            arrays, it = {}, iter(zip(kinds, buffers))
+            for c in names:
+                arrays[c] = _arrow(*next(it), rows) if c in have else pa.nulls(rows, _ARROW[cols[c]])
+            stage.register("_copy_batch", pa.table(arrays))
+            try:
+                stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
+            finally:
+                stage.unregister("_copy_batch")
+            n += rows
+    except _sqlread.Mismatch:
+        return None
+    except _sqlread.Error as e:
+        raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e.args[0]})",
+                          f"after row {n}") from None
+    finally:
+        pool.shutdown(wait=True)  # the fetch in flight ends before its query is closed
+        q.close()
+    return n
+
+
+def _arrow(kind: str, buffers: tuple, rows: int) -> pa.Array:
+    """One column of the compiled reader's batch as an Arrow array (its buffers, not copied again)."""
+    valid = np.frombuffer(buffers[-1], dtype=np.bool_)
+    nulls = not valid.all()
+    if kind == "s":
+        bitmap = pa.array(valid).buffers()[1] if nulls else None
+        return pa.LargeStringArray.from_buffers(rows, pa.py_buffer(buffers[0]), pa.py_buffer(buffers[1]), bitmap)
+    values = np.frombuffer(buffers[0], dtype=np.float64 if kind == "f" else np.int64)
+    return pa.array(values, mask=~valid if nulls else None)
 
 
 _NULL_INT = -(1 << 63)  # INT64_MIN: no Nsight id, count or timestamp takes it
