@@ -86,14 +86,15 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
             "per_track_us": float(np.median(single)) * 1e6, "db_bytes": store.get(tid)["db_bytes"]}
 
 
-def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> list[tuple[int, float, float]]:
-    """In-process, no HTTP: CPU ms (all threads) to compute one cold tile (every depth page of it, as
-    the route builds them), median and p95 per level.
+def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> list[tuple[int, float, float, float]]:
+    """In-process, no HTTP: CPU ms (all threads) to compute one cold tile as the route does (its
+    first depth page, from that page's own queries), median and p95 per level, and the median per
+    track of its group (the figure beside Perfetto's per-track mipmap query).
 
     CPU time, unlike wall time, hardly depends on how many other jobs share the machine.
     """
     from acceltrace.tiles.layout import group_depths
-    from acceltrace.tiles.query import LodInfo, build_pages
+    from acceltrace.tiles.query import LodInfo, build_page
 
     con = store.connect(trace_id, sides=())
     con.execute("SET threads = 2")
@@ -101,20 +102,22 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
     names = [r[0] for r in con.execute("SELECT name FROM lod_names ORDER BY name_id").fetchall()]
     counts = dict((g, (s, i, c)) for g, s, i, c in con.execute(
         "SELECT grp, slices, instants, counters FROM lod_group_counts").fetchall())
+    n_tracks = dict(con.execute("SELECT grp, count(*) FROM lod_tracks GROUP BY grp").fetchall())
     groups = [g for g, (s, _, _) in counts.items() if s]
     depths = group_depths(con)
     rng = np.random.default_rng(seed)
     out = []
     for level in range(info.max_level + 1):
         n_tiles = max(1, -(-info.duration_ns // (1024 << level)))
-        cpu = []
+        cpu, per_track = [], []
         for _ in range(tiles_per_level):
             g, i = groups[int(rng.integers(len(groups)))], int(rng.integers(n_tiles))
             empty = frozenset(k for k, v in zip(("instants", "counters"), counts[g][1:]) if not v)
             t = time.process_time()
-            build_pages(con, info, level, i, g, f"g{g}", empty, names, depths.get(g, 0))  # as the route: every page
+            build_page(con, info, level, i, g, 0, f"g{g}", empty, names, depths.get(g, 0))  # as the route
             cpu.append(time.process_time() - t)
-        out.append((level, _pct(cpu, 50), _pct(cpu, 95)))
+            per_track.append(cpu[-1] / n_tracks[g])
+        out.append((level, _pct(cpu, 50), _pct(cpu, 95), _pct(per_track, 50)))
     con.close()
     return out
 
@@ -195,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu:
             tid = next(r["id"] for r in store.list("ready") if r["name"] == f"bench-{_size(s)}")
             rows = cpu_per_tile(store, tid, args.tiles_per_level, args.seed)
-            print("CPU per cold tile, in-process (ms, median / p95): "
-                  + "  ".join(f"L{lv} {m:.1f}/{p:.1f}" for lv, m, p in rows))
+            print("CPU per cold tile (its first depth page, as the route builds it), in-process (ms, median / p95): "
+                  + "  ".join(f"L{lv} {m:.1f}/{p:.1f}" for lv, m, p, _ in rows))
+            per_track = float(np.median([t for *_, t in rows])) * 1000
+            print(f"single track in-process (CPU per cold tile / tracks in group, median of the levels' medians):"
+                  f" {per_track:.0f} us -> {per_track / ((lo + hi) / 2):.1f}x Perfetto")
         sys.stdout.flush()
     return 0
 

@@ -394,14 +394,49 @@ def test_depth_pages_together_hold_exactly_the_unpaged_tile(deep):
         assert got == sorted(h["strings"][i] for i in full["slices"]["name"].tolist())
 
 
-def test_a_cold_tile_writes_its_sibling_pages_and_they_are_the_routes_bytes(deep):
+def test_a_cold_page_is_built_alone_and_its_file_is_the_routes_bytes(deep):
     client, tid, meta, con, store = deep
     (group,) = [g["id"] for g in meta["groups"]]
-    r = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}&page=2")
+    r = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}&page=2", headers={"Accept-Encoding": "identity"})
     assert r.status_code == 200
     files = sorted(p.name for p in store.traces_dir.glob(f"{tid}.tile.*.3.5.*.bin"))
-    assert len(files) == (DEEP_DEPTH + 1) // 4 + 1, files  # every page of that tile, from one set of queries
+    assert files == [f"{tid}.tile.v1-2.3.5.{group}.p2.bin"], files  # its own queries: no sibling built
+    assert r.content == store.traces_dir.joinpath(files[0]).read_bytes()
     p0 = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}", headers={"Accept-Encoding": "identity"})
     assert p0.content == next(store.traces_dir.glob(f"{tid}.tile.*.3.5.{group}.bin")).read_bytes()
     r = client.get(f"/api/traces/{tid}/tiles/3/5?group={group}&page=-1")
     assert r.status_code == 422
+
+
+def test_a_page_reads_its_own_depths_and_one_fold_row_per_bucket(deep):
+    # what a page's queries return from DuckDB (not time): the rows of its 4 depths, nothing of the
+    # shallower ones, and of the deeper ones one row per (track, bucket) for merged slices and instants
+    # (exact slices: each deeper one, start and end); the pages together read each row of the tile once
+    from acceltrace.tiles.query import DEPTH_PAGE, LodInfo, build_page, build_tile, page_depths
+
+    _, _, meta, con, _ = deep
+    (group,) = [g["id"] for g in meta["groups"]]
+    grp, info = int(group[1:]), LodInfo.load(con)
+    n_pages = (DEEP_DEPTH + 1) // DEPTH_PAGE + 1
+    for level in sorted({7, info.base_level, info.max_level - 1, info.max_level}):
+        _, full = decode_tile(build_tile(con, info, level, 0, grp, group, page=None))
+        read = {}
+        for page in range(n_pages):
+            stats = {}
+            body = build_page(con, info, level, 0, grp, page, group, max_depth=DEEP_DEPTH + 1, stats=stats)
+            lo, hi = page_depths(page)
+            for sec in ("slices", "merged", "instants"):
+                depth = full[sec]["depth"]
+                assert stats.get(sec, 0) == int(((depth >= lo) & (depth <= hi)).sum()), (level, page, sec)
+                read[sec] = read.get(sec, 0) + stats.get(sec, 0)
+            deeper = lambda sec: full[sec]["depth"] > hi
+            buckets = lambda sec: len({(t, b) for t, b in zip(full[sec]["track"][deeper(sec)].tolist(),
+                                                              full[sec]["bucket"][deeper(sec)].tolist())})
+            assert stats.get("merged_fold", 0) == buckets("merged") <= DEEP_TRACKS * 1024
+            assert stats.get("instants_fold", 0) == buckets("instants") <= DEEP_TRACKS * 1024
+            assert stats.get("slices_fold", 0) == int(deeper("slices").sum())
+            for sec in ("merged", "instants"):  # bounded by a screen's rows, whatever the depth
+                assert stats.get(sec, 0) + stats.get(sec + "_fold", 0) <= DEEP_TRACKS * (DEPTH_PAGE + 1) * 1024
+            assert body == build_tile(con, info, level, 0, grp, group, page=page, max_depth=DEEP_DEPTH + 1)
+        assert read == {s: len(full[s]["depth"]) for s in ("slices", "merged", "instants")}  # each row once
+        assert read["instants"] and read["slices"] and (read["merged"] or level < info.base_level)

@@ -8,8 +8,6 @@ for instants and counters. Nothing here loops over events in Python.
 
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,8 +15,10 @@ import duckdb
 import numpy as np
 
 from acceltrace.tiles.build import FIRST_KEY, LONGEST_KEY, TILE_BUCKETS_LOG2, key_dur_sql, key_id_sql
+# the encoding (tiles/encoding.py), re-exported: tiles/live.py, the server and the tests take it from here
+from acceltrace.tiles.encoding import (COLUMNS, FOLD_COLUMNS, TILE_FORMAT_VERSION, _NP, _col,  # noqa: F401
+                                       decode_tile, encode_tile)
 
-TILE_FORMAT_VERSION = 2
 MAX_LEVEL = 62
 CLASS_BAND = 4
 # A paged tile carries the exact rows of DEPTH_PAGE depths of its group's tracks (page p: depths
@@ -27,31 +27,7 @@ CLASS_BAND = 4
 # or the size of the trace (docs/api.md "Depth pages").
 DEPTH_PAGE = 4
 MAX_PAGE = (1 << 15) // DEPTH_PAGE
-
-# (section, column, dtype) in the order they are written; docs/api.md documents each.
-COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "slices": [("track", "u32"), ("id", "f64"), ("ts", "f64"), ("dur", "f64"), ("depth", "u16"),
-               ("name", "u32"), ("bytes", "f64")],
-    "merged": [("track", "u32"), ("bucket", "u16"), ("depth", "u16"), ("count", "u32"), ("busy_ns", "f64"),
-               ("bytes", "f64"), ("longest_id", "f64"), ("longest_dur", "f64"), ("longest_name", "u32")],
-    "instants": [("track", "u32"), ("bucket", "u16"), ("depth", "u16"), ("count", "u32"), ("id", "f64"),
-                 ("ts", "f64"), ("name", "u32")],
-    "counters": [("track", "u32"), ("bucket", "u16"), ("count", "u32"), ("min", "f64"), ("max", "f64"),
-                 ("first", "f64"), ("last", "f64")],
-}
-# the fold sections of a paged tile: per track, the union of the time covered by every deeper slice
-# (exact ones and merged buckets) as runs, and one tick per bucket holding deeper instants
-FOLD_COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "fold": [("track", "u32"), ("start", "f64"), ("end", "f64")],
-    "fold_instants": [("track", "u32"), ("ts", "f64")],
-}
-# f64 columns that hold integers (ns, ids, byte counts): sent as base + u8/u16/u32 when their range fits
-_INT_F64 = {("slices", "id"), ("slices", "ts"), ("slices", "dur"), ("slices", "bytes"),
-            ("merged", "busy_ns"), ("merged", "bytes"), ("merged", "longest_id"), ("merged", "longest_dur"),
-            ("instants", "id"), ("instants", "ts"), ("fold", "start"), ("fold", "end"), ("fold_instants", "ts")}
-_NP = {"u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "i32": np.int32, "f64": np.float64}
-# columns holding name ids, remapped to indices into the tile's string table
-_NAME_COLS = {("slices", "name"), ("merged", "longest_name"), ("instants", "name")}
+_DEPTH_BITS = (DEPTH_PAGE - 1).bit_length()  # a depth within its page, in a sort key
 
 
 @dataclass(frozen=True)
@@ -210,51 +186,183 @@ def build_tile(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
     `empty` names sections known to have no rows in this group (their queries are skipped);
     `names` is the whole lod_names table by name_id when the caller keeps it in memory.
     `page`: the depth page (page_depths) whose rows the tile carries, with the fold sections for
-    every deeper depth; None: every depth and no fold (the unpaged tile). `max_depth`: the group's
-    deepest slice depth when known (build_pages)."""
+    every deeper depth (build_page); None: every depth and no fold (the unpaged tile). `max_depth`:
+    the group's deepest slice depth when known (no fold query past it)."""
     if page is None:
         arrays = _section_arrays(con, info, level, index, grp, empty)
         return encode_tile(arrays, level, index, group_name, _strings(con, names))
-    return build_pages(con, info, level, index, grp, group_name, empty, names, max_depth, only=page)[page]
+    return build_page(con, info, level, index, grp, page, group_name, empty, names, max_depth)
 
 
 def build_pages(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index: int,
                 grp: int | None, group_name: str | None = None, empty: frozenset[str] = frozenset(),
                 names: list[str] | None = None, max_depth: int | None = None,
                 only: int | None = None) -> dict[int, bytes]:
-    """Every depth page of one tile from one set of queries (the rows are split by depth here, so a
-    cold tile costs its group's queries once, not once per page): {page: encoded tile} for pages
-    0 .. max_depth // DEPTH_PAGE (max_depth: the group's deepest depth; from the rows when None).
-    `only`: just that page (a page past the deepest depth is an empty tile with its fold empty)."""
-    depth_empty = only is not None and max_depth is not None and only * DEPTH_PAGE > max_depth
-    arrays = _section_arrays(con, info, level, index, grp,
-                             empty | ({"slices", "merged", "instants"} if depth_empty else set()))
+    """{page: encoded tile} for the depth pages 0 .. max_depth // DEPTH_PAGE of one tile (max_depth:
+    the group's deepest depth; read from the tile's rows when None), each page from its own queries
+    (build_page); `only`: just that page."""
+    if only is not None:
+        return {only: build_page(con, info, level, index, grp, only, group_name, empty, names, max_depth)}
     if max_depth is None:
-        deepest = [int(arrays[s][_col(s, "depth")].max()) for s in ("slices", "merged", "instants")
-                   if len(arrays[s][0])]
-        max_depth = max(deepest, default=0)
-    n_pages = max_depth // DEPTH_PAGE + 1
-    pages = [only] if only is not None else list(range(n_pages))
-    strings_of = _strings(con, names)
-    depth = {s: arrays[s][_col(s, "depth")].astype(np.int64) for s in ("slices", "merged", "instants")}
+        max_depth = _deepest(con, info, level, index, grp, empty)
+    return {p: build_page(con, info, level, index, grp, p, group_name, empty, names, max_depth)
+            for p in range(max_depth // DEPTH_PAGE + 1)}
+
+
+def _deepest(con, info: LodInfo, level: int, index: int, grp: int | None, empty: frozenset[str]) -> int:
+    """The deepest depth of any row of a tile (0 when it has none)."""
+    sqls = [f"SELECT max(depth) FROM ({sql})" for s, sql in _queries(info, level, index, grp, order=False).items()
+            if s != "counters" and s not in empty]
+    return max([r[0] for sql in sqls for r in con.execute(sql).fetchall() if r[0] is not None], default=0)
+
+
+def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index: int, grp: int | None,
+               page: int, group_name: str | None = None, empty: frozenset[str] = frozenset(),
+               names: list[str] | None = None, max_depth: int | None = None,
+               stats: dict[str, int] | None = None) -> bytes:
+    """One depth page of a tile from its own queries, bounded by its depths: the rows of depths
+    page_depths(page) in full, and of every deeper depth only what the fold draws (one row per
+    (track, bucket) for merged slices and instants, start and end of the exact slices); nothing of
+    the shallower depths. `max_depth` (the group's deepest depth, when known) skips the fold's part
+    of the queries on the last page. `stats`, when given, gets the rows each query returned
+    ("<section>" and "<section>_fold"): what the page read out of DuckDB."""
+    lo, hi = page_depths(page)
+    skip = set(empty)
+    if page:
+        skip.add("counters")  # counters have no depth: page 0 carries them
+    if max_depth is not None and lo > max_depth:
+        skip |= {"slices", "merged", "instants"}  # past the deepest depth: an empty page, its fold empty
+    fold = max_depth is None or hi < max_depth
+    arrays, folds = {}, {}
+    for section, sql in _page_queries(info, level, index, grp, lo, hi, fold).items():
+        if section in skip:
+            arrays[section] = [np.zeros(0, _NP[dt]) for _, dt in COLUMNS[section]]
+            folds[section] = [c[:0] for c in arrays[section]]
+            continue
+        cols = [np.asarray(v) for v in con.execute(sql).fetchnumpy().values()]
+        arrays[section], folds[section] = _split_sorted(section, cols, lo, hi)
+        if stats is not None:
+            stats[section] = stats.get(section, 0) + len(arrays[section][0])
+            stats[section + "_fold"] = stats.get(section + "_fold", 0) + len(folds[section][0])
+    arrays.update(_page_fold(folds, level, index))
+    extra = {"page": page, "depth_page": DEPTH_PAGE, "depths": [lo, hi], "fold_from": hi + 1}
+    return encode_tile(arrays, level, index, group_name, _strings(con, names), extra)
+
+
+def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int,
+                  fold: bool) -> dict[str, str]:
+    """One SQL per section of a depth page (all bounds integers computed here): its rows of depths
+    [lo, hi] in the encoding's columns, then (`fold`) the deeper ones as fold rows, all given depth
+    hi + 1: merged slices and instants one row per (track, bucket) (an instant's ts: the first one's),
+    exact slices each (their start and end). Rows come unordered (_split_sorted orders them)."""
+    L = level
+    t0 = index << (L + TILE_BUCKETS_LOG2)
+    t1 = (index + 1) << (L + TILE_BUCKETS_LOG2)
+    b0 = index << TILE_BUCKETS_LOG2
+    g = _grp_filter(grp)
+    lo, hi = int(lo), int(hi)
+    # one scan where the rows come from a window of raw rows: the fold's rows are its deeper depths
+    # folded into one (least(depth, hi + 1)) by the same GROUP BY; none when there is no fold
+    depths = f"depth >= {lo} AND " if fold else f"depth BETWEEN {lo} AND {hi} AND "
+    as_depth = f"least(depth, {hi + 1})::SMALLINT" if fold else "depth"
     out = {}
-    for page in pages:
-        lo, hi = page_depths(page)
-        part = {}
-        for s in COLUMNS:
-            if s == "counters":  # counters have no depth: page 0 carries them
-                part[s] = arrays[s] if page == 0 else [c[:0] for c in arrays[s]]
-                continue
-            keep = (depth[s] >= lo) & (depth[s] <= hi)
-            part[s] = [c[keep] for c in arrays[s]]
-        part.update(_fold(arrays, depth, level, index, hi + 1))
-        extra = {"page": page, "depth_page": DEPTH_PAGE, "depths": [lo, hi], "fold_from": hi + 1}
-        out[page] = encode_tile(part, level, index, group_name, strings_of, extra)
+    branches = _long_branches(info, L, t0)
+    if branches:
+        out["slices"] = " UNION ALL ".join(
+            f"SELECT track_id, slice_id, ts, dur, {as_depth}, name_id, coalesce(bytes, 0) FROM lod_slices WHERE"
+            f" {g}{_chunks(info, look, t1)}{depths}cls BETWEEN {c_lo} AND {c_hi} AND ts >= {max(0, look)}"
+            f" AND ts < {t1} AND ts + dur > {t0}" for c_lo, c_hi, look in branches)
+    else:
+        out["slices"] = "SELECT track_id, slice_id, ts, dur, depth, name_id, bytes FROM lod_slices WHERE false"
+
+    none = "0::BIGINT"
+    if L >= info.base_level:  # the pyramid: each (track, bucket, depth) once, ordered by b; two exact range scans
+        win = f"FROM lod_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
+        out["merged"] = (
+            f"SELECT track_id, b - {b0}, depth, count, busy, coalesce(bytes, 0), l_id, l_dur, l_name"
+            f" {win.format(d=f'depth BETWEEN {lo} AND {hi} AND ')}"
+            + (f" UNION ALL SELECT track_id, b - {b0}, {hi + 1}::SMALLINT, {none}, {none}, {none}, {none}, {none}, 0"
+               f" {win.format(d=f'depth > {hi} AND ')} GROUP BY track_id, b" if fold else ""))
+    else:
+        out["merged"] = (
+            f"SELECT track_id, bucket, d, n, busy, bytes, {key_id_sql('k')}, {key_dur_sql('k')}, name FROM ("
+            f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, {as_depth} AS d, count(*) AS n, sum(dur)::DOUBLE AS busy,"
+            f" coalesce(sum(bytes), 0)::DOUBLE AS bytes, max({LONGEST_KEY}) AS k, arg_max(name_id, {LONGEST_KEY}) AS name"
+            f" FROM lod_slices WHERE {g}{_chunks(info, t0, t1)}{depths}cls < {L} AND ts >= {t0} AND ts < {t1}"
+            " GROUP BY ALL)")
+
+    if L >= info.instant_base_level:
+        win = f"FROM lod_instant_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
+        out["instants"] = (
+            f"SELECT track_id, b - {b0}, depth, count, slice_id, ts, name_id {win.format(d=f'depth BETWEEN {lo} AND {hi} AND ')}"
+            + (f" UNION ALL SELECT track_id, b - {b0}, {hi + 1}::SMALLINT, {none}, {none}, min(ts), 0"
+               f" {win.format(d=f'depth > {hi} AND ')} GROUP BY track_id, b" if fold else ""))
+    else:
+        out["instants"] = (
+            f"SELECT track_id, bucket, d, n, id, ts, name FROM (SELECT track_id, (ts >> {L}) - {b0} AS bucket,"
+            f" {as_depth} AS d, count(*) AS n, arg_min(slice_id, {FIRST_KEY}) AS id, min(ts) AS ts,"
+            f" arg_min(name_id, {FIRST_KEY}) AS name FROM lod_instants WHERE {g}{depths}ts >= {t0} AND ts < {t1}"
+            " GROUP BY ALL)")
+    # counters have no depth (page 0 only): the unpaged tile's query
+    out["counters"] = _queries(info, level, index, grp, order=False)["counters"]
     return out
 
 
-def _col(section: str, name: str) -> int:
-    return [c for c, _ in COLUMNS[section]].index(name)
+def _split_sorted(section: str, cols: list[np.ndarray], lo: int, hi: int
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """A page query's rows as (page rows, fold rows: depth > hi), each in the encoding's order (by
+    track, then bucket and depth; exact slices by track, ts, depth, id), so both come out of one
+    gather as contiguous slices. Merged and instant rows are unique per (track, bucket, depth) and
+    counters per (track, bucket): two stable radix passes over small keys ((bucket, depth - lo),
+    then (fold, track - the group's first track)) order them where the tracks span < 128 ids, else
+    one argsort of a packed int64 key."""
+    n = len(cols[0])
+    is_fold = np.zeros(n, dtype=bool)
+    if section != "counters":
+        depth = cols[_col(section, "depth")].astype(np.int64)
+        is_fold = depth > hi
+    n_fold = int(np.count_nonzero(is_fold))
+    if n > 1:
+        track = cols[0].astype(np.int64)
+        if section == "slices":
+            o = np.lexsort((cols[_col(section, "id")], depth, cols[_col(section, "ts")], track, is_fold))
+        else:
+            low = cols[1].astype(np.int64) << _DEPTH_BITS  # bucket in [0, 1024)
+            if section != "counters":
+                low |= np.where(is_fold, 0, depth - lo)  # in [0, DEPTH_PAGE) on page rows
+            t_lo = int(track.min())
+            if int(track.max()) - t_lo < 128:
+                o = np.argsort(low.astype(np.uint16), kind="stable")
+                high = ((is_fold.astype(np.uint8) << 7) | (track - t_lo).astype(np.uint8))[o]
+                o = o[np.argsort(high, kind="stable")]
+            else:
+                o = np.argsort((is_fold.astype(np.int64) << 62) | (track << 25) | low)
+        cols = [c[o] for c in cols]
+    k = n - n_fold
+    return [c[:k] for c in cols], [c[k:] for c in cols]
+
+
+def _page_fold(folds: dict[str, list[np.ndarray]], level: int, index: int) -> dict[str, list[np.ndarray]]:
+    """The fold sections from a page's fold rows (_split_sorted): per track, the union of the exact
+    slices' [ts, ts + dur) and the merged buckets as runs, and one tick per (track, bucket) at its
+    first deeper instant. The merged buckets come sorted by (track, bucket): each run of adjacent
+    buckets is one interval before the union."""
+    t0 = index << (level + TILE_BUCKETS_LOG2)
+    bn = 1 << level
+    sl, mg, ins = folds["slices"], folds["merged"], folds["instants"]
+    mt, mb = mg[0].astype(np.int64), mg[1].astype(np.int64)
+    if len(mt):
+        new = np.ones(len(mt), dtype=bool)
+        new[1:] = (mt[1:] != mt[:-1]) | (mb[1:] != mb[:-1] + 1)
+        first = np.flatnonzero(new)
+        last = np.append(first[1:] - 1, len(mt) - 1)
+        mt, ms, me = mt[first], mb[first] * bn + t0, (mb[last] + 1) * bn + t0
+    else:
+        ms = me = mb
+    ts = sl[_col("slices", "ts")].astype(np.int64)
+    fold = _union_runs(np.concatenate([sl[0].astype(np.int64), mt]), np.concatenate([ts, ms]).astype(np.float64),
+                       np.concatenate([ts + sl[_col("slices", "dur")].astype(np.int64), me]).astype(np.float64))
+    return {"fold": fold, "fold_instants": [ins[0].astype(np.int64), ins[_col("instants", "ts")].astype(np.float64)]}
 
 
 def _strings(con, names: list[str] | None) -> Callable[[np.ndarray], list[str]]:
@@ -269,6 +377,7 @@ def _strings(con, names: list[str] | None) -> Callable[[np.ndarray], list[str]]:
 
 def _section_arrays(con, info: LodInfo, level: int, index: int, grp: int | None,
                     skip: frozenset[str] | set[str]) -> dict[str, list[np.ndarray]]:
+    """Every depth's rows of each section (the unpaged tile), in the encoding's order."""
     arrays: dict[str, list[np.ndarray]] = {}
     for section, sql in _queries(info, level, index, grp, order=False).items():
         if section in skip:
@@ -293,126 +402,3 @@ def _order(section: str, cols: list[np.ndarray]) -> np.ndarray:
     if section != "counters":
         key |= cols[2].astype(np.int64)
     return np.argsort(key, kind="stable")
-
-
-def _fold(arrays: dict[str, list[np.ndarray]], depth: dict[str, np.ndarray], level: int, index: int,
-          fold_from: int) -> dict[str, list[np.ndarray]]:
-    """The fold sections of a page: per track, the runs covered by its slices of depth >= fold_from
-    (exact ones at their times, merged ones as their whole buckets: what the fold row draws) and one
-    tick per bucket at the first deeper instant's time."""
-    t0 = index << (level + TILE_BUCKETS_LOG2)
-    bn = 1 << level
-    sl, mg, ins = arrays["slices"], arrays["merged"], arrays["instants"]
-    ds, dm, di = depth["slices"] >= fold_from, depth["merged"] >= fold_from, depth["instants"] >= fold_from
-    ts = sl[_col("slices", "ts")][ds].astype(np.float64)
-    b = mg[_col("merged", "bucket")][dm].astype(np.float64) * bn + t0
-    fold = _union_runs(np.concatenate([sl[0][ds], mg[0][dm]]).astype(np.int64), np.concatenate([ts, b]),
-                       np.concatenate([ts + sl[_col("slices", "dur")][ds].astype(np.float64), b + bn]))
-    itr = ins[0][di].astype(np.int64)
-    its = ins[_col("instants", "ts")][di].astype(np.float64)
-    ib = ins[_col("instants", "bucket")][di].astype(np.int64)
-    if len(itr):  # the first deeper instant of each (track, bucket)
-        o = np.lexsort((its, ib, itr))
-        itr, its, ib = itr[o], its[o], ib[o]
-        first = np.ones(len(itr), dtype=bool)
-        first[1:] = (itr[1:] != itr[:-1]) | (ib[1:] != ib[:-1])
-        itr, its = itr[first], its[first]
-    return {"fold": fold, "fold_instants": [itr, its]}
-
-
-def encode_tile(arrays: dict[str, list[np.ndarray]], level: int, index: int, group_name: str | None,
-                strings_of: Callable[[np.ndarray], list[str]], extra: dict | None = None) -> bytes:
-    """The typed-array binary of docs/api.md from each section's columns (COLUMNS order, rows in
-    track order; the FOLD_COLUMNS sections too when present); `strings_of(ids)` gives the names of
-    the name ids used (ascending), in that order; `extra` adds header fields (a depth page's)."""
-    # the tile's string table: the names used, in name_id order; ids remapped to indices into it
-    used = [arrays[s][[c for c, _ in COLUMNS[s]].index(col)].astype(np.int64) for s, col in _NAME_COLS]
-    used_ids = np.concatenate(used) if used else np.zeros(0, np.int64)
-    strings: list[str] = []
-    remap = None
-    if len(used_ids):
-        n_names = int(used_ids.max()) + 1
-        present = np.zeros(n_names, dtype=bool)
-        present[used_ids] = True
-        ids = np.flatnonzero(present)
-        remap = np.cumsum(present) - 1  # name_id -> index in strings
-        strings = strings_of(ids)
-    header_sections = {}
-    tracks: dict[str, dict[str, list[int]]] = {}
-    chunks: list[bytes] = []
-    offset = 0
-    all_cols = {**COLUMNS, **{s: c for s, c in FOLD_COLUMNS.items() if s in arrays}}
-    for section, cols in all_cols.items():
-        data = arrays[section]
-        n = len(data[0]) if data else 0
-        col_meta = {}
-        for (name, dtype), arr in zip(cols, data):
-            if (section, name) in _NAME_COLS and n:
-                arr = remap[arr.astype(np.int64)]
-            if name == "bytes" and not np.any(arr):
-                continue  # no transfer in this tile: the column is left out (docs/api.md)
-            base = None
-            if (section, name) in _INT_F64:
-                dtype, base, arr = _frame(arr)
-            dtype = _narrow(dtype, arr)
-            raw = np.ascontiguousarray(arr, dtype=_NP[dtype]).astype(f"<{np.dtype(_NP[dtype]).str[1:]}", copy=False).tobytes()
-            col_meta[name] = {"dtype": dtype, "offset": offset, "length": n}
-            if base is not None:
-                col_meta[name]["base"] = base
-            chunks.append(raw)
-            pad = (-len(raw)) % 8
-            if pad:
-                chunks.append(b"\0" * pad)
-            offset += len(raw) + pad
-        header_sections[section] = {"rows": n, "columns": col_meta}
-        if n:
-            track_col = data[0].astype(np.int64)
-            uniq, first, count = np.unique(track_col, return_index=True, return_counts=True)
-            for t, f, c in zip(uniq.tolist(), first.tolist(), count.tolist()):
-                tracks.setdefault(str(t), {s: [0, 0] for s in all_cols})[section] = [f, c]
-    header = {
-        "v": TILE_FORMAT_VERSION, "level": level, "index": index, "bucket_ns": 1 << level, "buckets": 1024,
-        "t0_rel_ns": index << (level + TILE_BUCKETS_LOG2), "t1_rel_ns": (index + 1) << (level + TILE_BUCKETS_LOG2),
-        "group": group_name, **(extra or {}), "strings": strings, "sections": header_sections, "tracks": tracks,
-    }
-    hbytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-    pad = (-(4 + len(hbytes))) % 8
-    return b"".join([struct.pack("<I", len(hbytes)), hbytes, b"\0" * pad, *chunks])
-
-
-def _frame(arr: np.ndarray) -> tuple[str, int | None, np.ndarray]:
-    """An f64 column of integers as (u32, base, values - base) when its range fits in 32 bits (the
-    decoder adds base back: exact, as every value is an integer below 2^53); else (f64, None, arr)."""
-    if not len(arr):
-        return "f64", None, arr
-    a = np.asarray(arr, dtype=np.float64)
-    lo, hi = float(a.min()), float(a.max())
-    if not (np.isfinite(lo) and np.isfinite(hi)) or hi - lo >= 4294967296.0 or abs(lo) >= 2.0 ** 53:
-        return "f64", None, arr
-    if not np.array_equal(a, np.floor(a)):
-        return "f64", None, arr
-    return "u32", int(lo), (a - lo).astype(np.int64)
-
-
-def _narrow(dtype: str, arr: np.ndarray) -> str:
-    """The smallest unsigned type holding an unsigned column's values (tiles of shallow, few-track
-    groups shrink by a third); f64 columns of integers were framed (_frame) before; the others stay f64."""
-    if dtype not in ("u16", "u32") or not len(arr):
-        return dtype
-    top = int(arr.max())
-    return "u8" if top < 1 << 8 else "u16" if top < 1 << 16 else "u32"
-
-
-def decode_tile(buf: bytes) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
-    """Inverse of build_tile (tests and benchmarks use it, as the browser would)."""
-    (hlen,) = struct.unpack_from("<I", buf, 0)
-    header = json.loads(buf[4:4 + hlen].decode())
-    body = 4 + hlen + ((-(4 + hlen)) % 8)
-    out = {}
-    for section, meta in header["sections"].items():
-        out[section] = {}
-        for name, c in meta["columns"].items():
-            v = np.frombuffer(buf, dtype=np.dtype(_NP[c["dtype"]]).newbyteorder("<"), count=c["length"],
-                              offset=body + c["offset"])
-            out[section][name] = v.astype(np.float64) + c["base"] if "base" in c else v
-    return header, out

@@ -9,7 +9,7 @@ from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, held_etag, tile_etag
 from acceltrace.tiles import layout
 from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, empty_sections
-from acceltrace.tiles.query import DEPTH_PAGE, MAX_LEVEL, MAX_PAGE, build_pages, page_key
+from acceltrace.tiles.query import MAX_LEVEL, MAX_PAGE, build_page, page_key
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
@@ -82,12 +82,10 @@ async def get_tile(
     if held is not None:
         return Response(status_code=304, headers={"ETag": held, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"})
 
-    def build() -> dict[tuple, bytes]:
-        # every depth page of this tile from one set of queries; the siblings go to the caches too
-        only = page if page * DEPTH_PAGE > max_depth else None
+    def build() -> bytes:
+        # this depth page alone, from queries bounded by its depths (tiles/query.py build_page)
         with h.cursor() as cur:
-            pages = build_pages(cur, h.info, level, index, grp, group, empty, _names(h, cur), max_depth, only)
-        return {(trace_id, level, index, page_key(group, p)): b for p, b in pages.items()}
+            return build_page(cur, h.info, level, index, grp, page, group, empty, _names(h, cur), max_depth)
 
     key = (trace_id, level, index, gkey)
     body, enc = state.tile_bytes.in_memory(key, want_gzip)
