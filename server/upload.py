@@ -1,12 +1,18 @@
 """Uploads: stream the request body to a file in the store's tmp dir, then ingest it in a process of its own.
 
-The body is never held in memory: raw bodies are written chunk by chunk, multipart bodies go
-through python-multipart's streaming parser whose file-data callback writes to disk. The size
-limit is checked against Content-Length first and against the bytes actually received always.
+The body is never held in memory: the event loop only gathers what the socket gave into blocks of
+BLOCK_BYTES and hands each to a thread of the upload's own (at most two blocks in flight), which
+parses multipart bodies (python-multipart's streaming parser, whose file-data callback writes to
+disk), hashes and writes; that thread runs at a lower priority (nice +UPLOAD_NICE), so receiving
+a big upload costs the viewers the same worker serves next to nothing. The size limit is checked
+against Content-Length first and against the bytes actually received always (in the loop: an
+oversized body is refused as soon as it crosses the limit).
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import hashlib
 import os
 import re
@@ -15,6 +21,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -24,6 +31,9 @@ from acceltrace.server import ingest_child
 from acceltrace.server.deps import ApiError, AppState
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+BLOCK_BYTES = 1 << 20   # what the loop hands the upload's thread at a time
+BLOCKS_IN_FLIGHT = 2    # the loop waits (without blocking) beyond this: memory stays bounded
+UPLOAD_NICE = 5         # the receiving thread's priority below the worker's (Linux: per thread)
 
 
 @dataclass
@@ -63,6 +73,68 @@ class _Sink:
         self.fh.close()
 
 
+class _Receiver:
+    """The body's blocks processed in order on a thread of this upload's own: `consume(block)`
+    (parsing, hashing, writing) runs there, never in the event loop; an error it raises comes back
+    at the next `feed` or at `finish`."""
+
+    def __init__(self, consume, limit: int):
+        self._consume = consume
+        self.limit = limit
+        self.size = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="upload", initializer=_lower_priority)
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._inflight: collections.deque[Future] = collections.deque()
+
+    async def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise ApiError(413, "too_large", f"upload exceeds the limit of {self.limit} bytes")
+        if chunk:
+            self._pending.append(chunk)
+            self._pending_bytes += len(chunk)
+        if self._pending_bytes >= BLOCK_BYTES:
+            await self._hand_over()
+
+    async def _hand_over(self) -> None:
+        if not self._pending:
+            return
+        chunks, self._pending, self._pending_bytes = self._pending, [], 0
+        while len(self._inflight) >= BLOCKS_IN_FLIGHT:
+            await asyncio.wrap_future(self._inflight.popleft())
+        self._inflight.append(self._pool.submit(self._run, chunks))
+
+    def _run(self, chunks: list[bytes]) -> None:  # on the upload's thread: the join's copy too
+        self._consume(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+    async def finish(self, then=None) -> None:
+        """Every block consumed, then `then()` on the same thread (after the last block)."""
+        await self._hand_over()
+        while self._inflight:
+            await asyncio.wrap_future(self._inflight.popleft())
+        if then is not None:
+            await asyncio.wrap_future(self._pool.submit(then))
+
+    async def close(self) -> None:
+        """Wait for what is in flight (errors ignored: the caller is already failing or done), then
+        let the thread go."""
+        while self._inflight:
+            try:
+                await asyncio.wrap_future(self._inflight.popleft())
+            except BaseException:
+                pass
+        self._pool.shutdown(wait=False)
+
+
+def _lower_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0)
+                                                                      + UPLOAD_NICE))
+    except (AttributeError, OSError):  # not Linux, or not allowed: the thread keeps the worker's priority
+        pass
+
+
 async def receive(request, state: AppState, raw_name: str | None) -> Received:
     """Stream the body (multipart field `file`, or raw with ?name=) into the store's tmp dir."""
     limit = state.max_upload_bytes
@@ -78,10 +150,13 @@ async def receive(request, state: AppState, raw_name: str | None) -> Received:
             return await _receive_multipart(request, work_dir, limit, params)
         name = safe_name(raw_name)
         sink = _Sink(work_dir / name, limit)
+        rx = _Receiver(sink.write, limit)
         try:
             async for chunk in request.stream():
-                sink.write(chunk)
+                await rx.feed(chunk)
+            await rx.finish()
         finally:
+            await rx.close()
             sink.close()
         if sink.size == 0:
             raise ApiError(400, "bad_request",
@@ -134,15 +209,24 @@ async def _receive_multipart(request, work_dir: Path, limit: int, params: dict) 
         "on_header_field": on_header_field, "on_header_value": on_header_value, "on_header_end": on_header_end,
         "on_headers_finished": on_headers_finished, "on_part_data": on_part_data, "on_part_end": on_part_end,
     })
+
+    def parsed(step):  # on the upload's thread: a malformed body is a 400, the sink's 413 stays
+        def run(*args) -> None:
+            try:
+                step(*args)
+            except ApiError:
+                raise
+            except Exception as e:
+                raise ApiError(400, "bad_request", f"malformed multipart body: {e}") from None
+        return run
+
+    rx = _Receiver(parsed(parser.write), limit + 64 * 1024)  # the file part's own size: its sink's limit
     try:
         async for chunk in request.stream():
-            parser.write(chunk)
-        parser.finalize()
-    except ApiError:
-        raise
-    except Exception as e:  # malformed multipart
-        raise ApiError(400, "bad_request", f"malformed multipart body: {e}") from None
+            await rx.feed(chunk)
+        await rx.finish(then=parsed(parser.finalize))
     finally:
+        await rx.close()
         if state["sink"] is not None:
             state["sink"].close()
     if not found:
@@ -195,6 +279,13 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
                         state.ingests.run(ingest_child.prebuild, root, trace_id)
                     except BaseException:
                         pass
+            if job.error is None:
+                try:  # a trace too big to replay at analysis: its what-if step, at idle priority, after the
+                    # upload is answered and outside the ingest slots (its findings keep impact_ns NULL, saying
+                    # why, if it fails)
+                    state.ingests.run(ingest_child.whatif, root, trace_id)
+                except BaseException:
+                    pass
         finally:
             shutil.rmtree(rec.work_dir, ignore_errors=True)
             job.done.set()

@@ -387,3 +387,81 @@ def test_big_ingests_and_prebuilds_run_at_idle_cpu_and_io_priority_small_ones_at
     if idle[2] != -1:
         assert idle[2] >> 13 == 3 and normal[2] >> 13 != 3  # IOPRIO_CLASS_IDLE, then not
     assert ingest_child.IDLE_FROM_BYTES <= 64 << 20
+
+
+def test_an_uploads_body_is_parsed_hashed_and_written_off_the_event_loop_at_a_lower_priority(tmp_path, monkeypatch):
+    # receiving a big upload must not take the event loop that serves the same worker's viewers:
+    # the loop gathers blocks, a thread of the upload's own parses, hashes and writes them
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from acceltrace.server import upload
+    from acceltrace.server.app import create_app
+
+    seen: list[tuple[str, int, bytes]] = []
+    write = upload._Sink.write
+
+    def spy(self, data):
+        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                     bytes(data)))
+        return write(self, data)
+
+    monkeypatch.setattr(upload._Sink, "write", spy)
+    body = os.urandom(3 << 20)  # not a trace: refused after it is received, with a clear 4xx
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with TestClient(create_app(tmp_path / "store", max_upload_bytes=8 << 20), raise_server_exceptions=False) as c:
+        for send in (lambda: c.post("/api/traces", params={"name": "noise.bin"}, content=body),
+                     lambda: c.post("/api/traces", files={"file": ("noise.bin", body, "application/octet-stream")})):
+            seen.clear()
+            r = send()
+            assert 400 <= r.status_code < 500, r.text
+            assert b"".join(d for *_, d in seen) == body
+            assert seen and all(name.startswith("upload") for name, _, _ in seen), {n for n, *_ in seen}
+            assert all(nice >= min(19, base + upload.UPLOAD_NICE) for _, nice, _ in seen)
+        r = c.post("/api/traces", params={"name": "big.bin"}, content=b"x" * ((8 << 20) + 1))
+        assert r.status_code == 413
+        assert not [p for p in (tmp_path / "store" / "tmp").iterdir() if p.name.startswith("up-")]
+
+
+def test_the_upload_receiver_keeps_order_bounds_what_is_in_flight_and_stops_at_the_limit(monkeypatch):
+    import asyncio
+    import threading
+
+    from acceltrace.server import upload
+    from acceltrace.server.deps import ApiError
+
+    monkeypatch.setattr(upload, "BLOCK_BYTES", 1 << 16)
+    got, busy, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def consume(block: bytes) -> None:
+        with lock:
+            busy[0] += 1
+        time.sleep(0.002)  # a slow disk: the loop must wait for it, not pile blocks up
+        got.append(block)
+        with lock:
+            most[0] = max(most[0], busy[0])
+            busy[0] -= 1
+
+    pieces = [os.urandom(int(n)) for n in (50_000, 7, 70_000, 1, 65_536, 123_456) * 20]
+    queued = []
+
+    async def run(limit: int) -> None:
+        rx = upload._Receiver(consume, limit)
+        try:
+            for p in pieces:
+                await rx.feed(p)
+                queued.append(len(rx._inflight))
+            await rx.finish()
+        finally:
+            await rx.close()
+
+    asyncio.run(run(1 << 30))
+    assert b"".join(got) == b"".join(pieces)  # in order, every byte
+    assert all(len(b) >= upload.BLOCK_BYTES for b in got[:-1]) and len(got) <= len(pieces) / 2
+    assert max(queued) <= upload.BLOCKS_IN_FLIGHT and most[0] == 1
+    got.clear()
+    with pytest.raises(ApiError) as e:
+        asyncio.run(run(1_000_000))
+    assert e.value.status == 413 and sum(map(len, got)) <= 1_000_000
