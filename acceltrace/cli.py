@@ -131,12 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_analyze)
 
-    s = sub.add_parser("whatif", help="replay a trace's dependency graph with each pass's findings fixed:"
-                                      " the saving per pass and finding, and the critical path")
+    s = sub.add_parser("whatif", help="replay a trace's dependency graph (any size) with each pass's findings fixed:"
+                                      " the saving per pass and finding, and the critical path; stored with the"
+                                      " findings")
     s.add_argument("id", metavar="ID")
-    s.add_argument("--pass", dest="passes", action="append", metavar="P", help="only this pass (repeatable)")
-    s.add_argument("--link-speedup", type=float, default=2.0, metavar="X",
-                   help="pcie_saturation's fix: a link X times faster (default 2: the next generation)")
+    s.add_argument("--pass", dest="passes", action="append", metavar="P",
+                   help="only this pass (repeatable; printed, not stored)")
+    s.add_argument("--link-speedup", type=float, default=None, metavar="X",
+                   help="pcie_saturation's fix: a link X times faster (default: the trace's analysis setting,"
+                        " 2: the next generation)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_whatif)
 

@@ -187,9 +187,10 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
         if n_dev > max_nodes:
             (run_ns,) = con.execute("SELECT run_ns FROM _run").fetchone()
             why = (f"none; the trace's {n_dev:,} device slices exceed whatif_max_nodes ({max_nodes:,}): the graph is"
-                   " not built at analysis; acceltrace whatif ID (or analyze --param whatif_max_nodes=N) replays it")
+                   " not built at analysis; the what-if step (acceltrace whatif ID, or the server after an upload's"
+                   " analysis) replays it and stores the impacts")
             wi = {c: None for c in WHATIF_COLUMNS} | {"makespan_ns": int(run_ns or 0), "nodes": int(n_dev),
-                                                      "replays": 0, "pass_saving_ns": None}
+                                                      "replays": 0, "pass_saving_ns": None, "skipped": True}
             table = table.drop_columns(["local_ns"]).append_column("impact_ns", pa.nulls(table.num_rows, pa.int64()))
             table = table.append_column("impact_basis", pa.array([why] * table.num_rows, pa.string()))
             table = table.select([c for c, _ in schema.FINDINGS])
@@ -202,8 +203,8 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
         if r.impact_ns is None:
             impacts = pa.nulls(table.num_rows, pa.int64())
             basis = pa.array([f"none; the graph's {r.nodes:,} nodes exceed whatif_max_nodes ({max_nodes:,}): "
-                              "acceltrace analyze ID --param whatif_max_nodes=N replays it"] * table.num_rows,
-                             pa.string())
+                              "the what-if step (acceltrace whatif ID) replays it and stores the impacts"]
+                             * table.num_rows, pa.string())
         else:
             impacts, basis = pa.array(r.impact_ns, pa.int64()), pa.array(r.basis, pa.string())
         # host work before the graph's first node and after its last is kept as it is
@@ -212,7 +213,8 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
               "edges_only_makespan_ns": None if r.replayed_makespan_ns is None else r.replayed_makespan_ns + outside,
               "all_fixed_saving_ns": r.all_fixed_saving_ns,
               "nodes": r.nodes, "edges": r.edges, "unexplained_wait_ns": r.unexplained_wait_ns,
-              "replays": r.replays, "elapsed_ms": r.elapsed_ms, "pass_saving_ns": r.pass_saving_ns}
+              "replays": r.replays, "elapsed_ms": r.elapsed_ms, "pass_saving_ns": r.pass_saving_ns,
+              "skipped": r.impact_ns is None}
         path = r.critical_path
     except (ValueError, duckdb.Error) as e:
         impacts = pa.nulls(table.num_rows, pa.int64())
@@ -222,6 +224,73 @@ def with_impacts(con, table: pa.Table, values: dict[str, float]) -> tuple[pa.Tab
     if table.num_rows:
         table = table.sort_by([("impact_ns", "descending"), ("exclusive_ns", "descending"), ("ts", "ascending"),
                                ("pass", "ascending")])
+    return table, wi, path
+
+
+# the parameters that do not change what a stored what-if replayed (the cap only decides whether analysis
+# replays at all)
+_CARRY_IGNORES = ("whatif_max_nodes",)
+_FINDING_KEY = ("pass", "ts", "dur", "track_id", "slice_id", "metric", "value")
+
+
+def carry_over(store, trace_id: str, table: pa.Table, values: dict[str, float]):
+    """The impacts the what-if step stored for these same findings (acceltrace whatif, or the server's
+    step after an upload's analysis), for an analysis that did not replay them (the graph past the cap):
+    (findings with impact_ns / impact_basis, the whatif row, pass savings, critical path), or None when
+    the stored side file has no replayed what-if, was made with other parameters, or holds other findings."""
+    side = store.side_path(trace_id, "findings")
+    if not side.exists():
+        return None
+    try:
+        con = duckdb.connect(str(side), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if not {"findings", "analysis_params", "whatif", "analysis_status", "critical_path"} <= names:
+            return None
+        stored = dict(con.execute("SELECT name, value FROM analysis_params").fetchall())
+        same = {k: v for k, v in values.items() if k not in _CARRY_IGNORES}
+        if {k: v for k, v in stored.items() if k not in _CARRY_IGNORES} != same:
+            return None
+        rows = con.execute(f"SELECT {', '.join(WHATIF_COLUMNS)} FROM whatif").fetchall()
+        if len(rows) != 1 or rows[0][WHATIF_COLUMNS.index("all_fixed_saving_ns")] is None:
+            return None
+        wi = dict(zip(WHATIF_COLUMNS, rows[0]))
+        ((n_stored,),) = con.execute("SELECT count(*) FROM findings").fetchall()
+        if n_stored != table.num_rows:
+            return None
+        # one finding per key and rank within the key (findings of one key ordered the same on both sides)
+        key = ", ".join(f'"{c}"' for c in _FINDING_KEY)
+        con.register("_now", table.append_column("_row", pa.array(range(table.num_rows), pa.int64())))
+        rank = f"row_number() OVER (PARTITION BY {key} ORDER BY exclusive_ns, message)"
+        got = con.execute(f"""
+            WITH a AS (SELECT *, {rank} AS _k FROM _now), b AS (SELECT *, {rank} AS _k FROM findings)
+            SELECT a._row, b.impact_ns, b.impact_basis, b.exclusive_ns = a.exclusive_ns AS same_share
+            FROM a JOIN b ON {" AND ".join(f'a."{c}" IS NOT DISTINCT FROM b."{c}"' for c in _FINDING_KEY)}
+                         AND a._k = b._k
+            ORDER BY a._row""").fetchall()
+        if len(got) != table.num_rows or not all(r[3] for r in got):
+            return None
+        passes = dict(con.execute("SELECT pass, impact_ns FROM analysis_status WHERE impact_ns IS NOT NULL").fetchall())
+        seg = con.execute("SELECT start_ns, end_ns, type, slice_id, track_id FROM critical_path ORDER BY seq").fetchnumpy()
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    codes = {t: i for i, t in enumerate(R.SEGMENT_TYPES)}
+    path = Path(np.asarray(seg["start_ns"], np.int64), np.asarray(seg["end_ns"], np.int64),
+                np.array([codes.get(t, len(codes) - 1) for t in seg["type"]], np.int8),
+                np.asarray(np.ma.filled(seg["slice_id"], -1), np.int64),
+                np.asarray(np.ma.filled(seg["track_id"], -1), np.int64))
+    table = table.set_column(table.schema.get_field_index("impact_ns"), "impact_ns",
+                             pa.array([r[1] for r in got], pa.int64()))
+    table = table.set_column(table.schema.get_field_index("impact_basis"), "impact_basis",
+                             pa.array([r[2] for r in got], pa.string()))
+    if table.num_rows:
+        table = table.sort_by([("impact_ns", "descending"), ("exclusive_ns", "descending"), ("ts", "ascending"),
+                               ("pass", "ascending")])
+    wi["pass_saving_ns"] = passes
     return table, wi, path
 
 

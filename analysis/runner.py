@@ -89,6 +89,7 @@ class Report:
     run_start_ns: int = 0  # the trace's first instant (findings' times are absolute)
     whatif: dict = field(default_factory=dict)  # the run's replay (impact.WHATIF_COLUMNS); {} when it failed
     critical_path: list = field(default_factory=list)  # (start_ns, end_ns, type, slice_id, track_id), absolute
+    written: bool = False  # the side file was written
 
 
 class AnalysisError(Exception):
@@ -164,8 +165,12 @@ def _exec_file(con, path: Path, values: dict[str, float]) -> None:
 
 
 def run_passes(store, trace_id: str, passes: list[str] | None = None, params: dict | None = None,
-               write: bool = True, threads: int | None = None) -> Report:
-    """Run the passes (all by default) in dependency order; store and return the findings."""
+               write: bool = True, threads: int | None = None, write_check=None) -> Report:
+    """Run the passes (all by default) in dependency order; store and return the findings.
+
+    A trace whose graph analysis does not replay (past whatif_max_nodes) keeps the impacts the what-if
+    step stored for the same findings and parameters (analysis/impact.py carry_over). write_check: called
+    right before the side file is written; False skips the write (Report.written says which)."""
     t_start = time.perf_counter()
     values = P.resolve(params)
     specs = discover()
@@ -197,6 +202,10 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         phase_ms["_allocate"] = (time.perf_counter() - t_phase) * 1e3
         t_phase = time.perf_counter()
         table, wi, path = impact.with_impacts(con, table, values)
+        if wi.get("skipped"):
+            carried = impact.carry_over(store, trace_id, table, values)
+            if carried is not None:
+                table, wi, path = carried
         phase_ms["whatif"] = (time.perf_counter() - t_phase) * 1e3
         findings = table.to_pylist()
         per_pass = table.group_by("pass").aggregate([("pass", "count"), ("exclusive_ns", "sum")]).to_pylist()
@@ -209,12 +218,14 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
     finally:
         con.close()
     status_list = [statuses[p] for p in sorted(statuses, key=lambda p: (specs[p].precedence, p))]
-    if write:
+    written = bool(write) and (write_check is None or bool(write_check()))
+    if written:
         t_phase = time.perf_counter()
         _write_side(store, trace_id, table, status_list, values, wi, path)
         phase_ms["write"] = (time.perf_counter() - t_phase) * 1e3
     return Report(trace_id, findings, status_list, int(run_ns or 0), (time.perf_counter() - t_start) * 1e3,
-                  phase_ms, int(run_start_ns or 0), {k: v for k, v in wi.items() if k != "pass_saving_ns"}, path)
+                  phase_ms, int(run_start_ns or 0),
+                  {k: v for k, v in wi.items() if k not in ("pass_saving_ns", "skipped")}, path, written)
 
 
 def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
@@ -290,7 +301,19 @@ def after_publish(store, trace_id: str) -> None:
     """
     if os.environ.get("ACCELTRACE_AUTO_ANALYZE", "1").strip().lower() in ("0", "false", "no", "off"):
         return
-    run_passes(store, trace_id)
+    run_passes(store, trace_id, params=env_params())
+
+
+def env_params() -> dict[str, str]:
+    """Parameter overrides for the analysis after ingest: $ACCELTRACE_ANALYSIS_PARAMS, NAME=VALUE items
+    separated by commas or spaces (e.g. whatif_max_nodes=5000000); checked as `analyze --param` is."""
+    raw = os.environ.get("ACCELTRACE_ANALYSIS_PARAMS", "").replace(",", " ").split()
+    try:
+        values = P.parse_assignments(raw)
+        P.resolve(values)
+    except P.ParamError as e:
+        raise P.ParamError(f"$ACCELTRACE_ANALYSIS_PARAMS: {e}") from None
+    return values
 
 
 # -- command line -------------------------------------------------------------------------

@@ -123,6 +123,21 @@ def _give_memory_back() -> None:
         pass
 
 
+def whatif(root: str, trace_id: str) -> bool:
+    """The what-if step after an upload's analysis (analysis/whatif.py store_if_skipped): a trace whose
+    graph analysis did not replay (past whatif_max_nodes) is replayed here and its findings' impacts
+    stored, at idle priority (at 10 M events it takes tens of seconds and GBs: never in a server worker).
+    True when it stored them."""
+    from acceltrace.analysis.whatif import store_if_skipped
+    from acceltrace.store.catalog import Store
+
+    set_priority(True)  # nobody waits for it: the findings are already shown, with impact_ns NULL until then
+    try:
+        return store_if_skipped(Store(root, sweep=False), trace_id)
+    finally:
+        _give_memory_back()
+
+
 def prebuild(root: str, trace_id: str) -> int:
     from acceltrace.store.catalog import Store
     from acceltrace.tiles.disk import prebuild as build
