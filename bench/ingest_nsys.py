@@ -10,6 +10,14 @@ the pipeline runs after every publish.
 
     python bench/ingest_nsys.py                      # ~220k-row synthetic export, 3 repeats
     python bench/ingest_nsys.py --iterations 500000  # ~5.5M rows
+    python bench/ingest_nsys.py --readers --iterations 200000 --repeat 1
+
+--readers prints, per input, the reading stage alone next to its anchors (issue 14): the rows the
+importer copies (its columns of every table it reads) read into DuckDB staging by the compiled
+reader (ingest/nsys/_sqlread.c) and by the Python sqlite3 path, next to Python sqlite3 fetching
+the same columns (fetchmany, nothing else) and DuckDB inserting the same rows from Arrow; and the
+ingester (importer + builder finish) and `acceltrace ingest` to a published trace (no analysis)
+on each reader.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/nsys_synth.py writes the synthetic export
 
 from acceltrace.ingest.nsys import read as nsys_read
 import nsys_synth as nsys_synth  # noqa: E402
@@ -75,15 +84,128 @@ def ingester_s(path: Path, work: Path) -> float:
     return time.perf_counter() - t
 
 
+def _read_spec(path: Path):
+    """(export, [(table, spec, as_name)]) the importer copies, with the columns each has."""
+    ex = nsys_read.open_export(path, path.name)
+    tables = [(t, spec, None) for t, spec in {**nsys_read.EVENT_TABLES, **nsys_read.NAME_TABLES}.items()]
+    tables += [(t, spec, t) for t, spec in nsys_read.CPU_TABLES.items()]
+    return ex, tables
+
+
+def copy_rows_s(path: Path, python: bool) -> tuple[float, float, int]:
+    """The importer's copy of every table it reads into an in-memory DuckDB staging database:
+    (wall s, CPU s, rows), on the compiled reader or the Python sqlite3 path."""
+    import os
+
+    import duckdb
+
+    ex, tables = _read_spec(path)
+    stage = duckdb.connect(":memory:")
+    saved = os.environ.get(nsys_read.READER_ENV)
+    os.environ[nsys_read.READER_ENV] = "python" if python else ""
+    try:
+        t, c = time.perf_counter(), time.process_time()
+        rows = sum(nsys_read.copy_table(ex, stage, tb, spec, as_name=a) for tb, spec, a in tables)
+        return time.perf_counter() - t, time.process_time() - c, rows
+    finally:
+        if saved is None:
+            os.environ.pop(nsys_read.READER_ENV, None)
+        else:
+            os.environ[nsys_read.READER_ENV] = saved
+        ex.close()
+        stage.close()
+
+
+def anchors_s(path: Path) -> tuple[float, float, float, float]:
+    """Anchors over the same columns: (Python sqlite3 fetchmany wall s, its CPU s, DuckDB insert of
+    the same rows from Arrow wall s, its CPU s). The Arrow tables are made first, untimed."""
+    import duckdb
+    import pyarrow as pa
+
+    ex, tables = _read_spec(path)
+    selects = []
+    for tb, (req, opt), _ in tables:
+        cols = [c for c in {**req, **opt} if c in ex.columns.get(tb, ())]
+        if cols and ex.has(tb):
+            selects.append((tb, cols))
+    t, c = time.perf_counter(), time.process_time()
+    for tb, cols in selects:
+        cur = ex.con.execute(f'SELECT {", ".join(chr(34) + x + chr(34) for x in cols)} FROM "{tb}"')
+        while cur.fetchmany(65536):
+            pass
+    fetch_w, fetch_c = time.perf_counter() - t, time.process_time() - c
+    ex.close()
+    # the same rows as Arrow (from DuckDB's staging copy, untimed), then inserted into a fresh DuckDB
+    src = duckdb.connect(":memory:")
+    ex, tables = _read_spec(path)
+    for tb, spec, a in tables:
+        nsys_read.copy_table(ex, src, tb, spec, as_name=a)
+    ex.close()
+    arrow = {tb: src.sql(f'SELECT * FROM "{tb}"').to_arrow_table() for tb, _ in selects}
+    src.close()
+    dst = duckdb.connect(":memory:")
+    t, c = time.perf_counter(), time.process_time()
+    for tb, table in arrow.items():
+        dst.register("_a", table)
+        dst.execute(f'CREATE TABLE "{tb}" AS SELECT * FROM _a')
+        dst.unregister("_a")
+    ins_w, ins_c = time.perf_counter() - t, time.process_time() - c
+    dst.close()
+    assert all(isinstance(v, pa.Table) for v in arrow.values())
+    return fetch_w, fetch_c, ins_w, ins_c
+
+
+def readers(paths, repeat: int, work: Path) -> None:
+    import os
+
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'input':<34} {'what':<58} {'wall s':>8} {'CPU s':>7} {'rows/s':>11}")
+    for label, path in paths:
+        best = {}
+        for _ in range(repeat):
+            for python in (False, True):
+                w, c, rows = copy_rows_s(path, python)
+                key = f"copy into staging, {'Python sqlite3 path' if python else 'compiled reader'}"
+                best[key] = min(best.get(key, (9e9, 0, 0)), (w, c, rows))
+            fw, fc, iw, ic = anchors_s(path)
+            best["anchor: Python sqlite3 fetchmany of the same columns"] = min(
+                best.get("anchor: Python sqlite3 fetchmany of the same columns", (9e9, 0, 0)), (fw, fc, rows))
+            best["anchor: DuckDB insert of the same rows from Arrow"] = min(
+                best.get("anchor: DuckDB insert of the same rows from Arrow", (9e9, 0, 0)), (iw, ic, rows))
+            for python in (False, True):
+                os.environ[nsys_read.READER_ENV] = "python" if python else ""
+                try:
+                    c0 = time.process_time()
+                    d = ingester_s(path, work)
+                    key = f"ingester (importer + builder finish), {'Python path' if python else 'compiled'}"
+                    best[key] = min(best.get(key, (9e9, 0, 0)), (d, time.process_time() - c0, rows))
+                    c0 = time.process_time()
+                    d, _ = ingest_s(path, work)
+                    key = f"acceltrace ingest, published, {'Python path' if python else 'compiled'}"
+                    best[key] = min(best.get(key, (9e9, 0, 0)), (d, time.process_time() - c0, rows))
+                finally:
+                    os.environ.pop(nsys_read.READER_ENV, None)
+        for key, (w, c, rows) in best.items():
+            print(f"{label:<34} {key:<58} {w:>8.3f} {c:>7.2f} {rows / w:>11,.0f}")
+            label = ""
+    print("rows: every row the importer copies (event, name and CPU tables); best of the repeats; the"
+          " end-to-end rows (ingester, acceltrace ingest) are over the same row count")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=20_000, help="synthetic export size (11 rows each)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--readers", action="store_true", help="the reading stage and its anchors (see above)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
         work = Path(tmp)
         synth = work / "synth-3x.sqlite"
         nsys_synth.write(synth, iterations=args.iterations, metric_samples=max(10, args.iterations // 10))
+        if args.readers:
+            readers((("A100 saxpy (Nsight 2022, real)", A100), (f"synthetic 3.x x{args.iterations}", synth)),
+                    args.repeat, work)
+            return 0
         print(f"{'input':<34} {'rows':>10} {'MB':>7} {'ingest s':>9} {'rows/s':>11} {'ingester s':>10}"
               f" {'rows/s':>11} {'raw read s':>10} {'ratio':>6} {'vs HTA':>7}")
         for label, path in (("A100 saxpy (Nsight 2022, real)", A100),

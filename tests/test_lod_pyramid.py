@@ -91,17 +91,39 @@ def test_numpy_pyramid_in_parts_equals_the_sql_pyramid(trace_store, tmp_path):
     base, top = int(info["base_level"]), int(info["max_level"])
     (n, groups) = con.execute("SELECT count(*), count(DISTINCT grp) FROM lod_slices").fetchone()
     limit = max(1, n // 40)
-    parts = pyramid._parts(con, top, limit)
+    chunk_log2 = int(info["chunk_log2"])
+    parts = pyramid._parts(con, top, limit, chunk_log2)
     assert len(parts) > groups  # more parts than groups: some group is cut in time
+    assert parts[0][0].startswith("rowid BETWEEN")  # lod_slices' order keeps each key's rows together
+    assert sum(con.execute(f"SELECT count(*) FROM lod_slices WHERE {w}", p).fetchone()[0] for w, p in parts) == n
     con.execute("DROP TABLE lod_merged")
     con.execute("SET preserve_insertion_order = true")
-    pyramid.build_merged(con, base, top, limit=limit)
+    pyramid.build_merged(con, base, top, limit=limit, chunk_log2=chunk_log2)
     levels = [r[0] for r in con.execute("SELECT level FROM lod_merged").fetchall()]
     assert levels == sorted(levels)  # stored in level order, as the one-part build stores it
     con.close()
     twin = _sql_twin(path, tmp_path)
     try:
         assert _assert_same(twin, copy) > 0
+    finally:
+        twin.close()
+    # the same parts by key filter (lod_slices in another order: a key's rows not in one stretch)
+    shuffled = tmp_path / "shuffled.duckdb"
+    shutil.copy(path, shuffled)
+    con = duckdb.connect(str(shuffled))
+    con.execute("CREATE TABLE _s AS SELECT * FROM lod_slices ORDER BY hash(slice_id)")
+    con.execute("DROP TABLE lod_slices")
+    con.execute("ALTER TABLE _s RENAME TO lod_slices")
+    parts = pyramid._parts(con, top, limit, chunk_log2)
+    assert parts[0][0].startswith("grp BETWEEN")
+    assert sum(con.execute(f"SELECT count(*) FROM lod_slices WHERE {w}", p).fetchone()[0] for w, p in parts) == n
+    con.execute("DROP TABLE lod_merged")
+    con.execute("SET preserve_insertion_order = true")
+    pyramid.build_merged(con, base, top, limit=limit, chunk_log2=chunk_log2)
+    con.close()
+    twin = _sql_twin(path, tmp_path / "t2") if (tmp_path / "t2").mkdir() is None else None
+    try:
+        assert _assert_same(twin, shuffled) > 0
     finally:
         twin.close()
 

@@ -119,7 +119,7 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str) -> None:
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
     cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
     if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
-        pyramid.build_merged(con, base, max_level)
+        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2)
     else:
         _build_merged_pyramid(con, base, max_level)
     _build_instant_pyramid(con, ibase, max_level)

@@ -9,8 +9,9 @@ against the SQL build): per (level, grp, b, track_id, depth) the count, busy ns 
 the slices shorter than the level's bucket, and the longest of them (ties to the smaller id).
 
 Memory is that of lod_slices' columns (about 50 bytes a slice): a trace of more than
-NUMPY_MAX_SLICES slices is built in parts of at most that many (runs of (grp, ts >> max_level):
-every bucket of every level lies inside one such key, so the parts' rows are the whole table's),
+NUMPY_MAX_SLICES slices is built in parts of at most that many (runs of (grp, ts >> max_level) keys,
+or of lod_slices' chunks where those are wider: every bucket of every level lies inside one such
+key, so the parts' rows are the whole table's),
 each part's levels staged in DuckDB and copied into lod_merged in level order at the end. Only
 when a sum could overflow int64 does build.py take the SQL build.
 """
@@ -33,22 +34,32 @@ def fits(con: duckdb.DuckDBPyConnection) -> bool:
     return total_dur <= _I64_MAX and total_bytes <= _I64_MAX
 
 
-def _parts(con: duckdb.DuckDBPyConnection, max_level: int, limit: int) -> list[tuple[tuple, tuple]]:
-    """Runs of consecutive (grp, ts >> max_level) keys of at most `limit` slices each (a single key
-    holding more is a part of its own): [(first key, last key)], in table order."""
-    keys = con.execute(f"SELECT grp, ts >> {max_level} AS tp, count(*) FROM lod_slices GROUP BY ALL ORDER BY ALL"
-                       ).fetchall()
-    parts, lo, n = [], None, 0
-    for i, (g, tp, c) in enumerate(keys):
+def _parts(con: duckdb.DuckDBPyConnection, max_level: int, limit: int,
+           chunk_log2: int | None = None) -> list[tuple[str, list]]:
+    """lod_slices in parts of at most `limit` slices, each a run of consecutive (grp, ts >> shift)
+    keys, shift = max_level or lod_slices' chunk width where that is wider (a single key holding more
+    is a part of its own): [(WHERE clause, its parameters)], in key order. lod_slices is sorted by
+    (grp, chunk, ...), so with its chunk width known each key's rows lie in one stretch of the table
+    (checked): a part is then a rowid range, read without a scan of the rest; else a filter on keys."""
+    shift = max(max_level, chunk_log2 if chunk_log2 is not None else max_level)
+    keys = con.execute(f"SELECT grp, ts >> {shift} AS tp, count(*), min(rowid), max(rowid) FROM lod_slices"
+                       " GROUP BY ALL ORDER BY ALL").fetchall()
+    runs, lo, n = [], None, 0
+    for i, (g, tp, c, _, _) in enumerate(keys):
         if lo is not None and n + c > limit:
-            parts.append((lo, keys[i - 1][:2]))
+            runs.append((lo, i - 1))
             lo, n = None, 0
         if lo is None:
-            lo = (g, tp)
+            lo = i
         n += c
     if lo is not None:
-        parts.append((lo, keys[-1][:2]))
-    return parts
+        runs.append((lo, len(keys) - 1))
+    stretch = all(c == hi - lo_ + 1 for _, _, c, lo_, hi in keys) and all(
+        a[4] + 1 == b[3] for a, b in zip(keys, keys[1:]))
+    if stretch:
+        return [("rowid BETWEEN ? AND ?", [keys[a][3], keys[b][4]]) for a, b in runs]
+    return [(f"grp BETWEEN ? AND ? AND (grp > ? OR ts >> {shift} >= ?) AND (grp < ? OR ts >> {shift} <= ?)",
+             [keys[a][0], keys[b][0], keys[a][0], keys[a][1], keys[b][0], keys[b][1]]) for a, b in runs]
 
 
 class _Rows:
@@ -100,9 +111,10 @@ _CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id 
 
 
 def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
-                 limit: int | None = None) -> None:
+                 limit: int | None = None, chunk_log2: int | None = None) -> None:
     """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes); `limit`: the
-    most slices read into memory at once (NUMPY_MAX_SLICES by default)."""
+    most slices read into memory at once (NUMPY_MAX_SLICES by default); `chunk_log2`: lod_slices'
+    chunk width, when known (a large trace's parts are then read as row ranges)."""
     limit = NUMPY_MAX_SLICES if limit is None else limit
     (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
     con.execute(_CREATE.format(name="lod_merged"))
@@ -116,11 +128,8 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     for level in levels:
         con.execute(_CREATE.format(name=f"_merged_l{level}").replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
     try:
-        for (g0, t0), (g1, t1) in _parts(con, max_level, limit):
-            cols = con.execute(
-                f"SELECT {_COLUMNS} FROM lod_slices WHERE grp BETWEEN ? AND ?"
-                f" AND (grp > ? OR ts >> {max_level} >= ?) AND (grp < ? OR ts >> {max_level} <= ?)",
-                [g0, g1, g0, t0, g1, t1]).fetchnumpy()
+        for where, params in _parts(con, max_level, limit, chunk_log2):
+            cols = con.execute(f"SELECT {_COLUMNS} FROM lod_slices WHERE {where}", params).fetchnumpy()
             for level, batch in zip(levels, _levels(cols, base, max_level)):
                 _insert(con, f"_merged_l{level}", [batch])
         for level in levels:

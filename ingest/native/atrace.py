@@ -312,19 +312,34 @@ class _Ingest:
         first = self.b.n_slices
         ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
         ids[order] = first + pid
-        for lo in range(0, n, BATCH_EVENTS):
-            o = order[lo:lo + BATCH_EVENTS]
-            got = self.b.add_slices(self._slice_table(cols, o, depth))
-            assert got == first + lo, (got, first + lo)  # ids are consecutive: `ids` is the builder's
-        src, dst, kind = self.flow_ends.link(self.b, self.label)
-        if len(dst):  # a destination whose source is not in the file keeps an empty source end
-            self.b.add_flows(pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
-                             _repeat("atrace", len(dst)))
-        if self.corr_targets:
-            c = np.flatnonzero(cols["has_corr"] & (cols["lane"] <= 3))
-            src, cdst, kind = corr_flows(pid[c], cols["corr"][c], ts[c], cols["lane"][c], taken=dst)
-            if len(cdst):
-                self.b.add_flows(ids[src], ids[cdst], kind, _repeat("corr", len(cdst)))
+
+        def stage_slices() -> None:
+            for lo in range(0, n, BATCH_EVENTS):
+                got = self.b.add_slices(self._slice_table(cols, order[lo:lo + BATCH_EVENTS], depth))
+                if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
+                    raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
+
+        # both cores: the builder stages the slices (DuckDB, no GIL) while the flows are joined here;
+        # the builder's connection is the staging thread's alone until it is done
+        staging = _Background(stage_slices) if n >= PARALLEL_MIN_SLICES else None
+        if staging is None:
+            stage_slices()
+        try:
+            src, dst, kind = self.flow_ends.link(self.b, self.label)
+            flows = []
+            if len(dst):  # a destination whose source is not in the file keeps an empty source end
+                flows.append((pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
+                              _repeat("atrace", len(dst))))
+            if self.corr_targets:
+                c = np.flatnonzero(cols["has_corr"] & (cols["lane"] <= 3))
+                csrc, cdst, ckind = corr_flows(pid[c], cols["corr"][c], ts[c], cols["lane"][c], taken=dst)
+                if len(cdst):
+                    flows.append((ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst))))
+        finally:
+            if staging is not None:
+                staging.join()
+        for f in flows:
+            self.b.add_flows(*f)
 
     def _slice_table(self, c: dict, o: np.ndarray, depth: np.ndarray) -> dict:
         """The builder's columns of the slices at positions `o`, strings as dictionary columns."""
@@ -470,6 +485,32 @@ def _sane_entry(key: str, e: dict) -> bool:
                 and (hz is None or (isinstance(hz, (int, float)) and not isinstance(hz, bool) and hz > 0)))
     dev = e.get("id", e.get("index"))
     return dev is None or small_int(dev, 255)
+
+
+PARALLEL_MIN_SLICES = 100_000  # below this a file's hand-over runs on one thread (a live segment's, say)
+
+
+class _Background:
+    """fn() on a thread of its own; join() waits for it and raises what it raised."""
+
+    def __init__(self, fn):
+        import threading
+
+        self.error: BaseException | None = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # re-raised by join(), in the caller's thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="atrace-stage")
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _repeat(text: str, n: int) -> pa.Array:
