@@ -32,7 +32,10 @@ NAME = "atrace"
 SUFFIXES = (".atrace",)
 RUN_EVENTS, RUN_COUNTERS = "run.atrace", "run.actr"
 RUN_TORCH = "torch.*.trace.json"  # written into a run directory by `acceltrace record` (collect/record.py)
-BATCH_EVENTS = 1 << 20
+BATCH_EVENTS = 1 << 20  # slices per batch handed to the builder
+# records per batch read: a batch this size is concatenated into a buffer the allocator reuses (16 MB
+# or less); batches of 1 M records were fresh mappings each time, whose page faults cost more here
+READ_BATCH_EVENTS = 1 << 17
 
 _DIRECTIONS = pa.array([None, "h2d", "d2h", "d2d", "p2p"], pa.string())
 _HOST_MEM = pa.array([None, "pageable", "pinned", None, None], pa.string())
@@ -166,7 +169,7 @@ class _Ingest:
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self, alone: bool = False) -> dict:
-        for recs, streams in self.r.iter_events(BATCH_EVENTS):
+        for recs, streams in self.r.iter_events(READ_BATCH_EVENTS):
             self._batch(recs, streams)
             self.order += len(recs)
         lost_to_damage = [p for p in self.r.problems if p.dropped_events]
