@@ -25,6 +25,7 @@ import numpy as np
 
 from bench._server import BenchServer
 from bench.gen_synthetic import build_trace
+from acceltrace.server.tile_cache import GZIP_LEVEL
 from acceltrace.store.catalog import Store
 
 PERFETTO_TRACK_QUERY_US = (160, 220)  # published, google/perfetto commit 7c1d844
@@ -56,8 +57,17 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
     rows = []
     try:
         with httpx.Client(base_url=server.url, timeout=120) as c:
+            t = time.perf_counter()
             meta = c.get(f"/api/traces/{tid}").json()
             groups = [g for g in meta["groups"] if g["lane"] != "counter"]
+            # each worker opens the trace once (DuckDB, group counts, names): on fresh connections, a
+            # tile past the trace's end (no query, nothing measured below); timed apart from the tiles
+            past = f"/api/traces/{tid}/tiles/0/{1 << 40}?group={groups[0]['id']}"
+            c.get(past)
+            open_s = time.perf_counter() - t
+            for _ in range(8):
+                with httpx.Client(base_url=server.url, timeout=120) as fresh:
+                    fresh.get(past)
             rng = np.random.default_rng(seed)
             single = []
             for level in range(0, meta["max_level"] + 1):
@@ -83,6 +93,7 @@ def run_size(store: Store, n: int, tiles_per_level: int, reuse: bool, seed: int)
         server.stop()
     lod_s = (meta["levels"] or {}).get("lod_build_ms", float("nan")) / 1000
     return {"n": n, "slices": meta["counts"]["slices"], "ingest_s": ingest_s, "lod_s": lod_s, "rows": rows, "rss": rss,
+            "open_ms": open_s * 1000,
             "per_track_us": float(np.median(single)) * 1e6, "db_bytes": store.get(tid)["db_bytes"]}
 
 
@@ -124,11 +135,10 @@ def cpu_per_tile(store: Store, trace_id: str, tiles_per_level: int, seed: int) -
 
 def tile_bytes(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> list[tuple]:
     """In-process: bytes of every depth page of random (group, index) tiles per level, as sent
-    (identity) and gzipped (what a browser asking for gzip gets), next to the unpaged tile (every
+    (identity) and as the server's gzip twin (what a browser asking for gzip gets), next to the unpaged tile (every
     depth of the group in one tile, as before depth pages). Rows: (level, pages, mean, max, mean gz,
     max gz, max unpaged)."""
-    import zlib
-
+    from acceltrace.server.tile_cache import gzip_bytes
     from acceltrace.tiles import layout
     from acceltrace.tiles.query import LodInfo, build_pages, build_tile
 
@@ -149,8 +159,7 @@ def tile_bytes(store: Store, trace_id: str, tiles_per_level: int, seed: int) -> 
             empty = frozenset(k for k, v in zip(("instants", "counters"), counts[g][1:]) if not v)
             for body in build_pages(con, info, level, i, g, f"g{g}", empty, names, depths.get(g, 0)).values():
                 sizes.append(len(body))
-                c = zlib.compressobj(6, zlib.DEFLATED, 31)
-                gz.append(len(c.compress(body) + c.flush()))
+                gz.append(len(gzip_bytes(body)))  # the server's own twin (server/tile_cache.py)
             unpaged.append(len(build_tile(con, info, level, i, g, f"g{g}", empty, names, page=None)))
         out.append((level, len(sizes), float(np.mean(sizes)), max(sizes), float(np.mean(gz)), max(gz), max(unpaged)))
     con.close()
@@ -173,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         res = run_size(store, _size(s), args.tiles_per_level, args.reuse, args.seed)
         print(f"\n## {res['slices']:,} slices: ingest+LOD {res['ingest_s']:.1f} s (LOD {res['lod_s']:.1f} s),"
               f" file {res['db_bytes'] / 1e6:.0f} MB,"
-              f" server peak RSS {res['rss'] / 1e6:.0f} MB")
+              f" server peak RSS {res['rss'] / 1e6:.0f} MB; a worker's first open of it {res['open_ms']:.0f} ms"
+              " (metadata + first tile; each worker opens it before the tiles below)")
         print(f"{'level':>5} {'cold p50 ms':>12} {'cold p95 ms':>12} {'rep p50 ms':>11} {'rep p95 ms':>11}"
               f" {'max tile B':>11}")
         for level, c50, c95, w50, w95, mx in res["rows"]:
@@ -185,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{lo}-{hi} us per track (published) -> ratio {res['per_track_us'] / ((lo + hi) / 2):.1f}x")
         tid = next(r["id"] for r in store.list("ready") if r["name"] == f"bench-{_size(s)}")
         rows = tile_bytes(store, tid, args.tiles_per_level, args.seed)
-        print(f"tile bytes (every depth page of {args.tiles_per_level} random tiles per level; gz: gzip level 6;"
+        print(f"tile bytes (every depth page of {args.tiles_per_level} random tiles per level; gz: the server's"
+              f" gzip twin, zlib level {GZIP_LEVEL};"
               " unpaged: all depths of the group in one tile):")
         print(f"{'level':>5} {'pages':>6} {'mean B':>10} {'max B':>10} {'mean gz B':>10} {'max gz B':>10}"
               f" {'max unpaged B':>14}")

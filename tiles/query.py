@@ -276,27 +276,29 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
         out["slices"] = "SELECT track_id, slice_id, ts, dur, depth, name_id, bytes FROM lod_slices WHERE false"
 
     none = "0::BIGINT"
-    if L >= info.base_level:  # the pyramid: each (track, bucket, depth) once, ordered by b; two exact range scans
+    rows, deeper = f"depth BETWEEN {lo} AND {hi} AND ", f"depth > {hi} AND "
+    if L >= info.base_level:  # the pyramid: each (track, bucket, depth) once, ordered by b; exact range scans
         win = f"FROM lod_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
         out["merged"] = (
             f"SELECT track_id, b - {b0}, depth, count, busy, coalesce(bytes, 0), l_id, l_dur, l_name"
-            f" {win.format(d=f'depth BETWEEN {lo} AND {hi} AND ')}"
+            f" {win.format(d=rows)}"
             + (f" UNION ALL SELECT track_id, b - {b0}, {hi + 1}::SMALLINT, {none}, {none}, {none}, {none}, {none}, 0"
-               f" {win.format(d=f'depth > {hi} AND ')} GROUP BY track_id, b" if fold else ""))
+               f" {win.format(d=deeper)} GROUP BY track_id, b" if fold else ""))
     else:
         out["merged"] = (
             f"SELECT track_id, bucket, d, n, busy, bytes, {key_id_sql('k')}, {key_dur_sql('k')}, name FROM ("
-            f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, {as_depth} AS d, count(*) AS n, sum(dur)::DOUBLE AS busy,"
-            f" coalesce(sum(bytes), 0)::DOUBLE AS bytes, max({LONGEST_KEY}) AS k, arg_max(name_id, {LONGEST_KEY}) AS name"
+            f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, {as_depth} AS d, count(*) AS n,"
+            f" sum(dur)::DOUBLE AS busy, coalesce(sum(bytes), 0)::DOUBLE AS bytes, max({LONGEST_KEY}) AS k,"
+            f" arg_max(name_id, {LONGEST_KEY}) AS name"
             f" FROM lod_slices WHERE {g}{_chunks(info, t0, t1)}{depths}cls < {L} AND ts >= {t0} AND ts < {t1}"
             " GROUP BY ALL)")
 
     if L >= info.instant_base_level:
         win = f"FROM lod_instant_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
         out["instants"] = (
-            f"SELECT track_id, b - {b0}, depth, count, slice_id, ts, name_id {win.format(d=f'depth BETWEEN {lo} AND {hi} AND ')}"
+            f"SELECT track_id, b - {b0}, depth, count, slice_id, ts, name_id {win.format(d=rows)}"
             + (f" UNION ALL SELECT track_id, b - {b0}, {hi + 1}::SMALLINT, {none}, {none}, min(ts), 0"
-               f" {win.format(d=f'depth > {hi} AND ')} GROUP BY track_id, b" if fold else ""))
+               f" {win.format(d=deeper)} GROUP BY track_id, b" if fold else ""))
     else:
         out["instants"] = (
             f"SELECT track_id, bucket, d, n, id, ts, name FROM (SELECT track_id, (ts >> {L}) - {b0} AS bucket,"
