@@ -184,3 +184,19 @@ def test_fresh_copy_of_the_real_export_reads_the_same_on_both_paths_in_small_bat
     monkeypatch.setattr(nsys_read, "COMPILED_BATCH_ROWS", 7)
     (s1, r1), (s2, r2) = _both(tmp_path, path, monkeypatch)
     assert canonical_summary(s1.connect(r1.id)) == canonical_summary(s2.connect(r2.id))
+
+
+def test_a_table_name_that_is_not_utf8_is_a_damaged_file_not_a_crash(tmp_path):
+    # found by fuzzing: a wrecked sqlite_master holds a name Python's sqlite3 cannot decode
+    path = tmp_path / "badname.sqlite"
+    nsys_synth.write(path, iterations=2, metric_samples=0)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE Tzzzzzzz (x INTEGER)")
+    con.commit()
+    con.close()
+    data = path.read_bytes()
+    assert data.count(b"Tzzzzzzz") >= 1
+    path.write_bytes(data.replace(b"Tzzzzzzz", b"T\xf6zzzzzz"))
+    _, res = ingest_one(tmp_path / "s", path)
+    assert res.error is not None and "badname.sqlite" in res.error and "damaged" in res.error, res.error
+    assert "Traceback" not in res.error and "internal error" not in res.error

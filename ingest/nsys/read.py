@@ -161,7 +161,7 @@ def open_export(path: Path, name: str) -> Export:
         for meta_table in ("EXPORT_META_DATA", "META_DATA_EXPORT"):  # 2.x name, 3.x name
             if {"name", "value"} <= ex.columns.get(meta_table, set()):
                 ex.meta.update({str(k): str(v) for k, v in con.execute(f"SELECT name, value FROM {meta_table}")})
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a wrecked schema can hold names that are not UTF-8
         con.close()
         raise IngestError(name, f"damaged or unreadable SQLite database ({e}); expected an Nsight Systems export") from None
     present = [t for t in EVENT_TABLES if t in ex.columns]
