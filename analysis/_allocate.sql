@@ -28,22 +28,37 @@ SELECT row_number() OVER (ORDER BY c.precedence, c.local_ns DESC, c.ts, c.slice_
        c.dev IS NULL OR k.dev IS NULL OR c.dev = k.dev AS on_critical_dev
 FROM _candidates c LEFT JOIN _critical_dev k ON TRUE;
 
--- grp: the candidates that compete for the same time. On the critical device (and candidates of no
--- device) they all do; a device that finished earlier is its own group: its candidates win no
--- exclusive time (their impact stays 0) but a residual pass's min_share is still measured against the
--- findings of higher precedence on that device (a gap there mostly explained by a sync stall is not
--- reported, one that is not is, with its own device's saving in the what-if).
+-- The candidates that compete for the same time: on the critical device (and candidates of no device)
+-- all of them; a device that finished earlier is a group of its own: its candidates win no exclusive
+-- time (their impact stays 0) but a residual pass's min_share is still measured against the findings of
+-- higher precedence on that device (a gap there mostly explained by a sync stall is not reported, one
+-- that is not is, and its fix counts in the what-if). Each such group's claims are shifted by gshift (a
+-- multiple of the claims' whole span) onto a range of their own, so the allocation below stays one pure
+-- range join over one time axis (an equality on the group beside the ranges made it a quadratic one);
+-- the shift cancels in every length.
+CREATE OR REPLACE TEMP TABLE _claim_group AS
+WITH span AS (SELECT coalesce(max(claim_end) - min(claim_start), 0) + 1 AS ns, coalesce(max(claim_end), 0) AS hi
+              FROM _cand WHERE claim_mode IN ('idle', 'idle_head') AND claim_end > claim_start),
+d AS (SELECT dev, row_number() OVER (ORDER BY dev) AS k
+      FROM (SELECT DISTINCT dev FROM _cand WHERE NOT on_critical_dev AND min_share > 0 AND dev IS NOT NULL))
+-- (none where the shifted times would not fit a BIGINT: those candidates then win nothing, as before)
+SELECT d.dev, d.k * 2 * s.ns AS gshift
+FROM d, span s
+WHERE CAST(s.hi AS DOUBLE) + CAST((SELECT count(*) FROM d) + 1 AS DOUBLE) * 2 * CAST(s.ns AS DOUBLE) < 4e18;
+
 CREATE OR REPLACE TEMP TABLE _claim_raw AS
-SELECT cand_id, claim_start AS a, claim_end AS b, local_ns, FALSE AS head, '' AS grp
+SELECT cand_id, claim_start AS a, claim_end AS b, local_ns, FALSE AS head
 FROM _cand WHERE claim_mode = 'direct' AND claim_end > claim_start AND on_critical_dev
 UNION ALL
 -- same device and overlapping, as a pure range join on device-offset times (_dev_offset)
-SELECT c.cand_id, greatest(c.s, i.s) - c.off, least(c.e, i.e) - c.off, c.local_ns, c.head, c.grp
+SELECT c.cand_id, greatest(c.s, i.s) - c.off + c.gshift, least(c.e, i.e) - c.off + c.gshift, c.local_ns, c.head
 FROM (SELECT c.cand_id, c.local_ns, c.claim_start + o.off AS s, c.claim_end + o.off AS e, o.off,
-             c.claim_mode = 'idle_head' AS head, CASE WHEN c.on_critical_dev THEN '' ELSE c.dev END AS grp
+             c.claim_mode = 'idle_head' AS head,
+             CASE WHEN c.on_critical_dev THEN 0 ELSE g.gshift END AS gshift
       FROM _cand c JOIN _dev_offset o ON o.dev = c.dev
+      LEFT JOIN _claim_group g ON g.dev = c.dev
       WHERE c.claim_mode IN ('idle', 'idle_head') AND c.claim_end > c.claim_start
-        AND (c.on_critical_dev OR c.min_share > 0)) c
+        AND (c.on_critical_dev OR g.gshift IS NOT NULL)) c
 JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
       FROM _eu_idle i JOIN _dev_offset o ON o.dev = i.dev) i
   ON i.s < c.e AND i.e > c.s;
@@ -52,26 +67,26 @@ JOIN (SELECT i.idle_start + o.off AS s, i.idle_end + o.off AS e
 -- for a delay that pushes later work back)
 CREATE OR REPLACE TEMP TABLE _claim AS
 WITH o AS (
-    SELECT cand_id, a, b, local_ns, head, grp,
+    SELECT cand_id, a, b, local_ns, head,
            CASE WHEN head THEN sum(b - a) OVER (PARTITION BY cand_id ORDER BY a ROWS UNBOUNDED PRECEDING)
                 ELSE sum(b - a) OVER (PARTITION BY cand_id ORDER BY b DESC ROWS UNBOUNDED PRECEDING) END
              - (b - a) AS before_ns
     FROM _claim_raw
 )
-SELECT cand_id, grp,
+SELECT cand_id,
        CASE WHEN head THEN a ELSE greatest(a, b - (local_ns - before_ns)) END AS a,
        CASE WHEN head THEN least(b, a + (local_ns - before_ns)) ELSE b END AS b
 FROM o WHERE before_ns < local_ns;
 
--- elementary segments between all claim boundaries (per group); each goes to the first candidate
+-- elementary segments between all claim boundaries; each goes to the first candidate
 CREATE OR REPLACE TEMP TABLE _alloc AS
-WITH p AS (SELECT grp, a AS t FROM _claim UNION SELECT grp, b FROM _claim),
-seg AS (SELECT grp, t AS t0, lead(t) OVER (PARTITION BY grp ORDER BY t) AS t1 FROM p),
+WITH p AS (SELECT a AS t FROM _claim UNION SELECT b FROM _claim),
+seg AS (SELECT t AS t0, lead(t) OVER (ORDER BY t) AS t1 FROM p),
 won AS (
     SELECT s.t0, s.t1, min(c.cand_id) AS cand_id
-    FROM seg s JOIN _claim c ON c.grp = s.grp AND c.a <= s.t0 AND c.b >= s.t1
+    FROM seg s JOIN _claim c ON c.a <= s.t0 AND c.b >= s.t1
     WHERE s.t1 IS NOT NULL
-    GROUP BY s.grp, s.t0, s.t1
+    GROUP BY s.t0, s.t1
 )
 SELECT cand_id, sum(t1 - t0) AS alloc_ns FROM won GROUP BY cand_id;
 
