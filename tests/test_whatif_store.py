@@ -36,7 +36,10 @@ def _findings(url: str, tid: str) -> list[dict]:
     return r.json()["findings"]
 
 
-def test_whatif_stores_the_impacts_and_the_findings_route_and_analyze_show_them(tmp_path, live_server_factory):
+def test_whatif_stores_the_impacts_and_the_findings_route_ui_and_analyze_show_them(tmp_path, live_server_factory,
+                                                                                   browser):
+    import _ui
+
     store = tmp_path / "s"
     r = cli(store, "ingest", str(RUN), env={"ACCELTRACE_ANALYSIS_PARAMS": SMALL_CAP})
     assert r.returncode == 0, r.stderr
@@ -47,11 +50,27 @@ def test_whatif_stores_the_impacts_and_the_findings_route_and_analyze_show_them(
     assert before and all(f["impact_ns"] is None for f in before)
     assert "the what-if step" in before[0]["impact_basis"]
 
-    r = cli(store, "whatif", tid, "--json")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert doc["stored"] is True and doc["all_fixed_saving_ns"] > 0
-    assert not W.needs_replay(Store(store), tid)
+    with _ui.new_page(browser, server.url) as page:
+        page.goto(f"/t/{tid}")
+        page.wait_for_function("() => document.getElementById('timeline').dataset.analysis === 'done'", timeout=60000)
+        page.click(".tabs button[data-tab='findings']")
+        first = page.locator("#pane-findings ol.instances li").first
+        first.wait_for()
+        assert first.locator(".impact").inner_text().startswith("impact - ")  # not replayed yet
+        assert "saves" not in page.locator("#pane-findings section.pass-group h4").first.inner_text().lower()
+
+        r = cli(store, "whatif", tid, "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["stored"] is True and doc["all_fixed_saving_ns"] > 0
+        assert not W.needs_replay(Store(store), tid)
+        # the open page follows the side file's version and reloads its findings: no reload by hand
+        page.wait_for_function("() => /all fixed saves/i.test(document.querySelector("
+                               "'#pane-findings section.pass-group h4')?.innerText || '')", timeout=30000)
+        text = page.locator("#pane-findings ol.instances li").first.locator(".impact").inner_text()
+        assert not text.startswith("impact - ") and "exclusive" in text, text
+        _ui.shot(page, "whatif-stored")
+        assert page.errors == []
     after = _findings(server.url, tid)
     assert len(after) == len(before) and all(f["impact_ns"] is not None for f in after)
     assert {f["impact_basis"].split(";")[0] for f in after} <= {"replay", "pass share"}
@@ -117,3 +136,4 @@ def test_the_server_replays_a_big_uploads_what_if_after_its_analysis(tmp_path, l
     assert nodes > 100 and replayed is not None
     ((cap,),) = con.execute("SELECT value FROM analysis_params WHERE name = 'whatif_max_nodes'").fetchall()
     assert cap > 100  # the what-if step's run, not the analysis's
+
