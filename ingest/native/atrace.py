@@ -1,9 +1,11 @@
 """Native .atrace files and run directories (run.atrace + run.actr) -> the trace store.
 
 Vectorised: event chunks are numpy structured arrays (formats.record.RECORD_DTYPE) decoded
-in batches of ~1 M records; strings become Arrow dictionary columns, device ticks are mapped
-to host ns per clock domain with numpy, and correlation flows are joined in DuckDB. Python
-runs per batch, per track and per clock domain, never per event. docs/formats.md ("How
+in batches of ~128 k records; strings become Arrow dictionary columns, device ticks are mapped
+to host ns per clock domain with numpy. The file's slices are kept as columns until it is read,
+then given depths, sorted as the store keeps them and handed to the builder in that order, while
+explicit and correlation flows are joined in numpy (both cores: the builder stages on a thread).
+Python runs per batch, per track and per clock domain, never per event. docs/formats.md ("How
 ingest reads records") is the contract this module implements.
 """
 
