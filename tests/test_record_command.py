@@ -89,14 +89,16 @@ def test_a_pytorch_program_is_profiled_with_counters_on_one_timeline(tmp_path):
     run = tmp_path / "run"
     assert len(list(run.glob("torch.*.trace.json"))) == 1
     clock = AtraceReader.open(run / "run.atrace").merged_metadata()["record"]["clock"]
-    assert clock["sync_markers"] == 6 and clock["residual_ns"] < 5e6
+    # the residual is the scheduling delay between a marker's clock read and Kineto's record of it: a few
+    # ms on a quiet machine, 6-7 ms at load 10; a wrong alignment is off by far more (the clocks' offset)
+    assert clock["sync_markers"] == 6 and clock["residual_ns"] < 20e6
     con = _ingest(tmp_path, run)
     assert con.execute("SELECT value FROM trace_meta WHERE key = 'format'").fetchone()[0] == "atrace+actr+kineto"
     # the markers carry the monotonic time at which they were made: after alignment each sits there
     rows = con.execute("SELECT name, ts FROM slices WHERE name LIKE 'acceltrace.sync %'").fetchall()
     assert len(rows) == 6
     off = clock["monotonic_to_trace_ns"]
-    assert max(abs(ts - (int(n.split()[-1]) + off)) for n, ts in rows) < 5e6
+    assert max(abs(ts - (int(n.split()[-1]) + off)) for n, ts in rows) < 20e6
     ops = con.execute("SELECT min(ts), max(ts + dur), count(*) FROM slices WHERE name LIKE 'aten::%'").fetchone()
     cmd = con.execute("SELECT s.ts, s.ts + s.dur FROM slices s JOIN tracks t USING (track_id) "
                       "WHERE t.name = 'recorded command'").fetchone()
