@@ -273,16 +273,18 @@ def carry_over(store, trace_id: str, table: pa.Table, values: dict[str, float]):
         if len(got) != table.num_rows or not all(r[3] for r in got):
             return None
         passes = dict(con.execute("SELECT pass, impact_ns FROM analysis_status WHERE impact_ns IS NOT NULL").fetchall())
-        seg = con.execute("SELECT start_ns, end_ns, type, slice_id, track_id FROM critical_path ORDER BY seq").fetchnumpy()
+        types = ", ".join(f"'{t}'" for t in R.SEGMENT_TYPES)  # the type as its code, in SQL (millions of rows)
+        seg = con.execute(f"""SELECT start_ns, end_ns, coalesce(list_position([{types}], type), 0) - 1 AS code,
+                                     coalesce(slice_id, -1) AS slice_id, coalesce(track_id, -1) AS track_id
+                              FROM critical_path ORDER BY seq""").fetchnumpy()
     except duckdb.Error:
         return None
     finally:
         con.close()
-    codes = {t: i for i, t in enumerate(R.SEGMENT_TYPES)}
-    path = Path(np.asarray(seg["start_ns"], np.int64), np.asarray(seg["end_ns"], np.int64),
-                np.array([codes.get(t, len(codes) - 1) for t in seg["type"]], np.int8),
-                np.asarray(np.ma.filled(seg["slice_id"], -1), np.int64),
-                np.asarray(np.ma.filled(seg["track_id"], -1), np.int64))
+    code = np.asarray(seg["code"], np.int64)
+    code = np.where(code < 0, len(R.SEGMENT_TYPES) - 1, code).astype(np.int8)  # an unknown type: idle
+    path = Path(np.asarray(seg["start_ns"], np.int64), np.asarray(seg["end_ns"], np.int64), code,
+                np.asarray(seg["slice_id"], np.int64), np.asarray(seg["track_id"], np.int64))
     table = table.set_column(table.schema.get_field_index("impact_ns"), "impact_ns",
                              pa.array([r[1] for r in got], pa.int64()))
     table = table.set_column(table.schema.get_field_index("impact_basis"), "impact_basis",
