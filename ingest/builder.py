@@ -26,7 +26,7 @@ from acceltrace.store import schema
 from acceltrace.store.duck import insert_rows
 from acceltrace.ingest import stage
 from acceltrace.store.errors import IngestError
-from acceltrace.ingest.depths import assign_depths as _assign_depths
+from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
 from acceltrace.tiles.build import build as build_lod
 
 MAX_WARNINGS_KEPT = 200
@@ -102,6 +102,7 @@ class TraceBuilder:
         self.n_counters = 0
         self.formats: list[str] = []
         self._in_order = True  # staged slices in stored order with their depths (see _note_order)
+        self._depths_ahead: Ahead | None = None
         self._last_key: tuple[int, int, int] | None = None
 
     # -- tracks ----------------------------------------------------------------------------
@@ -253,7 +254,12 @@ class TraceBuilder:
         return self._next_slice
 
     # -- finish ----------------------------------------------------------------------------
-    def _check_times(self, source_name: str) -> None:
+    def start_depths(self) -> None:
+        """Every slice is staged: compute their depths now, beside what the importer still does (its links)."""
+        if self._depths_ahead is None and not self._in_order and self._next_slice:
+            self._depths_ahead = Ahead(self.con)
+
+    def _check_times(self, source_name: str) -> int:
         """No negative durations; and times every format must respect: |ts| and ts + dur within 2^62 ns (146 years), so no
         sum or difference of two times can overflow int64 later (tiles, analysis, export). A
         slice outside is dropped and counted, and flows that touched it go with it; a counter
@@ -281,6 +287,7 @@ class TraceBuilder:
                 con.execute(f"DELETE FROM counters WHERE {cwhere}")
                 self.warn(source_name, f"{c} counter samples with a time more than 2^62 ns from the epoch were"
                           " dropped", dropped=c)
+        return n
 
     def finish(self, fmt: str, source_name: str, start_ns: int | None = None) -> dict:
         """Complete the file (depths, order, meta, derived tables). Returns the counts.
@@ -298,10 +305,14 @@ class TraceBuilder:
                 why = (f"no event could be kept ({w.dropped_events} dropped, {w.total} warnings); "
                        f"nothing to show. First problems: {shown}")
             raise IngestError(source_name, why)
-        self._check_times(source_name)
+        ahead = self._depths_ahead  # (abort() joins it if the check raises)
+        if self._check_times(source_name) and ahead is not None:  # slices dropped: their depths again
+            ahead.close()
+            ahead = None
+        self._depths_ahead = None
         self._write_tracks()
         in_order = self._in_order and self._next_slice > 0
-        depths = None if in_order else _assign_depths(con)
+        depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
         con.execute(schema.create_sql("slices"))
         stage.sort_final(con, depths, schema.column_names("slices"))
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
@@ -354,6 +365,8 @@ class TraceBuilder:
         }
 
     def abort(self) -> None:
+        if self._depths_ahead is not None:
+            self._depths_ahead.close()
         try:
             self.con.close()
         except Exception:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -48,6 +50,38 @@ def assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
     # slices of a bad track with a given depth are re-placed too (as the SQL version did)
     con.execute("UPDATE _slices_staging SET depth = NULL WHERE list_contains(?, track_id)", [bad_tracks.tolist()])
     return pa.table({"slice_id": sid[fix], "depth": depth[fix]})
+
+
+class Ahead:
+    """assign_depths on a cursor of its own, in a thread: started once every slice is staged, it runs
+    beside the importer's link queries (DuckDB and the sweep release the GIL); result() joins it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        ((path,),) = con.execute("SELECT current_setting('search_path')").fetchall()
+        self._cur = con.cursor()
+        self._cur.execute("SET search_path = " + "'" + path.replace("'", "''") + "'")  # the staging tables
+        self._out: dict = {}
+        self._t = threading.Thread(target=self._run, name="depths-ahead", daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        try:
+            self._out["depths"] = assign_depths(self._cur)
+        except BaseException as e:  # raised again by result(), in the caller's thread
+            self._out["error"] = e
+
+    def result(self) -> pa.Table:
+        self.close()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["depths"]
+
+    def close(self) -> None:
+        self._t.join()
+        try:
+            self._cur.close()
+        except duckdb.Error:
+            pass
 
 
 def depths_of(sid: np.ndarray, track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:

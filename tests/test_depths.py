@@ -69,3 +69,58 @@ def test_flat_tracks_skip_the_sweep_with_the_same_depths(seed):
     assert got.dtype == np.int32
     assert got.tolist() == want.tolist()
     assert (got[flat] == 0).all() and got[~flat].max() > 0
+
+
+def _nested_trace(path):
+    import json
+    evs = [{"ph": "X", "ts": 10 * i, "dur": 100 - 10 * i, "name": f"d{i}", "pid": 1, "tid": t}
+           for t in (1, 2) for i in range(5)]
+    evs += [{"ph": "B", "ts": 500, "name": "b", "pid": 1, "tid": 1}, {"ph": "E", "ts": 600, "pid": 1, "tid": 1},
+            {"ph": "X", "ts": 510, "dur": 10, "name": "inner", "pid": 1, "tid": 1}]
+    path.write_text(json.dumps({"traceEvents": evs}))
+    return path
+
+
+def test_depths_computed_ahead_equal_depths_computed_in_finish(tmp_path, monkeypatch):
+    """The Chrome importer starts the depth pass beside its link queries (builder.start_depths); the
+    stored depths are those finish() computes itself (B/E pairs, staged during finish, included)."""
+    import duckdb
+
+    from acceltrace.ingest import builder as B
+    from acceltrace.ingest.pipeline import ingest_paths
+    from acceltrace.store.catalog import Store
+
+    src = _nested_trace(tmp_path / "t.json")
+    started = []
+    real = B.TraceBuilder.start_depths
+    monkeypatch.setattr(B.TraceBuilder, "start_depths", lambda self: (started.append(1), real(self)))
+
+    def rows(store_dir):
+        (r,) = ingest_paths(Store(store_dir), [src], views=False)
+        assert r.error is None, r.error
+        with duckdb.connect(str(Store(store_dir).trace_path(r.id)), read_only=True) as con:
+            return con.execute("SELECT name, track_id, ts, depth FROM slices ORDER BY slice_id").fetchall()
+
+    ahead = rows(tmp_path / "a")
+    assert started
+    monkeypatch.setattr(B.TraceBuilder, "start_depths", lambda self: None)
+    assert ahead == rows(tmp_path / "b")
+    assert max(d for *_, d in ahead) == 4  # nested five deep: the depths are real
+
+
+def test_a_failed_finish_leaves_no_depth_thread(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from acceltrace.ingest.builder import TraceBuilder
+    from acceltrace.store.errors import IngestError
+
+    slow = depths.assign_depths
+    monkeypatch.setattr(depths, "assign_depths", lambda con: (time.sleep(0.5), slow(con))[1])  # still running
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    b.add_slices({"track_id": [b.track("cpu", "t")] * 2, "ts": [5, 1], "dur": [-3, 2], "name": ["a", "b"]})
+    b.start_depths()
+    with pytest.raises(IngestError, match="negative duration"):
+        b.finish("test", "t")
+    b.abort()
+    assert not [t for t in threading.enumerate() if t.name == "depths-ahead"]

@@ -157,6 +157,7 @@ def finish(state: ChromeState) -> None:
     builder = state.builder
     chrome_link.pair_begin_end(state)
     chrome_link.pair_async(state)
+    builder.start_depths()  # every slice is staged: their depths beside the links below
     chrome_link.write_track_tables(state)
     chrome_link.correlation_flows(state)
     chrome_link.flow_event_flows(state)
