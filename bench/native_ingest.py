@@ -153,7 +153,7 @@ def main() -> int:
 
     from acceltrace.ingest import builder as builder_mod
     from acceltrace.ingest import stage as stage_mod
-    from acceltrace.ingest.native import atrace as atrace_mod
+    from acceltrace.ingest.native import atrace as atrace_mod, handover as handover_mod
     from acceltrace.tiles import build as lod_mod, pyramid as pyramid_mod
 
     tmp = Path(tempfile.mkdtemp(prefix="acceltrace-native-"))
@@ -174,7 +174,7 @@ def main() -> int:
 
     ph = Phases()
     ph.wrap(atrace_mod._Ingest, "_batch", "  records -> columns (strings, clocks, tracks)")
-    ph.wrap(atrace_mod, "depths_of", "  depths (numpy)")
+    ph.wrap(handover_mod, "depths_of", "  depths (numpy)")
     ph.wrap(builder_mod.TraceBuilder, "add_slices", "  sorted slices into the builder's stage")
     ph.wrap(builder_mod.TraceBuilder, "add_flows", "  flows into the builder")
     ph.wrap(atrace_mod._Ingest, "_flush", " hand-over: depths, sort, flows, staging")

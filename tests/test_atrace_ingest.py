@@ -289,16 +289,16 @@ def test_flow_ends_without_partners_are_counted_and_kept_as_open_flows(tmp_path,
 
 
 def test_the_threaded_hand_over_gives_the_one_thread_result(tmp_path, monkeypatch):
-    """A large file's slices are staged on a thread while its flows are joined (native/atrace.py
-    _flush); the same file on one thread gives the same tables, flows and ids included."""
-    from acceltrace.ingest.native import atrace as native
+    """A large file's slices are staged on a thread while its flows are joined (native/handover.py);
+    the same file on one thread gives the same tables, flows and ids included."""
+    from acceltrace.ingest.native import handover
     from canonical import canonical_summary
 
     p = tmp_path / "x.atrace"
     _sim_like(p)
     out = []
     for threshold in (1 << 40, 1):  # one thread, then the thread for every file
-        monkeypatch.setattr(native, "PARALLEL_MIN_SLICES", threshold)
+        monkeypatch.setattr(handover, "PARALLEL_MIN_SLICES", threshold)
         store = Store(tmp_path / f"store-{threshold}")
         res, con = _one(store, p)
         flows = con.execute("SELECT src_slice, dst_slice, kind, raw_kind FROM flows ORDER BY flow_id").fetchall()

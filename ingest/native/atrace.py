@@ -22,9 +22,8 @@ from acceltrace.formats import record as R
 from acceltrace.formats.atrace.layout import MAGIC, AtraceError
 from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.formats.atrace.clock import domain_maps
-from acceltrace.ingest.native.flows import FlowEnds, corr_flows
-from acceltrace.ingest.depths import depths_of
-from acceltrace.ingest.builder import TIME_LIMIT_NS
+from acceltrace.ingest.native.flows import FlowEnds
+from acceltrace.ingest.native.handover import hand_over, slice_columns
 from acceltrace.ingest.native.tracks import Tracks
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.sources import Source
@@ -34,13 +33,10 @@ NAME = "atrace"
 SUFFIXES = (".atrace",)
 RUN_EVENTS, RUN_COUNTERS = "run.atrace", "run.actr"
 RUN_TORCH = "torch.*.trace.json"  # written into a run directory by `acceltrace record` (collect/record.py)
-BATCH_EVENTS = 1 << 20  # slices per batch handed to the builder
 # records per batch read: a batch this size is concatenated into a buffer the allocator reuses (16 MB
 # or less); batches of 1 M records were fresh mappings each time, whose page faults cost more here
 READ_BATCH_EVENTS = 1 << 17
 
-_DIRECTIONS = pa.array([None, "h2d", "d2h", "d2d", "p2p"], pa.string())
-_HOST_MEM = pa.array([None, "pageable", "pinned", None, None], pa.string())
 
 
 def sniff(head: bytes) -> bool:
@@ -263,21 +259,12 @@ class _Ingest:
         return out, ok
 
     def _add_slices(self, s, streams, track, ts, dur, name, cat, args) -> None:
-        """Keep slices for _flush; name/cat/args are global string indices (the empty string means none).
-
-        A slice's provisional id (pid) is its position in file order: flows are joined on pids."""
+        """Keep slices for _flush (handover.slice_columns); a slice's provisional id (pid), on which
+        flows are joined, is its position in file order."""
         flags = s["flags"]
         n = len(ts)
         first = self.n_pending
-        self.pending.append({
-            "track": np.asarray(track, np.int32), "ts": np.asarray(ts, np.int64), "dur": np.asarray(dur, np.int64),
-            "name": np.asarray(name, np.int64), "cat": np.asarray(cat, np.int64), "args": np.asarray(args, np.int64),
-            "corr": s["corr"].astype(np.int64), "has_corr": (flags & R.FLAG_HAS_CORR) != 0,
-            "bytes": s["bytes"].astype(np.int64), "has_bytes": (flags & R.FLAG_HAS_BYTES) != 0,
-            "direction": np.where(s["direction"] < len(R.DIRECTIONS), s["direction"], 0).astype(np.int8),
-            "mem": np.where(s["mem"] < len(R.MEM_KINDS), s["mem"], 0).astype(np.int8),
-            "lane": s["lane"].astype(np.int8),
-        })
+        self.pending.append(slice_columns(s, track, ts, dur, name, cat, args))
         self.n_pending += n
         # slices a correlation flow could still point at (driver/pcie/eu with a corr id and no explicit
         # incoming flow): when a file has none, as the device model's do, the corr join is skipped
@@ -291,78 +278,11 @@ class _Ingest:
                 (flags[idx] & R.FLAG_FLOW_OUT) != 0, s["flow_kind"][idx], first + idx.astype(np.int64))
 
     def _flush(self) -> None:
-        """The file's slices to the builder at once, sorted as `slices` is stored (track, ts, depth)
-        with their depths (ingest/depths.py's, computed here on the columns in hand), so the builder's
-        finish neither computes depths nor sorts; then the flows, joined in numpy on provisional ids
-        and mapped to the builder's ids. Slices with times out of the store's range get depth 0 here
-        and are dropped, with a warning, by the builder as before."""
-        if not self.pending:
-            return
-        cols = {k: np.concatenate([p[k] for p in self.pending]) for k in self.pending[0]}
-        self.pending = []
-        n = self.n_pending
-        pid = np.arange(n, dtype=np.int64)
-        ts, dur, track = cols["ts"], cols["dur"], cols["track"]
-        lim = TIME_LIMIT_NS
-        end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
-        ok = (ts >= -lim) & (ts <= lim) & (end >= ts) & (end <= lim)  # the builder's range check
-        depth = np.zeros(n, np.int32)
-        if ok.all():
-            depth = depths_of(pid, track.astype(np.int64), ts, dur)
-        else:
-            r = np.flatnonzero(ok)
-            depth[r] = depths_of(pid[r], track[r].astype(np.int64), ts[r], dur[r])
-        keys = _sort_keys(track, ts, depth)
-        order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys)
-        first = self.b.n_slices
-        ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
-        ids[order] = first + pid
-
-        def stage_slices() -> None:
-            for lo in range(0, n, BATCH_EVENTS):
-                got = self.b.add_slices(self._slice_table(cols, order[lo:lo + BATCH_EVENTS], depth))
-                if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
-                    raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
-
-        # both cores: the builder stages the slices (DuckDB, no GIL) while the flows are joined here;
-        # the builder's connection is the staging thread's alone until it is done
-        staging = _Background(stage_slices) if n >= PARALLEL_MIN_SLICES else None
-        if staging is None:
-            stage_slices()
-        try:
-            src, dst, kind = self.flow_ends.link(self.b, self.label)
-            flows = []
-            if len(dst):  # a destination whose source is not in the file keeps an empty source end
-                flows.append((pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
-                              _repeat("atrace", len(dst))))
-            if self.corr_targets:
-                c = np.flatnonzero(cols["has_corr"] & (cols["lane"] <= 3))
-                csrc, cdst, ckind = corr_flows(pid[c], cols["corr"][c], ts[c], cols["lane"][c], taken=dst)
-                if len(cdst):
-                    flows.append((ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst))))
-        finally:
-            if staging is not None:
-                staging.join()
-        for f in flows:
-            self.b.add_flows(*f)
-
-    def _slice_table(self, c: dict, o: np.ndarray, depth: np.ndarray) -> dict:
-        """The builder's columns of the slices at positions `o`, strings as dictionary columns."""
-        cat, args = c["cat"][o], c["args"][o]
-        return {
-            "track_id": pa.array(c["track"][o], pa.int32()),
-            "ts": pa.array(c["ts"][o], pa.int64()),
-            "dur": pa.array(c["dur"][o], pa.int64()),
-            "depth": pa.array(depth[o], pa.int32()),
-            "name": pa.DictionaryArray.from_arrays(pa.array(c["name"][o], pa.int64()), self.dict_arr),
-            "category": pa.DictionaryArray.from_arrays(pa.array(cat, pa.int64(), mask=self.empty[cat]),
-                                                       self.dict_arr),
-            "corr_id": pa.array(c["corr"][o], pa.int64(), mask=~c["has_corr"][o]),
-            "bytes": pa.array(c["bytes"][o], pa.int64(), mask=~c["has_bytes"][o]),
-            "direction": pa.DictionaryArray.from_arrays(pa.array(c["direction"][o]), _DIRECTIONS),
-            "host_mem": pa.DictionaryArray.from_arrays(pa.array(c["mem"][o]), _HOST_MEM),
-            "args": pa.DictionaryArray.from_arrays(pa.array(args, pa.int64(), mask=self.empty[args]), self.dict_arr),
-        }
+        """The file's slices and flows to the builder at once (ingest/native/handover.py)."""
+        if self.pending:
+            hand_over(self.b, self.label, self.pending, self.n_pending, self.flow_ends, self.corr_targets > 0,
+                      self.dict_arr, self.empty)
+            self.pending = []
 
     # -- begin/end pairs ------------------------------------------------------------------------
     def _begin_end(self) -> None:
@@ -490,47 +410,6 @@ def _sane_entry(key: str, e: dict) -> bool:
                 and (hz is None or (isinstance(hz, (int, float)) and not isinstance(hz, bool) and hz > 0)))
     dev = e.get("id", e.get("index"))
     return dev is None or small_int(dev, 255)
-
-
-PARALLEL_MIN_SLICES = 100_000  # below this a file's hand-over runs on one thread (a live segment's, say)
-
-
-class _Background:
-    """fn() on a thread of its own; join() waits for it and raises what it raised."""
-
-    def __init__(self, fn):
-        import threading
-
-        self.error: BaseException | None = None
-
-        def run():
-            try:
-                fn()
-            except BaseException as e:  # re-raised by join(), in the caller's thread
-                self.error = e
-
-        self.thread = threading.Thread(target=run, name="atrace-stage")
-        self.thread.start()
-
-    def join(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-
-
-def _repeat(text: str, n: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([text], pa.string()))
-
-
-def _sort_keys(track: np.ndarray, ts: np.ndarray, depth: np.ndarray) -> tuple:
-    """lexsort keys for (track, ts, depth): one packed int64 where the three fit in 63 bits."""
-    if len(ts):
-        t0, span = int(ts.min()), int(ts.max()) - int(ts.min())
-        top, dtop = int(track.max()), int(depth.max())
-        tb, db = span.bit_length(), max(1, dtop.bit_length())
-        if int(track.min()) >= 0 and top.bit_length() + tb + db <= 63:
-            return ((track.astype(np.int64) << (tb + db)) | ((ts - t0) << db) | depth.astype(np.int64),)
-    return (depth, ts, track)
 
 
 _BE_DTYPE = np.dtype([("kind", "u1"), ("lane", "u1"), ("flags", "u1"), ("direction", "u1"), ("mem", "u1"), ("flow_kind", "u1"),

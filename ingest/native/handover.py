@@ -1,0 +1,152 @@
+"""An .atrace file's slices and flows handed to the builder at once (ingest/native/atrace.py `_flush`).
+
+The importer keeps a file's slices as numpy columns (in file order) until the file is read. Here they
+get their depths (ingest/depths.py's, on the columns in hand), are sorted as `slices` is stored
+(track, ts, depth) and staged in that order, so the builder's finish neither computes depths nor
+sorts (it checks the order as the batches arrive). Flows are joined in numpy on provisional ids
+(a slice's position in the file, ingest/native/flows.py) and mapped to the builder's ids. Both cores:
+the builder stages the slices on a thread (DuckDB releases the GIL) while the flows are joined.
+Slices with times out of the store's range get depth 0 here and are dropped, with a warning, by the
+builder as before.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+
+from acceltrace.formats import record as R
+from acceltrace.ingest.builder import TIME_LIMIT_NS
+from acceltrace.ingest.depths import depths_of
+from acceltrace.ingest.native.flows import FlowEnds, corr_flows
+
+BATCH_EVENTS = 1 << 20  # slices per batch handed to the builder
+PARALLEL_MIN_SLICES = 100_000  # below this a file's hand-over runs on one thread (a live segment's, say)
+
+_DIRECTIONS = pa.array([None, "h2d", "d2h", "d2d", "p2p"], pa.string())
+_HOST_MEM = pa.array([None, "pageable", "pinned", None, None], pa.string())
+
+
+def hand_over(b, label: str, parts: list[dict], n: int, flow_ends: FlowEnds, corr: bool,
+              dict_arr: pa.Array, empty: np.ndarray) -> None:
+    """Stage `parts` (column dicts in file order, n slices in all) into builder `b`, then their flows.
+
+    `corr`: whether correlation flows may exist (some slice could be a target); `dict_arr`: the
+    global string table the name / category / args indices point into; `empty`: which of its
+    strings are empty (a category or args that is none)."""
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    parts.clear()
+    pid = np.arange(n, dtype=np.int64)
+    ts, dur, track = cols["ts"], cols["dur"], cols["track"]
+    lim = TIME_LIMIT_NS
+    end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
+    ok = (ts >= -lim) & (ts <= lim) & (end >= ts) & (end <= lim)  # the builder's range check
+    depth = np.zeros(n, np.int32)
+    if ok.all():
+        depth = depths_of(pid, track.astype(np.int64), ts, dur)
+    else:
+        r = np.flatnonzero(ok)
+        depth[r] = depths_of(pid[r], track[r].astype(np.int64), ts[r], dur[r])
+    keys = _sort_keys(track, ts, depth)
+    order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys)
+    first = b.n_slices
+    ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
+    ids[order] = first + pid
+
+    def stage_slices() -> None:
+        for lo in range(0, n, BATCH_EVENTS):
+            got = b.add_slices(_slice_table(cols, order[lo:lo + BATCH_EVENTS], depth, dict_arr, empty))
+            if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
+                raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
+
+    # the builder's connection is the staging thread's alone until it is done
+    staging = _Background(stage_slices) if n >= PARALLEL_MIN_SLICES else None
+    if staging is None:
+        stage_slices()
+    try:
+        src, dst, kind = flow_ends.link(b, label)
+        flows = []
+        if len(dst):  # a destination whose source is not in the file keeps an empty source end
+            flows.append((pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
+                          _repeat("atrace", len(dst))))
+        if corr:
+            c = np.flatnonzero(cols["has_corr"] & (cols["lane"] <= 3))
+            csrc, cdst, ckind = corr_flows(pid[c], cols["corr"][c], ts[c], cols["lane"][c], taken=dst)
+            if len(cdst):
+                flows.append((ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst))))
+    finally:
+        if staging is not None:
+            staging.join()
+    for f in flows:
+        b.add_flows(*f)
+
+
+def slice_columns(s: np.ndarray, track, ts, dur, name, cat, args) -> dict:
+    """The columns hand_over needs of one batch's slices: `s` their records, name / cat / args global
+    string indices (the empty string means none), the rest numpy columns."""
+    flags = s["flags"]
+    return {
+        "track": np.asarray(track, np.int32), "ts": np.asarray(ts, np.int64), "dur": np.asarray(dur, np.int64),
+        "name": np.asarray(name, np.int64), "cat": np.asarray(cat, np.int64), "args": np.asarray(args, np.int64),
+        "corr": s["corr"].astype(np.int64), "has_corr": (flags & R.FLAG_HAS_CORR) != 0,
+        "bytes": s["bytes"].astype(np.int64), "has_bytes": (flags & R.FLAG_HAS_BYTES) != 0,
+        "direction": np.where(s["direction"] < len(R.DIRECTIONS), s["direction"], 0).astype(np.int8),
+        "mem": np.where(s["mem"] < len(R.MEM_KINDS), s["mem"], 0).astype(np.int8),
+        "lane": s["lane"].astype(np.int8),
+    }
+
+
+def _slice_table(c: dict, o: np.ndarray, depth: np.ndarray, dict_arr: pa.Array, empty: np.ndarray) -> dict:
+    """The builder's columns of the slices at positions `o`, strings as dictionary columns."""
+    cat, args = c["cat"][o], c["args"][o]
+    return {
+        "track_id": pa.array(c["track"][o], pa.int32()),
+        "ts": pa.array(c["ts"][o], pa.int64()),
+        "dur": pa.array(c["dur"][o], pa.int64()),
+        "depth": pa.array(depth[o], pa.int32()),
+        "name": pa.DictionaryArray.from_arrays(pa.array(c["name"][o], pa.int64()), dict_arr),
+        "category": pa.DictionaryArray.from_arrays(pa.array(cat, pa.int64(), mask=empty[cat]), dict_arr),
+        "corr_id": pa.array(c["corr"][o], pa.int64(), mask=~c["has_corr"][o]),
+        "bytes": pa.array(c["bytes"][o], pa.int64(), mask=~c["has_bytes"][o]),
+        "direction": pa.DictionaryArray.from_arrays(pa.array(c["direction"][o]), _DIRECTIONS),
+        "host_mem": pa.DictionaryArray.from_arrays(pa.array(c["mem"][o]), _HOST_MEM),
+        "args": pa.DictionaryArray.from_arrays(pa.array(args, pa.int64(), mask=empty[args]), dict_arr),
+    }
+
+
+class _Background:
+    """fn() on a thread of its own; join() waits for it and raises what it raised."""
+
+    def __init__(self, fn):
+        self.error: BaseException | None = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # re-raised by join(), in the caller's thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="atrace-stage")
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _repeat(text: str, n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([text], pa.string()))
+
+
+def _sort_keys(track: np.ndarray, ts: np.ndarray, depth: np.ndarray) -> tuple:
+    """lexsort keys for (track, ts, depth): one packed int64 where the three fit in 63 bits."""
+    if len(ts):
+        t0, span = int(ts.min()), int(ts.max()) - int(ts.min())
+        top, dtop = int(track.max()), int(depth.max())
+        tb, db = span.bit_length(), max(1, dtop.bit_length())
+        if int(track.min()) >= 0 and top.bit_length() + tb + db <= 63:
+            return ((track.astype(np.int64) << (tb + db)) | ((ts - t0) << db) | depth.astype(np.int64),)
+    return (depth, ts, track)
