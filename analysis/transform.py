@@ -27,6 +27,7 @@ import numpy as np
 
 from acceltrace.analysis import replay as R
 from acceltrace.analysis.arrays import order_by, scatter_max
+from acceltrace.analysis.host_time import cut_host_time
 
 # pass -> what the replay of its fix cannot see (the finding's impact_basis says so)
 BOUNDS = {
@@ -274,7 +275,7 @@ def _launch(g, fs, _speedup) -> None:
     # work between the calls that hand work over). The earliest call that submitted the gap's work (the
     # kernel that ended the gap, and the work of its device that started or ended in the gap: its input
     # copies, submitted late with it) comes the gap's length sooner: the thread's own time before that
-    # call shrinks by the gap (_cut_host_time), so everything the thread does after it comes sooner too.
+    # call shrinks by the gap (analysis/host_time.py), so everything the thread does after it comes sooner too.
     # The kernel and the gap's work also lose their submitter constraints and unexplained waits.
     dev = np.flatnonzero(g.kind == R.DEVICE)
     by_start = g.cached("device by start", lambda: dev[np.argsort(g.ts[dev], kind="stable")])
@@ -302,81 +303,10 @@ def _launch(g, fs, _speedup) -> None:
     local = np.array([f.local_ns for f in fs], np.int64)
     hit = (first < len(rank)) & (local > 0)
     if hit.any():
-        _cut_host_time(g, rank_order[first[hit]], local[hit])
+        cut_host_time(g, rank_order[first[hit]], local[hit])
     m = _mark(len(g.ts), node_of)
     _drop_edges(g, m[g.dst] & (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
     g.slack[m] = 0
-
-
-def _cut_host_time(g: R.Graph, at: np.ndarray, demand: np.ndarray) -> int:
-    """Shrink the thread's own time before each CPU node at[i] by demand[i] ns: the host-chain gaps (the
-    AFTER_END edges between consecutive host items of one thread, whose weight is the program's work
-    between them) closest before it give first, then the ones before those, each down to 0, never past a
-    call that waited for the device (its end is the device's: host time before it moves nothing after it).
-    Demands at several calls of one thread add up: each is met before its own call (so a later call keeps
-    what an earlier one took), as late as the gaps allow. What the gaps cannot give is dropped. Returns the
-    nanoseconds cut."""
-    order, pos, chain, seg_start = g.cached("host chains", lambda: _host_chains(g))
-    n = len(order)
-    if not n:
-        return 0
-    w = np.zeros(n, np.int64)  # per chain position: the own-time gap before it (as the graph now has it)
-    w[pos[g.dst[chain]]] = np.maximum(g.weight[chain], 0)
-    d = np.zeros(n, np.int64)
-    np.add.at(d, pos[at], demand)
-    seg = np.cumsum(seg_start) - 1
-    first = np.flatnonzero(seg_start)
-    wc, dc = np.cumsum(w), np.cumsum(d)
-    wc -= np.r_[0, wc][first][seg]  # within the segment, this position's gap included
-    dc -= np.r_[0, dc][first][seg]
-    # cut so far at p, C(p) = clip(W(p) + max over q >= p in the segment of (D(q) - W(q)), 0, W(p)): every
-    # demand met by its call, taken as late as possible; C never falls and never rises by more than w(p)
-    f = _segment_suffix_max(dc - wc, seg)
-    c = np.clip(wc + f, 0, wc)
-    prev = np.r_[0, c[:-1]]
-    prev[seg_start] = 0
-    cut = c - prev
-    by_node = np.zeros(len(g.ts), np.int64)
-    by_node[order] = cut
-    k = chain[by_node[g.dst[chain]] > 0]
-    g.weight[k] = np.maximum(0, g.weight[k] - by_node[g.dst[k]])
-    return int(cut.sum())
-
-
-def _host_chains(g: R.Graph):
-    """The CPU nodes by thread and time (order; pos: node -> its place, -1 elsewhere), the host-chain
-    edges into them (chain: their edge indices), and where a segment starts (a thread's first node, and
-    the node after one that waits for the device)."""
-    cpu = np.flatnonzero(g.lane == R.CPU)
-    order = cpu[np.lexsort((cpu, g.ts[cpu], g.track[cpu]))]
-    pos = np.full(len(g.ts), -1, np.int64)
-    pos[order] = np.arange(len(order))
-    chain = np.flatnonzero((g.ekind == R.AFTER_END) & (g.lane[g.dst] == R.CPU) & (g.kind[g.src] == R.HOST)
-                           & (g.track[g.src] == g.track[g.dst]))
-    waits = np.zeros(len(g.ts), bool)
-    waits[g.dst[g.ekind == R.WAIT]] = True
-    tr = g.track[order]
-    seg_start = np.r_[True, tr[1:] != tr[:-1]] if len(order) else np.zeros(0, bool)
-    seg_start[1:] |= waits[order][:-1]
-    return order, pos, chain, seg_start
-
-
-def _segment_suffix_max(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Per position: the largest x from it to the end of its segment (seg: non-decreasing segment ids)."""
-    if not len(x):
-        return x
-    # later segments (earlier in the reversed walk) lifted above every value of the ones before them, so a
-    # running maximum over the reversed array restarts at each segment; exact while the offsets fit int64
-    span = int(x.max()) - int(x.min()) + 1
-    nseg = int(seg[-1]) + 1
-    if span * nseg < 2 ** 62:
-        lift = (nseg - 1 - seg) * span
-        return (np.maximum.accumulate((x + lift)[::-1]) - lift[::-1])[::-1]
-    out = np.empty_like(x)
-    bounds = np.r_[0, np.flatnonzero(np.diff(seg)) + 1, len(x)]
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        out[a:b] = np.maximum.accumulate(x[a:b][::-1])[::-1]
-    return out
 
 
 def _cpu_rank(g: R.Graph) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ import pytest
 
 from acceltrace.analysis import replay as R
 from acceltrace.analysis import runner
+from acceltrace.analysis import host_time as H
 from acceltrace.analysis import transform as T
 from acceltrace.analysis import whatif as W
 from acceltrace.ingest.pipeline import ingest_paths
@@ -78,16 +79,16 @@ def test_the_host_time_cut_stops_at_a_call_that_waited_for_the_device():
 
 def test_demands_of_several_late_calls_on_one_thread_each_met_before_their_own_call():
     g = _thread_and_queue()
-    order, pos, chain, _start = T._host_chains(g)
+    order, pos, chain, _start = H.host_chains(g)
     h = g.copy()
     # 60 us before c2 and 120 us before c3: c3's takes the whole gap c2 -> c3 and 20 us of c1 -> c2;
     # c2's then 60 us more from c1 -> c2 (80 in all), never from after c2
-    assert T._cut_host_time(h, np.array([2, 3]), np.array([60 * US, 120 * US])) == 180 * US
+    assert H.cut_host_time(h, np.array([2, 3]), np.array([60 * US, 120 * US])) == 180 * US
     into = {int(g.dst[e]): int(h.weight[e]) for e in chain}
     assert into == {1: 100 * US, 2: 20 * US, 3: 0}
     # more than the thread has: what it has is cut, the rest dropped
     h = g.copy()
-    assert T._cut_host_time(h, np.array([3]), np.array([500 * US])) == 300 * US
+    assert H.cut_host_time(h, np.array([3]), np.array([500 * US])) == 300 * US
 
 
 def test_segmented_suffix_max_matches_a_loop():
@@ -95,7 +96,7 @@ def test_segmented_suffix_max_matches_a_loop():
     x = rng.integers(-10**6, 10**6, 500)
     seg = np.sort(rng.integers(0, 40, 500))
     want = np.array([x[i:][seg[i:] == seg[i]].max() for i in range(len(x))])
-    assert np.array_equal(T._segment_suffix_max(x, seg), want)
+    assert np.array_equal(H.segment_suffix_max(x, seg), want)
 
 
 @pytest.mark.parametrize("seed, devices", [(45, 2), (46, 1)])
