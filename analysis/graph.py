@@ -315,6 +315,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     o = order_by(s_, n)
     g.src, g.dst, g.ekind, g.weight = s_[o], d_[o], k_[o], w_[o]
     g.unloaded = _shared_uplink_targets(con, index, n)
+    g.cached("trace dur", lambda: g.dur)  # the trace's durations (copies edit their own dur arrays, never this one)
     return g
 
 

@@ -192,11 +192,18 @@ class _Submitters:
         return -neg
 
 
+def _submitters(g: R.Graph) -> _Submitters:
+    """The graph's _Submitters, built once for it and its copies: the host start edges they index are the
+    trace's (only launch_gaps' fix drops some, after it has read them; the others edit weights or drop
+    other edges)."""
+    return g.cached("submitters", lambda: _Submitters(g))
+
+
 def _small(g, fs, _speedup) -> None:
     # batched: one call and one submission move the burst's bytes; the other calls of the burst take
     # no host time and hand their work on at once, and the transfers lose the fixed cost per transfer
     pcie = _transfers_by_start(g)
-    sub = _Submitters(g)
+    sub = _submitters(g)
     rest_all = np.zeros(len(g.ts), bool)  # host nodes (calls, doorbells) a batch makes free
     for f in fs:
         burst = _window_nodes(g, pcie, f, overlap=False)
@@ -277,11 +284,9 @@ def _launch(g, fs, _speedup) -> None:
     # copies, submitted late with it) comes the gap's length sooner: the thread's own time before that
     # call shrinks by the gap (analysis/host_time.py), so everything the thread does after it comes sooner too.
     # The kernel and the gap's work also lose their submitter constraints and unexplained waits.
-    dev = np.flatnonzero(g.kind == R.DEVICE)
+    dev = g.cached("device nodes", lambda: np.flatnonzero(g.kind == R.DEVICE))
     by_start = g.cached("device by start", lambda: dev[np.argsort(g.ts[dev], kind="stable")])
-    ends = g.ts[dev] + g.dur[dev]
-    o = np.argsort(ends, kind="stable")
-    by_end, ends = dev[o], ends[o]
+    by_end, ends = g.cached("device by end", lambda: _by_trace_end(g, dev))
     own = _nodes(g, fs)
     f_ts = np.array([f.ts for f in fs], np.int64)
     f_t1 = f_ts + np.maximum(np.array([f.dur for f in fs], np.int64), 0)
@@ -297,7 +302,7 @@ def _launch(g, fs, _speedup) -> None:
         fix_of, node_of = fix_of[same], node_of[same]
     # CPU nodes ranked by start, then node: the earliest of a set is its smallest rank
     rank_order, rank = g.cached("cpu rank", lambda: _cpu_rank(g))
-    best = _Submitters(g).first_cpu(g, rank)
+    best = _submitters(g).first_cpu(g, rank)
     first = np.full(len(fs), len(rank), np.int64)
     np.minimum.at(first, fix_of, best[node_of])
     local = np.array([f.local_ns for f in fs], np.int64)
@@ -307,6 +312,15 @@ def _launch(g, fs, _speedup) -> None:
     m = _mark(len(g.ts), node_of)
     _drop_edges(g, m[g.dst] & (g.ekind == R.AFTER_START) & (g.kind[g.src] == R.HOST))
     g.slack[m] = 0
+
+
+def _by_trace_end(g: R.Graph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes by their end in the trace, and those ends (the durations graph.build recorded: a finding's
+    window is in the trace's time, whatever another fix did to a copy's durations)."""
+    dur = g.cached("trace dur", lambda: g.dur)
+    ends = g.ts[nodes] + dur[nodes]
+    o = np.argsort(ends, kind="stable")
+    return nodes[o], ends[o]
 
 
 def _cpu_rank(g: R.Graph) -> tuple[np.ndarray, np.ndarray]:
