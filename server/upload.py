@@ -3,8 +3,8 @@
 The body is never held in memory: the event loop only gathers what the socket gave into blocks of
 BLOCK_BYTES and hands each to a thread of the upload's own (at most two blocks in flight), which
 parses multipart bodies (python-multipart's streaming parser, whose file-data callback writes to
-disk), hashes and writes; that thread runs at a lower priority (nice +UPLOAD_NICE), so receiving
-a big upload costs the viewers the same worker serves next to nothing. The size limit is checked
+disk), hashes and writes; that thread runs at a lower priority (nice +UPLOAD_NICE), so hashing and
+writing never hold the loop that serves the same worker's viewers. The size limit is checked
 against Content-Length first and against the bytes actually received always (in the loop: an
 oversized body is refused as soon as it crosses the limit).
 """
