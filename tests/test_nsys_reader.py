@@ -34,7 +34,9 @@ def _ingest_only():
 
 @pytest.fixture
 def count_compiled(monkeypatch):
-    """How many tables the compiled reader copied (it returns None for a table it hands back)."""
+    """How many tables the compiled reader copied (it returns None for a table it hands back); every
+    table, however small, goes to it here."""
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     calls = {"read": 0, "handed_back": 0}
     real = nsys_read._copy_compiled
 
@@ -89,6 +91,7 @@ def test_compiled_and_python_readers_give_the_same_trace_on_a_3x_export(tmp_path
 
 @pytest.mark.parametrize("path", INVALID, ids=[p.name for p in INVALID])
 def test_invalid_exports_give_the_python_paths_message_on_the_compiled_path(tmp_path, monkeypatch, path):
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     (_, r1), (_, r2) = _both(tmp_path, path, monkeypatch)
     assert r1.error is not None and r1.error == r2.error
     assert path.name in r1.error
@@ -109,7 +112,8 @@ def test_a_value_the_compiled_reader_reads_otherwise_goes_to_the_python_path(tmp
         assert canonical_summary(s1.connect(r1.id)) == canonical_summary(s2.connect(r2.id))
 
 
-def test_a_file_cut_short_while_read_is_an_error_naming_it(tmp_path):
+def test_a_file_cut_short_while_read_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     path = tmp_path / "cut.sqlite"
     nsys_synth.write(path, iterations=3000, metric_samples=10)
     ex = nsys_read.open_export(path, path.name)  # opened whole ...
@@ -128,9 +132,10 @@ def test_a_file_cut_short_while_read_is_an_error_naming_it(tmp_path):
         ex.close()
 
 
-def test_randomly_damaged_exports_never_crash_the_compiled_path(tmp_path):
+def test_randomly_damaged_exports_never_crash_the_compiled_path(tmp_path, monkeypatch):
     """Bytes overwritten across the file: each ingest succeeds or is refused with a message naming the
     file; a crash in the C reader would end this test's process."""
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     src = tmp_path / "fuzz-src.sqlite"
     nsys_synth.write(src, iterations=400, metric_samples=20)
     data = src.read_bytes()
@@ -169,7 +174,8 @@ def test_query_objects_check_their_arguments_and_bad_files():
         r.fetch(10)  # closed
 
 
-def test_garbage_with_an_sqlite_header_is_refused_on_the_compiled_path(tmp_path):
+def test_garbage_with_an_sqlite_header_is_refused_on_the_compiled_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     path = tmp_path / "garbage.sqlite"
     rng = random.Random(3)
     path.write_bytes(nsys_read.SQLITE_MAGIC + bytes(rng.randrange(256) for _ in range(64 * 1024)))
@@ -182,11 +188,13 @@ def test_fresh_copy_of_the_real_export_reads_the_same_on_both_paths_in_small_bat
     path = tmp_path / "a100.sqlite"
     shutil.copy(SAMPLES[0], path)
     monkeypatch.setattr(nsys_read, "COMPILED_BATCH_ROWS", 7)
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     (s1, r1), (s2, r2) = _both(tmp_path, path, monkeypatch)
     assert canonical_summary(s1.connect(r1.id)) == canonical_summary(s2.connect(r2.id))
 
 
-def test_a_table_name_that_is_not_utf8_is_a_damaged_file_not_a_crash(tmp_path):
+def test_a_table_name_that_is_not_utf8_is_a_damaged_file_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
     # found by fuzzing: a wrecked sqlite_master holds a name Python's sqlite3 cannot decode
     path = tmp_path / "badname.sqlite"
     nsys_synth.write(path, iterations=2, metric_samples=0)
@@ -200,3 +208,18 @@ def test_a_table_name_that_is_not_utf8_is_a_damaged_file_not_a_crash(tmp_path):
     _, res = ingest_one(tmp_path / "s", path)
     assert res.error is not None and "badname.sqlite" in res.error and "damaged" in res.error, res.error
     assert "Traceback" not in res.error and "internal error" not in res.error
+
+
+def test_small_tables_take_the_python_path_and_large_ones_the_compiled_reader(tmp_path, monkeypatch):
+    path = tmp_path / "mid.sqlite"
+    nsys_synth.write(path, iterations=900, metric_samples=5)  # 900-row event tables, a 5-row metrics one
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 500)
+    used = []
+    real = nsys_read._copy_compiled
+    monkeypatch.setattr(nsys_read, "_copy_compiled",
+                        lambda ex, st, table, *a: used.append(table) or real(ex, st, table, *a))
+    store, res = ingest_ok(tmp_path / "s", path)
+    assert "CUPTI_ACTIVITY_KIND_KERNEL" in used and "GPU_METRICS" not in used
+    monkeypatch.setenv(nsys_read.READER_ENV, "python")
+    store2, res2 = ingest_ok(tmp_path / "p", path)
+    assert canonical_summary(store.connect(res.id)) == canonical_summary(store2.connect(res2.id))

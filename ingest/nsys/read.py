@@ -36,6 +36,9 @@ except ImportError:  # pragma: no cover - depends on the install
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH_ROWS = 65_536
 COMPILED_BATCH_ROWS = 131_072
+# a table this small is read on the Python path: the compiled reader's own connection, schema parse
+# and prefetch thread cost more than its rows (same rows either way)
+COMPILED_MIN_ROWS = 4096
 USE_COMPILED = True
 READER_ENV = "ACCELTRACE_NSYS_READER"
 
@@ -221,7 +224,7 @@ def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: t
     if table not in ex.columns:
         return 0
     names = list(cols)
-    if ex.uri is not None and compiled_reader():
+    if ex.uri is not None and compiled_reader() and ex.rows.get(table, COMPILED_MIN_ROWS) >= COMPILED_MIN_ROWS:
         n = _copy_compiled(ex, stage, table, target, cols, have, batch_rows)
         if n is not None:
             return n
