@@ -84,7 +84,9 @@ def test_compiled_and_python_readers_give_the_same_trace_on_a_3x_export(tmp_path
     assert r1.error is None and r2.error is None, (r1.error, r2.error)
     assert count_compiled["handed_back"] == 0
     assert canonical_summary(s1.connect(r1.id)) == canonical_summary(s2.connect(r2.id))
-    names = lambda s, r: sorted(x for (x,) in s.connect(r.id).execute("SELECT DISTINCT name FROM slices").fetchall())  # noqa: E731
+    def names(store, res) -> list[str]:
+        return sorted(x for (x,) in store.connect(res.id).execute("SELECT DISTINCT name FROM slices").fetchall())
+
     assert names(s1, r1) == names(s2, r2) and any("✓" in n for n in names(s1, r1))
     assert r1.warnings == r2.warnings and any("without a start" in w or "end before" in w for w in r1.warnings)
 
