@@ -61,8 +61,10 @@ def hand_over(b, label: str, parts: list[dict], n: int, flow_ends: FlowEnds, cor
             if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
                 raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
 
-    # the builder's connection is the staging thread's alone until it is done
-    staging = _Background(stage_slices) if n >= PARALLEL_MIN_SLICES else None
+    # the builder's connection is the staging thread's alone until it is done; a one-thread build (a
+    # fleet's worker, a live segment) stays on one core
+    parallel = n >= PARALLEL_MIN_SLICES and getattr(b, "threads", None) != 1
+    staging = _Background(stage_slices) if parallel else None
     if staging is None:
         stage_slices()
     try:
