@@ -27,7 +27,9 @@ from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.blocks import Prefetch, quotes as _quotes, structure
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
-BLOCK_BYTES = 8 << 20
+# 2 MiB: 8 MiB chunks left the first chunk's scan and the last one's write unoverlapped (a quarter of a
+# 34 MB trace each) and touched 30 % more fresh pages (page faults are dear in a VM); 1 MiB pays per chunk
+BLOCK_BYTES = 2 << 20
 MAX_EVENT_BYTES = 512 << 20
 MAX_META_BYTES = 64 << 20
 _WS_COMMA = re.compile(rb"[ \t\r\n,]*")
