@@ -11,6 +11,7 @@ finding fixed: those savings are the pass's and the run's. docs/analysis.md "Wha
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -149,7 +150,8 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
     pass_saving = {pid: saving([fixes[i] for i in idx], f"what-if {pid} ({len(idx)})") for pid, idx in by_pass.items()}
     all_fixed = saving([fixes[i] for i in todo], f"what-if all fixed ({len(todo)})") if todo else 0
     budget = min(max_replays, max(0, replay_nodes // n_nodes - replays))
-    alone = sorted(todo, key=lambda i: (-fixes[i].local_ns, fixes[i].ts))[:budget]
+    # the biggest local estimates replayed alone (a 10 M-event trace has no budget: no sort of its 400 k)
+    alone = heapq.nsmallest(budget, todo, key=lambda i: (-fixes[i].local_ns, fixes[i].ts)) if budget else []
     for i in alone:
         impact[i] = saving([fixes[i]], f"per-finding replays ({len(alone)})")
         basis[i] = _basis(fixes[i].pass_id, "replay")
@@ -161,11 +163,13 @@ def replay_impacts(con, fixes: list[T.Fix], link_speedup: float = 2.0, max_repla
         # what the pass saves beyond its replayed findings, split over the others by local estimate,
         # never more than a finding's own local estimate
         left = max(0, pass_saving[pid] - sum(int(impact[i]) for i in idx if i in done))
-        local = np.array([fixes[i].local_ns for i in rest], np.float64)
-        share = left / local.sum() if local.sum() > 0 else 0.0
+        local = np.array([fixes[i].local_ns for i in rest], np.int64)
+        share = left / float(local.sum()) if local.sum() > 0 else 0.0
+        rest_idx = np.array(rest, np.int64)  # each its local estimate x the share, never more (half to even)
+        impact[rest_idx] = np.minimum(local, np.rint(local * share).astype(np.int64))
+        how = _basis(pid, "pass share")
         for i in rest:
-            impact[i] = min(fixes[i].local_ns, int(round(fixes[i].local_ns * share)))
-            basis[i] = _basis(pid, "pass share")
+            basis[i] = how
     return WhatIf(impact, basis, pass_saving, all_fixed, edges_only, exact_s.makespan, len(g.ts), len(g.src),
                   int(exact.slack.sum()), replays, path, (time.perf_counter() - t0) * 1e3, span, steps)
 

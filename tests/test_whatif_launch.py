@@ -120,3 +120,18 @@ def test_fixed_launch_gaps_save_what_the_model_saves_without_the_host_work(tmp_p
     per_dev = con.execute("""SELECT t.device, count(*), sum(f.exclusive_ns) FROM findings f JOIN tracks t
                              USING (track_id) WHERE f.pass = 'launch_gaps' GROUP BY t.device ORDER BY 1""").fetchall()
     assert len(per_dev) == devices and all(n > 0 for _d, n, _e in per_dev)
+
+
+def test_host_chain_order_equals_the_lexsort():
+    """host_time's order of CPU nodes (identity check, packed key, lexsort fallback) is lexsort's."""
+    import numpy as np
+
+    from acceltrace.analysis.host_time import _by_track_time
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 1000, 50_000):
+        tr, ts = rng.integers(0, 9, n), rng.integers(-10**6, 10**9, n)
+        for t in (ts, ts * 10**9):  # the second does not pack into int64: the lexsort
+            assert (_by_track_time(tr, t) == np.lexsort((np.arange(n), t, tr))).all()
+        o = np.lexsort((ts, tr))
+        assert (_by_track_time(tr[o], ts[o]) == np.arange(n)).all()
