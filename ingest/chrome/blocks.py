@@ -16,16 +16,18 @@ _LUT[[ord("}"), ord("]")]] = -1
 class Prefetch:
     """Reads blocks in a thread so decompression overlaps decoding."""
 
-    def __init__(self, stream: BinaryIO, block: int):
+    def __init__(self, stream: BinaryIO, block):
+        """block: the bytes per read, or a function giving them (read before each read)."""
         self.q: queue.Queue = queue.Queue(maxsize=2)
         self.stop = False
         self.t = threading.Thread(target=self._run, args=(stream, block), daemon=True)
         self.t.start()
 
     def _run(self, stream, block):
+        size = block if callable(block) else (lambda: block)
         try:
             while not self.stop:
-                data = stream.read(block)
+                data = stream.read(size())
                 self.q.put(data)
                 if not data:
                     return

@@ -27,9 +27,12 @@ from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.blocks import Prefetch, quotes as _quotes, structure
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
-# 2 MiB: 8 MiB chunks left the first chunk's scan and the last one's write unoverlapped (a quarter of a
-# 34 MB trace each) and touched 30 % more fresh pages (page faults are dear in a VM); 1 MiB pays per chunk
-BLOCK_BYTES = 2 << 20
+# Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk is scanned and turned
+# into rows at once (with 8 MiB from the start, a 34 MB trace's first scan and last write overlapped
+# nothing: vLLM 0.73 s against 0.61 s), big later ones keep the per-chunk cost low (2 MiB throughout:
+# 830 MB in 21.1 s against 15.3 s).
+BLOCK_BYTES = 8 << 20
+FIRST_BLOCK_BYTES = 2 << 20
 MAX_EVENT_BYTES = 512 << 20
 MAX_META_BYTES = 64 << 20
 _WS_COMMA = re.compile(rb"[ \t\r\n,]*")
@@ -64,12 +67,13 @@ class ChromeReader:
         self.label = label
         self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
         self.decode = decode
-        self.block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
+        self.max_block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
+        self.block = min(self.max_block, FIRST_BLOCK_BYTES)  # grows chunk by chunk (_grow)
         # a cut-short .gz is read up to the cut, like a cut-off array (see BombGuard)
         self._guard = getattr(stream, "raw", None)
         if isinstance(self._guard, BombGuard):
             self._guard.lenient_eof = True
-        self.src = Prefetch(stream, self.block) if prefetch else None
+        self.src = Prefetch(stream, lambda: self.block) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
         self.pos = 0  # stream offset of buf[0]
@@ -92,6 +96,10 @@ class ChromeReader:
             if isinstance(self._guard, BombGuard) and self._guard.truncated:
                 self.result.truncated = self._guard.truncated
         return data
+
+    def _grow(self) -> None:
+        """The next chunks twice as big, up to max_block (before the next one is read or speculated)."""
+        self.block = min(self.max_block, self.block * 2)
 
     def close(self):
         if self.src:
@@ -187,6 +195,8 @@ class ChromeReader:
                             yield chunk
                         self._suffix(closed)
                         return
+                    if chunk is not None:
+                        self._grow()
                 if chunk is None:
                     if len(buf) > MAX_EVENT_BYTES:
                         raise IngestError(self.label, f"an event longer than {MAX_EVENT_BYTES} bytes;"
@@ -251,6 +261,7 @@ class ChromeReader:
         if c is None:
             return None, buf
         self.pos += p + 1
+        self._grow()  # before the next chunk is speculated: the main loop then cuts at the same place
         return c, self._speculate(buf[p + 1:])
 
     # -- decoding the next chunk while the caller works on this one ----------------------
