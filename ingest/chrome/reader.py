@@ -27,10 +27,8 @@ from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.blocks import Prefetch, quotes as _quotes, structure
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
-# Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk is scanned and turned
-# into rows at once (with 8 MiB from the start, a 34 MB trace's first scan and last write overlapped
-# nothing: vLLM 0.73 s against 0.61 s), big later ones keep the per-chunk cost low (2 MiB throughout:
-# 830 MB in 21.1 s against 15.3 s).
+# Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk overlaps the rest
+# at once, big later ones keep the per-chunk cost low (docs/performance.md, issue 14's fourth stop).
 BLOCK_BYTES = 8 << 20
 FIRST_BLOCK_BYTES = 2 << 20
 MAX_EVENT_BYTES = 512 << 20
@@ -97,8 +95,7 @@ class ChromeReader:
                 self.result.truncated = self._guard.truncated
         return data
 
-    def _grow(self) -> None:
-        """The next chunks twice as big, up to max_block (before the next one is read or speculated)."""
+    def _grow(self) -> None:  # the next chunks twice as big, up to max_block
         self.block = min(self.max_block, self.block * 2)
 
     def close(self):
