@@ -294,6 +294,19 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
     return job
 
 
+def wait_published(state: AppState, job: IngestJob, timeout_s: float) -> dict | None:
+    """The trace's catalog row once it is published (its job may still be building the views' precompute
+    and running the analysis: the page shows "analysing" and the findings arrive by push), or once its
+    job ended (a failure: its files are gone by then), or after timeout_s: so the upload is answered as
+    soon as the trace can be viewed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = state.store.get(job.trace_id)
+        if (row is not None and row["status"] == "ready") or job.done.is_set() or time.monotonic() >= deadline:
+            return row if row is None or not job.done.is_set() else state.store.get(job.trace_id)
+        job.done.wait(0.02)
+
+
 def wait_for_row(state: AppState, trace_id: str, timeout_s: float) -> dict | None:
     """The catalog row of a trace another request is ingesting, once it is no longer 'ingesting'
     or timeout_s has passed (an upload deduplicated onto an ingest in progress waits as its own would)."""

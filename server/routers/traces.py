@@ -50,12 +50,11 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
         if row["status"] == "ingesting":
             body["progress_url"] = f"/api/traces/{row['id']}/progress"
         return JSONResponse(body, status_code=200)
-    finished = await run_in_threadpool(job.done.wait, state.ingest_wait_s)
-    row = await run_in_threadpool(state.store.get, job.trace_id)
-    if finished and row is not None and row["status"] == "ready":
+    row = await run_in_threadpool(upload.wait_published, state, job, state.ingest_wait_s)
+    if row is not None and row["status"] == "ready":  # viewable; its analysis may still be running
         return JSONResponse({"id": job.trace_id, "name": display, "status": "ready", "trace": catalog_entry(row)},
                             status_code=201)
-    if finished:
+    if job.done.is_set():
         raise ApiError(422, "ingest_failed", job.error or (row or {}).get("error") or "ingest failed")
     return JSONResponse({"id": job.trace_id, "name": display, "status": "ingesting",
                          "progress_url": f"/api/traces/{job.trace_id}/progress"}, status_code=202)
