@@ -254,17 +254,24 @@ _CARRY_IGNORES = ("whatif_max_nodes",)
 _FINDING_KEY = ("pass", "ts", "dur", "track_id", "slice_id", "metric", "value")
 
 
+def open_side(store, trace_id: str, side: str = "findings") -> duckdb.DuckDBPyConnection | None:
+    """The trace's side file (its stored analysis), read-only; None when there is none or it cannot be opened."""
+    path = store.side_path(trace_id, side)
+    if not path.exists():
+        return None
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+
+
 def carry_over(store, trace_id: str, table: pa.Table, values: dict[str, float]):
     """The impacts the what-if step stored for these same findings (acceltrace whatif, or the server's
     step after an upload's analysis), for an analysis that did not replay them (the graph past the cap):
     (findings with impact_ns / impact_basis, the whatif row, pass savings, critical path), or None when
     the stored side file has no replayed what-if, was made with other parameters, or holds other findings."""
-    side = store.side_path(trace_id, "findings")
-    if not side.exists():
-        return None
-    try:
-        con = duckdb.connect(str(side), read_only=True)
-    except duckdb.Error:
+    con = open_side(store, trace_id)
+    if con is None:
         return None
     try:
         names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}

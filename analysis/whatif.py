@@ -68,12 +68,8 @@ def whatif(store, trace_id: str, passes: list[str] | None = None, params: dict |
 
 def stored_params(store, trace_id: str) -> dict[str, float]:
     """The parameters of the trace's stored analysis (those this version knows), {} without one."""
-    side = store.side_path(trace_id, runner.SIDE)
-    if not side.exists():
-        return {}
-    try:
-        con = duckdb.connect(str(side), read_only=True)
-    except duckdb.Error:
+    con = impact.open_side(store, trace_id, runner.SIDE)
+    if con is None:
         return {}
     try:
         rows = con.execute("SELECT name, value FROM analysis_params").fetchall()
@@ -96,12 +92,8 @@ def side_version(store, trace_id: str) -> tuple[int, int] | None:
 def needs_replay(store, trace_id: str) -> bool:
     """Whether the trace's stored analysis has findings it did not replay because its graph is past
     whatif_max_nodes (the what-if step then replays and stores them)."""
-    side = store.side_path(trace_id, runner.SIDE)
-    if not side.exists():
-        return False
-    try:
-        con = duckdb.connect(str(side), read_only=True)
-    except duckdb.Error:
+    con = impact.open_side(store, trace_id, runner.SIDE)
+    if con is None:
         return False
     try:
         rows = con.execute("SELECT replayed_makespan_ns, nodes FROM whatif").fetchall()

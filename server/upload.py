@@ -301,9 +301,10 @@ def wait_published(state: AppState, job: IngestJob, timeout_s: float) -> dict | 
     soon as the trace can be viewed."""
     deadline = time.monotonic() + timeout_s
     while True:
+        ended = job.done.is_set()  # read before the row: the row is then at least as new as the job's end
         row = state.store.get(job.trace_id)
-        if (row is not None and row["status"] == "ready") or job.done.is_set() or time.monotonic() >= deadline:
-            return row if row is None or not job.done.is_set() else state.store.get(job.trace_id)
+        if ended or (row is not None and row["status"] == "ready") or time.monotonic() >= deadline:
+            return row
         job.done.wait(0.02)
 
 
