@@ -352,16 +352,27 @@ def viewers(args, server: Proc, tid: str, flat: list[str], sessions: list, urls_
     pkl = work / "tiles.pkl"
     pkl.write_bytes(pickle.dumps(tiles))
     rows = {}
+    # every worker's memory holds the tiles the viewers pan over, as in a team's steady state (the
+    # recording pass above reached one worker per tile): a wrk pass of its own first, shown apart
+    if args.warmup:
+        rows["acceltrace wrk, warm-up"] = timed(server, wrk_client, server.url, urls_file, args.clients, args.warmup)
     rows["acceltrace wrk"] = timed(server, wrk_client, server.url, urls_file, args.clients, args.seconds)
     rows["acceltrace python"] = timed(server, python_client, server.url, sessions, args.seconds)
     server.stop()
     bare = start_bare(pkl, args.workers, work / "bare.log")
     try:
+        if args.warmup:  # the same for the bare app (its dict is warm; this warms the process itself)
+            rows["bare wrk, warm-up"] = timed(bare, wrk_client, bare.url, urls_file, args.clients, args.warmup)
         rows["bare wrk"] = timed(bare, wrk_client, bare.url, urls_file, args.clients, args.seconds)
         rows["bare python"] = timed(bare, python_client, bare.url, sessions, args.seconds)
     finally:
         bare.stop()
-    print(f"{args.clients} viewers panning (warm caches after the recording pass):")
+    print(f"{args.clients} viewers panning (warm caches after the recording pass"
+          + (f" and a {args.warmup:g} s wrk warm-up pass, shown first" if args.warmup else "") + "):")
+    if args.warmup:
+        b, a = rows["bare wrk, warm-up"], rows["acceltrace wrk, warm-up"]
+        print(fmt("bare uvicorn app, wrk warm-up", b[0], b[1]))
+        print(fmt("acceltrace serve, wrk warm-up", a[0], a[1], b[0]))
     for client in ("wrk", "python"):
         b = rows[f"bare {client}"]
         print(fmt(f"bare uvicorn app, {client}", b[0], b[1]))
@@ -395,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="pan steps recorded per viewer (3 tiles each)")
     ap.add_argument("--seconds", type=float, default=15.0, help="length of each load run")
     ap.add_argument("--cold-tiles", type=int, default=60)
+    ap.add_argument("--warmup", type=float, default=5.0,
+                    help="seconds of an unmeasured wrk pass before each measured one (0: none)")
     ap.add_argument("--store", type=Path, default=OUT / "load-store")
     ap.add_argument("--reuse", action="store_true", help="reuse a trace of that size already in --store")
     ap.add_argument("--no-upload", action="store_true", help="skip the upload-during-load run")

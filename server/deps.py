@@ -59,6 +59,7 @@ class TraceHandle:
     con: duckdb.DuckDBPyConnection
     info: LodInfo | None
     start_ns: int
+    file: str = ""  # the trace's DuckDB file (its existence is checked on the fast path)
     cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups)
 
     @contextmanager
@@ -135,7 +136,7 @@ class AppState:
         if hit is None or time.monotonic() - hit[1] >= ROW_CACHE_S or hit[0]["status"] != "ready":
             return None
         h = self._open.get(trace_id)
-        if h is None or not self.store.trace_path(trace_id).exists():
+        if h is None or not os.path.exists(h.file):  # a str: no Path built per tile
             return None
         return h
 
@@ -166,7 +167,7 @@ class AppState:
         except duckdb.CatalogException:  # a trace written before LOD tables existed
             info = None
             start_ns = trace_start_ns(con)
-        h = TraceHandle(trace_id, con, info, start_ns)
+        h = TraceHandle(trace_id, con, info, start_ns, str(self.store.trace_path(trace_id)))
         with self._lock:
             old = self._open.get(trace_id)
             if old is not None:  # another request opened it meanwhile

@@ -30,6 +30,7 @@ def header_timeout_s() -> float:
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _header_timer = None
+    _timeout_s: float | None = None  # read from the environment once per process
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -49,7 +50,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         if self._header_timer is None:
-            self._header_timer = self.loop.call_later(header_timeout_s(), self._headers_late)
+            cls = type(self)
+            if cls._timeout_s is None:
+                cls._timeout_s = header_timeout_s()
+            self._header_timer = self.loop.call_later(cls._timeout_s, self._headers_late)
 
     def _disarm(self) -> None:
         if self._header_timer is not None:

@@ -9,6 +9,8 @@ Tiles under GZIP_MIN_BYTES are always sent as they are. ACCELTRACE_TILE_GZIP=0 t
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import os
 import re
@@ -40,6 +42,7 @@ def held_etag(if_none_match: str | None, trace_id: str, level: int, index: int, 
                  if t in tags), None)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked on every tile request, memory hits included
 def tile_etag(trace_id: str, level: int, index: int, group: str | None, enc: str = "identity") -> str:
     """The strong ETag of one tile representation (the gzip one has its own)."""
     tag = hashlib.sha256(f"{trace_id}/{level}/{index}/{group}/lod{LOD_VERSION}/tile{TILE_FORMAT_VERSION}".encode()
@@ -88,6 +91,19 @@ class TileBytes:
             return None, ""  # its gzip twin may be on disk: the slow path looks
         return body, "identity" if body is not None else ""
 
+    def on_disk(self, key: tuple, want_gzip: bool) -> tuple[bytes | None, str]:
+        """The tile from the shared disk cache into this worker's memory (a file read: run it off the
+        event loop), as get() would answer it without a build: (None, "") when the route must (no
+        file, or only the identity file where a gzip twin is still to be made)."""
+        if want_gzip and self.gzip_on:
+            body = self._lookup(key, "gzip")
+            if body is not None:
+                return body, "gzip"
+        body = self._lookup(key, "identity")
+        if body is None or (want_gzip and self.gzip_on and len(body) >= GZIP_MIN_BYTES):
+            return None, ""
+        return body, "identity"
+
     def _lookup(self, key: tuple, enc: str) -> bytes | None:
         body = self.memory.get(key + (enc,))
         if body is None:
@@ -118,10 +134,10 @@ class TileBytes:
 
 
 class TileFastPath:
-    """ASGI: a tile this worker holds in memory is answered here, before FastAPI's routing,
-    validation and dependency machinery (the same bytes and headers the route gives); anything
-    else (not in memory, a trace not open, odd parameters) goes on to the route. Inside the Host
-    check and the in-flight bound."""
+    """ASGI: a tile this worker holds in memory, or finds in the shared disk cache, is answered
+    here, before FastAPI's routing, validation and dependency machinery (the same bytes and
+    headers the route gives); anything else (a tile to build, a trace not open, odd parameters)
+    goes on to the route. Inside the Host check and the in-flight bound."""
 
     def __init__(self, app, fastapi_app):
         self.app = app
@@ -151,7 +167,12 @@ class TileFastPath:
         key = (trace_id, level, index, group)
         body, enc = state.tile_bytes.in_memory(key, want_gzip)
         if body is None:
-            return False
+            # built by another worker (or before a restart): its file, read in a thread, still
+            # skips the route; the first pass of a team over a trace's tiles goes this way
+            body, enc = await asyncio.get_running_loop().run_in_executor(
+                None, state.tile_bytes.on_disk, key, want_gzip)
+            if body is None:
+                return False
         etag = tile_etag(trace_id, level, index, group, enc)
         out = [(b"etag", etag.encode()), (b"cache-control", IMMUTABLE.encode()), (b"vary", b"Accept-Encoding")]
         inm = headers.get(b"if-none-match")

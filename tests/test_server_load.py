@@ -358,6 +358,36 @@ def test_tiles_are_cached_on_disk_beside_the_trace_and_gzip_is_negotiated(api, t
     assert api.get(url, headers={"If-None-Match": r.headers["etag"]}).status_code == 304
 
 
+def test_a_tile_another_worker_built_is_answered_from_disk_before_routing(api, trace_store, monkeypatch):
+    # a team's first pass over a trace: each tile is built once by some worker; every other worker
+    # answers it from the shared disk cache on its fast path (no routing, no build), same bytes and tags
+    from fastapi.testclient import TestClient
+
+    from acceltrace.server import tile_cache
+    from acceltrace.server.app import create_app
+
+    tid = trace_store.ids["chain"]
+    meta = api.get(f"/api/traces/{tid}").json()
+    level = max(0, meta["max_level"] - 1)
+    urls = [f"/api/traces/{tid}/tiles/{level}/{i}" for i in (0, 1)]
+    built = [api.get(u, headers={"Accept-Encoding": "identity"}) for u in urls]
+    assert all(r.status_code == 200 for r in built)
+    routed, from_disk = [], []
+    real_get, real_on_disk = tile_cache.TileBytes.get, tile_cache.TileBytes.on_disk
+    monkeypatch.setattr(tile_cache.TileBytes, "get", lambda self, key, *a: routed.append(key) or real_get(self, key, *a))
+    monkeypatch.setattr(tile_cache.TileBytes, "on_disk",
+                        lambda self, key, gz: from_disk.append(key) or real_on_disk(self, key, gz))
+    with TestClient(create_app(trace_store.root), raise_server_exceptions=False) as other:
+        first = other.get(urls[0], headers={"Accept-Encoding": "identity"})  # opens the trace: the route
+        again = other.get(urls[1], headers={"Accept-Encoding": "identity"})
+        held = other.get(urls[1], headers={"If-None-Match": built[1].headers["etag"]})
+    assert first.content == built[0].content and len(routed) == 1
+    assert again.status_code == 200 and again.content == built[1].content
+    assert again.headers["etag"] == built[1].headers["etag"] and again.headers["cache-control"] == tile_cache.IMMUTABLE
+    assert len(routed) == 1 and from_disk[0][:3] == (tid, level, 1)  # the fast path, from the file
+    assert held.status_code == 304
+
+
 def _priority_for_a_job(idle: bool) -> tuple[int, int, int]:
     import ctypes
     import platform
