@@ -440,3 +440,35 @@ def test_a_page_reads_its_own_depths_and_one_fold_row_per_bucket(deep):
             assert body == build_tile(con, info, level, 0, grp, group, page=page, max_depth=DEEP_DEPTH + 1)
         assert read == {s: len(full[s]["depth"]) for s in ("slices", "merged", "instants")}  # each row once
         assert read["instants"] and read["slices"] and (read["merged"] or level < info.base_level)
+
+
+def test_the_deepest_flag_gives_the_same_pages_as_the_group_by_fold_of_older_traces(synth):
+    # a coarse page's fold of the deeper depths comes from lod_merged's `deepest` rows in the page's own
+    # range scan (one row per (track, bucket) read out of DuckDB, no GROUP BY); a trace built before that
+    # column (lod_info without merged_deepest) takes the GROUP BY fold: both give the same bytes
+    import dataclasses
+
+    from acceltrace.tiles.query import LodInfo, _page_queries, build_page
+
+    _, meta, con = synth
+    info = LodInfo.load(con)
+    older = dataclasses.replace(info, merged_deepest=0)
+    assert info.merged_deepest == 1 and "GROUP BY" in _page_queries(older, info.max_level, 0, 0, 0, 3, True)["merged"]
+    assert "GROUP BY" not in _page_queries(info, info.max_level, 0, 0, 0, 3, True)["merged"]
+    (flagged,) = con.execute("SELECT count(*) FILTER (WHERE deepest) FROM lod_merged").fetchone()
+    (runs,) = con.execute("SELECT count(*) FROM (SELECT DISTINCT level, grp, b, track_id FROM lod_merged)").fetchone()
+    assert flagged == runs > 0  # one deepest row per (level, group, bucket, track)
+    groups = [int(g["id"][1:]) for g in meta["groups"] if g["lane"] != "counter"]
+    several = 0
+    for level in range(info.base_level, info.max_level + 1):
+        for grp in groups[:6]:
+            b0 = 0
+            deeper = con.execute(
+                "SELECT count(*), count(DISTINCT (track_id, b)) FROM lod_merged WHERE level = ? AND grp = ?"
+                " AND b >= ? AND b < ? AND depth > 3", [level, grp, b0, b0 + 1024]).fetchone()
+            several += deeper[0] > deeper[1]  # several deeper depths in one (track, bucket)
+            stats, old_stats = {}, {}
+            new = build_page(con, info, level, 0, grp, 0, f"g{grp}", stats=stats)
+            assert new == build_page(con, older, level, 0, grp, 0, f"g{grp}", stats=old_stats)
+            assert stats.get("merged_fold", 0) == old_stats.get("merged_fold", 0) == deeper[1], (level, grp)
+    assert several  # the test means something: the GROUP BY had rows to fold

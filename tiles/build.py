@@ -11,8 +11,9 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
   [t0 - 2^(c+1), t1): per class, one ts range scan that looks back no further than the
   class's own length. That is how long slices are "kept apart" without a second table.
 - `lod_merged`: the pyramid of merged short slices, per level from `base_level` to
-  `max_level`, per (grp, bucket, track, depth): count, busy ns, bytes and the longest
-  slice. Level L+1 is built from level L plus the slices of class L (the ones that stop
+  `max_level`, per (grp, bucket, track, depth): count, busy ns, bytes, the longest
+  slice, and `deepest` (the row is its (grp, bucket, track)'s deepest: a depth page's fold
+  of the deeper depths is those rows, read without a GROUP BY; lod_info `merged_deepest`). Level L+1 is built from level L plus the slices of class L (the ones that stop
   being long): in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py,
   the same rows), else in SQL. Below base_level a tile aggregates lod_slices of its window
   directly; base_level is chosen so that window holds at most ~RAW_WINDOW_ROWS rows
@@ -136,7 +137,7 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str) -> None:
         "lod_version": LOD_VERSION, "start_ns": start_ns, "duration_ns": duration_ns,
         "max_level": max_level, "base_level": base, "instant_base_level": ibase,
         "counter_base_level": cbase, "max_cls": int(max_cls), "buckets_per_tile": BUCKETS_PER_TILE,
-        "chunk_log2": chunk_log2,
+        "chunk_log2": chunk_log2, "merged_deepest": 1,
     }
     con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
     insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
@@ -246,7 +247,7 @@ def _build_merged_pyramid(con, base: int, max_level: int) -> None:
     _pyramid(
         con, "lod_merged",
         f"level, grp, b, track_id, depth::SMALLINT AS depth, count, busy, bytes, {key_dur_sql('lkey')} AS l_dur,"
-        f" {key_id_sql('lkey')} AS l_id, l_name",
+        f" {key_id_sql('lkey')} AS l_id, l_name, depth = max(depth) OVER (PARTITION BY grp, b, track_id) AS deepest",
         f"SELECT grp, ts >> {base} AS b, track_id, depth, count(*)::BIGINT AS count, sum(dur)::BIGINT AS busy,"
         f" sum(bytes)::BIGINT AS bytes, max({LONGEST_KEY}) AS lkey, arg_max(name_id, {LONGEST_KEY}) AS l_name"
         f" FROM lod_slices WHERE cls < {base} GROUP BY ALL",

@@ -6,7 +6,8 @@ in sample_traces it was a third of the time to a viewable trace. Here the same r
 one read of lod_slices and one sort per level, and go back to DuckDB as one Arrow batch in
 (level, grp, b, track_id, depth) order. The result is the same table, row for row (tested
 against the SQL build): per (level, grp, b, track_id, depth) the count, busy ns and bytes of
-the slices shorter than the level's bucket, and the longest of them (ties to the smaller id).
+the slices shorter than the level's bucket, the longest of them (ties to the smaller id), and
+whether the row is the deepest of its (level, grp, b, track_id) (what a depth page's fold reads).
 
 Memory is that of lod_slices' columns (about 50 bytes a slice): a trace of more than
 NUMPY_MAX_SLICES slices is built in parts of at most that many (runs of (grp, ts >> max_level) keys,
@@ -107,7 +108,7 @@ def _reduce(r: _Rows) -> _Rows:
 
 _COLUMNS = "grp, ts, dur, track_id, depth, slice_id, name_id, bytes, cls"
 _CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id INTEGER, depth SMALLINT,"
-           " count BIGINT, busy BIGINT, bytes BIGINT, l_dur BIGINT, l_id BIGINT, l_name INTEGER)")
+           " count BIGINT, busy BIGINT, bytes BIGINT, l_dur BIGINT, l_id BIGINT, l_name INTEGER, deepest BOOLEAN)")
 
 
 def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
@@ -177,9 +178,13 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, batches: list[pa.RecordB
 
 def _batch(level: int, r: _Rows) -> pa.RecordBatch:
     n = len(r)
+    # rows come in (grp, b, track, depth) order: the last of each (grp, b, track) run is its deepest
+    deepest = np.ones(n, dtype=bool)
+    deepest[:-1] = (r.grp[1:] != r.grp[:-1]) | (r.b[1:] != r.b[:-1]) | (r.track[1:] != r.track[:-1])
     return pa.record_batch({
         "level": pa.array(np.full(n, level, np.int8)), "grp": pa.array(r.grp), "b": pa.array(r.b),
         "track_id": pa.array(r.track), "depth": pa.array(r.depth), "count": pa.array(r.count),
         "busy": pa.array(r.busy), "bytes": pa.array(r.bytes, mask=r.nbytes == 0),
         "l_dur": pa.array(r.ldur), "l_id": pa.array(r.lid), "l_name": pa.array(r.lname),
+        "deepest": pa.array(deepest),
     })

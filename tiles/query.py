@@ -40,11 +40,12 @@ class LodInfo:
     counter_base_level: int
     max_cls: int
     chunk_log2: int
+    merged_deepest: int = 0  # lod_merged has its `deepest` column (traces built before it have not)
 
     @classmethod
     def load(cls, con: duckdb.DuckDBPyConnection) -> "LodInfo":
         kv = dict(con.execute("SELECT key, value FROM lod_info").fetchall())
-        return cls(**{f: int(kv[f]) for f in cls.__dataclass_fields__})
+        return cls(**{f: int(kv[f]) for f in cls.__dataclass_fields__ if f in kv})
 
 
 def _grp_filter(grp: int | None) -> str:
@@ -277,7 +278,14 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
 
     none = "0::BIGINT"
     rows, deeper = f"depth BETWEEN {lo} AND {hi} AND ", f"depth > {hi} AND "
-    if L >= info.base_level:  # the pyramid: each (track, bucket, depth) once, ordered by b; exact range scans
+    if L >= info.base_level and fold and info.merged_deepest:
+        # the pyramid: the page's rows and, as the fold, each (track, bucket)'s deepest row where it is
+        # deeper than the page, in one range scan (no GROUP BY; rows of depth > hi are the fold's)
+        out["merged"] = (
+            f"SELECT track_id, b - {b0}, depth, count, busy, coalesce(bytes, 0), l_id, l_dur, l_name FROM lod_merged"
+            f" WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024} AND depth >= {lo}"
+            f" AND (depth <= {hi} OR (deepest AND depth > {hi}))")
+    elif L >= info.base_level:  # the pyramid: each (track, bucket, depth) once, ordered by b; exact range scans
         win = f"FROM lod_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
         out["merged"] = (
             f"SELECT track_id, b - {b0}, depth, count, busy, coalesce(bytes, 0), l_id, l_dur, l_name"
