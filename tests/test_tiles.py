@@ -472,3 +472,30 @@ def test_the_deepest_flag_gives_the_same_pages_as_the_group_by_fold_of_older_tra
             assert new == build_page(con, older, level, 0, grp, 0, f"g{grp}", stats=old_stats)
             assert stats.get("merged_fold", 0) == old_stats.get("merged_fold", 0) == deeper[1], (level, grp)
     assert several  # the test means something: the GROUP BY had rows to fold
+
+
+def test_long_slices_come_from_lod_long_with_the_same_bytes_as_from_the_chunks(synth):
+    # the classes from long_cls up are read from lod_long (a range per class, however wide the window);
+    # a trace built before it (long_cls -1) scans lod_slices' chunks for them: the same bytes, every level
+    import dataclasses
+
+    from acceltrace.tiles.query import LodInfo, _page_queries, build_page, build_tile
+
+    _, meta, con = synth
+    info = LodInfo.load(con)
+    older = dataclasses.replace(info, long_cls=-1)
+    (n_long,), (n_all,) = (con.execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("lod_long", "lod_slices"))
+    (n_cls,) = con.execute(f"SELECT count(*) FROM lod_slices WHERE cls >= {info.long_cls}").fetchone()
+    assert 0 < n_long == n_cls <= 0.25 * n_all and info.long_cls <= info.max_cls
+    assert "lod_long" in _page_queries(info, info.max_level, 0, 0, 0, 3, True)["slices"]
+    assert "lod_long" not in _page_queries(older, info.max_level, 0, 0, 0, 3, True)["slices"]
+    groups = [int(g["id"][1:]) for g in meta["groups"] if g["lane"] != "counter"][:4]
+    for level in range(info.max_level + 1):
+        n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+        for index in sorted({0, n_tiles // 3, n_tiles - 1}):
+            for grp in groups:
+                for page in (0, 1):
+                    assert (build_page(con, info, level, index, grp, page, f"g{grp}")
+                            == build_page(con, older, level, index, grp, page, f"g{grp}")), (level, index, grp, page)
+                assert (build_tile(con, info, level, index, grp, f"g{grp}", page=None)
+                        == build_tile(con, older, level, index, grp, f"g{grp}", page=None))

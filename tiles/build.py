@@ -6,15 +6,18 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
   GROUP_MAX_TRACKS tracks (`lod_groups`, `lod_tracks`). Every LOD table is ordered by group
   first, so a group's tile reads only its own rows.
 - `lod_slices`: every slice with dur > 0, times relative to the trace start, keyed by its
-  duration class cls = floor(log2(dur)) and ordered by (grp, cls, ts). A slice of class c
-  is shorter than 2^(c+1), so the slices of class c overlapping [t0, t1) all start in
+  duration class cls = floor(log2(dur)) and ordered by (grp, time chunk, cls, ts). A slice of
+  class c is shorter than 2^(c+1), so the slices of class c overlapping [t0, t1) all start in
   [t0 - 2^(c+1), t1): per class, one ts range scan that looks back no further than the
-  class's own length. That is how long slices are "kept apart" without a second table.
+  class's own length.
+- `lod_long`: the slices of class `long_cls` and up (lod_info; about 1/512 of a chunk and longer,
+  at most a quarter of the slices) again, ordered by (grp, cls, ts): a coarse tile's window spans
+  many chunks of lod_slices, each holding every class, so its long slices come from here.
 - `lod_merged`: the pyramid of merged short slices, per level from `base_level` to
   `max_level`, per (grp, bucket, track, depth): count, busy ns, bytes, the longest
   slice, and `deepest` (the row is its (grp, bucket, track)'s deepest: a depth page's fold
-  of the deeper depths is those rows, read without a GROUP BY; lod_info `merged_deepest`). Level L+1 is built from level L plus the slices of class L (the ones that stop
-  being long): in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py,
+  of the deeper depths is those rows, read without a GROUP BY; lod_info `merged_deepest`).
+  Level L+1 is built from level L plus the slices of class L (the ones that stop being long): in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py,
   the same rows), else in SQL. Below base_level a tile aggregates lod_slices of its window
   directly; base_level is chosen so that window holds at most ~RAW_WINDOW_ROWS rows
   (see _base_level).
@@ -42,6 +45,9 @@ LANE_ORDER = ("cpu", "driver", "pcie", "eu", "counter")
 RAW_WINDOW_ROWS = 30_000
 # about one DuckDB row group (122880 rows)
 CHUNK_ROWS = 100_000
+# lod_long: the slices of at least 2^(chunk_log2 - LONG_BELOW_CHUNK_LOG2) ns, at most this share of them
+LONG_BELOW_CHUNK_LOG2 = 9
+LONG_MAX_SHARE = 0.25
 # lod_merged from numpy where it fits (tiles/pyramid.py); False forces the SQL build (tests compare both)
 MERGED_IN_NUMPY = True
 
@@ -103,6 +109,8 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str) -> None:
         WHERE s.dur > 0
         ORDER BY t.grp, chunk, cls, ts"""
     )
+    long_cls = _long_class(con, chunk_log2)
+    con.execute(f"CREATE TABLE lod_long AS SELECT * FROM lod_slices WHERE cls >= {long_cls} ORDER BY grp, cls, ts")
     con.execute(
         f"""CREATE TABLE lod_instants AS
         SELECT t.grp, s.ts - {start_ns} AS ts, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id
@@ -137,7 +145,7 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str) -> None:
         "lod_version": LOD_VERSION, "start_ns": start_ns, "duration_ns": duration_ns,
         "max_level": max_level, "base_level": base, "instant_base_level": ibase,
         "counter_base_level": cbase, "max_cls": int(max_cls), "buckets_per_tile": BUCKETS_PER_TILE,
-        "chunk_log2": chunk_log2, "merged_deepest": 1,
+        "chunk_log2": chunk_log2, "merged_deepest": 1, "long_cls": long_cls,
     }
     con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
     insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
@@ -192,6 +200,18 @@ def _chunk_log2(rate_per_ns: float, max_level: int) -> int:
     if not rate_per_ns:
         return max_level + TILE_BUCKETS_LOG2
     return int(max(10, min(max_level + TILE_BUCKETS_LOG2, math.floor(math.log2(CHUNK_ROWS / rate_per_ns)))))
+
+
+def _long_class(con: duckdb.DuckDBPyConnection, chunk_log2: int) -> int:
+    """The shortest class lod_long holds: slices of at least 1/512 of a chunk (a tile whose window spans
+    more than a couple of chunks reads its long slices there, never the chunks), raised until lod_long
+    holds at most LONG_MAX_SHARE of the slices (a trace of uniformly long slices is not copied whole)."""
+    hist = con.execute("SELECT cls, count(*) FROM lod_slices GROUP BY cls").fetchall()
+    total = sum(n for _, n in hist)
+    c = max(0, chunk_log2 - LONG_BELOW_CHUNK_LOG2)
+    while sum(n for k, n in hist if k >= c) > LONG_MAX_SHARE * total:
+        c += 1
+    return c
 
 
 def _base_level(rate_per_ns: float, max_level: int) -> int:

@@ -41,6 +41,7 @@ class LodInfo:
     max_cls: int
     chunk_log2: int
     merged_deepest: int = 0  # lod_merged has its `deepest` column (traces built before it have not)
+    long_cls: int = -1  # slices of this class and longer are also in lod_long (-1: no lod_long)
 
     @classmethod
     def load(cls, con: duckdb.DuckDBPyConnection) -> "LodInfo":
@@ -74,6 +75,19 @@ def _long_branches(info: LodInfo, L: int, t0: int) -> list[tuple[int, int, int]]
     return branches
 
 
+def _class_scans(info: LodInfo, L: int, t0: int, t1: int) -> list[tuple[str, str, int, int, int]]:
+    """_long_branches as (table, chunk range SQL, lowest class, highest class, look-back start): a branch
+    of classes all at or above info.long_cls reads lod_long (ordered by group, class, ts: a range per
+    class, however wide the window), any other lod_slices' chunks. That is every branch of a tile wider
+    than two chunks (level >= long_cls) and the long-look-back bands of the others, whose windows span
+    many chunks of lod_slices, every class mixed in each: without lod_long their few long slices cost a
+    scan of every slice in the window (at 100 M slices, 2.5 M rows for ~120 at level 20). A finer tile's
+    first branch looks back at most a chunk: it stays on lod_slices (one scan, not two)."""
+    long_cls = info.long_cls if info.long_cls >= 0 else MAX_LEVEL + 1
+    return [("lod_long", "", lo, hi, look) if lo >= long_cls else ("lod_slices", _chunks(info, look, t1), lo, hi, look)
+            for lo, hi, look in _long_branches(info, L, t0)]
+
+
 def _depth_sql(depths: tuple[int, int] | None) -> str:
     return "" if depths is None else f"depth BETWEEN {int(depths[0])} AND {int(depths[1])} AND "
 
@@ -92,13 +106,13 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None,
     d = _depth_sql(depths)
     out = {}
 
-    branches = _long_branches(info, L, t0)
+    branches = _class_scans(info, L, t0, t1)
     cols = "track_id, slice_id::DOUBLE, (ts)::DOUBLE, dur::DOUBLE, depth, name_id, coalesce(bytes, 0)::DOUBLE"
     if branches:
         out["slices"] = " UNION ALL ".join(
-            f"SELECT {cols} FROM lod_slices WHERE {g}{_chunks(info, look, t1)}{d}cls BETWEEN {lo} AND {hi}"
+            f"SELECT {cols} FROM {table} WHERE {g}{chunks}{d}cls BETWEEN {lo} AND {hi}"
             f" AND ts >= {max(0, look)} AND ts < {t1} AND ts + dur > {t0}"
-            for lo, hi, look in branches
+            for table, chunks, lo, hi, look in branches
         ) + (" ORDER BY 1, 3, 5" if order else "")
     else:
         out["slices"] = f"SELECT {cols} FROM lod_slices WHERE false"
@@ -263,30 +277,31 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
     g = _grp_filter(grp)
     lo, hi = int(lo), int(hi)
     # one scan where the rows come from a window of raw rows: the fold's rows are its deeper depths
-    # folded into one (least(depth, hi + 1)) by the same GROUP BY; none when there is no fold
-    depths = f"depth >= {lo} AND " if fold else f"depth BETWEEN {lo} AND {hi} AND "
+    # folded into one (least(depth, hi + 1)) by the same GROUP BY; none when there is no fold. The depth
+    # test is written after the selective class and time ones, and left out where it holds for every row
+    depths = ("" if lo == 0 else f"depth >= {lo} AND ") if fold else f"depth BETWEEN {lo} AND {hi} AND "
     as_depth = f"least(depth, {hi + 1})::SMALLINT" if fold else "depth"
     out = {}
-    branches = _long_branches(info, L, t0)
+    branches = _class_scans(info, L, t0, t1)
     if branches:
         out["slices"] = " UNION ALL ".join(
-            f"SELECT track_id, slice_id, ts, dur, {as_depth}, name_id, coalesce(bytes, 0) FROM lod_slices WHERE"
-            f" {g}{_chunks(info, look, t1)}{depths}cls BETWEEN {c_lo} AND {c_hi} AND ts >= {max(0, look)}"
-            f" AND ts < {t1} AND ts + dur > {t0}" for c_lo, c_hi, look in branches)
+            f"SELECT track_id, slice_id, ts, dur, {as_depth}, name_id, coalesce(bytes, 0) FROM {table} WHERE"
+            f" {g}{chunks}cls BETWEEN {c_lo} AND {c_hi} AND ts >= {max(0, look)}"
+            f" AND ts < {t1} AND {depths}ts + dur > {t0}" for table, chunks, c_lo, c_hi, look in branches)
     else:
         out["slices"] = "SELECT track_id, slice_id, ts, dur, depth, name_id, bytes FROM lod_slices WHERE false"
 
     none = "0::BIGINT"
-    rows, deeper = f"depth BETWEEN {lo} AND {hi} AND ", f"depth > {hi} AND "
+    rows, deeper = f" AND depth BETWEEN {lo} AND {hi}", f" AND depth > {hi}"  # after the range tests
     if L >= info.base_level and fold and info.merged_deepest:
         # the pyramid: the page's rows and, as the fold, each (track, bucket)'s deepest row where it is
         # deeper than the page, in one range scan (no GROUP BY; rows of depth > hi are the fold's)
         out["merged"] = (
             f"SELECT track_id, b - {b0}, depth, count, busy, coalesce(bytes, 0), l_id, l_dur, l_name FROM lod_merged"
-            f" WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024} AND depth >= {lo}"
+            f" WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024}{f' AND depth >= {lo}' if lo else ''}"
             f" AND (depth <= {hi} OR (deepest AND depth > {hi}))")
     elif L >= info.base_level:  # the pyramid: each (track, bucket, depth) once, ordered by b; exact range scans
-        win = f"FROM lod_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
+        win = f"FROM lod_merged WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024}{{d}}"
         out["merged"] = (
             f"SELECT track_id, b - {b0}, depth, count, busy, coalesce(bytes, 0), l_id, l_dur, l_name"
             f" {win.format(d=rows)}"
@@ -298,11 +313,11 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
             f"SELECT track_id, (ts >> {L}) - {b0} AS bucket, {as_depth} AS d, count(*) AS n,"
             f" sum(dur)::DOUBLE AS busy, coalesce(sum(bytes), 0)::DOUBLE AS bytes, max({LONGEST_KEY}) AS k,"
             f" arg_max(name_id, {LONGEST_KEY}) AS name"
-            f" FROM lod_slices WHERE {g}{_chunks(info, t0, t1)}{depths}cls < {L} AND ts >= {t0} AND ts < {t1}"
+            f" FROM lod_slices WHERE {g}{_chunks(info, t0, t1)}cls < {L} AND ts >= {t0} AND {depths}ts < {t1}"
             " GROUP BY ALL)")
 
     if L >= info.instant_base_level:
-        win = f"FROM lod_instant_merged WHERE level = {L} AND {g}{{d}}b >= {b0} AND b < {b0 + 1024}"
+        win = f"FROM lod_instant_merged WHERE level = {L} AND {g}b >= {b0} AND b < {b0 + 1024}{{d}}"
         out["instants"] = (
             f"SELECT track_id, b - {b0}, depth, count, slice_id, ts, name_id {win.format(d=rows)}"
             + (f" UNION ALL SELECT track_id, b - {b0}, {hi + 1}::SMALLINT, {none}, {none}, min(ts), 0"
@@ -311,7 +326,7 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
         out["instants"] = (
             f"SELECT track_id, bucket, d, n, id, ts, name FROM (SELECT track_id, (ts >> {L}) - {b0} AS bucket,"
             f" {as_depth} AS d, count(*) AS n, arg_min(slice_id, {FIRST_KEY}) AS id, min(ts) AS ts,"
-            f" arg_min(name_id, {FIRST_KEY}) AS name FROM lod_instants WHERE {g}{depths}ts >= {t0} AND ts < {t1}"
+            f" arg_min(name_id, {FIRST_KEY}) AS name FROM lod_instants WHERE {g}ts >= {t0} AND {depths}ts < {t1}"
             " GROUP BY ALL)")
     # counters have no depth (page 0 only): the unpaged tile's query
     out["counters"] = _queries(info, level, index, grp, order=False)["counters"]
