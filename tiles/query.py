@@ -18,6 +18,7 @@ from acceltrace.tiles.build import FIRST_KEY, LONGEST_KEY, TILE_BUCKETS_LOG2, ke
 # the encoding (tiles/encoding.py), re-exported: tiles/live.py, the server and the tests take it from here
 from acceltrace.tiles.encoding import (COLUMNS, FOLD_COLUMNS, TILE_FORMAT_VERSION, _NP, _col,  # noqa: F401
                                        decode_tile, encode_tile)
+from acceltrace.tiles.rows import DEPTH_PAGE, _order, _page_fold, _split_sorted
 
 MAX_LEVEL = 62
 CLASS_BAND = 4
@@ -25,9 +26,7 @@ CLASS_BAND = 4
 # [p*DEPTH_PAGE, (p+1)*DEPTH_PAGE)) and, per track, the coverage of every deeper depth (the "fold"
 # sections), so its size is bounded by tracks x (DEPTH_PAGE + 1) x buckets, whatever the depth
 # or the size of the trace (docs/api.md "Depth pages").
-DEPTH_PAGE = 4
 MAX_PAGE = (1 << 15) // DEPTH_PAGE
-_DEPTH_BITS = (DEPTH_PAGE - 1).bit_length()  # a depth within its page, in a sort key
 
 
 @dataclass(frozen=True)
@@ -161,27 +160,6 @@ def _queries(info: LodInfo, level: int, index: int, grp: int | None,
     return out
 
 
-def _union_runs(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
-    """Per track, the union of [start, end) intervals as disjoint runs (touching ones joined), sorted
-    by (track, start): the [track, start, end] columns of the fold section. Vectorised per track."""
-    if not len(track):
-        return [np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.float64)]
-    o = np.lexsort((start, track))
-    track, start, end = track[o], start[o], end[o]
-    uniq, first = np.unique(track, return_index=True)
-    bounds = list(first) + [len(track)]
-    out_t, out_s, out_e = [], [], []
-    for k, t in enumerate(uniq.tolist()):  # one step per track of the group, not per event
-        s, e = start[bounds[k]:bounds[k + 1]], end[bounds[k]:bounds[k + 1]]
-        reach = np.maximum.accumulate(e)
-        new = np.ones(len(s), dtype=bool)
-        new[1:] = s[1:] > reach[:-1]
-        idx = np.flatnonzero(new)
-        last = np.append(idx[1:] - 1, len(s) - 1)
-        out_t.append(np.full(len(idx), t, np.int64))
-        out_s.append(s[idx])
-        out_e.append(reach[last])
-    return [np.concatenate(out_t), np.concatenate(out_s), np.concatenate(out_e)]
 
 
 def page_key(group: str | None, page: int) -> str | None:
@@ -333,61 +311,8 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
     return out
 
 
-def _split_sorted(section: str, cols: list[np.ndarray], lo: int, hi: int
-                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """A page query's rows as (page rows, fold rows: depth > hi), each in the encoding's order (by
-    track, then bucket and depth; exact slices by track, ts, depth, id), so both come out of one
-    gather as contiguous slices. Merged and instant rows are unique per (track, bucket, depth) and
-    counters per (track, bucket): two stable radix passes over small keys ((bucket, depth - lo),
-    then (fold, track - the group's first track)) order them where the tracks span < 128 ids, else
-    one argsort of a packed int64 key."""
-    n = len(cols[0])
-    is_fold = np.zeros(n, dtype=bool)
-    if section != "counters":
-        depth = cols[_col(section, "depth")].astype(np.int64)
-        is_fold = depth > hi
-    n_fold = int(np.count_nonzero(is_fold))
-    if n > 1:
-        track = cols[0].astype(np.int64)
-        if section == "slices":
-            o = np.lexsort((cols[_col(section, "id")], depth, cols[_col(section, "ts")], track, is_fold))
-        else:
-            low = cols[1].astype(np.int64) << _DEPTH_BITS  # bucket in [0, 1024)
-            if section != "counters":
-                low |= np.where(is_fold, 0, depth - lo)  # in [0, DEPTH_PAGE) on page rows
-            t_lo = int(track.min())
-            if int(track.max()) - t_lo < 128:
-                o = np.argsort(low.astype(np.uint16), kind="stable")
-                high = ((is_fold.astype(np.uint8) << 7) | (track - t_lo).astype(np.uint8))[o]
-                o = o[np.argsort(high, kind="stable")]
-            else:
-                o = np.argsort((is_fold.astype(np.int64) << 62) | (track << 25) | low)
-        cols = [c[o] for c in cols]
-    k = n - n_fold
-    return [c[:k] for c in cols], [c[k:] for c in cols]
 
 
-def _page_fold(folds: dict[str, list[np.ndarray]], level: int, index: int) -> dict[str, list[np.ndarray]]:
-    """The fold sections from a page's fold rows (_split_sorted): per track, the union of the exact
-    slices' [ts, ts + dur) and the merged buckets as runs, and one tick per (track, bucket) at its
-    first deeper instant. The merged buckets come sorted by (track, bucket): each run of adjacent
-    buckets is one interval before the union."""
-    t0 = index << (level + TILE_BUCKETS_LOG2)
-    bn = 1 << level
-    sl, mg, ins = folds["slices"], folds["merged"], folds["instants"]
-    mt, mb = mg[0].astype(np.int64), mg[1].astype(np.int64)
-    if len(mt):
-        new = np.ones(len(mt), dtype=bool)
-        new[1:] = (mt[1:] != mt[:-1]) | (mb[1:] != mb[:-1] + 1)
-        first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, len(mt) - 1)
-        mt, ms, me = mt[first], mb[first] * bn + t0, (mb[last] + 1) * bn + t0
-    else:
-        ms = me = mb
-    ts = sl[_col("slices", "ts")].astype(np.int64)
-    fold = _union_runs(np.concatenate([sl[0].astype(np.int64), mt]), np.concatenate([ts, ms]).astype(np.float64),
-                       np.concatenate([ts + sl[_col("slices", "dur")].astype(np.int64), me]).astype(np.float64))
-    return {"fold": fold, "fold_instants": [ins[0].astype(np.int64), ins[_col("instants", "ts")].astype(np.float64)]}
 
 
 def _strings(con, names: list[str] | None) -> Callable[[np.ndarray], list[str]]:
@@ -416,14 +341,3 @@ def _section_arrays(con, info: LodInfo, level: int, index: int, grp: int | None,
         arrays[section] = cols
     return arrays
 
-
-def _order(section: str, cols: list[np.ndarray]) -> np.ndarray:
-    """The encoding's row order: by track, then ts and depth (slices) or bucket and depth; one stable
-    argsort of a packed int64 key where the columns fit (track < 2^31, bucket < 2^10, depth < 2^15)."""
-    track = cols[0].astype(np.int64)
-    if section == "slices":
-        return np.lexsort((cols[_col(section, "depth")], cols[_col(section, "ts")], track))
-    key = (track << 25) | (cols[1].astype(np.int64) << 15)
-    if section != "counters":
-        key |= cols[2].astype(np.int64)
-    return np.argsort(key, kind="stable")
