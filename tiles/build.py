@@ -17,8 +17,9 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
   `max_level`, per (grp, bucket, track, depth): count, busy ns, bytes, the longest
   slice, and `deepest` (the row is its (grp, bucket, track)'s deepest: a depth page's fold
   of the deeper depths is those rows, read without a GROUP BY; lod_info `merged_deepest`).
-  Level L+1 is built from level L plus the slices of class L (the ones that stop being long): in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py,
-  the same rows), else in SQL. Below base_level a tile aggregates lod_slices of its window
+  Level L+1 is built from level L plus the slices of class L (the ones that stop being long):
+  in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py, the same
+  rows), else in SQL. Below base_level a tile aggregates lod_slices of its window
   directly; base_level is chosen so that window holds at most ~RAW_WINDOW_ROWS rows
   (see _base_level).
 - Instants (`lod_instants`, `lod_instant_merged`) and counter samples (`lod_counters`,
