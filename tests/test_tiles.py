@@ -499,3 +499,31 @@ def test_long_slices_come_from_lod_long_with_the_same_bytes_as_from_the_chunks(s
                             == build_page(con, older, level, index, grp, page, f"g{grp}")), (level, index, grp, page)
                 assert (build_tile(con, info, level, index, grp, f"g{grp}", page=None)
                         == build_tile(con, older, level, index, grp, f"g{grp}", page=None))
+
+
+@pytest.mark.parametrize("fixture", ["synth", "deep"])
+def test_a_fine_page_from_one_window_scan_is_the_two_queries_bytes(fixture, request, monkeypatch):
+    # below the pyramid a page's exact slices (first class branch) and merged rows come from one scan
+    # of its raw window, aggregated in numpy; the same bytes as the two SQL queries, every page
+    from acceltrace.tiles import query
+    from acceltrace.tiles.query import DEPTH_PAGE, LodInfo, _window_sql, build_page
+
+    got = request.getfixturevalue(fixture)
+    meta, con = (got[1], got[2]) if fixture == "synth" else (got[2], got[3])
+    info = LodInfo.load(con)
+    groups = [int(g["id"][1:]) for g in meta["groups"] if g["lane"] != "counter"][:4]
+    windowed = 0
+    for level in range(info.base_level):
+        n_tiles = max(1, -(-meta["duration_ns"] // (1024 << level)))
+        for index in sorted({0, n_tiles // 3, n_tiles // 2, n_tiles - 1}):
+            for grp in groups:
+                for page in range(3):
+                    for max_depth in (None, 2 * DEPTH_PAGE + 1):
+                        lo = page * DEPTH_PAGE
+                        windowed += _window_sql(info, level, index, grp, lo, lo + 3, True) is not None
+                        monkeypatch.setattr(query, "WINDOW_SCAN", True)
+                        one = build_page(con, info, level, index, grp, page, f"g{grp}", max_depth=max_depth)
+                        monkeypatch.setattr(query, "WINDOW_SCAN", False)
+                        two = build_page(con, info, level, index, grp, page, f"g{grp}", max_depth=max_depth)
+                        assert one == two, (fixture, level, index, grp, page, max_depth)
+    assert windowed > 50

@@ -18,10 +18,11 @@ from acceltrace.tiles.build import FIRST_KEY, LONGEST_KEY, TILE_BUCKETS_LOG2, ke
 # the encoding (tiles/encoding.py), re-exported: tiles/live.py, the server and the tests take it from here
 from acceltrace.tiles.encoding import (COLUMNS, FOLD_COLUMNS, TILE_FORMAT_VERSION, _NP, _col,  # noqa: F401
                                        decode_tile, encode_tile)
-from acceltrace.tiles.rows import DEPTH_PAGE, _order, _page_fold, _split_sorted
+from acceltrace.tiles.rows import DEPTH_PAGE, _order, _page_fold, _split_sorted, window_sections
 
 MAX_LEVEL = 62
 CLASS_BAND = 4
+WINDOW_SCAN = True  # a fine page's slices and merged rows from one scan (_window_sql); tests compare both ways
 # A paged tile carries the exact rows of DEPTH_PAGE depths of its group's tracks (page p: depths
 # [p*DEPTH_PAGE, (p+1)*DEPTH_PAGE)) and, per track, the coverage of every deeper depth (the "fold"
 # sections), so its size is bounded by tracks x (DEPTH_PAGE + 1) x buckets, whatever the depth
@@ -227,12 +228,20 @@ def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
         skip |= {"slices", "merged", "instants"}  # past the deepest depth: an empty page, its fold empty
     fold = max_depth is None or hi < max_depth
     arrays, folds = {}, {}
-    for section, sql in _page_queries(info, level, index, grp, lo, hi, fold).items():
+    window = None if {"slices", "merged"} & skip or not WINDOW_SCAN else _window_sql(info, level, index, grp, lo, hi, fold)
+    if window is not None:  # a fine page: its exact slices and merged rows from one scan of the window
+        window = window_sections(con.execute(window).fetchnumpy(), level, index, hi, fold)
+    for section, sql in _page_queries(info, level, index, grp, lo, hi, fold, window is not None).items():
         if section in skip:
             arrays[section] = [np.zeros(0, _NP[dt]) for _, dt in COLUMNS[section]]
             folds[section] = [c[:0] for c in arrays[section]]
             continue
-        cols = [np.asarray(v) for v in con.execute(sql).fetchnumpy().values()]
+        if section == "merged" and window is not None:
+            cols = window[1]
+        else:
+            cols = [np.asarray(v) for v in con.execute(sql).fetchnumpy().values()]
+            if section == "slices" and window is not None:  # the rest of the long classes, from SQL
+                cols = [np.concatenate([a, b.astype(a.dtype)]) for a, b in zip(window[0], cols)]
         arrays[section], folds[section] = _split_sorted(section, cols, lo, hi)
         if stats is not None:
             stats[section] = stats.get(section, 0) + len(arrays[section][0])
@@ -242,8 +251,24 @@ def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
     return encode_tile(arrays, level, index, group_name, _strings(con, names), extra)
 
 
+def _window_sql(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int, fold: bool) -> str | None:
+    """Below the pyramid, where a tile's window holds at most ~RAW_WINDOW_ROWS raw rows: one scan of
+    lod_slices for the page's merged rows (classes < level, aggregated in numpy: tiles/rows.py
+    window_sections) and the exact slices of its first class branch, which reads the same chunks:
+    one DuckDB query instead of two (most of a fine page's time is DuckDB's cost per query). None
+    where that does not hold (the pyramid's levels, or a first branch read from lod_long)."""
+    t0, t1 = index << (level + TILE_BUCKETS_LOG2), (index + 1) << (level + TILE_BUCKETS_LOG2)
+    branches = _class_scans(info, level, t0, t1)
+    if level >= info.base_level or not branches or branches[0][0] != "lod_slices":
+        return None
+    _, chunks, _, c_hi, look = branches[0]
+    depths = ("" if lo == 0 else f"depth >= {lo} AND ") if fold else f"depth BETWEEN {lo} AND {hi} AND "
+    return (f"SELECT track_id, slice_id, ts, dur, depth, name_id, bytes, cls FROM lod_slices WHERE {_grp_filter(grp)}"
+            f"{chunks}cls <= {c_hi} AND ts >= {max(0, look)} AND ts < {t1} AND {depths}ts + dur > {t0}")
+
+
 def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int,
-                  fold: bool) -> dict[str, str]:
+                  fold: bool, windowed: bool = False) -> dict[str, str]:
     """One SQL per section of a depth page (all bounds integers computed here): its rows of depths
     [lo, hi] in the encoding's columns, then (`fold`) the deeper ones as fold rows, all given depth
     hi + 1: merged slices and instants one row per (track, bucket) (an instant's ts: the first one's),
@@ -260,7 +285,7 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
     depths = ("" if lo == 0 else f"depth >= {lo} AND ") if fold else f"depth BETWEEN {lo} AND {hi} AND "
     as_depth = f"least(depth, {hi + 1})::SMALLINT" if fold else "depth"
     out = {}
-    branches = _class_scans(info, L, t0, t1)
+    branches = _class_scans(info, L, t0, t1)[1 if windowed else 0:]  # windowed: the first came with the window
     if branches:
         out["slices"] = " UNION ALL ".join(
             f"SELECT track_id, slice_id, ts, dur, {as_depth}, name_id, coalesce(bytes, 0) FROM {table} WHERE"

@@ -107,3 +107,37 @@ def _order(section: str, cols: list[np.ndarray]) -> np.ndarray:
     if section != "counters":
         key |= cols[2].astype(np.int64)
     return np.argsort(key, kind="stable")
+
+
+def window_sections(cols: dict, level: int, index: int, hi: int, fold: bool) -> tuple[list, list]:
+    """A fine page's exact slices (classes >= level) and merged rows (the shorter ones starting in the
+    tile, one row per (track, bucket, depth)) from one scan of its raw window (tiles/query.py
+    _window_sql), in the columns and values of the two SQL sections they replace: a merged row's
+    count, busy ns and bytes (nulls count as nothing), and its longest slice (ties to the smaller
+    id) with that slice's name; with `fold`, depths past the page's `hi` are counted as hi + 1."""
+    L, t0, b0 = level, index << (level + TILE_BUCKETS_LOG2), index << TILE_BUCKETS_LOG2
+    track, sid, ts, dur = (np.asarray(cols[c]) for c in ("track_id", "slice_id", "ts", "dur"))
+    name, cls = np.asarray(cols["name_id"]), np.asarray(cols["cls"])
+    depth = np.asarray(cols["depth"]).astype(np.int16)
+    if fold:
+        depth = np.minimum(depth, hi + 1).astype(np.int16)
+    raw_bytes = cols["bytes"]
+    has = ~np.ma.getmaskarray(raw_bytes)
+    nbytes = np.where(has, np.ma.getdata(raw_bytes), 0).astype(np.int64)
+    exact = cls >= L
+    slices = [track[exact], sid[exact], ts[exact], dur[exact], depth[exact], name[exact], nbytes[exact]]
+    short = np.flatnonzero(~exact & (ts >= t0))
+    if not len(short):
+        z = np.zeros(0, np.int64)
+        return slices, [track[:0], z, depth[:0], z, z.astype(np.float64), z.astype(np.float64), z, z, name[:0]]
+    t, b, d = track[short].astype(np.int64), (ts[short] >> L) - b0, depth[short].astype(np.int64)
+    o = short[np.lexsort((sid[short], -dur[short], d, b, t))]  # each group's longest first
+    t, b, d = track[o].astype(np.int64), (ts[o] >> L) - b0, depth[o].astype(np.int64)
+    new = np.ones(len(o), dtype=bool)
+    new[1:] = (t[1:] != t[:-1]) | (b[1:] != b[:-1]) | (d[1:] != d[:-1])
+    first = np.flatnonzero(new)
+    lead = o[first]
+    merged = [track[lead], b[first], depth[lead], np.diff(np.append(first, len(o))),
+              np.add.reduceat(dur[o], first).astype(np.float64), np.add.reduceat(nbytes[o], first).astype(np.float64),
+              sid[lead], dur[lead], name[lead]]
+    return slices, merged
