@@ -228,8 +228,10 @@ def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
         skip |= {"slices", "merged", "instants"}  # past the deepest depth: an empty page, its fold empty
     fold = max_depth is None or hi < max_depth
     arrays, folds = {}, {}
-    window = None if {"slices", "merged"} & skip or not WINDOW_SCAN else _window_sql(info, level, index, grp, lo, hi, fold)
-    if window is not None:  # a fine page: its exact slices and merged rows from one scan of the window
+    window = None  # a fine page: its exact slices and merged rows from one scan of the window
+    if WINDOW_SCAN and not {"slices", "merged"} & skip:
+        window = _window_sql(info, level, index, grp, lo, hi, fold)
+    if window is not None:
         window = window_sections(con.execute(window).fetchnumpy(), level, index, hi, fold)
     for section, sql in _page_queries(info, level, index, grp, lo, hi, fold, window is not None).items():
         if section in skip:
