@@ -253,6 +253,12 @@ def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
     return encode_tile(arrays, level, index, group_name, _strings(con, names), extra)
 
 
+def _page_depth_sql(lo: int, hi: int, fold: bool) -> str:
+    """A page scan's depth test over raw rows: its depths, and with `fold` every deeper one too (none
+    on page 0 then: it holds for every row); written after the selective class and time tests."""
+    return ("" if lo == 0 else f"depth >= {lo} AND ") if fold else f"depth BETWEEN {lo} AND {hi} AND "
+
+
 def _window_sql(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int, fold: bool) -> str | None:
     """Below the pyramid, where a tile's window holds at most ~RAW_WINDOW_ROWS raw rows: one scan of
     lod_slices for the page's merged rows (classes < level, aggregated in numpy: tiles/rows.py
@@ -264,7 +270,7 @@ def _window_sql(info: LodInfo, level: int, index: int, grp: int | None, lo: int,
     if level >= info.base_level or not branches or branches[0][0] != "lod_slices":
         return None
     _, chunks, _, c_hi, look = branches[0]
-    depths = ("" if lo == 0 else f"depth >= {lo} AND ") if fold else f"depth BETWEEN {lo} AND {hi} AND "
+    depths = _page_depth_sql(lo, hi, fold)
     return (f"SELECT track_id, slice_id, ts, dur, depth, name_id, bytes, cls FROM lod_slices WHERE {_grp_filter(grp)}"
             f"{chunks}cls <= {c_hi} AND ts >= {max(0, look)} AND ts < {t1} AND {depths}ts + dur > {t0}")
 
@@ -282,9 +288,8 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
     g = _grp_filter(grp)
     lo, hi = int(lo), int(hi)
     # one scan where the rows come from a window of raw rows: the fold's rows are its deeper depths
-    # folded into one (least(depth, hi + 1)) by the same GROUP BY; none when there is no fold. The depth
-    # test is written after the selective class and time ones, and left out where it holds for every row
-    depths = ("" if lo == 0 else f"depth >= {lo} AND ") if fold else f"depth BETWEEN {lo} AND {hi} AND "
+    # folded into one (least(depth, hi + 1)) by the same GROUP BY; none when there is no fold
+    depths = _page_depth_sql(lo, hi, fold)
     as_depth = f"least(depth, {hi + 1})::SMALLINT" if fold else "depth"
     out = {}
     branches = _class_scans(info, L, t0, t1)[1 if windowed else 0:]  # windowed: the first came with the window

@@ -131,8 +131,8 @@ def window_sections(cols: dict, level: int, index: int, hi: int, fold: bool) -> 
         z = np.zeros(0, np.int64)
         return slices, [track[:0], z, depth[:0], z, z.astype(np.float64), z.astype(np.float64), z, z, name[:0]]
     t, b, d = track[short].astype(np.int64), (ts[short] >> L) - b0, depth[short].astype(np.int64)
-    o = short[np.lexsort((sid[short], -dur[short], d, b, t))]  # each group's longest first
-    t, b, d = track[o].astype(np.int64), (ts[o] >> L) - b0, depth[o].astype(np.int64)
+    rel = np.lexsort((sid[short], -dur[short], d, b, t))  # each group's longest first
+    o, t, b, d = short[rel], t[rel], b[rel], d[rel]
     new = np.ones(len(o), dtype=bool)
     new[1:] = (t[1:] != t[:-1]) | (b[1:] != b[:-1]) | (d[1:] != d[:-1])
     first = np.flatnonzero(new)
