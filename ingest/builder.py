@@ -314,7 +314,7 @@ class TraceBuilder:
         in_order = self._in_order and self._next_slice > 0
         depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
         con.execute(schema.create_sql("slices"))
-        stage.sort_final(con, depths, schema.column_names("slices"))
+        ordered = stage.sort_final(con, depths, schema.column_names("slices"))
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")
@@ -346,7 +346,7 @@ class TraceBuilder:
         insert_rows(con, "trace_meta", sorted(meta.items()))
 
         # slices into the file and the level-of-detail tables every published trace carries, at once
-        stage.write_slices_and_lod(con, build_lod, parallel=self.threads != 1)
+        stage.write_slices_and_lod(con, build_lod, parallel=self.threads != 1, ordered=ordered)
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()

@@ -25,38 +25,39 @@ def attach(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"SET search_path = '{_quote_ident(db)},{NAME}'")
 
 
-def sort_final(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, columns: list[str]) -> None:
-    """`_slices_final`: the staged slices with their depths filled in, sorted as `slices` is stored.
+def sort_final(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, columns: list[str]) -> bool:
+    """`_slices_final`: the staged slices with their depths filled in. Returns whether its rows are in
+    the order `slices` is stored in (track_id, ts, depth).
 
     Made once, in memory: the file's table and every query of the LOD build read it (a view
     would repeat the join for each of them). The staging table is dropped, so memory holds
     one copy of the slices. `depths` None: the staged rows are already in that order with their
-    depths (the builder checked as they came), so the staging table is renamed, not copied."""
+    depths (the builder checked as they came), so the staging table is renamed, not copied.
+    Otherwise the depths are joined in without a sort: the sort is left to the write of `slices`
+    (write_slices_and_lod), which runs beside the LOD build, and the LOD build needs no order (its
+    tables are sorted in their own orders), so the sort is no longer a step of its own before both."""
     if depths is None:
         con.execute(f"ALTER TABLE {NAME}._slices_staging RENAME TO _slices_final")
-        return
-    cols = ", ".join(f'"{c}"' if c != "depth" else "coalesce(s.depth, d.depth) AS depth" for c in columns)
-    con.register("_depths_arrow", depths)
-    try:
-        con.execute(f"CREATE TABLE {NAME}._depths AS SELECT * FROM _depths_arrow")
-    finally:
-        con.unregister("_depths_arrow")
-    con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY keeps that order
-    try:
-        con.execute(f"CREATE TABLE {NAME}._slices_final AS SELECT {cols} FROM {NAME}._slices_staging s"
-                    f" LEFT JOIN {NAME}._depths d USING (slice_id) ORDER BY track_id, ts, depth")
-    finally:
-        con.execute("SET preserve_insertion_order = false")
-    con.execute(f"DROP TABLE {NAME}._slices_staging")
-    con.execute(f"DROP TABLE {NAME}._depths")
+        return True
+    if depths.num_rows:
+        con.register("_depths_arrow", depths)
+        try:
+            con.execute(f"UPDATE {NAME}._slices_staging s SET depth = d.depth FROM _depths_arrow d"
+                        " WHERE s.slice_id = d.slice_id")
+        finally:
+            con.unregister("_depths_arrow")
+    con.execute(f"ALTER TABLE {NAME}._slices_staging RENAME TO _slices_final")
+    return False
 
 
-def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable, parallel: bool = True) -> None:
-    """`slices` from `_slices_final`, and build_lod over the same rows, at once; then detach.
+def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable, parallel: bool = True,
+                         ordered: bool = True) -> None:
+    """`slices` from `_slices_final` (sorted on the way in unless `ordered`), and build_lod over the
+    same rows, at once; then detach.
 
     Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL); without
     `parallel` (a one-thread build: a fleet runs one per core) one after the other."""
-    write = f"INSERT INTO slices SELECT * FROM {NAME}._slices_final"  # in order already
+    write = f"INSERT INTO slices SELECT * FROM {NAME}._slices_final" + ("" if ordered else " ORDER BY track_id, ts, depth")
     source = f"{NAME}._slices_final"
     con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
     try:

@@ -112,15 +112,21 @@ _CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id 
 
 
 def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
-                 limit: int | None = None, chunk_log2: int | None = None) -> None:
+                 limit: int | None = None, chunk_log2: int | None = None, cols: dict | None = None) -> None:
     """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes); `limit`: the
     most slices read into memory at once (NUMPY_MAX_SLICES by default); `chunk_log2`: lod_slices'
-    chunk width, when known (a large trace's parts are then read as row ranges)."""
+    chunk width, when known (a large trace's parts are then read as row ranges); `cols`: lod_slices'
+    columns when the caller has them in memory (not read again unless there are over `limit`)."""
     limit = NUMPY_MAX_SLICES if limit is None else limit
-    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
+    if cols is not None:
+        n = len(cols["ts"])
+    else:
+        (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
     con.execute(_CREATE.format(name="lod_merged"))
     if n <= limit:
-        out = _levels(con.execute(f"SELECT {_COLUMNS} FROM lod_slices").fetchnumpy(), base, max_level)
+        if cols is None:
+            cols = con.execute(f"SELECT {_COLUMNS} FROM lod_slices").fetchnumpy()
+        out = _levels(cols, base, max_level)
         _insert(con, "lod_merged", out)
         return
     # in parts; each level's rows of every part staged in a table of its own, in part order, so the
