@@ -108,6 +108,40 @@ class SourceState:
         self.problems.clear()
 
 
+STAGE_ROWS = 100_000
+
+
+def _concat(batches: list[dict]) -> pa.Table:
+    """Slice batches (dicts of columns, not all with the same columns) as one table; columns a batch
+    lacks are nulls there, dictionary columns stay dictionaries (unified)."""
+    if len(batches) == 1:
+        return _table(batches[0])
+    tables = [_table(b) for b in batches]
+    names = list(dict.fromkeys(c for t in tables for c in t.column_names))
+    types = {}
+    for t in tables:
+        for f in t.schema:
+            types.setdefault(f.name, f.type)
+    full = []
+    for t in tables:
+        cols = {}
+        for c in names:
+            if c in t.column_names:
+                col = t[c]
+                if col.type != types[c]:
+                    col = col.cast(types[c])
+            else:
+                col = pa.nulls(t.num_rows, types[c])
+            cols[c] = col
+        full.append(pa.table(cols))
+    return pa.concat_tables(full)
+
+
+def _table(batch: dict) -> pa.Table:
+    return pa.table({k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
+                     for k, v in batch.items() if v is not None})
+
+
 class Writer:
     """Runs one source's writes to the trace file in order on one thread.
 
@@ -167,6 +201,8 @@ class ChromeState:
         self.flow_keys: dict[tuple[str, str], int] = {}
         self.writer: Writer | None = None
         self.next_slice = 0
+        self._pending: list[dict] = []  # slice batches not yet handed to the builder
+        self._pending_rows = 0
 
     def begin_writes(self) -> None:
         self.next_slice = self.builder.n_slices
@@ -174,6 +210,9 @@ class ChromeState:
 
     def end_writes(self, ok: bool = True) -> None:
         """Waits for the queued writes (raising their error when ok) and stops the writer."""
+        if ok:
+            self._flush_slices()
+        self._pending, self._pending_rows = [], 0
         w, self.writer = self.writer, None
         if w is None:
             return
@@ -190,18 +229,34 @@ class ChromeState:
             self.writer.submit(job)
 
     def add_slices(self, batch: dict) -> int:
-        """Queues a batch of slices; returns the id its first slice will get."""
+        """Queues a batch of slices; returns the id its first slice will get.
+
+        Batches (one per chunk and kind of event) are handed to the builder in runs of at least
+        STAGE_ROWS rows: DuckDB's cost per append falls by a third from 20 k to 100 k rows, and the
+        appends were what held the parser back (its queue to the writer was full)."""
+        n = len(batch["ts"])
         first = self.next_slice
-        self.next_slice += len(batch["ts"])
+        self.next_slice += n
+        self._pending.append(batch)
+        self._pending_rows += n
+        if self.writer is None or self._pending_rows >= STAGE_ROWS:
+            self._flush_slices()
+        return first
+
+    def _flush_slices(self) -> None:
+        if not self._pending:
+            return
+        batches, self._pending, n = self._pending, [], self._pending_rows
+        self._pending_rows = 0
+        first = self.next_slice - n
         builder = self.builder
 
         def job():
-            got = builder.add_slices(batch)
+            got = builder.add_slices(_concat(batches))
             if got != first:
                 raise RuntimeError(f"slice ids out of step: expected {first}, builder gave {got}")
 
         self.submit(job)
-        return first
 
     def add_counters(self, track_ids, ts, values) -> None:
         builder = self.builder
