@@ -100,3 +100,25 @@ def test_over_the_limit_the_sql_build_runs(trace_store, tmp_path, monkeypatch):
                                  (1 << 61) - 1, 1 << 61, (1 << 62) - 1, 1 << 62])
 def test_duration_class_is_floor_log2_exactly(dur):
     assert int(lod_numpy.dur_class(np.array([dur], np.int64))[0]) == dur.bit_length() - 1
+
+
+def test_one_pass_instant_and_counter_pyramids_equal_the_level_by_level_ones(trace_store, tmp_path, monkeypatch):
+    store = Store(trace_store.root, sweep=False)
+    for trace in ("synthetic", "chain"):
+        path = store.trace_path(trace_store.ids[trace])
+        one = _rebuild(path, tmp_path / f"{trace}-one.duckdb", True, monkeypatch)
+        monkeypatch.setattr(lod, "ONE_PASS_ROWS", 0)
+        levels = _rebuild(path, tmp_path / f"{trace}-levels.duckdb", True, monkeypatch)
+        monkeypatch.undo()
+        try:
+            for t in ("lod_instant_merged", "lod_counter_merged"):
+                cols = "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index"
+                assert one.execute(cols, [t]).fetchall() == levels.execute(cols, [t]).fetchall()
+                a = one.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                assert a == levels.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall(), t
+                keys = one.execute(f"SELECT level, grp, b, track_id FROM {t} ORDER BY rowid").fetchall()
+                assert keys == sorted(keys)
+            assert one.execute("SELECT count(*) FROM lod_counter_merged").fetchone()[0] > (trace == "synthetic") * 100
+        finally:
+            one.close()
+            levels.close()

@@ -311,24 +311,52 @@ def _build_merged_pyramid(con, base: int, max_level: int) -> None:
 
 
 def _build_instant_pyramid(con, base: int, max_level: int) -> None:
+    columns = (f"level, grp, b, track_id, depth::SMALLINT AS depth, count, (fkey >> {ID_BITS})::BIGINT AS ts,"
+               f" (fkey & {(1 << ID_BITS) - 1})::BIGINT AS slice_id, f_name AS name_id")
+    agg = f"count(*)::BIGINT AS count, min({FIRST_KEY}) AS fkey, arg_min(name_id, {FIRST_KEY}) AS f_name"
+    if _one_pass(con, "lod_instants", base, max_level):
+        _pyramid_one_pass(con, "lod_instant_merged", columns, "lod_instants", "grp, track_id, depth", agg, base, max_level)
+        return
     _pyramid(
-        con, "lod_instant_merged",
-        f"level, grp, b, track_id, depth::SMALLINT AS depth, count, (fkey >> {ID_BITS})::BIGINT AS ts,"
-        f" (fkey & {(1 << ID_BITS) - 1})::BIGINT AS slice_id, f_name AS name_id",
-        f"SELECT grp, ts >> {base} AS b, track_id, depth, count(*)::BIGINT AS count, min({FIRST_KEY}) AS fkey,"
-        f" arg_min(name_id, {FIRST_KEY}) AS f_name FROM lod_instants GROUP BY ALL",
+        con, "lod_instant_merged", columns,
+        f"SELECT grp, ts >> {base} AS b, track_id, depth, {agg} FROM lod_instants GROUP BY ALL",
         lambda level: "SELECT grp, b >> 1 AS b, track_id, depth, sum(count)::BIGINT AS count, min(fkey) AS fkey,"
                       " arg_min(f_name, fkey) AS f_name FROM _lvl_prev GROUP BY ALL",
         base, max_level)
 
 
 def _build_counter_pyramid(con, base: int, max_level: int) -> None:
+    agg = ("count(*)::BIGINT AS count, min(value) AS vmin, max(value) AS vmax, arg_min(value, ts) AS vfirst,"
+           " arg_max(value, ts) AS vlast, min(ts) AS ts_first, max(ts) AS ts_last")
+    if _one_pass(con, "lod_counters", base, max_level):
+        _pyramid_one_pass(con, "lod_counter_merged", "*", "lod_counters", "grp, track_id", agg, base, max_level)
+        return
     _pyramid(
         con, "lod_counter_merged", "*",
-        f"SELECT grp, ts >> {base} AS b, track_id, count(*)::BIGINT AS count, min(value) AS vmin,"
-        " max(value) AS vmax, arg_min(value, ts) AS vfirst, arg_max(value, ts) AS vlast,"
-        " min(ts) AS ts_first, max(ts) AS ts_last FROM lod_counters GROUP BY ALL",
+        f"SELECT grp, ts >> {base} AS b, track_id, {agg} FROM lod_counters GROUP BY ALL",
         lambda level: "SELECT grp, b >> 1 AS b, track_id, sum(count)::BIGINT AS count, min(vmin) AS vmin,"
                       " max(vmax) AS vmax, arg_min(vfirst, ts_first) AS vfirst, arg_max(vlast, ts_last) AS vlast,"
                       " min(ts_first) AS ts_first, max(ts_last) AS ts_last FROM _lvl_prev GROUP BY ALL",
         base, max_level)
+
+
+# a pyramid of at most this many (row, level) pairs is built by one statement (_pyramid_one_pass)
+ONE_PASS_ROWS = 2_000_000
+
+
+def _one_pass(con, table: str, base: int, max_level: int) -> bool:
+    (n,) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return n * (max_level - base + 1) <= ONE_PASS_ROWS
+
+
+def _pyramid_one_pass(con, name: str, columns: str, source: str, keys: str, agg: str, base: int, max_level: int) -> None:
+    """The same table as _pyramid's level-by-level build, from one statement: every level aggregates the
+    source rows directly (level L's bucket of a row is ts >> L, the bucket its lower levels merge into).
+    Level by level costs four statements a level, most of a small trace's LOD build; this reads the
+    source once per level in one query, so it is kept to small tables (ONE_PASS_ROWS)."""
+    con.execute(
+        f"CREATE TABLE {name} AS SELECT {columns} FROM ("
+        f" SELECT l.level::TINYINT AS level, grp, ts >> l.level AS b, {keys.replace('grp, ', '', 1)}, {agg}"
+        f" FROM {source} CROSS JOIN (SELECT range AS level FROM range({base}, {max_level + 1})) l"
+        f" GROUP BY l.level, grp, b, {keys.replace('grp, ', '', 1)}) ORDER BY level, grp, b, track_id"
+    )
