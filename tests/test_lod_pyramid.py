@@ -45,11 +45,15 @@ def _assert_same(con: duckdb.DuckDBPyConnection, numpy_file: Path) -> int:
         con.execute("DETACH np_build")
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["packed-key", "lexsort"])
 @pytest.mark.parametrize("sample", ["mtia-rank0-dma.json.gz", "a100-rank0-memcpy.json.gz",
                                     "mi210-gpu-only.json.gz"])
-def test_numpy_pyramid_equals_the_sql_pyramid_on_real_traces(tmp_path, sample):
-    # DMA bytes (MTIA), memcpy bytes with nulls elsewhere (A100), an AMD GPU-only trace
+def test_numpy_pyramid_equals_the_sql_pyramid_on_real_traces(tmp_path, monkeypatch, sample, packed):
+    # DMA bytes (MTIA), memcpy bytes with nulls elsewhere (A100), an AMD GPU-only trace; each level's
+    # rows grouped by one packed int64 key, or (keys too wide to pack) by a sort on all of them
     assert lod.MERGED_IN_NUMPY
+    if not packed:
+        monkeypatch.setattr(pyramid, "packed", lambda *keys: None)
     store = Store(tmp_path / "store")
     res = ingest_one(store, [SAMPLES / sample], sample, views=False)
     assert res.error is None, res.error
@@ -139,3 +143,19 @@ def test_sums_that_could_overflow_take_the_sql_build():
     assert pyramid.fits(con)
     con.execute("UPDATE lod_slices SET bytes = -9223372036854775808")
     assert not pyramid.fits(con)  # |INT64_MIN| itself is past int64; no error either
+
+
+def test_packed_key_sorts_as_the_keys_do_and_refuses_what_does_not_fit():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    grp = rng.integers(0, 40, 5000).astype(np.int32)
+    b = rng.integers(-(1 << 30), 1 << 30, 5000).astype(np.int64)
+    track = rng.integers(0, 300, 5000).astype(np.int32)
+    depth = rng.integers(0, 60, 5000).astype(np.int16)
+    key = pyramid.packed(grp, b, track, depth)
+    by_key = sorted(range(5000), key=lambda i: (key[i], i))
+    by_tuple = sorted(range(5000), key=lambda i: ((grp[i], b[i], track[i], depth[i]), i))
+    assert by_key == by_tuple
+    wide = np.array([-(1 << 61), 1 << 61], np.int64)
+    assert pyramid.packed(np.array([0, 3], np.int32), wide) is None  # 63 bits of b and 2 of grp

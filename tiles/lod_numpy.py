@@ -8,8 +8,8 @@ dictionary_encode) and ranked by sorting only the distinct ones, and each table 
 integer keys (np.lexsort) and one append of numeric columns; the pyramid (tiles/pyramid.py) gets
 lod_slices' columns as they are, without reading them back. The tables are the same, row for row
 and in the same order, as the SQL build's (tests/test_lod_numpy.py); ties in the sort keys (the
-same group, chunk, class and start) are in slice_id order here, in any order in SQL, and no
-reader depends on the order within such a tie.
+same group, chunk, class and start) are in either build's own order, and no reader depends on the
+order within such a tie.
 
 Memory: about 60 bytes a slice plus its name (MAX_SLICES bounds it); a larger trace takes the
 SQL build, which DuckDB spills to disk.
@@ -23,6 +23,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from acceltrace.tiles import pyramid
 
 MAX_SLICES = 8_000_000
 _I62 = 1 << 62
@@ -134,7 +136,7 @@ def write(con: duckdb.DuckDBPyConnection, s: Slices, start_ns: int, max_level: i
     chunk_log2 = chunk_log2_of(rate)
     cls = dur_class(d)
     chunk = (t >> chunk_log2).astype(np.int32)
-    order = np.lexsort((s.sid[rows], t, cls, chunk, g))
+    order = _order(g, chunk, cls, t)
     rows, g, t, d, cls, chunk = rows[order], g[order], t[order], d[order], cls[order], chunk[order]
     cols = {
         "grp": g, "chunk": chunk, "cls": cls, "ts": t, "dur": d, "track_id": s.track[rows],
@@ -145,12 +147,12 @@ def write(con: duckdb.DuckDBPyConnection, s: Slices, start_ns: int, max_level: i
     hist = np.bincount(cls.astype(np.int64), minlength=1) if len(cls) else np.zeros(1, np.int64)
     long_cls = long_class_of([(k, int(c)) for k, c in enumerate(hist) if c], chunk_log2)
     sel = np.flatnonzero(cls >= long_cls)
-    sel = sel[np.lexsort((cols["slice_id"][sel], t[sel], cls[sel], g[sel]))]
+    sel = sel[_order(g[sel], cls[sel], t[sel])]
     _create(con, "lod_long", {k: v[sel] for k, v in cols.items()}, _SLICE_TYPES)
 
     irows = np.flatnonzero(inst)
     ig, it = grp[irows], ts[irows]
-    iorder = np.lexsort((s.sid[irows], it, ig))
+    iorder = _order(ig, it)
     irows, ig, it = irows[iorder], ig[iorder], it[iorder]
     _create(con, "lod_instants", {"grp": ig, "ts": it, "track_id": s.track[irows], "depth": s.depth[irows],
                                   "slice_id": s.sid[irows], "name_id": s.name_id[irows]}, _INSTANT_TYPES)
@@ -160,6 +162,15 @@ def write(con: duckdb.DuckDBPyConnection, s: Slices, start_ns: int, max_level: i
         slice_counts=np.bincount(g.astype(np.int64), minlength=n_grp),
         instant_counts=np.bincount(ig.astype(np.int64), minlength=n_grp),
     )
+
+
+def _order(*keys: np.ndarray) -> np.ndarray:
+    """The permutation sorting rows by these keys (most significant first): one argsort of a packed
+    int64 key where their ranges fit in 63 bits (tiles/pyramid.py), else np.lexsort."""
+    if not len(keys[0]):
+        return np.zeros(0, np.int64)
+    key = pyramid.packed(*keys)
+    return np.lexsort(keys[::-1]) if key is None else np.argsort(key, kind="stable")
 
 
 def sums_fit(cols: dict) -> bool:

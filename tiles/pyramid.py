@@ -93,17 +93,48 @@ def _reduce(r: _Rows) -> _Rows:
     """One row per (grp, b, track, depth), in that order: sums, and the longest row (ties: smaller id)."""
     if not len(r):
         return r
-    order = np.lexsort((r.lid, -r.ldur, r.depth, r.track, r.b, r.grp))
-    grp, b, track, depth = r.grp[order], r.b[order], r.track[order], r.depth[order]
-    new = np.empty(len(order), dtype=bool)
-    new[0] = True
-    new[1:] = (grp[1:] != grp[:-1]) | (b[1:] != b[:-1]) | (track[1:] != track[:-1]) | (depth[1:] != depth[:-1])
-    starts = np.flatnonzero(new)
-    first = order[starts]  # the longest of each group: the sort put it first
+    key = packed(r.grp, r.b, r.track, r.depth)
+    if key is None:  # keys too wide for one int64: sort on all of them, longest first in each group
+        order = np.lexsort((r.lid, -r.ldur, r.depth, r.track, r.b, r.grp))
+        grp, b, track, depth = r.grp[order], r.b[order], r.track[order], r.depth[order]
+        new = np.empty(len(order), dtype=bool)
+        new[0] = True
+        new[1:] = (grp[1:] != grp[:-1]) | (b[1:] != b[:-1]) | (track[1:] != track[:-1]) | (depth[1:] != depth[:-1])
+        starts = np.flatnonzero(new)
+        first = order[starts]  # the longest of each group: the sort put it first
+    else:  # one sort of one int64 key; each group's longest found by two reductions, not by the sort
+        order = np.argsort(key)
+        k = key[order]
+        new = np.empty(len(order), dtype=bool)
+        new[0] = True
+        new[1:] = k[1:] != k[:-1]
+        starts = np.flatnonzero(new)
+        ldur = r.ldur[order]
+        sizes = np.diff(np.append(starts, len(order)))
+        top = ldur == np.repeat(np.maximum.reduceat(ldur, starts), sizes)
+        lid = np.where(top, r.lid[order], np.iinfo(np.int64).max)
+        win = top & (lid == np.repeat(np.minimum.reduceat(lid, starts), sizes))  # one row per group (ids differ)
+        first = order[np.flatnonzero(win)]
+        grp, b, track, depth = r.grp[order], r.b[order], r.track[order], r.depth[order]
     return _Rows(grp=grp[starts], b=b[starts], track=track[starts], depth=depth[starts],
                  count=np.add.reduceat(r.count[order], starts), busy=np.add.reduceat(r.busy[order], starts),
                  bytes=np.add.reduceat(r.bytes[order], starts), nbytes=np.add.reduceat(r.nbytes[order], starts),
                  ldur=r.ldur[first], lid=r.lid[first], lname=r.lname[first])
+
+
+def packed(*keys: np.ndarray) -> np.ndarray | None:
+    """The keys (most significant first) packed into one int64 that sorts as they do, or None when
+    their ranges need more than 63 bits together."""
+    out = np.zeros(len(keys[0]), np.int64)
+    bits = 0
+    for k in reversed(keys):
+        lo, hi = int(k.min()), int(k.max())
+        width = max(1, (hi - lo).bit_length())
+        if bits + width > 63:
+            return None
+        out |= (k.astype(np.int64) - lo) << bits
+        bits += width
+    return out
 
 
 _COLUMNS = "grp, ts, dur, track_id, depth, slice_id, name_id, bytes, cls"

@@ -108,7 +108,7 @@ class SourceState:
         self.problems.clear()
 
 
-STAGE_ROWS = 100_000
+STAGE_ROWS = 50_000
 
 
 def _concat(batches: list[dict]) -> pa.Table:
