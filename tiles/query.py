@@ -238,12 +238,10 @@ def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
             arrays[section] = [np.zeros(0, _NP[dt]) for _, dt in COLUMNS[section]]
             folds[section] = [c[:0] for c in arrays[section]]
             continue
-        if section == "merged" and window is not None:
-            cols = window[1]
+        if window is not None and section in ("slices", "merged"):  # every class's rows came with the window
+            cols = window[0] if section == "slices" else window[1]
         else:
             cols = [np.asarray(v) for v in con.execute(sql).fetchnumpy().values()]
-            if section == "slices" and window is not None:  # the rest of the long classes, from SQL
-                cols = [np.concatenate([a, b.astype(a.dtype)]) for a, b in zip(window[0], cols)]
         arrays[section], folds[section] = _split_sorted(section, cols, lo, hi)
         if stats is not None:
             stats[section] = stats.get(section, 0) + len(arrays[section][0])
@@ -262,17 +260,24 @@ def _page_depth_sql(lo: int, hi: int, fold: bool) -> str:
 def _window_sql(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int, fold: bool) -> str | None:
     """Below the pyramid, where a tile's window holds at most ~RAW_WINDOW_ROWS raw rows: one scan of
     lod_slices for the page's merged rows (classes < level, aggregated in numpy: tiles/rows.py
-    window_sections) and the exact slices of its first class branch, which reads the same chunks:
-    one DuckDB query instead of two (most of a fine page's time is DuckDB's cost per query). None
-    where that does not hold (the pyramid's levels, or a first branch read from lod_long)."""
+    window_sections) and the exact slices of its first class branch, which reads the same chunks, and
+    (column part = 1) the exact slices of the longer class branches, UNION ALL: one DuckDB query for the
+    page's slices and merged rows instead of three (most of a fine page's time is DuckDB's cost per
+    query, ~1.5-2 ms each). None where that does not hold (the pyramid's levels, or a first branch read
+    from lod_long)."""
     t0, t1 = index << (level + TILE_BUCKETS_LOG2), (index + 1) << (level + TILE_BUCKETS_LOG2)
     branches = _class_scans(info, level, t0, t1)
     if level >= info.base_level or not branches or branches[0][0] != "lod_slices":
         return None
     _, chunks, _, c_hi, look = branches[0]
     depths = _page_depth_sql(lo, hi, fold)
-    return (f"SELECT track_id, slice_id, ts, dur, depth, name_id, bytes, cls FROM lod_slices WHERE {_grp_filter(grp)}"
-            f"{chunks}cls <= {c_hi} AND ts >= {max(0, look)} AND ts < {t1} AND {depths}ts + dur > {t0}")
+    g, cols = _grp_filter(grp), "track_id, slice_id, ts, dur, depth, name_id, bytes, cls"
+    # the longer classes' exact slices (part 1) in the same query: one DuckDB query per fine page, not two
+    return " UNION ALL ".join(
+        [f"SELECT {cols}, 0 AS part FROM lod_slices WHERE {g}{chunks}cls <= {c_hi} AND ts >= {max(0, look)}"
+         f" AND ts < {t1} AND {depths}ts + dur > {t0}"]
+        + [f"SELECT {cols}, 1 FROM {table} WHERE {g}{ch}cls BETWEEN {c_lo} AND {c_hi2} AND ts >= {max(0, look2)}"
+           f" AND ts < {t1} AND {depths}ts + dur > {t0}" for table, ch, c_lo, c_hi2, look2 in branches[1:]])
 
 
 def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int,

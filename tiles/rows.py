@@ -110,9 +110,9 @@ def _order(section: str, cols: list[np.ndarray]) -> np.ndarray:
 
 
 def window_sections(cols: dict, level: int, index: int, hi: int, fold: bool) -> tuple[list, list]:
-    """A fine page's exact slices (classes >= level) and merged rows (the shorter ones starting in the
-    tile, one row per (track, bucket, depth)) from one scan of its raw window (tiles/query.py
-    _window_sql), in the columns and values of the two SQL sections they replace: a merged row's
+    """A fine page's exact slices (classes >= level, and every row of `part` 1: the longer classes'
+    branches) and merged rows (the shorter ones starting in the tile, one row per (track, bucket, depth))
+    from one query of its raw window (tiles/query.py _window_sql), in the columns and values of the two SQL sections they replace: a merged row's
     count, busy ns and bytes (nulls count as nothing), and its longest slice (ties to the smaller
     id) with that slice's name; with `fold`, depths past the page's `hi` are counted as hi + 1."""
     L, t0, b0 = level, index << (level + TILE_BUCKETS_LOG2), index << TILE_BUCKETS_LOG2
@@ -125,6 +125,8 @@ def window_sections(cols: dict, level: int, index: int, hi: int, fold: bool) -> 
     has = ~np.ma.getmaskarray(raw_bytes)
     nbytes = np.where(has, np.ma.getdata(raw_bytes), 0).astype(np.int64)
     exact = cls >= L
+    if "part" in cols:  # rows of the longer classes' branches (part 1): exact slices whatever their class
+        exact |= np.asarray(cols["part"]) == 1
     slices = [track[exact], sid[exact], ts[exact], dur[exact], depth[exact], name[exact], nbytes[exact]]
     short = np.flatnonzero(~exact & (ts >= t0))
     if not len(short):
