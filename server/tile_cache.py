@@ -104,6 +104,13 @@ class TileBytes:
             return None, ""
         return body, "identity"
 
+    def maybe_on_disk(self, key: tuple, want_gzip: bool) -> bool:
+        """False when on_disk() would surely find nothing: no file of the key (stat calls only, so the
+        event loop may ask; a cold tile then goes to its route without a thread hop to look)."""
+        if want_gzip and self.gzip_on and self.disk.has(*key, "gzip"):
+            return True
+        return self.disk.has(*key, "identity")
+
     def _lookup(self, key: tuple, enc: str) -> bytes | None:
         body = self.memory.get(key + (enc,))
         if body is None:
@@ -167,6 +174,8 @@ class TileFastPath:
         key = (trace_id, level, index, group)
         body, enc = state.tile_bytes.in_memory(key, want_gzip)
         if body is None:
+            if not state.tile_bytes.maybe_on_disk(key, want_gzip):
+                return False  # a tile to build: straight to the route (a thread hop to look costs ~1-2 ms)
             # built by another worker (or before a restart): its file, read in a thread, still
             # skips the route; the first pass of a team over a trace's tiles goes this way
             body, enc = await asyncio.get_running_loop().run_in_executor(

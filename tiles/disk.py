@@ -52,6 +52,10 @@ class DiskTiles:
         name = f"{trace_id}.tile.v{LOD_VERSION}-{TILE_FORMAT_VERSION}.{level}.{index}.{group or 'all'}.bin"
         return self.traces_dir / (name + (".gz" if enc == "gzip" else ""))
 
+    def has(self, trace_id: str, level: int, index: int, group: str | None, enc: str) -> bool:
+        """Whether the file is there (one stat: cheap enough for the event loop, unlike a read)."""
+        return self.on and os.path.exists(self.path(trace_id, level, index, group, enc))
+
     def read(self, trace_id: str, level: int, index: int, group: str | None, enc: str) -> bytes | None:
         if not self.on:
             return None
