@@ -137,7 +137,7 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
-    app.add_middleware(TileFastPath, fastapi_app=app)  # tiles in memory, before routing
+    app.add_middleware(TileFastPath, fastapi_app=app, cold_job=tiles.cold_job)  # tiles, before routing
     app.add_middleware(LimitsMiddleware, limits=Limits.from_env(max_inflight=max_inflight))  # inside the Host check
     app.add_middleware(SecurityMiddleware, hosts=allowed_hosts(bind_host, extra_hosts))
     return app

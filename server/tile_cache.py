@@ -146,9 +146,12 @@ class TileFastPath:
     headers the route gives); anything else (a tile to build, a trace not open, odd parameters)
     goes on to the route. Inside the Host check and the in-flight bound."""
 
-    def __init__(self, app, fastapi_app):
+    def __init__(self, app, fastapi_app, cold_job=None):
         self.app = app
         self.fastapi_app = fastapi_app
+        # (state, trace_id, level, index, group, page) -> (key, build) or None: a tile in neither cache
+        # that needs no check the route makes is built here too (server/routers/tiles.py cold_job)
+        self.cold_job = cold_job
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "GET":
@@ -161,7 +164,8 @@ class TileFastPath:
 
     async def _answer(self, state, m, q, scope, send) -> bool:
         trace_id, level, index = m.group(1), int(m.group(2)), int(m.group(3))
-        group = q.group(1).decode() if q.group(1) else None
+        raw_group = group = q.group(1).decode() if q.group(1) else None
+        page = 0
         if q.group(2) is not None:
             page = int(q.group(2))
             if page > MAX_PAGE:
@@ -171,21 +175,28 @@ class TileFastPath:
             return False
         headers = {k: v for k, v in scope["headers"] if k in (b"accept-encoding", b"if-none-match")}
         want_gzip = b"gzip" in headers.get(b"accept-encoding", b"")
-        key = (trace_id, level, index, group)
-        body, enc = state.tile_bytes.in_memory(key, want_gzip)
-        if body is None:
-            if not state.tile_bytes.maybe_on_disk(key, want_gzip):
-                return False  # a tile to build: straight to the route (a thread hop to look costs ~1-2 ms)
-            # built by another worker (or before a restart): its file, read in a thread, still
-            # skips the route; the first pass of a team over a trace's tiles goes this way
-            body, enc = await asyncio.get_running_loop().run_in_executor(
-                None, state.tile_bytes.on_disk, key, want_gzip)
-            if body is None:
-                return False
-        etag = tile_etag(trace_id, level, index, group, enc)
-        out = [(b"etag", etag.encode()), (b"cache-control", IMMUTABLE.encode()), (b"vary", b"Accept-Encoding")]
         inm = headers.get(b"if-none-match")
         held = held_etag(inm.decode("latin-1") if inm is not None else None, trace_id, level, index, group)
+        key = (trace_id, level, index, group)
+        body, enc = state.tile_bytes.in_memory(key, want_gzip)
+        loop = asyncio.get_running_loop()
+        if body is None and state.tile_bytes.maybe_on_disk(key, want_gzip):
+            # built by another worker (or before a restart): its file, read in a thread, still
+            # skips the route; the first pass of a team over a trace's tiles goes this way
+            body, enc = await loop.run_in_executor(None, state.tile_bytes.on_disk, key, want_gzip)
+        if body is None:  # to build: here when nothing needs the route's checks, else by the route
+            job = self.cold_job(state, trace_id, level, index, raw_group, page) if self.cold_job else None
+            if job is None:
+                return False
+            if held is None:
+                try:
+                    body, enc = await loop.run_in_executor(None, state.tile_bytes.get, job[0], want_gzip, job[1])
+                except Exception:  # the route builds it again and answers the error its own way
+                    return False
+            else:  # a valid tile the client holds: its 304 needs no bytes
+                enc = "identity"
+        etag = tile_etag(trace_id, level, index, group, enc)
+        out = [(b"etag", etag.encode()), (b"cache-control", IMMUTABLE.encode()), (b"vary", b"Accept-Encoding")]
         if held is not None:
             out[0] = (b"etag", held.encode())
             await send({"type": "http.response.start", "status": 304, "headers": out})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
@@ -31,6 +33,38 @@ def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, froze
         raise ApiError(404, "not_found", f"no tile group {group!r} in trace {trace_id!r}; see 'groups' in its metadata")
     grp = int(group[1:])
     return grp, empty_sections(*counts[grp]), depths.get(grp, 0)
+
+
+def _job(h, trace_id: str, level: int, index: int, group: str | None, page: int,
+         grp: tuple[int | None, frozenset[str], int]) -> tuple[tuple, Callable[[], bytes]]:
+    """(cache key, build) of one depth page of a tile; `grp` is _group_index's answer for `group`."""
+    g, empty, max_depth = grp
+    if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
+        empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
+
+    def build() -> bytes:
+        # this depth page alone, from queries bounded by its depths (tiles/query.py build_page)
+        with h.cursor() as cur:
+            return build_page(cur, h.info, level, index, g, page, group, empty, _names(h, cur), max_depth)
+
+    return (trace_id, level, index, page_key(group, page)), build
+
+
+def cold_job(state: AppState, trace_id: str, level: int, index: int, group: str | None,
+             page: int) -> tuple[tuple, Callable[[], bytes]] | None:
+    """What the tile fast path (server/tile_cache.py) may build itself, without FastAPI's routing and
+    validation (~2 ms of a cold fine tile's ~12): an open trace whose tables and group counts are
+    loaded, a level it has, a group it has. None for anything else: the route answers it (its errors
+    included). The same job as the route's, so the same bytes and cache entries."""
+    h = state.open_trace(trace_id)
+    if h is None or h.info is None or "group_counts" not in h.cache or level > h.info.max_level \
+            or index > (1 << 40) or page > MAX_PAGE:
+        return None
+    try:
+        grp = _group_index(h, trace_id, group)
+    except ApiError:
+        return None
+    return _job(h, trace_id, level, index, group, page, grp)
 
 
 def _names(h, cur) -> list[str] | None:
@@ -71,23 +105,15 @@ async def get_tile(
                        f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
                        "covers the whole trace)")
     if "group_counts" in h.cache:
-        grp, empty, max_depth = _group_index(h, trace_id, group)
+        grp = _group_index(h, trace_id, group)
     else:
-        grp, empty, max_depth = await run_in_threadpool(_group_index, h, trace_id, group)
-    if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
-        empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
+        grp = await run_in_threadpool(_group_index, h, trace_id, group)
     want_gzip = "gzip" in request.headers.get("accept-encoding", "")
     gkey = page_key(group, page)
     held = held_etag(request.headers.get("if-none-match"), trace_id, level, index, gkey)
     if held is not None:
         return Response(status_code=304, headers={"ETag": held, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"})
-
-    def build() -> bytes:
-        # this depth page alone, from queries bounded by its depths (tiles/query.py build_page)
-        with h.cursor() as cur:
-            return build_page(cur, h.info, level, index, grp, page, group, empty, _names(h, cur), max_depth)
-
-    key = (trace_id, level, index, gkey)
+    key, build = _job(h, trace_id, level, index, group, page, grp)
     body, enc = state.tile_bytes.in_memory(key, want_gzip)
     if body is None:
         body, enc = await run_in_threadpool(state.tile_bytes.get, key, want_gzip, build)
