@@ -314,7 +314,7 @@ class TraceBuilder:
         in_order = self._in_order and self._next_slice > 0
         depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
         con.execute(schema.create_sql("slices"))
-        ordered = stage.sort_final(con, depths, schema.column_names("slices"))
+        ordered = stage.finalize(con, depths)
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")

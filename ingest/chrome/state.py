@@ -113,7 +113,7 @@ STAGE_ROWS = 50_000
 
 def _concat(batches: list[dict]) -> pa.Table:
     """Slice batches (dicts of columns, not all with the same columns) as one table; columns a batch
-    lacks are nulls there, dictionary columns stay dictionaries (unified)."""
+    lacks are nulls there, dictionary columns stay dictionaries (each batch's own)."""
     if len(batches) == 1:
         return _table(batches[0])
     tables = [_table(b) for b in batches]
