@@ -122,3 +122,15 @@ def test_one_pass_instant_and_counter_pyramids_equal_the_level_by_level_ones(tra
         finally:
             one.close()
             levels.close()
+
+
+@pytest.mark.parametrize("groups,spread", [(3, 1024), (5000, 1024), (2, 1 << 30)])
+def test_peak_rate_counts_the_densest_group_bucket_with_or_without_a_bin_array(groups, spread):
+    # few groups and the usual 1025 buckets take one bincount; very many groups, or times spread far
+    # (a capture's own start), a sort: the same peak either way, and no bin array of groups x spread
+    rng = np.random.default_rng(groups)
+    grp = rng.integers(0, groups, 20_000).astype(np.int32)
+    ts = rng.integers(0, spread << 4, 20_000).astype(np.int64)
+    grp[:50], ts[:50] = groups - 1, 7 << 4  # the densest: 50 events in one (group, bucket)
+    keys, counts = np.unique(np.stack([grp.astype(np.int64), ts >> 4]), axis=1, return_counts=True)
+    assert lod_numpy._peak_rate(grp, ts, 4) == counts.max() / 16.0

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from acceltrace.tiles import pyramid
 
 MAX_SLICES = 1_000_000
+_BINCOUNT_MAX = 1 << 22  # the most (group, bucket) bins _peak_rate counts in one array (32 MB)
 _I62 = 1 << 62
 
 
@@ -190,9 +191,10 @@ def _peak_rate(grp: np.ndarray, ts: np.ndarray, max_level: int) -> float:
         return 0.0
     b = ts >> max_level
     lo, hi = int(b.min()), int(b.max())
-    if lo >= 0 and hi < 1 << 20:
+    groups = int(grp.max()) + 1
+    if lo >= 0 and groups * (hi + 1) <= _BINCOUNT_MAX:  # a bin per (grp, bucket): 1025 buckets per group here
         peak = int(np.bincount(grp.astype(np.int64) * (hi + 1) + b).max())
-    else:
+    else:  # times outside the usual range (a caller's start_ns) or very many groups: no huge bin array
         _, counts = np.unique(np.stack([grp.astype(np.int64), b]), axis=1, return_counts=True)
         peak = int(counts.max())
     return peak / float(1 << max_level)
