@@ -53,7 +53,7 @@ def test_numpy_pyramid_equals_the_sql_pyramid_on_real_traces(tmp_path, monkeypat
     # rows grouped by one packed int64 key, or (keys too wide to pack) by a sort on all of them
     assert lod.MERGED_IN_NUMPY
     if not packed:
-        monkeypatch.setattr(pyramid, "packed", lambda *keys: None)
+        monkeypatch.setattr(pyramid, "_packed", lambda *keys: None)
     store = Store(tmp_path / "store")
     res = ingest_one(store, [SAMPLES / sample], sample, views=False)
     assert res.error is None, res.error
@@ -153,9 +153,9 @@ def test_packed_key_sorts_as_the_keys_do_and_refuses_what_does_not_fit():
     b = rng.integers(-(1 << 30), 1 << 30, 5000).astype(np.int64)
     track = rng.integers(0, 300, 5000).astype(np.int32)
     depth = rng.integers(0, 60, 5000).astype(np.int16)
-    key = pyramid.packed(grp, b, track, depth)
+    key = pyramid._packed(grp, b, track, depth)
     by_key = sorted(range(5000), key=lambda i: (key[i], i))
     by_tuple = sorted(range(5000), key=lambda i: ((grp[i], b[i], track[i], depth[i]), i))
     assert by_key == by_tuple
     wide = np.array([-(1 << 61), 1 << 61], np.int64)
-    assert pyramid.packed(np.array([0, 3], np.int32), wide) is None  # 63 bits of b and 2 of grp
+    assert pyramid._packed(np.array([0, 3], np.int32), wide) is None  # 63 bits of b and 2 of grp

@@ -35,7 +35,7 @@ import time
 import duckdb
 
 from acceltrace.store.duck import insert_rows
-from acceltrace.tiles import lod_numpy, pyramid
+from acceltrace.tiles import pyramid
 
 LOD_VERSION = "1"
 BUCKETS_PER_TILE = 1024
@@ -51,9 +51,6 @@ LONG_BELOW_CHUNK_LOG2 = 9
 LONG_MAX_SHARE = 0.25
 # lod_merged from numpy where it fits (tiles/pyramid.py); False forces the SQL build (tests compare both)
 MERGED_IN_NUMPY = True
-# lod_names, lod_slices, lod_long and lod_instants from one read in numpy (tiles/lod_numpy.py) where
-# the slices fit; False forces the SQL build (tests compare both)
-SLICES_IN_NUMPY = True
 
 _CLS_SQL = (
     "(floor(log2({d}))::INTEGER - CASE WHEN (1::BIGINT << floor(log2({d}))::INTEGER) > {d} THEN 1 ELSE 0 END)"
@@ -94,57 +91,7 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str) -> None:
     duration_ns = max(1, end_ns - start_ns)
     max_level = max(0, math.ceil(math.log2(duration_ns / BUCKETS_PER_TILE))) if duration_ns > BUCKETS_PER_TILE else 0
 
-    cols = lod_numpy.read(con, slices) if SLICES_IN_NUMPY else None
-    _build_groups(con, slices, None if cols is None else cols.max_depth())
-    w = None
-    if cols is not None:  # lod_names, lod_slices, lod_long, lod_instants from that one read
-        w = lod_numpy.write(con, cols, start_ns, max_level, lambda rate: _chunk_log2(rate, max_level), _long_class)
-        del cols
-        slice_rate, irate, chunk_log2, long_cls, max_cls = w.slice_rate, w.instant_rate, w.chunk_log2, w.long_cls, w.max_cls
-    else:
-        slice_rate, chunk_log2, long_cls = _sql_slice_tables(con, slices, start_ns, max_level)
-        irate = _peak_rate_per_ns(con, "lod_instants", max_level)
-        (max_cls,) = con.execute("SELECT coalesce(max(cls), 0) FROM lod_slices").fetchone()
-    con.execute(
-        f"""CREATE TABLE lod_counters AS
-        SELECT t.grp, c.ts - {start_ns} AS ts, c.track_id, c.value
-        FROM counters c JOIN lod_tracks t USING (track_id)
-        ORDER BY t.grp, ts"""
-    )
-    base = _base_level(slice_rate, max_level)
-    ibase = _base_level(irate, max_level)
-    cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
-    if not MERGED_IN_NUMPY:
-        _build_merged_pyramid(con, base, max_level)
-    elif w is None or not lod_numpy.sums_fit(w.lod_slices):
-        if pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
-            pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2)
-        else:
-            _build_merged_pyramid(con, base, max_level)
-    else:  # lod_slices' columns in hand: no read back
-        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2, cols=w.lod_slices)
-    _build_instant_pyramid(con, ibase, max_level)
-    _build_counter_pyramid(con, cbase, max_level)
-    con.execute(
-        "CREATE TABLE lod_group_counts AS SELECT g.grp,"
-        " (SELECT count(*) FROM lod_slices s WHERE s.grp = g.grp) AS slices,"
-        " (SELECT count(*) FROM lod_instants i WHERE i.grp = g.grp) AS instants,"
-        " (SELECT count(*) FROM lod_counters c WHERE c.grp = g.grp) AS counters"
-        " FROM lod_groups g ORDER BY g.grp"
-    )
-    info = {
-        "lod_version": LOD_VERSION, "start_ns": start_ns, "duration_ns": duration_ns,
-        "max_level": max_level, "base_level": base, "instant_base_level": ibase,
-        "counter_base_level": cbase, "max_cls": int(max_cls), "buckets_per_tile": BUCKETS_PER_TILE,
-        "chunk_log2": chunk_log2, "merged_deepest": 1, "long_cls": long_cls,
-    }
-    con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
-    insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
-
-
-def _sql_slice_tables(con: duckdb.DuckDBPyConnection, slices: str, start_ns: int, max_level: int) -> tuple:
-    """lod_names, lod_slices, lod_long and lod_instants in SQL (where lod_numpy does not run):
-    (the slices' peak rate, chunk_log2, long_cls)."""
+    _build_groups(con, slices)
     con.execute(
         "CREATE TABLE lod_names AS SELECT (row_number() OVER (ORDER BY name) - 1)::INTEGER AS name_id, name"
         f" FROM (SELECT DISTINCT name FROM {slices}) ORDER BY name_id"
@@ -163,7 +110,7 @@ def _sql_slice_tables(con: duckdb.DuckDBPyConnection, slices: str, start_ns: int
         WHERE s.dur > 0
         ORDER BY t.grp, chunk, cls, ts"""
     )
-    long_cls = _long_class(con.execute("SELECT cls, count(*) FROM lod_slices GROUP BY cls").fetchall(), chunk_log2)
+    long_cls = _long_class(con, chunk_log2)
     con.execute(f"CREATE TABLE lod_long AS SELECT * FROM lod_slices WHERE cls >= {long_cls} ORDER BY grp, cls, ts")
     con.execute(
         f"""CREATE TABLE lod_instants AS
@@ -172,16 +119,41 @@ def _sql_slice_tables(con: duckdb.DuckDBPyConnection, slices: str, start_ns: int
         WHERE s.dur = 0
         ORDER BY t.grp, ts"""
     )
-    return slice_rate, chunk_log2, long_cls
+    con.execute(
+        f"""CREATE TABLE lod_counters AS
+        SELECT t.grp, c.ts - {start_ns} AS ts, c.track_id, c.value
+        FROM counters c JOIN lod_tracks t USING (track_id)
+        ORDER BY t.grp, ts"""
+    )
+    base = _base_level(slice_rate, max_level)
+    ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
+    cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
+    if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
+        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2)
+    else:
+        _build_merged_pyramid(con, base, max_level)
+    _build_instant_pyramid(con, ibase, max_level)
+    _build_counter_pyramid(con, cbase, max_level)
+    (max_cls,) = con.execute("SELECT coalesce(max(cls), 0) FROM lod_slices").fetchone()
+    con.execute(
+        "CREATE TABLE lod_group_counts AS SELECT g.grp,"
+        " (SELECT count(*) FROM lod_slices s WHERE s.grp = g.grp) AS slices,"
+        " (SELECT count(*) FROM lod_instants i WHERE i.grp = g.grp) AS instants,"
+        " (SELECT count(*) FROM lod_counters c WHERE c.grp = g.grp) AS counters"
+        " FROM lod_groups g ORDER BY g.grp"
+    )
+    info = {
+        "lod_version": LOD_VERSION, "start_ns": start_ns, "duration_ns": duration_ns,
+        "max_level": max_level, "base_level": base, "instant_base_level": ibase,
+        "counter_base_level": cbase, "max_cls": int(max_cls), "buckets_per_tile": BUCKETS_PER_TILE,
+        "chunk_log2": chunk_log2, "merged_deepest": 1, "long_cls": long_cls,
+    }
+    con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
+    insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
 
 
-def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices", max_depth=None) -> None:
-    """Tile groups: UI-ordered runs of one (lane, group_name), at most GROUP_MAX_TRACKS tracks.
-    `max_depth`: (track_id, max_depth) when the caller has it (else read from `slices`)."""
-    depths = f"(SELECT track_id, max(depth) AS max_depth FROM {slices} GROUP BY track_id)"
-    if max_depth is not None:
-        con.register("_lod_max_depth", max_depth)
-        depths = "_lod_max_depth"
+def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices") -> None:
+    """Tile groups: UI-ordered runs of one (lane, group_name), at most GROUP_MAX_TRACKS tracks."""
     con.execute(
         f"""CREATE TEMP TABLE _ordered AS
         SELECT t.*, coalesce(d.max_depth, 0) AS max_depth,
@@ -189,7 +161,8 @@ def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices", max_de
                row_number() OVER (PARTITION BY t.lane, t.group_name
                                   ORDER BY t.sort_key, t.track_id) - 1 AS pos_in_run,
                count(*) OVER (PARTITION BY t.lane, t.group_name) AS run_len
-        FROM tracks t LEFT JOIN {depths} d USING (track_id)"""
+        FROM tracks t LEFT JOIN (SELECT track_id, max(depth) AS max_depth FROM {slices} GROUP BY track_id) d
+             USING (track_id)"""
     )
     con.execute(
         f"""CREATE TABLE lod_tracks AS
@@ -207,8 +180,6 @@ def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices", max_de
         FROM lod_tracks l JOIN tracks t USING (track_id) GROUP BY l.grp ORDER BY l.grp"""
     )
     con.execute("DROP TABLE _ordered")
-    if max_depth is not None:
-        con.unregister("_lod_max_depth")
 
 
 def _peak_rate_per_ns(con, table: str, max_level: int) -> float:
@@ -232,10 +203,11 @@ def _chunk_log2(rate_per_ns: float, max_level: int) -> int:
     return int(max(10, min(max_level + TILE_BUCKETS_LOG2, math.floor(math.log2(CHUNK_ROWS / rate_per_ns)))))
 
 
-def _long_class(hist: list[tuple[int, int]], chunk_log2: int) -> int:
+def _long_class(con: duckdb.DuckDBPyConnection, chunk_log2: int) -> int:
     """The shortest class lod_long holds: slices of at least 1/512 of a chunk (a tile whose window spans
     more than a couple of chunks reads its long slices there, never the chunks), raised until lod_long
     holds at most LONG_MAX_SHARE of the slices (a trace of uniformly long slices is not copied whole)."""
+    hist = con.execute("SELECT cls, count(*) FROM lod_slices GROUP BY cls").fetchall()
     total = sum(n for _, n in hist)
     c = max(0, chunk_log2 - LONG_BELOW_CHUNK_LOG2)
     while sum(n for k, n in hist if k >= c) > LONG_MAX_SHARE * total:
@@ -315,7 +287,7 @@ def _build_instant_pyramid(con, base: int, max_level: int) -> None:
                f" (fkey & {(1 << ID_BITS) - 1})::BIGINT AS slice_id, f_name AS name_id")
     agg = f"count(*)::BIGINT AS count, min({FIRST_KEY}) AS fkey, arg_min(name_id, {FIRST_KEY}) AS f_name"
     if _one_pass(con, "lod_instants", base, max_level):
-        _pyramid_one_pass(con, "lod_instant_merged", columns, "lod_instants", "grp, track_id, depth", agg, base, max_level)
+        _pyramid_one_pass(con, "lod_instant_merged", columns, "lod_instants", "track_id, depth", agg, base, max_level)
         return
     _pyramid(
         con, "lod_instant_merged", columns,
@@ -329,7 +301,7 @@ def _build_counter_pyramid(con, base: int, max_level: int) -> None:
     agg = ("count(*)::BIGINT AS count, min(value) AS vmin, max(value) AS vmax, arg_min(value, ts) AS vfirst,"
            " arg_max(value, ts) AS vlast, min(ts) AS ts_first, max(ts) AS ts_last")
     if _one_pass(con, "lod_counters", base, max_level):
-        _pyramid_one_pass(con, "lod_counter_merged", "*", "lod_counters", "grp, track_id", agg, base, max_level)
+        _pyramid_one_pass(con, "lod_counter_merged", "*", "lod_counters", "track_id", agg, base, max_level)
         return
     _pyramid(
         con, "lod_counter_merged", "*",
@@ -350,13 +322,14 @@ def _one_pass(con, table: str, base: int, max_level: int) -> bool:
 
 
 def _pyramid_one_pass(con, name: str, columns: str, source: str, keys: str, agg: str, base: int, max_level: int) -> None:
-    """The same table as _pyramid's level-by-level build, from one statement: every level aggregates the
+    """The same table as _pyramid's level-by-level build, from one statement (`keys`: the grouping
+    columns after grp and the bucket; `agg`: base-level aggregates): every level aggregates the
     source rows directly (level L's bucket of a row is ts >> L, the bucket its lower levels merge into).
     Level by level costs four statements a level, most of a small trace's LOD build; this reads the
     source once per level in one query, so it is kept to small tables (ONE_PASS_ROWS)."""
     con.execute(
         f"CREATE TABLE {name} AS SELECT {columns} FROM ("
-        f" SELECT l.level::TINYINT AS level, grp, ts >> l.level AS b, {keys.replace('grp, ', '', 1)}, {agg}"
+        f" SELECT l.level::TINYINT AS level, grp, ts >> l.level AS b, {keys}, {agg}"
         f" FROM {source} CROSS JOIN (SELECT range AS level FROM range({base}, {max_level + 1})) l"
-        f" GROUP BY l.level, grp, b, {keys.replace('grp, ', '', 1)}) ORDER BY level, grp, b, track_id"
+        f" GROUP BY l.level, grp, b, {keys}) ORDER BY level, grp, b, track_id"
     )

@@ -93,7 +93,7 @@ def _reduce(r: _Rows) -> _Rows:
     """One row per (grp, b, track, depth), in that order: sums, and the longest row (ties: smaller id)."""
     if not len(r):
         return r
-    key = packed(r.grp, r.b, r.track, r.depth)
+    key = _packed(r.grp, r.b, r.track, r.depth)
     if key is None:  # keys too wide for one int64: sort on all of them, longest first in each group
         order = np.lexsort((r.lid, -r.ldur, r.depth, r.track, r.b, r.grp))
         grp, b, track, depth = r.grp[order], r.b[order], r.track[order], r.depth[order]
@@ -122,7 +122,7 @@ def _reduce(r: _Rows) -> _Rows:
                  ldur=r.ldur[first], lid=r.lid[first], lname=r.lname[first])
 
 
-def packed(*keys: np.ndarray) -> np.ndarray | None:
+def _packed(*keys: np.ndarray) -> np.ndarray | None:
     """The keys (most significant first) packed into one int64 that sorts as they do, or None when
     their ranges need more than 63 bits together."""
     out = np.zeros(len(keys[0]), np.int64)
@@ -143,21 +143,15 @@ _CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id 
 
 
 def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
-                 limit: int | None = None, chunk_log2: int | None = None, cols: dict | None = None) -> None:
+                 limit: int | None = None, chunk_log2: int | None = None) -> None:
     """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes); `limit`: the
     most slices read into memory at once (NUMPY_MAX_SLICES by default); `chunk_log2`: lod_slices'
-    chunk width, when known (a large trace's parts are then read as row ranges); `cols`: lod_slices'
-    columns when the caller has them in memory (not read again unless there are over `limit`)."""
+    chunk width, when known (a large trace's parts are then read as row ranges)."""
     limit = NUMPY_MAX_SLICES if limit is None else limit
-    if cols is not None:
-        n = len(cols["ts"])
-    else:
-        (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
+    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
     con.execute(_CREATE.format(name="lod_merged"))
     if n <= limit:
-        if cols is None:
-            cols = con.execute(f"SELECT {_COLUMNS} FROM lod_slices").fetchnumpy()
-        out = _levels(cols, base, max_level)
+        out = _levels(con.execute(f"SELECT {_COLUMNS} FROM lod_slices").fetchnumpy(), base, max_level)
         _insert(con, "lod_merged", out)
         return
     # in parts; each level's rows of every part staged in a table of its own, in part order, so the

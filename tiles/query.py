@@ -233,7 +233,7 @@ def build_page(con: duckdb.DuckDBPyConnection, info: LodInfo, level: int, index:
         window = _window_sql(info, level, index, grp, lo, hi, fold)
     if window is not None:
         window = window_sections(con.execute(window).fetchnumpy(), level, index, hi, fold)
-    for section, sql in _page_queries(info, level, index, grp, lo, hi, fold, window is not None).items():
+    for section, sql in _page_queries(info, level, index, grp, lo, hi, fold).items():
         if section in skip:
             arrays[section] = [np.zeros(0, _NP[dt]) for _, dt in COLUMNS[section]]
             folds[section] = [c[:0] for c in arrays[section]]
@@ -281,7 +281,7 @@ def _window_sql(info: LodInfo, level: int, index: int, grp: int | None, lo: int,
 
 
 def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: int, hi: int,
-                  fold: bool, windowed: bool = False) -> dict[str, str]:
+                  fold: bool) -> dict[str, str]:
     """One SQL per section of a depth page (all bounds integers computed here): its rows of depths
     [lo, hi] in the encoding's columns, then (`fold`) the deeper ones as fold rows, all given depth
     hi + 1: merged slices and instants one row per (track, bucket) (an instant's ts: the first one's),
@@ -297,7 +297,7 @@ def _page_queries(info: LodInfo, level: int, index: int, grp: int | None, lo: in
     depths = _page_depth_sql(lo, hi, fold)
     as_depth = f"least(depth, {hi + 1})::SMALLINT" if fold else "depth"
     out = {}
-    branches = _class_scans(info, L, t0, t1)[1 if windowed else 0:]  # windowed: the first came with the window
+    branches = _class_scans(info, L, t0, t1)
     if branches:
         out["slices"] = " UNION ALL ".join(
             f"SELECT track_id, slice_id, ts, dur, {as_depth}, name_id, coalesce(bytes, 0) FROM {table} WHERE"

@@ -111,10 +111,11 @@ def _order(section: str, cols: list[np.ndarray]) -> np.ndarray:
 
 def window_sections(cols: dict, level: int, index: int, hi: int, fold: bool) -> tuple[list, list]:
     """A fine page's exact slices (classes >= level, and every row of `part` 1: the longer classes'
-    branches) and merged rows (the shorter ones starting in the tile, one row per (track, bucket, depth))
-    from one query of its raw window (tiles/query.py _window_sql), in the columns and values of the two SQL sections they replace: a merged row's
-    count, busy ns and bytes (nulls count as nothing), and its longest slice (ties to the smaller
-    id) with that slice's name; with `fold`, depths past the page's `hi` are counted as hi + 1."""
+    branches) and merged rows (the shorter ones starting in the tile, one row per (track, bucket,
+    depth)) from one query of its raw window (tiles/query.py _window_sql), in the columns and values
+    of the SQL sections they replace (build_page then runs neither): a merged row's count, busy ns
+    and bytes (nulls count as nothing), and its longest slice (ties to the smaller id) with that
+    slice's name; with `fold`, depths past the page's `hi` are counted as hi + 1."""
     L, t0, b0 = level, index << (level + TILE_BUCKETS_LOG2), index << TILE_BUCKETS_LOG2
     track, sid, ts, dur = (np.asarray(cols[c]) for c in ("track_id", "slice_id", "ts", "dur"))
     name, cls = np.asarray(cols["name_id"]), np.asarray(cols["cls"])

@@ -112,29 +112,9 @@ STAGE_ROWS = 50_000
 
 
 def _concat(batches: list[dict]) -> pa.Table:
-    """Slice batches (dicts of columns, not all with the same columns) as one table; columns a batch
-    lacks are nulls there, dictionary columns stay dictionaries (each batch's own)."""
-    if len(batches) == 1:
-        return _table(batches[0])
-    tables = [_table(b) for b in batches]
-    names = list(dict.fromkeys(c for t in tables for c in t.column_names))
-    types = {}
-    for t in tables:
-        for f in t.schema:
-            types.setdefault(f.name, f.type)
-    full = []
-    for t in tables:
-        cols = {}
-        for c in names:
-            if c in t.column_names:
-                col = t[c]
-                if col.type != types[c]:
-                    col = col.cast(types[c])
-            else:
-                col = pa.nulls(t.num_rows, types[c])
-            cols[c] = col
-        full.append(pa.table(cols))
-    return pa.concat_tables(full)
+    """Slice batches (dicts of columns, not all with the same columns) as one table: Arrow's own
+    concatenation, a column a batch lacks null there."""
+    return pa.concat_tables([_table(b) for b in batches], promote_options="permissive")
 
 
 def _table(batch: dict) -> pa.Table:
