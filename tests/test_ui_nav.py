@@ -314,3 +314,29 @@ def test_help_lists_every_shortcut_of_the_action_table(page, trace):
     page.keyboard.press("Escape")
     help_box.wait_for(state="hidden")
     assert not page.errors, page.errors
+
+
+def test_a_wheel_zoom_hides_the_tooltip_of_what_was_under_the_cursor(page, trace):
+    """The tooltip names the item under the cursor; a wheel zoom moves the view under a still mouse, so the
+    tooltip must go (it used to stay, naming a block of another zoom level) and come back on the next move."""
+    open_trace(page, trace)
+    box = page.locator("#timeline canvas.tracks").bounding_box()
+    left = names_px(page)
+    tip_shown = "() => { const t = document.getElementById('tooltip'); return !!t && !t.hidden; }"
+    at = None
+    for y in range(120, int(box["height"]) - 20, 18):  # find a drawn item: hover along rows until a tooltip shows
+        for x in (0.2, 0.4, 0.5, 0.6, 0.8):
+            px, py = box["x"] + left + x * (box["width"] - left), box["y"] + y
+            page.mouse.move(px, py)
+            if page.evaluate(tip_shown):
+                at = (px, py)
+                break
+        if at:
+            break
+    assert at, "no item under any probed point showed a tooltip"
+    page.mouse.wheel(0, -400)
+    assert not page.evaluate(tip_shown), "the tooltip outlived the zoom"
+    page.wait_for_timeout(300)
+    assert not page.evaluate(tip_shown)
+    page.mouse.move(at[0] + 1, at[1])  # the next move hovers again, in the new view
+    page.wait_for_function(tip_shown, timeout=5000)
