@@ -317,3 +317,62 @@ def test_events_of_a_selection_read_one_by_one_are_the_selected_ones():
     assert [ts[i] for i in range(len(pick))] == [1000 + j for j in pick]
     af = columns.arg_fields(args)
     assert [af[i].direction for i in range(len(pick))] == [evs[j]["args"]["direction"] for j in pick]
+
+
+def test_codes_of_a_selection_are_what_dictionary_encode_of_its_values_gives():
+    """The rows of each phase take their pid/tid/cat/name codes from the chunk's (worked out once, on
+    the scan thread) made dense again in order of first appearance: they must be exactly what hashing
+    the selection's own values gives (pyarrow's dictionary_encode), for any selection."""
+    import pyarrow as pa
+    from acceltrace.ingest.chrome.scanned import dense_codes
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 400))
+        vals = rng.choice(["", "ac2g", "kernel", "cpu_op", "gpu_memcpy", "x\u00e9"], n)
+        enc = pa.array(vals).dictionary_encode()
+        codes, dic = enc.indices.to_numpy().astype(np.int64), enc.dictionary.to_pylist()
+        idx = np.sort(rng.choice(n, int(rng.integers(0, n + 1)), replace=False)) if n else np.zeros(0, np.int64)
+        got_codes, got_vals = dense_codes(codes[idx], dic)
+        want = pa.array(vals[idx], pa.string()).dictionary_encode()
+        assert got_vals == want.dictionary.to_pylist()
+        assert got_codes.tolist() == want.indices.to_numpy().tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8])
+def test_unique_inverse_counts_small_ranges_and_hashes_wide_ones_with_np_uniques_answer(dtype):
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    for lo, hi in ((0, 3), (-120, 120), (0, 1 << 18), (-(1 << 50), 1 << 50)):
+        lo, hi = max(lo, int(info.min)), min(hi, int(info.max))
+        for n in (1, 300, 5000):
+            a = rng.integers(lo, hi, n, endpoint=True).astype(dtype)
+            u, inv = columns.unique_inverse(a)
+            u2, inv2 = np.unique(a, return_inverse=True)
+            assert u.dtype == a.dtype and u.tolist() == u2.tolist() and inv.tolist() == inv2.tolist()
+
+
+@needs_scanner
+def test_a_chunks_codes_match_its_columns_hashed_directly():
+    """_Scanned.codes: pid/tid over the events where they are integers (-1 elsewhere), strings with a
+    missing value as "", each in order of first appearance."""
+    import pyarrow as pa
+    from acceltrace.ingest.chrome.scanned import scan_columns
+
+    raw = (b'[{"ph":"X","pid":7,"tid":"main","name":"a","ts":1,"dur":2},{"ph":"s","pid":3,"tid":9,"cat":"ac2g",'
+           b'"name":"ac2g","id":1,"ts":1},{"ph":"X","pid":7,"tid":9,"cat":"kernel","name":"b","ts":2,"dur":1},'
+           b'{"ph":"f","bp":"e","pid":3,"tid":9,"cat":"ac2g","name":"ac2g","id":1,"ts":3}]')
+    cols = scan_columns(raw)
+    assert cols is not None
+    pid_codes, pid_vals = cols._s.codes("pid")
+    assert pid_codes.tolist() == [0, 1, 0, 1] and pid_vals == [7, 3]
+    tid_codes, tid_vals = cols._s.codes("tid")
+    assert tid_codes.tolist() == [-1, 0, 0, 0] and tid_vals == [9]
+    for name in ("cat", "name", "bp"):
+        codes, vals = cols._s.codes(name)
+        want = cols.strings(name).fill_null("").dictionary_encode()
+        assert vals == want.dictionary.to_pylist() and codes.tolist() == want.indices.to_numpy().tolist()
+    sel = cols.take(np.array([1, 3]))
+    assert [v for v in sel.string_codes("bp")[1]] == ["", "e"] and sel.string_codes("bp")[0].tolist() == [0, 1]
+    assert sel.int_codes("tid")[0].tolist() == [0, 0] and sel.int_codes("tid")[1] == [9]
+    assert cols.int_codes("tid") is None  # not an integer in every event: the caller reads the values

@@ -262,6 +262,15 @@ def norm_id(v) -> str:
     return str(v)
 
 
+def string_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
+    """(codes, values) of strings(evs, name).fill_null("").dictionary_encode(); on the compiled path
+    from the chunk's codes, worked out once on the scan thread (no strings built or hashed here)."""
+    if isinstance(evs, EventColumns) and name in _STR_FIELDS:
+        return evs.string_codes(name)
+    enc = strings(evs, name).fill_null("").dictionary_encode()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
 def id_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
     """codes(values(evs, name)); for integer ids on the compiled path without a Python int per event."""
     if isinstance(evs, EventColumns):
@@ -273,7 +282,16 @@ def id_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
 
 def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(a, return_inverse=True) for integers, by hashing (Arrow) and sorting only the
-    distinct values: a chunk has tens of thousands of events and a handful of threads or tracks."""
+    distinct values: a chunk has tens of thousands of events and a handful of threads or tracks.
+    Codes in a small range (the usual case: pairs of dense codes) are counted instead of hashed."""
+    if len(a) > 256 and a.dtype.kind in "iu":
+        lo, hi = int(a.min()), int(a.max())
+        if hi - lo < max(1 << 16, len(a) // 4):  # a bincount no bigger than a hash table
+            b = a.astype(np.int64) - lo
+            present = np.flatnonzero(np.bincount(b, minlength=hi - lo + 1))
+            rank = np.zeros(hi - lo + 1, dtype=np.int64)
+            rank[present] = np.arange(len(present), dtype=np.int64)
+            return (present + lo).astype(a.dtype), rank[b]
     enc = pa.array(a).dictionary_encode()
     uniq = enc.dictionary.to_numpy(zero_copy_only=False)
     order = np.argsort(uniq, kind="stable")

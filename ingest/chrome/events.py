@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
 from acceltrace.ingest.chrome.columns import (arg_fields, arg_ints, has_field, id_codes, id_ints, norm_id, phase_bytes,
-                                             raw_events, raw_text, strings, take, to_ns, unique_inverse, values)
+                                             raw_events, raw_text, string_codes, strings, take, to_ns, unique_inverse,
+                                             values)
 from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
@@ -313,11 +314,9 @@ def _stage_flow_events(state, work, sub, idx, ph) -> None:
     if not sub:
         return
     inv, keys, _, _ = _threads(state, src, sub)
-    # (cat, name) pairs: each coded in Arrow, the pair as one number
-    ce_, ne_ = (strings(sub, f).fill_null("").dictionary_encode() for f in ("cat", "name"))
-    cats, names = ce_.dictionary.to_pylist(), ne_.dictionary.to_pylist()
-    combo = (ce_.indices.to_numpy(zero_copy_only=False).astype(np.int64) * len(names)
-             + ne_.indices.to_numpy(zero_copy_only=False))
+    # (cat, name) pairs: each coded (columns.string_codes), the pair as one number
+    (cc, cats), (nc, names) = (string_codes(sub, f) for f in ("cat", "name"))
+    combo = cc * len(names) + nc
     uniq, kc = unique_inverse(combo)
     key_of = np.array([state.flow_keys.setdefault((cats[u // len(names)], names[u % len(names)]), len(state.flow_keys))
                        for u in uniq.tolist()], dtype=np.int32)
@@ -328,9 +327,17 @@ def _stage_flow_events(state, work, sub, idx, ph) -> None:
     state.stage("flow_raw", {
         "src": np.full(n, src.idx, dtype=np.int32), "thread_key": keys[inv], "ts": ts_ns,
         "ph": np.full(n, _FLOW_PH[ph], dtype=np.uint8),
-        "bp_e": pc.equal(strings(sub, "bp"), "e").fill_null(False),
+        "bp_e": _is_value(sub, "bp", "e", work.chunk.raw),
         "key": key_of[kc], "fid": fid, "fid_text": fid_text, "seq": work.chunk.first_index + idx,
     })
+
+
+def _is_value(sub, field: str, value: str, raw: bytes) -> np.ndarray:
+    """Whether each event's `field` is the string `value` (False where absent), by codes (no strings made)."""
+    if not has_field(sub, field, raw):
+        return np.zeros(len(sub), dtype=bool)
+    codes, vals = string_codes(sub, field)
+    return codes == vals.index(value) if value in vals else np.zeros(len(sub), dtype=bool)
 
 
 def flow_ids(vals: list) -> tuple[pa.Array, pa.Array]:

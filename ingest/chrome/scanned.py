@@ -32,6 +32,7 @@ _IV = {"pid": 0, "tid": 1, "ts": 2, "dur": 3, "id": 4, "bind_id": 5}  # rows of 
 _STR_FIELDS = {"ph", "name", "cat", "bp", "s"}
 _ID_FIELDS = {"pid", "tid", "id", "bind_id"}
 _TIME_FIELDS = {"ts", "dur"}
+_PRECOMPUTED = ("pid", "tid", "cat", "name", "bp")  # fields whose chunk codes every chunk's rows ask for (_Scanned.codes)
 T_ABSENT, T_STR, T_INT, T_NUM, T_TRUE, T_FALSE, T_NULL = range(7)
 # the keys _scan.c notes at the top of args, by ArgFields' attribute (the same order as its ARG_KEYS)
 ARG_KEYS = {"correlation": 0, "ext": 1, "ext_lower": 2, "nbytes": 3, "size": 4, "direction": 5}
@@ -41,7 +42,7 @@ class _Scanned:
     """One chunk's column buffers from _scan.scan (see the layout in _scan.c)."""
 
     __slots__ = ("raw", "n", "ev", "tags", "ival", "span", "soffs", "sdata", "_strings", "_args", "atag", "aival",
-                 "aspan")
+                 "aspan", "_codes")
 
     def __init__(self, raw: bytes, out: tuple):
         n, ev, tags, ival, span, soffs, sdata, atag, aival, aspan = out
@@ -57,6 +58,7 @@ class _Scanned:
         self.sdata = sdata
         self._strings: dict = {}
         self._args = None
+        self._codes: dict = {}
 
     def strings(self, f: int) -> pa.Array:
         """Field f's strings over the whole chunk (null where the value is not a string)."""
@@ -73,16 +75,41 @@ class _Scanned:
             self._strings[f] = arr
         return arr
 
+    def codes(self, name: str) -> tuple[np.ndarray, list]:
+        """The whole chunk's values of a field as dense codes (int64) in order of first appearance and
+        the distinct values in code order, as pyarrow's dictionary_encode gives them: integer ids
+        (pid, tid) over the events where they are integers (code -1 elsewhere); strings (name, cat, bp)
+        with a missing value read as "". Worked out once per chunk, on the scan thread (precompute),
+        so the rows of each phase take their codes by index instead of hashing their values again."""
+        got = self._codes.get(name)
+        if got is None:
+            if name in _ID_FIELDS:
+                is_int = self.tags[_F[name]] == T_INT
+                enc = pa.array(self.ival[_IV[name]], mask=~is_int).dictionary_encode()
+                codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            else:
+                enc = self.strings(_F[name]).fill_null("").dictionary_encode()
+                codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            got = self._codes[name] = (codes, enc.dictionary.to_pylist())
+        return got
+
+    def precompute(self) -> None:
+        """What every chunk's rows ask for, worked out on the thread that scanned it (Arrow and
+        numpy release the GIL), off the main thread that turns the chunk into rows."""
+        for name in _PRECOMPUTED:
+            if (self.tags[_F[name]] != T_ABSENT).any():
+                self.codes(name)
+
     def args(self) -> tuple[bytes, np.ndarray, np.ndarray]:
-        """(buffer, starts, lengths) of each event's args text; absent args read as '{}' (msgspec's default)."""
+        """(buffer, starts, lengths) of each event's args text in the chunk's own bytes; an absent args
+        has length 0 (no JSON value has: readers take it as '{}', msgspec's default). Not a copy of
+        the chunk with a '{}' appended for them: that was a whole chunk's memcpy per chunk."""
         if self._args is None:
-            starts, lens = self.span[:, 0].copy(), self.span[:, 1].copy()
+            starts, lens = self.span[:, 0], self.span[:, 1]
             absent = self.tags[_F["args"]] == T_ABSENT
-            buf = self.raw
             if absent.any():
-                buf = self.raw + b"{}"
-                starts[absent], lens[absent] = len(self.raw), 2
-            self._args = (buf, starts, lens)
+                starts, lens = np.where(absent, 0, starts), np.where(absent, 0, lens)
+            self._args = (self.raw, starts, lens)
         return self._args
 
 
@@ -90,7 +117,27 @@ def scan_columns(raw: bytes) -> "EventColumns | None":
     out = _scan.scan(raw)
     if out is None:
         return None
-    return EventColumns(_Scanned(raw, out), None)
+    scanned = _Scanned(raw, out)
+    scanned.precompute()
+    return EventColumns(scanned, None)
+
+
+def dense_codes(codes: np.ndarray, values: list) -> tuple[np.ndarray, list]:
+    """A selection's codes (of a whole chunk's dense codes, all >= 0) made dense again in order of first
+    appearance within the selection, with its distinct values: what dictionary_encode of the selected
+    values gives, without hashing them (one pass of minimum.at over a handful of codes)."""
+    n = len(codes)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), []
+    first = np.full(len(values), n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    present = np.flatnonzero(first < n)
+    order = present[np.argsort(first[present], kind="stable")]
+    if len(order) == len(values) and (order == np.arange(len(order))).all():
+        return codes, values  # already dense in this order (the selection met every value first in chunk order)
+    remap = np.empty(len(values), dtype=np.int64)
+    remap[order] = np.arange(len(order), dtype=np.int64)
+    return remap[codes], [values[i] for i in order.tolist()]
 
 
 class EventColumns:
@@ -130,7 +177,7 @@ class EventColumns:
         """Event i's args text ('{}' when it has none)."""
         buf, starts, lens = self._s.args()
         r = self._row(i)
-        return buf[int(starts[r]):int(starts[r] + lens[r])]
+        return buf[int(starts[r]):int(starts[r] + lens[r])] if lens[r] else b"{}"
 
     def tags(self, name: str) -> np.ndarray:
         return self._sel(self._s.tags[_F[name]])
@@ -174,8 +221,14 @@ class EventColumns:
         tags = self.tags(name)
         if not len(tags) or not (tags == T_INT).all():
             return None
-        enc = pa.array(self._sel(self._s.ival[_IV[name]])).dictionary_encode()  # hashed: first-appearance order
-        return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+        codes, values = self._s.codes(name)  # the whole chunk's, hashed once on the scan thread
+        return dense_codes(self._sel(codes), values)
+
+    def string_codes(self, name: str) -> tuple[np.ndarray, list]:
+        """What strings(name).fill_null("").dictionary_encode() gives (codes int64, values in code
+        order), from the chunk's codes (_Scanned.codes) without building or hashing the strings."""
+        codes, values = self._s.codes(name)
+        return dense_codes(self._sel(codes), values)
 
     def times(self, name: str) -> chrome_numbers.Parsed:
         tags = self.tags(name)
