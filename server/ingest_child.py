@@ -1,7 +1,8 @@
 """Uploads' ingests, in processes of their own (docs/operations.md).
 
 A small pool of processes at lower CPU priority (os.nice), forked when the worker starts
-(before it has threads or DuckDB instances; spawned when the pool is rebuilt) and kept warm
+(before it has threads or DuckDB instances; spawned when the pool is rebuilt, or when the process
+already runs threads: _start_method) and kept warm
 (imports done, memory handed back to the system after each ingest), so an ingest never runs
 in a server worker's event loop or thread pool and a small upload does not wait for a Python
 start-up. Each ingest fills the catalog row the server began (progress included, through the
@@ -146,13 +147,27 @@ def prebuild(root: str, trace_id: str) -> int:
     return build(Store(root, sweep=False), trace_id)
 
 
+def _start_method() -> str:
+    """"fork" while this process has one thread (a server worker at its start: the processes come up
+    warm, with everything imported), else "spawn": a fork copies every lock another thread holds at that
+    instant (SQLite's, DuckDB's, the allocator's) locked for good, and a child that needs one hangs
+    (an app started inside a process already running threads, as the tests start it, hung an ingest
+    child in sqlite3.connect, and with it the interpreter's exit). Threads of C libraries count too:
+    /proc lists every thread of the process."""
+    try:
+        single = len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        single = threading.active_count() == 1
+    return "fork" if single else "spawn"
+
+
 class IngestProcesses:
     def __init__(self, workers: int = 2, nice: int = INGEST_NICE):
         """Call while the server process has no DuckDB instance and no worker threads yet (the app's
         lifespan start): the processes are forked then, all of them, with everything imported."""
         self.workers, self.nice = workers, nice
         self._lock = threading.Lock()
-        self._pool = self._new("fork")
+        self._pool = self._new(_start_method())
 
     def _new(self, method: str) -> ProcessPoolExecutor:
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),

@@ -81,3 +81,42 @@ def test_a_stop_signal_ends_an_ingest_process():
         procs.close()
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_HELD_LOCK_CHILD = '''
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import held  # a module with a lock, imported before the pool starts (as sqlite3 and duckdb are in a server)
+from acceltrace.server.ingest_child import IngestProcesses, _start_method
+threading.Thread(target=held.hold, daemon=True).start()  # another thread holds the lock...
+held.taken.wait(10)
+print("method", _start_method(), flush=True)
+procs = IngestProcesses(workers=1)  # ...while the pool's process starts
+out = []
+t = threading.Thread(target=lambda: out.append(procs.run(held.take)), daemon=True)
+t.start()
+t.join(30)
+print("ok" if out == [True] else "hung", flush=True)
+import os
+os._exit(0)  # never wait for a hung child at exit
+'''
+
+
+def test_an_app_started_in_a_process_with_threads_gets_ingest_processes_that_do_not_inherit_held_locks(tmp_path):
+    """A fork copies the locks other threads hold at that instant, locked for good: an app started in a
+    process already running threads (the tests start it so) hung an ingest child in sqlite3.connect, and
+    with it the interpreter's exit. The pool is forked only while the process has one thread."""
+    import subprocess
+    import sys
+
+    (tmp_path / "held.py").write_text(
+        "import threading, time\nlock = threading.Lock()\ntaken = threading.Event()\n"
+        "def hold():\n    with lock:\n        taken.set()\n        time.sleep(60)\n"
+        "def take():\n    return lock.acquire(timeout=20)\n")
+    out = subprocess.run([sys.executable, "-c", _HELD_LOCK_CHILD, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert "method spawn" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "ok" in out.stdout.splitlines(), out.stdout + out.stderr[-2000:]
+    single = subprocess.run([sys.executable, "-c", "from acceltrace.server.ingest_child import _start_method;"
+                             " print(_start_method())"], capture_output=True, text=True, timeout=60)
+    assert single.stdout.strip() == "fork", single.stderr[-2000:]  # a server worker at its start: warm forks
