@@ -209,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{level:>5} {c50:>12.1f} {c95:>12.1f} {w50:>11.1f} {w95:>11.1f} {cw50:>13.2f} {cw95:>13.2f}"
                   f" {mx:>11,}")
         worst_cold = max(r[2] for r in res["rows"])
-        print(f"worst cold p95 {worst_cold:.1f} ms (target <= 50); worst repeat p95 {max(r[4] for r in res['rows']):.1f}"
-              f" ms Python client, {max(r[7] for r in res['rows']):.2f} ms curl (target <= 5);"
+        worst_rep, worst_curl = max(r[4] for r in res["rows"]), max(r[7] for r in res["rows"])
+        print(f"worst cold p95 {worst_cold:.1f} ms (target <= 50); worst repeat p95 {worst_rep:.1f}"
+              f" ms Python client, {worst_curl:.2f} ms curl (target <= 5);"
               f" largest tile {max(r[5] for r in res['rows']):,} B")
         lo, hi = PERFETTO_TRACK_QUERY_US
         print(f"single track (cold tile / tracks in group, median): {res['per_track_us']:.0f} us vs Perfetto "

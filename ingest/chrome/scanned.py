@@ -32,7 +32,8 @@ _IV = {"pid": 0, "tid": 1, "ts": 2, "dur": 3, "id": 4, "bind_id": 5}  # rows of 
 _STR_FIELDS = {"ph", "name", "cat", "bp", "s"}
 _ID_FIELDS = {"pid", "tid", "id", "bind_id"}
 _TIME_FIELDS = {"ts", "dur"}
-_PRECOMPUTED = ("pid", "tid", "cat", "name", "bp")  # fields whose chunk codes every chunk's rows ask for (_Scanned.codes)
+# the fields whose chunk codes (_Scanned.codes) every chunk's rows ask for: worked out on the scan thread
+_PRECOMPUTED = ("pid", "tid", "cat", "name", "bp")
 T_ABSENT, T_STR, T_INT, T_NUM, T_TRUE, T_FALSE, T_NULL = range(7)
 # the keys _scan.c notes at the top of args, by ArgFields' attribute (the same order as its ARG_KEYS)
 ARG_KEYS = {"correlation": 0, "ext": 1, "ext_lower": 2, "nbytes": 3, "size": 4, "direction": 5}
