@@ -1,8 +1,8 @@
 """Uploads' ingests, in processes of their own (docs/operations.md).
 
-A small pool of processes at lower CPU priority (os.nice), forked when the worker starts
-(before it has threads or DuckDB instances; spawned when the pool is rebuilt, or when the process
-already runs threads: _start_method) and kept warm
+A small pool of processes at lower CPU priority (os.nice), started with the worker (forked
+from a process without threads, else spawned: _start_method; spawned when the pool is rebuilt)
+and kept warm
 (imports done, memory handed back to the system after each ingest), so an ingest never runs
 in a server worker's event loop or thread pool and a small upload does not wait for a Python
 start-up. Each ingest fills the catalog row the server began (progress included, through the
@@ -148,12 +148,14 @@ def prebuild(root: str, trace_id: str) -> int:
 
 
 def _start_method() -> str:
-    """"fork" while this process has one thread (a server worker at its start: the processes come up
-    warm, with everything imported), else "spawn": a fork copies every lock another thread holds at that
-    instant (SQLite's, DuckDB's, the allocator's) locked for good, and a child that needs one hangs
-    (an app started inside a process already running threads, as the tests start it, hung an ingest
-    child in sqlite3.connect, and with it the interpreter's exit). Threads of C libraries count too:
-    /proc lists every thread of the process."""
+    """"fork" while this process has one thread (the processes come up with everything imported), else
+    "spawn": a fork copies every lock another thread holds at that instant (SQLite's, DuckDB's, the
+    allocator's) locked for good, and a child that needs one hangs (an app started inside a process
+    already running threads, as the tests start it, hung an ingest child in sqlite3.connect, and with it
+    the interpreter's exit). Threads of C libraries count too: /proc lists every thread of the process.
+    A uvicorn worker has threads by the time its app starts (uvicorn's own health-check thread, the
+    allocator's background thread), so a served app's pool is spawned (about a second of imports, at
+    the worker's start, not at the first upload's)."""
     try:
         single = len(os.listdir("/proc/self/task")) == 1
     except OSError:
@@ -163,8 +165,8 @@ def _start_method() -> str:
 
 class IngestProcesses:
     def __init__(self, workers: int = 2, nice: int = INGEST_NICE):
-        """Call while the server process has no DuckDB instance and no worker threads yet (the app's
-        lifespan start): the processes are forked then, all of them, with everything imported."""
+        """Call at the app's lifespan start: the processes are started then (forked or spawned:
+        _start_method), so the first uploads find them warm."""
         self.workers, self.nice = workers, nice
         self._lock = threading.Lock()
         self._pool = self._new(_start_method())
@@ -172,7 +174,10 @@ class IngestProcesses:
     def _new(self, method: str) -> ProcessPoolExecutor:
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),
                                    initializer=_init, initargs=(self.nice,))
-        pool.submit(int)  # start the processes now (fork starts them all): the first upload finds them warm
+        # start the processes now, warm for the first uploads: a fork starts them all at once; spawned ones
+        # start one per job that finds no idle process, so one job each
+        for _ in range(1 if method == "fork" else self.workers):
+            pool.submit(int)
         return pool
 
     def run(self, fn, *args):
