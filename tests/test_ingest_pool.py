@@ -119,4 +119,4 @@ def test_an_app_started_in_a_process_with_threads_gets_ingest_processes_that_do_
     assert "ok" in out.stdout.splitlines(), out.stdout + out.stderr[-2000:]
     single = subprocess.run([sys.executable, "-c", "from acceltrace.server.ingest_child import _start_method;"
                              " print(_start_method())"], capture_output=True, text=True, timeout=60)
-    assert single.stdout.strip() == "fork", single.stderr[-2000:]  # a server worker at its start: warm forks
+    assert single.stdout.strip() == "fork", single.stderr[-2000:]  # a process without threads: warm forks
