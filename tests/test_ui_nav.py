@@ -316,7 +316,7 @@ def test_help_lists_every_shortcut_of_the_action_table(page, trace):
     assert not page.errors, page.errors
 
 
-def test_a_wheel_zoom_hides_the_tooltip_of_what_was_under_the_cursor(page, trace):
+def test_a_wheel_zoom_or_key_pan_hides_the_tooltip_of_what_was_under_the_cursor(page, trace):
     """The tooltip names the item under the cursor; a wheel zoom moves the view under a still mouse, so the
     tooltip must go (it used to stay, naming a block of another zoom level) and come back on the next move."""
     open_trace(page, trace)
@@ -340,3 +340,7 @@ def test_a_wheel_zoom_hides_the_tooltip_of_what_was_under_the_cursor(page, trace
     assert not page.evaluate(tip_shown)
     page.mouse.move(at[0] + 1, at[1])  # the next move hovers again, in the new view
     page.wait_for_function(tip_shown, timeout=5000)
+    page.keyboard.down("d")  # a key pan moves the view as well (any view change does: timeline/input.js)
+    page.wait_for_timeout(150)
+    page.keyboard.up("d")
+    assert not page.evaluate(tip_shown), "the tooltip outlived a key pan"

@@ -94,8 +94,7 @@ export function attachInput(tl, act) {
     e.preventDefault();
     const dy = e.deltaMode === 1 ? e.deltaY * 16 : e.deltaY;
     const dx = e.deltaMode === 1 ? e.deltaX * 16 : e.deltaX;
-    act.hoverAt(null, e.clientX, e.clientY); // the view moves under the cursor: the tooltip's item is gone (the cursor line stays)
-    if (x < NAMES_PX || e.altKey) { tl.scrollBy(dy); return; }
+    if (x < NAMES_PX || e.altKey) { act.hoverAt(null, e.clientX, e.clientY); tl.scrollBy(dy); return; } // rows move under it
     if (Math.abs(dx) > Math.abs(dy)) { tl.view.panPx(dx); return; }
     // trackpad pinch arrives as ctrl+wheel with small deltas: zoom harder per unit
     const k = e.ctrlKey ? 0.01 : 0.0018;
@@ -103,6 +102,10 @@ export function attachInput(tl, act) {
   }, { passive: false });
 
   cv.addEventListener("mouseleave", () => { if (!drag) { tl.hover = null; act.hoverAt(null); } });
+
+  // whatever moved the view (wheel, keys, a chain step, a jump, the other side of a diff), the item the
+  // tooltip names is no longer under the still mouse: it goes (the cursor line stays) until the next move
+  tl.on("view", () => { if (tl.hover && !drag) act.hoverAt(null, 0, 0); });
 
   if (act.keys !== false) attachKeys(tl, act); // a page with two timelines gives the keys to one
 }
@@ -127,7 +130,6 @@ function attachKeys(tl, act) {
     if (!held.size) { tl.animating = false; tl.requestDraw(); act.viewSettled?.(); return; }
     const dt = Math.min(0.05, (now - last) / 1000);
     last = now;
-    if (tl.hover) act.hoverAt(null, 0, 0); // the view moves: the tooltip's item is gone (the cursor line stays)
     if (held.has("w")) tl.view.zoomAbout(anchorX(), Math.exp(-KEY_ZOOM_PER_S * dt));
     if (held.has("s")) tl.view.zoomAbout(anchorX(), Math.exp(KEY_ZOOM_PER_S * dt));
     if (held.has("a")) tl.view.panPx(-KEY_PAN_PER_S * dt * tl.view.width_css_px);
