@@ -1,9 +1,8 @@
 """Uploads' ingests, in processes of their own (docs/operations.md).
 
-A small pool of processes at lower CPU priority (os.nice), started with the worker (forked
-from a process without threads, else spawned: _start_method; spawned when the pool is rebuilt)
-and kept warm
-(imports done, memory handed back to the system after each ingest), so an ingest never runs
+A small pool of processes at lower CPU priority (os.nice), started with the worker (forked from
+a process without threads, else spawned: _start_method; spawned when the pool is rebuilt) and kept
+warm (imports done, memory handed back to the system after each ingest), so an ingest never runs
 in a server worker's event loop or thread pool and a small upload does not wait for a Python
 start-up. Each ingest fills the catalog row the server began (progress included, through the
 catalog like the CLI's) and runs the post-publish step; then the coarsest tiles of the new

@@ -97,8 +97,9 @@ class _Scanned:
     def precompute(self) -> None:
         """What every chunk's rows ask for, worked out on the thread that scanned it (Arrow and
         numpy release the GIL), off the main thread that turns the chunk into rows."""
+        flows = any(p in self.sdata[_F["ph"]] for p in (b"s", b"t", b"f"))  # names are coded for flow events only
         for name in _PRECOMPUTED:
-            if (self.tags[_F[name]] != T_ABSENT).any():
+            if (name != "name" or flows) and (self.tags[_F[name]] != T_ABSENT).any():
                 self.codes(name)
 
     def args(self) -> tuple[bytes, np.ndarray, np.ndarray]:
