@@ -104,6 +104,29 @@ def test_flow_events_bind_to_enclosing_or_next_slice(tmp_path):
     assert got == [("a", "b", "other", "c"), ("b", "c", "other", "c"), ("c", "d", "other", "c")]
 
 
+def test_a_base_time_after_the_events_moves_every_staged_kind_as_one_before_them_does(tmp_path):
+    # relative times with baseTimeNanoseconds written after traceEvents: slices, flow events, v2
+    # bindings, B/E and async events are staged before the base is seen and must all move with it
+    base = 1_767_189_312_000_000_000
+    evs = [ev("X", "a", 0, dur=100), ev("X", "a-child", 10, dur=5), ev("s", "f", 50, id=1, cat="c"),
+           ev("X", "b", 200, dur=10, tid=2), ev("f", "f", 190, id=1, cat="c", tid=2),
+           ev("X", "v-src", 500, dur=10, bind_id="0x1", flow_out=True),
+           ev("X", "v-dst", 540, dur=10, bind_id="0x1", flow_in=True),
+           ev("B", "be", 600), ev("E", "", 650),
+           ev("b", "as", 700, id=5, cat="async"), ev("e", "as", 780, id=5, cat="async")]
+    events = json.dumps(evs)
+    late, _ = ingest_text(tmp_path / "late", '{"traceEvents": ' + events + f', "baseTimeNanoseconds": {base}}}')
+    early, _ = ingest_text(tmp_path / "early", f'{{"baseTimeNanoseconds": {base}, "traceEvents": ' + events + "}")
+    q_slices = "SELECT name, ts, dur, depth FROM slices ORDER BY ts, name"
+    q_flows = ("SELECT a.name, b.name, f.raw_kind FROM flows f JOIN slices a ON a.slice_id = f.src_slice"
+               " JOIN slices b ON b.slice_id = f.dst_slice ORDER BY 1, 2")
+    got = rows(late, q_slices)
+    assert got == rows(early, q_slices)
+    assert {n: t - base for n, t, _, _ in got} == {"a": 0, "a-child": 10_000, "b": 200_000, "v-src": 500_000,
+                                                   "v-dst": 540_000, "be": 600_000, "as": 700_000}
+    assert rows(late, q_flows) == rows(early, q_flows) == [("a", "b", "c"), ("v-src", "v-dst", "flow_v2")]
+
+
 def test_v2_flows_link_flow_out_to_next_flow_in(tmp_path):
     evs = [ev("X", "src", 0, dur=10, bind_id="0x1", flow_out=True),
            ev("X", "mid", 20, dur=10, bind_id="0x1", flow_in=True, flow_out=True),

@@ -147,14 +147,13 @@ def _shift(state: ChromeState, src: SourceState, base: int) -> None:
     if src.counter_tracks:
         ids = ", ".join(str(int(t)) for t in src.counter_tracks)
         con.execute(f"UPDATE counters SET ts = ts + ? WHERE track_id IN ({ids})", [base])
-    for table in ("flow_raw", "flow_v2", "be", "async"):
-        if table in state.staged:
-            con.execute(f"UPDATE _chrome_{table} SET ts = ts + ? WHERE src = ?", [base, src.idx])
+    state.shift_staged(src.idx, base)
 
 
 def finish(state: ChromeState) -> None:
     """Pairs, flows and links across the trace, then names and orders the tracks."""
     builder = state.builder
+    state.register_staged()
     chrome_link.pair_begin_end(state)
     chrome_link.pair_async(state)
     builder.start_depths()  # every slice is staged: their depths beside the links below
