@@ -8,6 +8,7 @@ file, however damaged, may crash the process: a damaged one is refused with an e
 from __future__ import annotations
 
 import random
+import threading
 import shutil
 import sqlite3
 from pathlib import Path
@@ -225,3 +226,37 @@ def test_small_tables_take_the_python_path_and_large_ones_the_compiled_reader(tm
     monkeypatch.setenv(nsys_read.READER_ENV, "python")
     store2, res2 = ingest_ok(tmp_path / "p", path)
     assert canonical_summary(store.connect(res.id)) == canonical_summary(store2.connect(res2.id))
+
+
+def test_two_tables_are_copied_at_once_with_the_rows_of_one_at_a_time(tmp_path, monkeypatch):
+    import duckdb
+
+    monkeypatch.setattr(nsys_read, "COMPILED_MIN_ROWS", 0)
+    path = tmp_path / "two.sqlite"
+    nsys_synth.write(path, iterations=2000, metric_samples=50)
+    jobs = [(t, spec, None) for t, spec in {**nsys_read.EVENT_TABLES, **nsys_read.NAME_TABLES}.items()]
+    meet = threading.Barrier(2, timeout=10)  # the first two tables must be in the reader together
+    real = nsys_read._copy_compiled
+    calls = []
+
+    def together(ex, stage, table, *a):
+        calls.append(table)
+        if len(calls) <= 2:
+            meet.wait()
+        return real(ex, stage, table, *a)
+
+    got = {}
+    for workers in (2, 1):
+        if workers == 2:
+            monkeypatch.setattr(nsys_read, "_copy_compiled", together)
+        else:
+            monkeypatch.setattr(nsys_read, "_copy_compiled", real)
+        ex = nsys_read.open_export(path, path.name)
+        stage = duckdb.connect()
+        try:
+            n = nsys_read.copy_tables(ex, stage, jobs, workers=workers)
+            got[workers] = (n, {t: stage.execute(f'SELECT * FROM "{t}"').fetchall() for t, _, _ in jobs})
+        finally:
+            ex.close()
+            stage.close()
+    assert len(calls) >= 5 and got[2] == got[1] and got[1][0] > 10_000

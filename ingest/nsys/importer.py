@@ -69,15 +69,16 @@ class _Ingest:
 
     def run(self) -> None:
         ex = self.ex
-        for t, spec in {**r.EVENT_TABLES, **r.NAME_TABLES}.items():
-            r.copy_table(ex, self.stage, t, spec)
+        jobs = [(t, spec, None) for t, spec in {**r.EVENT_TABLES, **r.NAME_TABLES}.items()]
         for t, spec in r.CPU_TABLES.items():
             missing = [c for c in spec[0] if c not in ex.columns.get(t, ())] if ex.has(t) else []
             if missing:  # drawn when readable; a table of another layout is named, never guessed at
                 self.b.warn(ex.name, f"table {t} lacks column(s) {', '.join(missing)}: its"
                             f" {r.GIVES[t]} were not read", f"table {t}", dropped=ex.rows.get(t, 0))
                 self.unreadable.add(t)
-            r.copy_table(ex, self.stage, "" if missing else t, spec, as_name=t)  # unreadable: created empty
+            jobs.append(("" if missing else t, spec, t))  # unreadable: created empty
+        # two tables at a time, unless the build is held to one thread (a fleet runs one build per core)
+        r.copy_tables(ex, self.stage, jobs, workers=1 if self.b.threads == 1 else 2)
         start_utc = r.session_start_utc_ns(ex)
         if start_utc is not None and not 0 < start_utc < r.TIME_LIMIT_NS:
             self.b.warn(ex.name, f"the session start {start_utc} is not a plausible UTC time in ns (expected"

@@ -216,19 +216,65 @@ def session_start_utc_ns(ex: Export) -> int | None:
 def copy_table(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, spec: tuple[dict, dict],
                as_name: str | None = None, batch_rows: int | None = None) -> int:
     """Copy one table's known columns into the staging database (absent optional columns as NULL)."""
-    required, optional = spec
-    cols = {**required, **optional}
+    return copy_tables(ex, stage, [(table, spec, as_name)], batch_rows)
+
+
+def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[str, tuple[dict, dict], str | None]],
+                batch_rows: int | None = None, workers: int = 2) -> int:
+    """copy_table for each (table, spec, as_name) of `jobs`; returns the rows copied.
+
+    The tables the compiled reader takes are read `workers` at a time, each on a DuckDB cursor of
+    its own (SQLite steps and DuckDB appends release the GIL: one table's reader is one core's
+    work, so two big tables take the time of one). Whatever it hands back (a value it would
+    read differently) and the small tables are then read one by one on the Python path, on this
+    thread (the export's sqlite3 connection is this thread's). Errors are raised in job order."""
+    targets = []
+    for table, (required, optional), as_name in jobs:
+        cols = {**required, **optional}
+        target = as_name or table
+        stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{_dq(c)} {t}" for c, t in cols.items())})')
+        targets.append((table, target, cols))
+    compiled = [j for j in targets if j[0] in ex.columns and _compiled_takes(ex, j[0], j[2])]
+    done: dict[str, int | None | BaseException] = {}
+    if compiled:
+        def run(job):
+            table, target, cols = job
+            cur = stage.cursor()
+            try:
+                return _copy_compiled(ex, cur, table, target, cols, ex.columns.get(table, set()), batch_rows)
+            finally:
+                cur.close()
+        order = sorted(compiled, key=lambda j: -ex.rows.get(j[0], 0))  # the biggest first: the two end together
+        with ThreadPoolExecutor(max(1, min(workers, len(order))), thread_name_prefix="nsys-copy") as pool:
+            futures = {j[1]: pool.submit(run, j) for j in order}
+        for target, fut in futures.items():
+            try:
+                done[target] = fut.result()
+            except BaseException as e:  # raised below in job order
+                done[target] = e
+    n = 0
+    for table, target, cols in targets:
+        got = done.get(target)
+        if isinstance(got, BaseException):
+            raise got
+        if got is None and target in done:
+            stage.execute(f'DELETE FROM "{target}"')  # a value it reads otherwise: the Python path reads the table
+        if got is None and table in ex.columns:
+            got = _copy_python(ex, stage, table, target, cols, batch_rows)
+        n += got or 0
+    return n
+
+
+def _compiled_takes(ex: Export, table: str, cols: dict) -> bool:
+    return (ex.uri is not None and compiled_reader() and ex.rows.get(table, COMPILED_MIN_ROWS) >= COMPILED_MIN_ROWS
+            and any(c in ex.columns.get(table, set()) for c in cols))
+
+
+def _copy_python(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, target: str, cols: dict,
+                 batch_rows: int | None) -> int:
+    """copy_table's rows through Python's sqlite3 (values checked and named one by one)."""
     have = ex.columns.get(table, set())
-    target = as_name or table
-    stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{_dq(c)} {t}" for c, t in cols.items())})')
-    if table not in ex.columns:
-        return 0
     names = list(cols)
-    if ex.uri is not None and compiled_reader() and ex.rows.get(table, COMPILED_MIN_ROWS) >= COMPILED_MIN_ROWS:
-        n = _copy_compiled(ex, stage, table, target, cols, have, batch_rows)
-        if n is not None:
-            return n
-        stage.execute(f'DELETE FROM "{target}"')  # a value it reads otherwise: the Python path reads the table
     n = 0
     try:
         fast = all(t == I for t in cols.values()) and _all_integers(ex, table, [c for c in names if c in have])
