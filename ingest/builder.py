@@ -69,7 +69,10 @@ LONG_SPAN_NS = 7 * 86400 * 10**9  # a longer trace is published with a warning
 class TraceBuilder:
     """Collects one trace's tables into a DuckDB file at `path`."""
 
-    def __init__(self, path: Path, memory_limit: str = "1GB", threads: int | None = None):
+    def __init__(self, path: Path, memory_limit: str = "900MB", threads: int | None = None):
+        """memory_limit: DuckDB's, beyond which it spills to the temp directory. 900 MB leaves room under
+        the 1.5 GB an 830 MB trace may take for what lives outside it: the parser's blocks and Arrow
+        rows, the Chrome ingester's link rows held as Arrow (ingest/chrome/state.py), numpy pyramids."""
         self.path = Path(path)
         # scratch space for ingesters that need real files (decompressed SQLite, spills); it
         # lives beside the temp trace file, so the store's sweep removes it after a crash too

@@ -104,9 +104,15 @@ def test_flow_events_bind_to_enclosing_or_next_slice(tmp_path):
     assert got == [("a", "b", "other", "c"), ("b", "c", "other", "c"), ("c", "d", "other", "c")]
 
 
-def test_a_base_time_after_the_events_moves_every_staged_kind_as_one_before_them_does(tmp_path):
+@pytest.mark.parametrize("arrow_bytes", [None, 1], ids=["arrow", "moved-into-duckdb"])
+def test_a_base_time_after_the_events_moves_every_staged_kind_as_one_before_them_does(tmp_path, monkeypatch,
+                                                                                     arrow_bytes):
     # relative times with baseTimeNanoseconds written after traceEvents: slices, flow events, v2
     # bindings, B/E and async events are staged before the base is seen and must all move with it
+    # (with arrow_bytes 1, every staged row moves into DuckDB at once and the late base is an UPDATE there)
+    if arrow_bytes is not None:
+        from acceltrace.ingest.chrome import state as chrome_state
+        monkeypatch.setattr(chrome_state, "STAGE_ARROW_BYTES", arrow_bytes)
     base = 1_767_189_312_000_000_000
     evs = [ev("X", "a", 0, dur=100), ev("X", "a-child", 10, dur=5), ev("s", "f", 50, id=1, cat="c"),
            ev("X", "b", 200, dur=10, tid=2), ev("f", "f", 190, id=1, cat="c", tid=2),

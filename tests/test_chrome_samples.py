@@ -60,6 +60,30 @@ def test_unknown_file_name_gives_the_same_summary(store, ingested, tmp_path, nam
     assert canonical_summary(store.connect(res.id)) == canonical_summary(store.connect(ingested[name].id))
 
 
+@pytest.mark.parametrize("name,arrow_bytes", [("a100-rank0-memcpy.json.gz", 1 << 20),
+                                              ("nccl-collectives.json.gz", 400 << 10)])
+def test_link_rows_moved_into_duckdb_part_way_give_the_same_trace(store, ingested, monkeypatch, name, arrow_bytes):
+    """Past STAGE_ARROW_BYTES the staged link rows move from Arrow into DuckDB tables (memory stays
+    bounded): at a third of what these traces stage, they move a few times and the rows staged after
+    the last move join them at the end."""
+    from acceltrace.ingest.chrome import state as chrome_state
+
+    moved, left = [], {}
+    to_duck, register = chrome_state.ChromeState._to_duck, chrome_state.ChromeState.register_staged
+
+    def registering(self):
+        left.update({t: len(b) for t, b in self._staged_rows.items() if t in self._in_duck})
+        register(self)
+
+    monkeypatch.setattr(chrome_state.ChromeState, "_to_duck", lambda self, t: moved.append(t) or to_duck(self, t))
+    monkeypatch.setattr(chrome_state.ChromeState, "register_staged", registering)
+    monkeypatch.setattr(chrome_state, "STAGE_ARROW_BYTES", arrow_bytes)
+    res = pipeline.ingest_paths(store, [next(p for p in SAMPLES if p.name == name)], name=f"moved {name}")[0]
+    assert res.error is None, res.error
+    assert moved.count("flow_raw") >= 3 and "ext" in moved and left.get("flow_raw", 0) > 0
+    assert canonical_summary(store.connect(res.id)) == canonical_summary(store.connect(ingested[name].id))
+
+
 def _con(store, ingested, name):
     return store.connect(ingested[name].id)
 

@@ -113,6 +113,8 @@ class SourceState:
 
 
 STAGE_ROWS = 50_000
+# link rows (flow events, External ids, B/E, async) held as Arrow before they move into DuckDB
+STAGE_ARROW_BYTES = 48 << 20
 
 
 def _concat(batches: list[dict]) -> pa.Table:
@@ -182,7 +184,10 @@ class ChromeState:
         self.proc: dict[tuple, dict] = {}
         self.thread_meta: dict[tuple, dict] = {}
         self.staged: set[str] = set()
-        self._staged_rows: dict[str, list[pa.Table]] = {}  # STAGING table -> its batches (Arrow)
+        self._staged_rows: dict[str, list[pa.Table]] = {}  # STAGING table -> its batches held as Arrow
+        self._arrow_bytes = 0  # their size
+        self._in_duck: set[str] = set()  # STAGING tables with a DuckDB temp table (rows moved there)
+        self._views: set[str] = set()  # STAGING tables seen by SQL as a view on their Arrow rows
         self.flow_keys: dict[tuple[str, str], int] = {}
         self.writer: Writer | None = None
         self.next_slice = 0
@@ -297,10 +302,13 @@ class ChromeState:
                            ("chrome", src.idx, "memory", device, owner, series), f"{owner}/{series}", unit="B")
 
     def stage(self, table: str, columns: dict) -> None:
-        """Keep rows for a staging table (as Arrow, through the writer: conversions off the parser)."""
+        """Keep rows for a staging table (through the writer: their conversions off the parser)."""
         self.submit(lambda: self._stage(table, columns))
 
     def _stage(self, table: str, columns: dict) -> None:
+        """Rows are held as Arrow (no append per chunk: ~100 small appends cost the writer thread 1.5
+        CPU-s at 830 MB) up to STAGE_ARROW_BYTES in all; past that, every table's rows move into its
+        DuckDB temp table in one append each, so memory stays bounded (DuckDB spills, Arrow cannot)."""
         types = _STAGING_TYPES[table]
         arrays = []
         for c, t in types.items():
@@ -312,27 +320,62 @@ class ChromeState:
             return
         self._staged_rows.setdefault(table, []).append(batch)
         self.staged.add(table)
+        self._arrow_bytes += batch.nbytes
+        if self._arrow_bytes > STAGE_ARROW_BYTES:
+            for t in list(self._staged_rows):
+                self._to_duck(t)
+            self._arrow_bytes = 0
+
+    def _to_duck(self, table: str) -> None:
+        """Append a table's Arrow rows to `_chrome_<table>` (a TEMP table, created on first use)."""
+        batches = self._staged_rows.pop(table, None)
+        if not batches:
+            return
+        con, name = self.builder.con, f"_chrome_{table}"
+        if table not in self._in_duck:
+            body = ", ".join(f'"{c}" {t}' for c, t in STAGING[table])
+            con.execute(f"CREATE TEMP TABLE {name} ({body})")  # in memory, spills to the temp dir
+            self._in_duck.add(table)
+        con.register("_chrome_batch", pa.concat_tables(batches))
+        try:
+            con.execute(f"INSERT INTO {name} SELECT * FROM _chrome_batch")
+        finally:
+            con.unregister("_chrome_batch")
 
     def shift_staged(self, src: int, base: int) -> None:
         """Add `base` ns to the ts of one source's staged rows (its times were relative to a base seen late)."""
-        for table, batches in self._staged_rows.items():
+        for table in self._in_duck:
+            if "ts" in _STAGING_TYPES[table]:
+                self.builder.con.execute(f"UPDATE _chrome_{table} SET ts = ts + ? WHERE src = ?", [base, src])
+        for batches in self._staged_rows.values():
             for i, b in enumerate(batches):
-                if "ts" in b.column_names and b.num_rows and b["src"][0].as_py() == src:
-                    batches[i] = b.set_column(b.schema.get_field_index("ts"), "ts", pc.add(b["ts"], pa.scalar(base, pa.int64())))
+                if "ts" in b.column_names and b["src"][0].as_py() == src:
+                    batches[i] = b.set_column(b.schema.get_field_index("ts"), "ts",
+                                              pc.add(b["ts"], pa.scalar(base, pa.int64())))
 
     def register_staged(self) -> None:
-        """Make the staged rows visible to SQL as `_chrome_<table>`: a view on the Arrow rows (no copy
-        into DuckDB; appending them row group by row group cost the writer thread 1.5 CPU-s at 830 MB)."""
+        """Make the staged rows visible to SQL as `_chrome_<table>`: the DuckDB table with the last rows
+        appended, or, for rows that never left Arrow, a view on them (no copy)."""
         con = self.builder.con
-        for table, batches in self._staged_rows.items():
-            con.register(f"_chrome_{table}", pa.concat_tables(batches) if len(batches) > 1 else batches[0])
+        for table in list(self._staged_rows):
+            if table in self._in_duck:
+                self._to_duck(table)
+            else:
+                batches = self._staged_rows[table]
+                con.register(f"_chrome_{table}", pa.concat_tables(batches) if len(batches) > 1 else batches[0])
+                self._views.add(table)
 
     def drop_staging(self) -> None:
         con = self.builder.con
         for table in self.staged:
-            if table in self._staged_rows:
+            if table in self._views:
                 con.unregister(f"_chrome_{table}")
             else:
                 con.execute(f"DROP TABLE IF EXISTS _chrome_{table}")
         self.staged.clear()
-        self._staged_rows.clear()
+        self._in_duck.clear()
+        self._views.clear()
+        self._arrow_bytes = 0
+        if self._staged_rows:
+            self._staged_rows.clear()
+            pa.default_memory_pool().release_unused()  # its freed pages back before the write and LOD build
