@@ -70,9 +70,7 @@ class TraceBuilder:
     """Collects one trace's tables into a DuckDB file at `path`."""
 
     def __init__(self, path: Path, memory_limit: str = "900MB", threads: int | None = None):
-        """memory_limit: DuckDB's, beyond which it spills to the temp directory. 900 MB leaves room under
-        the 1.5 GB an 830 MB trace may take for what lives outside it: the parser's blocks and Arrow
-        rows, the Chrome ingester's link rows held as Arrow (ingest/chrome/state.py), numpy pyramids."""
+        # memory_limit: DuckDB's (it spills beyond); 900 MB leaves room under 1.5 GB at 830 MB for Arrow and numpy
         self.path = Path(path)
         # scratch space for ingesters that need real files (decompressed SQLite, spills); it
         # lives beside the temp trace file, so the store's sweep removes it after a crash too
