@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import duckdb
+import numpy as np
 import pytest
 
 from acceltrace.ingest.builder import TraceBuilder
@@ -101,3 +102,19 @@ def test_a_trace_whose_every_event_was_dropped_is_refused_with_the_reasons(tmp_p
         b.finish("test", "bad.json")
     msg = str(e.value)
     assert "1 dropped" in msg and "bad.json: event 0: 1 events without a valid ts" in msg
+
+
+def test_args_are_stored_in_zstd_and_read_back_as_given(tmp_path):
+    """The args JSON column is written with zstd (a third less CPU and half the bytes of DuckDB's
+    default for it at 830 MB); what is read back is what was given."""
+    args = ['{"External id": %d, "stream": 7, "name": "k\\u00e9"}' % i for i in range(5000)] + [None]
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    t = b.track("eu", "stream 7", group_name="GPU 0")
+    b.add_slices({"track_id": np.full(len(args), t, np.int32), "ts": np.arange(len(args), dtype=np.int64) * 10,
+                  "dur": np.full(len(args), 5, np.int64), "name": ["k"] * len(args), "args": args})
+    b.finish("test", "t")
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    assert [a for (a,) in con.execute("SELECT args FROM slices ORDER BY slice_id").fetchall()] == args
+    kinds = {c for (c,) in con.execute("SELECT DISTINCT compression FROM pragma_storage_info('slices')"
+                                       " WHERE column_name = 'args' AND segment_type = 'VARCHAR'").fetchall()}
+    assert "ZSTD" in kinds, kinds
