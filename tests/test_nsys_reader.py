@@ -8,9 +8,9 @@ file, however damaged, may crash the process: a damaged one is refused with an e
 from __future__ import annotations
 
 import random
-import threading
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
