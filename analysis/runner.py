@@ -49,7 +49,6 @@ STATUS_COLUMNS = [
     ("elapsed_ms", "DOUBLE NOT NULL"),
 ]
 
-_ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64()}
 _PARAM_RE = re.compile(r"\$\{(\w+)\}")
 
 
@@ -266,7 +265,7 @@ def _allocate(con, specs: dict[str, PassSpec], ran: list[str], values: dict[str,
     cols = _ALLOCATED
     if not ran:
         types = dict(schema.FINDINGS) | {"local_ns": "BIGINT"}
-        return pa.table({c: pa.array([], type=_ARROW_TYPES[types[c].split()[0]]) for c in cols})
+        return pa.table({c: pa.array([], type=schema.arrow_type(types[c])) for c in cols})
     union = " UNION ALL ".join(
         f"SELECT '{pid}' AS pass, {specs[pid].precedence} AS precedence, * FROM _cand_{pid}" for pid in ran
     )

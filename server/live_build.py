@@ -210,7 +210,7 @@ class ArrayBuilder(TraceBuilder):
         tracks = self._track_facts(track, depth)
         tables = {
             "slices": _slices_view(sl, depth) if n else _empty("slices"),
-            "tracks": pa.table({c: pa.array([r[i] for r in self._track_rows], _TYPES.get(t.split()[0], pa.string()))
+            "tracks": pa.table({c: pa.array([r[i] for r in self._track_rows], schema.arrow_type(t))
                                 for i, (c, t) in enumerate(schema.TABLES["tracks"])}),
             "flows": self._con.sql("SELECT * FROM flows").to_arrow_table() if self._con is not None else _empty("flows"),
             "trace_meta": pa.table({"key": pa.array(list(self.meta), pa.string()),
@@ -268,11 +268,10 @@ def _flat(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> bool:
     return bool(((t[1:] != t[:-1]) | ((s[1:] >= e[:-1]) & (s[1:] > s[:-1]))).all())
 
 
-_TYPES = {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string(), "DOUBLE": pa.float64()}
 
 
 def _empty(table: str) -> pa.Table:
-    return pa.table({c: pa.array([], _TYPES[t.split()[0]]) for c, t in schema.TABLES[table]})
+    return pa.table({c: pa.array([], schema.arrow_type(t)) for c, t in schema.TABLES[table]})
 
 
 def _names(col: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
@@ -305,7 +304,7 @@ def _slices_view(sl: pa.Table, depth: np.ndarray) -> pa.Table:
         elif c in sl.column_names:
             cols[c] = sl[c]
         else:
-            cols[c] = pa.nulls(sl.num_rows, _TYPES[t.split()[0]])
+            cols[c] = pa.nulls(sl.num_rows, schema.arrow_type(t))
     return pa.table(cols)
 
 

@@ -5,6 +5,8 @@ decides their shape. Times are int64 nanoseconds on one host clock (absolute); t
 API converts them to ns relative to trace_meta start_ns.
 """
 
+import functools
+
 INGEST_VERSION = "2"  # 2: annotation lane, label vs full name, memory counters, nsys OS runtime/sched/samples
 
 # The lanes of the native event record (formats/record.py LANES matches these).
@@ -99,3 +101,13 @@ def create_sql(table: str, columns: list[tuple[str, str]] | None = None, name: s
 
 def column_names(table: str) -> list[str]:
     return [c for c, _ in TABLES[table]]
+
+
+@functools.cache
+def arrow_type(sql_type: str):
+    """The Arrow type of a column declared here as `sql_type` (its first word: NOT NULL and the like aside)."""
+    import pyarrow as pa  # the schema itself is read where pyarrow is not needed
+
+    return {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string(), "DOUBLE": pa.float64(),
+            "BOOLEAN": pa.bool_(), "UTINYINT": pa.uint8(), "SMALLINT": pa.int16(), "TINYINT": pa.int8()
+            }[sql_type.split()[0]]

@@ -118,3 +118,18 @@ def test_args_are_stored_in_zstd_and_read_back_as_given(tmp_path):
     kinds = {c for (c,) in con.execute("SELECT DISTINCT compression FROM pragma_storage_info('slices')"
                                        " WHERE column_name = 'args' AND segment_type = 'VARCHAR'").fetchall()}
     assert "ZSTD" in kinds, kinds
+
+
+def test_arrow_type_of_every_declared_column_is_what_duckdb_gives_for_it():
+    """schema.arrow_type (the staging tables, the Nsight copy, live segments and findings use it):
+    for every column the store declares, the Arrow type DuckDB itself exports for that column."""
+    from acceltrace.ingest.chrome.state import STAGING
+    from acceltrace.store import schema
+
+    con = duckdb.connect()
+    declared = [(f"t_{t}", cols) for t, cols in schema.TABLES.items()] + [("t_findings", schema.FINDINGS)]
+    declared += [(f"s_{t}", cols) for t, cols in STAGING.items()]
+    for name, cols in declared:
+        con.execute(schema.create_sql(name, cols, name=name))
+        got = con.execute(f"SELECT * FROM {name}").to_arrow_table().schema
+        assert {c: schema.arrow_type(t) for c, t in cols} == {f.name: f.type for f in got}, name

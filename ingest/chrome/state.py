@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
+from acceltrace.store import schema
 
 IGNORED_PHASES = ("P", "O", "N", "D", "c", "V", "v")  # samples, snapshots, object lifetimes, memory dumps
 
@@ -34,9 +35,6 @@ STAGING = {
     "async": [("src", "INTEGER"), ("pid", "VARCHAR"), ("cat", "VARCHAR"), ("aid", "VARCHAR"), ("name", "VARCHAR"),
               ("ph", "VARCHAR"), ("ts", "BIGINT"), ("seq", "BIGINT"), ("args", "VARCHAR")],
 }
-_DUCK_TO_ARROW = {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(),
-                  "UTINYINT": pa.uint8()}
-_STAGING_TYPES = {t: {c: _DUCK_TO_ARROW[d] for c, d in cols} for t, cols in STAGING.items()}
 MAX_EXAMPLES = 3
 
 
@@ -314,7 +312,9 @@ class ChromeState:
         """Rows are held as Arrow (no append per chunk: ~100 small appends cost the writer thread 1.5
         CPU-s at 830 MB) up to STAGE_ARROW_BYTES in all; past that, every table's rows move into its
         DuckDB temp table in one append each, so memory stays bounded (DuckDB spills, Arrow cannot)."""
-        types = _STAGING_TYPES[table]
+        # each column as its declared type exactly (not builder._as_table, which keeps dictionary-encoded
+        # columns: the batches of a table must share one schema to be concatenated)
+        types = {c: schema.arrow_type(d) for c, d in STAGING[table]}
         arrays = []
         for c, t in types.items():
             v = columns[c]
@@ -350,7 +350,7 @@ class ChromeState:
     def shift_staged(self, src: int, base: int) -> None:
         """Add `base` ns to the ts of one source's staged rows (its times were relative to a base seen late)."""
         for table in self._in_duck:
-            if "ts" in _STAGING_TYPES[table]:
+            if any(c == "ts" for c, _ in STAGING[table]):
                 self.builder.con.execute(f"UPDATE _chrome_{table} SET ts = ts + ? WHERE src = ?", [base, src])
         for batches in self._staged_rows.values():
             for i, b in enumerate(batches):

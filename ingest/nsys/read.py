@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from acceltrace.store import schema
 from acceltrace.store.errors import IngestError
 
 try:  # built by `pip install` (setup.py) where libsqlite3's header is; optional
@@ -234,7 +235,7 @@ def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[s
         target = as_name or table
         stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{_dq(c)} {t}" for c, t in cols.items())})')
         targets.append((table, target, cols))
-    compiled = [j for j in targets if j[0] in ex.columns and _compiled_takes(ex, j[0], j[2])]
+    compiled = [j for j in targets if _compiled_takes(ex, j[0], j[2])]
     done: dict[str, int | None | BaseException] = {}
     if compiled:
         def run(job):
@@ -298,7 +299,7 @@ def _copy_python(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, targe
                 arrays = [pa.array(matrix[:, i], mask=matrix[:, i] == _NULL_INT) for i in range(len(names))]
             else:
                 columns = list(zip(*rows))
-                arrays = [_column(ex.name, table, c, columns[i], _ARROW[cols[c]], n) for i, c in enumerate(names)]
+                arrays = [_column(ex.name, table, c, columns[i], schema.arrow_type(cols[c]), n) for i, c in enumerate(names)]
             stage.register("_copy_batch", pa.table(dict(zip(names, arrays))))
             try:
                 stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
@@ -335,7 +336,7 @@ def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, tar
             rows, buffers = got
             arrays, it = {}, iter(zip(kinds, buffers))
             for c in names:
-                arrays[c] = _arrow(*next(it), rows) if c in have else pa.nulls(rows, _ARROW[cols[c]])
+                arrays[c] = _arrow(*next(it), rows) if c in have else pa.nulls(rows, schema.arrow_type(cols[c]))
             stage.register("_copy_batch", pa.table(arrays))
             try:
                 stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
@@ -369,7 +370,6 @@ _NULL_INT = -(1 << 63)  # INT64_MIN: no Nsight id, count or timestamp takes it
 # with the rows that have no start or end, and no later subtraction can overflow int64.
 TIME_LIMIT_NS = 1 << 62
 _TIME_COLUMNS = frozenset({"start", "end", "timestamp"})
-_ARROW = {I: pa.int64(), T: pa.string(), F: pa.float64()}
 
 
 def _all_integers(ex: Export, table: str, columns: list[str]) -> bool:
