@@ -537,9 +537,10 @@ static int scan_args(Scan *sc, uint8_t *atag, int64_t *aival, int64_t *aspan) {
 static int scan_event(Scan *sc) {
     if (grow_rows(sc)) return -1;
     size_t row = sc->nev;
+    /* only what is stored per row is cleared per event (a span per field was 7 % of the scan) */
     uint8_t tags[NF];
-    int64_t ival[NF];
-    int64_t span[2 * NF];
+    int64_t ival[NIV];
+    int64_t args_span[2] = {0, 0};
     uint8_t atag[NA];
     int64_t aival[NA], aspan[2 * NA];
     memset(atag, 0, sizeof atag);
@@ -547,7 +548,6 @@ static int scan_event(Scan *sc) {
     memset(aspan, 0, sizeof aspan);
     memset(tags, 0, sizeof tags);
     memset(ival, 0, sizeof ival);
-    memset(span, 0, sizeof span);
     sc->ev[2 * row] = (int64_t)sc->i;
     sc->i++;  /* '{' */
     skip_ws(sc);
@@ -596,14 +596,16 @@ static int scan_event(Scan *sc) {
                         if (scan_number(sc, &is_int, &iv, kind == K_TIME, &ns)) return -1;
                         if (kind == K_ID && !is_int) return -1;  /* float ids: the Python path */
                         t = is_int ? T_INT : T_NUM;
-                        ival[f] = kind == K_TIME ? ns : iv;
+                        ival[IVSLOT[f]] = kind == K_TIME ? ns : iv;
                     }
                 } else {
                     return -1;
                 }
                 tags[f] = (uint8_t)t;
-                span[2 * f] = (int64_t)v0;
-                span[2 * f + 1] = (int64_t)(sc->i - v0);
+                if (f == F_ARGS) {
+                    args_span[0] = (int64_t)v0;
+                    args_span[1] = (int64_t)(sc->i - v0);
+                }
             }
             skip_ws(sc);
             if (sc->i >= sc->n) return -1;
@@ -618,16 +620,16 @@ static int scan_event(Scan *sc) {
         if (sc->sdata[f].len > (size_t)INT32_MAX) return -1;
         sc->tags[f * cap + row] = tags[f];
         sc->soff[f * (cap + 1) + row + 1] = (int32_t)sc->sdata[f].len;
-        if (IVSLOT[f] >= 0) sc->ival[IVSLOT[f] * cap + row] = ival[f];
     }
+    for (int k = 0; k < NIV; k++) sc->ival[k * cap + row] = ival[k];
     for (int a = 0; a < NA; a++) {
         sc->atag[a * cap + row] = atag[a];
         sc->aival[a * cap + row] = aival[a];
         sc->aspan[2 * (a * cap + row)] = aspan[2 * a];
         sc->aspan[2 * (a * cap + row) + 1] = aspan[2 * a + 1];
     }
-    sc->argspan[2 * row] = span[2 * F_ARGS];
-    sc->argspan[2 * row + 1] = span[2 * F_ARGS + 1];
+    sc->argspan[2 * row] = args_span[0];
+    sc->argspan[2 * row + 1] = args_span[1];
     sc->nev++;
     return 0;
 }
