@@ -71,6 +71,61 @@ def test_flat_tracks_skip_the_sweep_with_the_same_depths(seed):
     assert (got[flat] == 0).all() and got[~flat].max() > 0
 
 
+@pytest.mark.skipif(depths._depths is None, reason="ingest/_depths.c is not built (no compiler)")
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_sweep_equals_the_numpy_sweep(seed):
+    """depths_of's compiled walk (a heap of open ends per track) gives the numpy sweep's depths:
+    nested calls, partial overlaps (the greedy pass), instants at a slice's start and end, runs of
+    equal starts and equal durations (the id decides), rows in any order, many tracks and one."""
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(1, 80))
+        track = rng.integers(0, int(rng.integers(1, 5)), n).astype(np.int64) * (seed + 1)
+        ts = rng.integers(0, int(rng.integers(1, 40)), n).astype(np.int64)
+        dur = np.where(rng.random(n) < 0.25, 0, rng.integers(0, int(rng.integers(1, 30)), n)).astype(np.int64)
+        sid = (rng.permutation(n) * 3 + 7).astype(np.int64)
+        want = depths.depths_of(sid, track, ts, dur, compiled=False)
+        got = depths.depths_of(sid, track, ts, dur)
+        assert got.dtype == np.int32
+        assert got.tolist() == want.tolist(), (track.tolist(), ts.tolist(), dur.tolist(), sid.tolist())
+    # one deep nest of calls per track, shuffled: depths up to a few dozen
+    rows = []
+    for tr in range(3):
+        t = 0
+        for _ in range(400):
+            d = int(rng.integers(50, 5000))
+            rows.append((tr, t, d))
+            c, lvl = t, 0
+            while lvl < 40 and c < t + d:
+                cd = int(rng.integers(0, t + d - c + 1))
+                rows.append((tr, c, cd))
+                c, lvl = c + int(rng.integers(0, max(1, cd // 2 + 1))), lvl + 1
+            t += d + int(rng.integers(0, 3))
+    track, ts, dur = (np.array(c, np.int64) for c in zip(*rows))
+    sid = rng.permutation(len(ts)).astype(np.int64)
+    want = depths.depths_of(sid, track, ts, dur, compiled=False)
+    got = depths.depths_of(sid, track, ts, dur)
+    assert got.tolist() == want.tolist() and got.max() > 5
+
+
+@pytest.mark.skipif(depths._depths is None, reason="ingest/_depths.c is not built (no compiler)")
+def test_compiled_sweep_leaves_what_its_heap_cannot_order_to_numpy_and_checks_its_input():
+    """A negative duration or an end past int64 (the builder drops those slices, then asks again)
+    takes the numpy sweep, whatever it gives; a bad order is an error, never a read out of bounds."""
+    top = np.iinfo(np.int64).max
+    for ts, dur in (([0, 5, 3], [10, -2, 1]), ([0, top - 5, 1], [10, 9, 1])):
+        ts, dur = np.array(ts, np.int64), np.array(dur, np.int64)
+        sid, track = np.arange(3, dtype=np.int64), np.zeros(3, np.int64)
+        assert not depths._sweepable(ts, dur)
+        assert depths.depths_of(sid, track, ts, dur).tolist() == depths.depths_of(sid, track, ts, dur,
+                                                                                   compiled=False).tolist()
+    z = np.zeros(3, np.int64)
+    with pytest.raises(ValueError, match="outside"):
+        depths._depths.sweep(z, z, z, z, np.array([0, 1, 3], np.int64))
+    with pytest.raises(ValueError, match="one length"):
+        depths._depths.sweep(z, z, z, z, np.zeros(2, np.int64))
+
+
 def _nested_trace(path):
     import json
     evs = [{"ph": "X", "ts": 10 * i, "dur": 100 - 10 * i, "name": f"d{i}", "pid": 1, "tid": t}
