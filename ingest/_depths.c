@@ -210,11 +210,21 @@ static PyObject *py_sweep(PyObject *self, PyObject *args) {
     }
     {
         const int64_t *order = ob.buf;
-        for (size_t i = 0; i < n; i++)
-            if (order[i] < 0 || (size_t)order[i] >= n) {
-                PyErr_SetString(PyExc_ValueError, "order holds a position outside the arrays");
+        uint8_t *seen = calloc(n ? n : 1, 1);
+        if (!seen) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (order[i] < 0 || (size_t)order[i] >= n || seen[order[i]]) {
+                free(seen);
+                PyErr_SetString(PyExc_ValueError, "order must hold each position of the arrays once"
+                                " (one outside them or a repeat)");
                 goto done;
             }
+            seen[order[i]] = 1;
+        }
+        free(seen);
     }
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int32_t)));
     int64_t *idx = malloc((n ? n : 1) * sizeof(int64_t));

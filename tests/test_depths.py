@@ -120,8 +120,9 @@ def test_compiled_sweep_leaves_what_its_heap_cannot_order_to_numpy_and_checks_it
         assert depths.depths_of(sid, track, ts, dur).tolist() == depths.depths_of(sid, track, ts, dur,
                                                                                    compiled=False).tolist()
     z = np.zeros(3, np.int64)
-    with pytest.raises(ValueError, match="outside"):
-        depths._depths.sweep(z, z, z, z, np.array([0, 1, 3], np.int64))
+    for bad in ([0, 1, 3], [0, 1, -1], [0, 2, 2]):
+        with pytest.raises(ValueError, match="each position"):
+            depths._depths.sweep(z, z, z, z, np.array(bad, np.int64))
     with pytest.raises(ValueError, match="one length"):
         depths._depths.sweep(z, z, z, z, np.zeros(2, np.int64))
 
