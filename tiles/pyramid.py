@@ -103,7 +103,10 @@ def _reduce(r: _Rows) -> _Rows:
         starts = np.flatnonzero(new)
         first = order[starts]  # the longest of each group: the sort put it first
     else:  # one sort of one int64 key; each group's longest found by two reductions, not by the sort
-        order = np.argsort(key)
+        # stable (a merge sort): above the base level the rows are the previous level's, still in key
+        # order, then the few slices of one class: runs it merges rather than sorts (2 M slices, ten
+        # levels: 0.44-0.63 -> 0.27-0.32 s); the base level's classes are runs in time order too
+        order = np.argsort(key, kind="stable")
         k = key[order]
         new = np.empty(len(order), dtype=bool)
         new[0] = True
@@ -115,8 +118,8 @@ def _reduce(r: _Rows) -> _Rows:
         lid = np.where(top, r.lid[order], np.iinfo(np.int64).max)
         win = top & (lid == np.repeat(np.minimum.reduceat(lid, starts), sizes))  # one row per group (ids differ)
         first = order[np.flatnonzero(win)]
-        grp, b, track, depth = r.grp[order], r.b[order], r.track[order], r.depth[order]
-    return _Rows(grp=grp[starts], b=b[starts], track=track[starts], depth=depth[starts],
+    lead = order[starts]  # a row of each group: its keys (not every row's keys gathered, then four taken)
+    return _Rows(grp=r.grp[lead], b=r.b[lead], track=r.track[lead], depth=r.depth[lead],
                  count=np.add.reduceat(r.count[order], starts), busy=np.add.reduceat(r.busy[order], starts),
                  bytes=np.add.reduceat(r.bytes[order], starts), nbytes=np.add.reduceat(r.nbytes[order], starts),
                  ldur=r.ldur[first], lid=r.lid[first], lname=r.lname[first])
