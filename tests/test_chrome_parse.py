@@ -153,6 +153,21 @@ def test_metadata_names_and_sorts_tracks(tmp_path):
     assert got == [("trainer (8)", "main", "8", "80"), ("process 7", "thread 70", "7", "70")]
 
 
+def test_repeated_metadata_the_last_of_each_key_wins(tmp_path):
+    """Real files repeat M events many times (an MTIA trace: 310,000 for 22 facts); only the last of
+    each (name, pid, tid) counts, and where 8 and "8" name one process the later-seen key wins."""
+    def meta(kind, pid, tid, **args):
+        return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
+    evs = [ev("X", "a", 0, dur=1, pid=8, tid=80), ev("X", "b", 0, dur=1, pid=9, tid=90)]
+    for i in range(300):  # interleaved, as a profiler that writes them per flush does
+        evs += [meta("process_name", 8, 0, name=f"p8-{i}"), meta("thread_name", 9, 90, name=f"t90-{i}"),
+                meta("process_sort_index", 9, 0, sort_index=i % 7), meta("thread_name", 8, 80, name="old")]
+    evs += [meta("process_name", "8", 0, name="string-pid"), meta("thread_name", 8, 80, name="main")]
+    con, _ = ingest_text(tmp_path, {"traceEvents": evs})
+    got = set(rows(con, "SELECT group_name, name, process FROM tracks"))
+    assert got == {("string-pid (8)", "main", "8"), ("process 9", "t90-299", "9")}
+
+
 def test_async_begin_end_pairs_become_slices(tmp_path):
     evs = [ev("b", "load", 0, id="0x1", cat="io"), ev("b", "load", 5, id="0x2", cat="io"),
            ev("n", "tick", 7, id="0x1", cat="io"), ev("e", "load", 10, id="0x1", cat="io"),

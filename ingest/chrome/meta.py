@@ -1,8 +1,8 @@
 """Metadata (M) and counter (C) events.
 
 Real files repeat metadata (an MTIA trace holds 310,000 M events for 22 distinct
-facts), so M events are reduced to the last one per (name, pid, tid) in C before any
-of them is decoded. Counter events are fewer; each of their arg keys is a series.
+facts), so M events are reduced to the last one per (name, pid, tid) on integer codes
+before any of them is decoded. Counter events are fewer; each of their arg keys is a series.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import math
 import msgspec
 import numpy as np
 
-from acceltrace.ingest.chrome.columns import norm_id, values
+from acceltrace.ingest.chrome.columns import id_codes, norm_id, string_codes, take, unique_inverse, values
 
 
 def handle_metadata(state, src, sub: list) -> None:
-    names, pids, tids = values(sub, "name"), values(sub, "pid"), values(sub, "tid")
-    last = dict(zip(zip(names, pids, tids), range(len(sub))))
-    for (name, pid, tid), i in last.items():
+    for (name, pid, tid), i in _last_of_each(sub):
         try:
             args = msgspec.json.decode(sub[i].args)
         except (msgspec.DecodeError, RecursionError):
@@ -38,6 +36,25 @@ def handle_metadata(state, src, sub: list) -> None:
             state.thread_meta.setdefault((src.idx, p, t), {})["name"] = args["name"]
         elif name == "thread_sort_index" and _is_int(args.get("sort_index")):
             state.thread_meta.setdefault((src.idx, p, t), {})["sort"] = int(args["sort_index"])
+
+
+def _last_of_each(sub: list) -> list:
+    """((name, pid, tid), index of its last event) for each distinct key, in order of first appearance
+    (later keys win where two normalise alike), found on codes: no Python value per event."""
+    nc, _ = string_codes(sub, "name")
+    pc, pu = id_codes(sub, "pid")
+    tc, tu = id_codes(sub, "tid")
+    _, np_ = unique_inverse(nc * max(1, len(pu)) + pc)
+    _, key = unique_inverse(np_ * max(1, len(tu)) + tc)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    ends = np.r_[starts[1:], len(k)] - 1
+    first, last = order[starts], order[ends]
+    last = last[np.argsort(first)]
+    picked = take(sub, last)
+    keys = zip(values(picked, "name"), values(picked, "pid"), values(picked, "tid"))
+    return list(zip(keys, last.tolist()))
 
 
 def _decode_all(raws: list) -> list:
