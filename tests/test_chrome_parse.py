@@ -281,3 +281,38 @@ def test_reader_reads_in_blocks_and_yields_many_small_chunks():
     chunks = list(reader.chunks())
     assert max(stream.sizes) == 256 and all(n is not None and n > 0 for n in stream.sizes)
     assert len(chunks) > 20 and sum(len(c.events) for c in chunks) == 200
+
+
+@pytest.mark.parametrize("head, ending", [
+    (b'{"traceEvents": [', b"]}"), (b'{"traceEvents": [', b",\n ]}\n"), (b'{"traceEvents": [', b'], "after": {"x": "]"}}'),
+    (b'{"traceEvents": [', b"]} junk"), (b'{"traceEvents": [', b""), (b"[", b"]"), (b"[", b" , ]\n"), (b"[", b"]]"),
+])
+def test_the_last_chunk_decoded_ahead_reads_as_it_does_in_line(head, ending):
+    """At the end of input the last events are cut and decoded on the scan thread too (while the chunk
+    before is turned into rows); chunks, offsets and what the reader reports equal a reader's without it."""
+    import io
+    import threading
+
+    from acceltrace.ingest.chrome.columns import decode_events
+
+    body = b", ".join(json.dumps(ev("X", f"e{i}", i, dur=1, args={"k": "x" * (i % 50)})).encode() for i in range(300))
+    text = head + body + ending
+    got = {}
+    for ahead in (True, False):
+        threads = []
+
+        def decode(raw):
+            threads.append(threading.current_thread().name)
+            return decode_events(raw)
+
+        reader = chrome_reader.ChromeReader(io.BytesIO(text), "t.json", decode, block=4096, prefetch=ahead)
+        try:
+            chunks = [(c.offset, c.first_index, len(c.events), c.raw) for c in reader.chunks()]
+        except Exception as e:  # the same error both ways
+            chunks = [repr(e)]
+        r = reader.result
+        got[ahead] = (chunks, r.events, r.cut_off, r.partial_event, r.ignored_tail, r.meta)
+        if ahead and ending in (b"]}", b"]"):
+            assert threads[-1].startswith("chrome-scan"), threads  # the last chunk was decoded ahead
+    assert got[True] == got[False]
+    assert len(got[True][0]) > 5

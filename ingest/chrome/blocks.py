@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import queue
+import re
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 import numpy as np
 
@@ -70,3 +71,35 @@ def structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
     st = np.flatnonzero(c)
     st = st[(np.searchsorted(q, st) & 1) == 0]
     return st, np.cumsum(c[st], dtype=np.int64)
+
+
+_WS = b" \t\r\n"
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
+
+
+def final_plan(buf: bytes, lead: int, suffix_ok: Callable[[bytes], bool]) -> tuple | None:
+    """The quick cut at the end of input, for the events from buf[lead:]: (index of the ']' that closes
+    the array, the bytes after it, "[" + the events before it + "]", or None where there are none). The
+    last 32 ']' are tried, the first one followed by a valid end of document counts (a trailing comma is
+    dropped, as catapult tolerates). None: no such ']' (the exact structural scan decides)."""
+    p = len(buf)
+    for _ in range(32):
+        p = buf.rfind(b"]", lead, p)
+        if p < 0:
+            return None
+        after = buf[p + 1:]
+        if suffix_ok(after):
+            end = p
+            while end > lead:  # buf[lead:p].rstrip(), 4 kB at a time rather than a copy of the body
+                seg = buf[max(lead, end - 4096):end]
+                kept = seg.rstrip(_WS)
+                end -= len(seg) - len(kept)
+                if kept:
+                    break
+            if end > lead and buf[end - 1] == 0x2C:
+                end -= 1
+            if _WS_RUN.match(buf, lead, end).end() == end:
+                return p, after, None
+            with memoryview(buf) as view:
+                return p, after, b"".join((b"[", view[lead:end], b"]"))
+    return None

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from acceltrace.store.errors import IngestError
-from acceltrace.ingest.chrome.blocks import Prefetch, quotes as _quotes, structure
+from acceltrace.ingest.chrome.blocks import Prefetch, final_plan, quotes as _quotes, structure
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
 # Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk overlaps the rest
@@ -80,6 +80,7 @@ class ChromeReader:
         self.speculate = prefetch  # decode the next chunk in a thread (see _speculate)
         self._pool: ThreadPoolExecutor | None = None
         self._pending: tuple | None = None
+        self._final: tuple | None = None  # (bytes, lead, final_plan's answer) worked out by _speculate
 
     def _read(self) -> bytes:
         if self.eof:
@@ -205,9 +206,8 @@ class ChromeReader:
                 buf = rest
                 continue
             # end of input: the array must close here, or the file was cut off
-            if lead:
-                buf, self.pos = buf[lead:], self.pos + lead
-            chunk, rest, closed = self._final_cut(buf)
+            self.pos += lead
+            chunk, rest, closed = self._final_cut(buf, lead)
             if chunk is not None:
                 yield chunk
             if closed is not None:
@@ -276,20 +276,23 @@ class ChromeReader:
             return rest
         while not self.eof and len(rest) < self.block:
             rest += self._read()
-        if self.eof:
-            return rest
         lead = _WS_COMMA.match(rest).end()
         if rest[lead:lead + 1] == b"]":
             return rest
-        p = self._candidate(rest, lead)
-        if p is None:
+        if self.eof:  # the last events: _final_cut's plan for these bytes, its chunk decoded here too
+            self._final = (rest, lead, final_plan(rest, lead, self._suffix_ok))
+            if self._final[2] is not None and self._final[2][2] is not None:
+                self._submit(self.pos + lead, self._final[2][2])
             return rest
-        self._pending = None
-        raw = self._chunk_raw(rest, lead, p + 1)
+        p = self._candidate(rest, lead)
+        if p is not None:
+            self._submit(self.pos + lead, self._chunk_raw(rest, lead, p + 1))
+        return rest
+
+    def _submit(self, at: int, raw: bytes) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chrome-scan")
-        self._pending = (self.pos + lead, len(raw), raw, self._pool.submit(self.decode, raw))
-        return rest
+        self._pending = (at, len(raw), raw, self._pool.submit(self.decode, raw))
 
     def _decoded(self, raw: bytes, offset: int) -> list:
         pending, self._pending = self._pending, None
@@ -323,27 +326,21 @@ class ChromeReader:
         self.pos += p + 1
         return chunk, buf[p + 1:], closed
 
-    def _final_cut(self, buf: bytes):
-        """At end of input: find the array's close quickly by trying the last few ']'."""
-        p = len(buf)
-        for _ in range(32):
-            p = buf.rfind(b"]", 0, p)
-            if p < 0:
-                break
-            after = buf[p + 1:]
-            if self._suffix_ok(after):
-                body = buf[:p].rstrip(_WS)
-                if body.endswith(b","):  # a trailing comma, as catapult tolerates
-                    body = body[:-1]
-                if not body.strip(_WS):
-                    return None, b"", after
-                c = self._try(b"[" + body + b"]", self.pos)
-                if c is not None:
-                    self.pos += p
-                    return c, b"", after
-                break
-        chunk, rest, closed = self._exact_cut(buf)
-        return chunk, rest, closed
+    def _final_cut(self, buf: bytes, lead: int):
+        """At end of input, the events from buf[lead:] (stream offset self.pos): the array's close found
+        by final_plan (the one _speculate made for these very bytes, if any), else by the exact scan."""
+        made, self._final = self._final, None
+        plan = made[2] if made is not None and made[0] is buf and made[1] == lead else \
+            final_plan(buf, lead, self._suffix_ok)
+        if plan is not None:
+            p, after, raw = plan
+            if raw is None:
+                return None, b"", after
+            c = self._try(raw, self.pos)
+            if c is not None:
+                self.pos += p - lead
+                return c, b"", after
+        return self._exact_cut(buf[lead:])
 
     def _suffix_ok(self, after: bytes) -> bool:
         if not self._prefix:
