@@ -174,7 +174,7 @@ def main() -> int:
 
     ph = Phases()
     ph.wrap(atrace_mod._Ingest, "_batch", "  records -> columns (strings, clocks, tracks)")
-    ph.wrap(handover_mod, "depths_of", "  depths (numpy)")
+    ph.wrap(handover_mod, "depths_of", "  depths (compiled sweep, numpy without a compiler)")
     ph.wrap(builder_mod.TraceBuilder, "add_slices", "  sorted slices into the builder's stage")
     ph.wrap(builder_mod.TraceBuilder, "add_flows", "  flows into the builder")
     ph.wrap(atrace_mod._Ingest, "_flush", " hand-over: depths, sort, flows, staging")
