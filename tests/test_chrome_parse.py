@@ -316,3 +316,32 @@ def test_the_last_chunk_decoded_ahead_reads_as_it_does_in_line(head, ending):
             assert threads[-1].startswith("chrome-scan"), threads  # the last chunk was decoded ahead
     assert got[True] == got[False]
     assert len(got[True][0]) > 5
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_memory_events_levels_and_running_sums_on_both_paths(tmp_path, monkeypatch, compiled):
+    """`[memory]` instants: device totals as levels, old files' signed sizes as running sums per device
+    (per process for host memory, where pid 7 and "7" are one process); events without either are
+    counted as skipped, never dropped silently."""
+    from acceltrace.ingest.chrome import columns
+
+    monkeypatch.setattr(columns, "USE_COMPILED", compiled)
+
+    def mem(ts, pid, **args):
+        return {"ph": "i", "name": "[memory]", "pid": pid, "tid": 1, "ts": ts, "s": "t", **({"args": args} if args else {})}
+    evs = [ev("X", "k", 0, dur=50, pid=7, tid=1),
+           mem(1, 7, **{"Device Id": 0, "Total Allocated": 100, "Total Reserved": 200}),
+           mem(2, 7, **{"Device Id": 0, "Total Allocated": 300, "Total Reserved": 400}),
+           mem(3, 7, **{"Device Id": -1, "Bytes": 64}), mem(4, "7", **{"Device Id": -1, "Bytes": 36}),
+           mem(5, 8, **{"Device Id": -1, "Bytes": 5}), mem(6, 7, **{"Device Id": 1, "Bytes": -10}),
+           mem(7, 7), mem(8, 7, **{"Device Id": 0})]
+    con, res = ingest_text(tmp_path, {"traceEvents": evs})
+    got = rows(con, "SELECT t.name, t.device, c.ts, c.value FROM counters c JOIN tracks t USING (track_id)"
+                    " ORDER BY 1, 2 NULLS FIRST, 3")
+    assert got == [("memory allocated", "0", 1000, 100.0), ("memory allocated", "0", 2000, 300.0),
+                   ("memory allocated since trace start", None, 3000, 64.0),
+                   ("memory allocated since trace start", None, 4000, 100.0),
+                   ("memory allocated since trace start", None, 5000, 5.0),
+                   ("memory allocated since trace start", "1", 6000, -10.0),
+                   ("memory reserved", "0", 1000, 200.0), ("memory reserved", "0", 2000, 400.0)]
+    assert any("without a device total or a size" in w and "2" in w for w in res.warnings)
