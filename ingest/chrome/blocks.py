@@ -73,7 +73,7 @@ def structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
     return st, np.cumsum(c[st], dtype=np.int64)
 
 
-_WS = b" \t\r\n"
+WS = b" \t\r\n"  # JSON whitespace
 _WS_RUN = re.compile(rb"[ \t\r\n]*")
 
 
@@ -92,7 +92,7 @@ def final_plan(buf: bytes, lead: int, suffix_ok: Callable[[bytes], bool]) -> tup
             end = p
             while end > lead:  # buf[lead:p].rstrip(), 4 kB at a time rather than a copy of the body
                 seg = buf[max(lead, end - 4096):end]
-                kept = seg.rstrip(_WS)
+                kept = seg.rstrip(WS)
                 end -= len(seg) - len(kept)
                 if kept:
                     break
@@ -100,6 +100,11 @@ def final_plan(buf: bytes, lead: int, suffix_ok: Callable[[bytes], bool]) -> tup
                 end -= 1
             if _WS_RUN.match(buf, lead, end).end() == end:
                 return p, after, None
-            with memoryview(buf) as view:
-                return p, after, b"".join((b"[", view[lead:end], b"]"))
+            return p, after, bracketed(buf, lead, end)
     return None
+
+
+def bracketed(buf: bytes, start: int, end: int) -> bytes:
+    """ "[" + buf[start:end] + "]" in one copy."""
+    with memoryview(buf) as view:
+        return b"".join((b"[", view[start:end], b"]"))

@@ -217,7 +217,7 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
         mem = pc.equal(names, MEMORY_EVENT).to_numpy(zero_copy_only=False) & ~is_x
         if mem.any():
             k = np.flatnonzero(mem)
-            handle_memory(state, src, take(sub, k), ts_ns[k], values(take(sub, k), "pid"))
+            handle_memory(state, src, take(sub, k), ts_ns[k])
             k = np.flatnonzero(~mem)
             sub, idx, seq, ts_ns, dur_ns, is_x = take(sub, k), idx[k], seq[k], ts_ns[k], dur_ns[k], is_x[k]
             names = names.take(pa.array(k))

@@ -12,8 +12,7 @@ import math
 import msgspec
 import numpy as np
 
-from acceltrace.ingest.chrome.columns import (EventColumns, _scan, id_codes, norm_id, string_codes, take,
-                                              unique_inverse, values)
+from acceltrace.ingest.chrome.columns import args_objects, id_codes, norm_id, string_codes, take, unique_inverse, values
 
 
 def handle_metadata(state, src, sub: list) -> None:
@@ -47,47 +46,12 @@ def _last_of_each(sub: list) -> list:
     tc, tu = id_codes(sub, "tid")
     _, np_ = unique_inverse(nc * max(1, len(pu)) + pc)
     _, key = unique_inverse(np_ * max(1, len(tu)) + tc)
-    order = np.argsort(key, kind="stable")
-    k = key[order]
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    ends = np.r_[starts[1:], len(k)] - 1
-    first, last = order[starts], order[ends]
-    last = last[np.argsort(first)]
+    _, first = np.unique(key, return_index=True)
+    _, from_end = np.unique(key[::-1], return_index=True)  # both in key order: aligned
+    last = (len(key) - 1 - from_end)[np.argsort(first)]
     picked = take(sub, last)
     keys = zip(values(picked, "name"), values(picked, "pid"), values(picked, "tid"))
     return list(zip(keys, last.tolist()))
-
-
-def _decode_all(raws: list) -> list:
-    """Every args object of a batch in one decode call (one by one only if the batch fails)."""
-    try:
-        return msgspec.json.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.DecodeError, RecursionError):
-        out = []
-        for r in raws:
-            try:
-                out.append(msgspec.json.decode(r))
-            except (msgspec.DecodeError, RecursionError):
-                out.append(None)
-        return out
-
-
-def _args_of(sub) -> list:
-    """Each event's args decoded (None where absent or not JSON). From the scanner's columns the args'
-    bytes are joined in C and decoded in one call, without an event struct each."""
-    if not isinstance(sub, EventColumns):
-        return _decode_all([ev.args for ev in sub])
-    buf, starts, lens = sub.args()
-    has = np.flatnonzero(lens > 0)
-    body = _scan.gather(buf, np.ascontiguousarray(starts[has]), np.ascontiguousarray(lens[has]), b",")
-    try:
-        decoded = msgspec.json.decode(b"[" + body + b"]")
-    except (msgspec.DecodeError, RecursionError):
-        return _decode_all([ev.args for ev in sub])
-    out = [None] * len(lens)
-    for i, v in zip(has.tolist(), decoded):
-        out[i] = v
-    return out
 
 
 def _is_int(v) -> bool:
@@ -103,7 +67,7 @@ def handle_counters(state, src, sub: list, ts, seq: np.ndarray) -> None:
     bad = 0
     first_bad = None
     tracks: dict[tuple, int] = {}
-    all_args = _decode_all([ev.args for ev in sub])
+    all_args = args_objects(sub)
     for i, args in enumerate(all_args):
         if not ts.ok[i]:
             bad += 1
@@ -142,7 +106,7 @@ def handle_counters(state, src, sub: list, ts, seq: np.ndarray) -> None:
 MEMORY_EVENT = "[memory]"
 
 
-def handle_memory(state, src, sub: list, ts_ns: np.ndarray, pids: list) -> None:
+def handle_memory(state, src, sub: list, ts_ns: np.ndarray) -> None:
     """Kineto `[memory]` instants -> per-device counter tracks of allocated and reserved bytes.
 
     Newer Kineto records the allocator's totals after each event ("Total Allocated",
@@ -152,11 +116,13 @@ def handle_memory(state, src, sub: list, ts_ns: np.ndarray, pids: list) -> None:
     -1 is host memory. Each event's size and address stay in no slice: the counters hold
     the levels, trace_meta chrome_memory_events the count (docs/ingest.md).
     """
-    all_args = _args_of(sub)
+    all_args = args_objects(sub)
     tracks, times, samples = [], [], []
     bad = 0
-    # a profiler with memory on writes an event per allocation: pids and tracks are looked up once each
-    owners: dict = {}
+    # a profiler with memory on writes an event per allocation: pids and tracks are worked out once each
+    pid_code, pid_values = id_codes(sub, "pid")
+    owners = [norm_id(v) for v in pid_values]
+    pid_of = [owners[c] for c in pid_code.tolist()]
     track_of: dict = {}
 
     def track(dev: int, pid: str, series: str) -> int:
@@ -172,13 +138,7 @@ def handle_memory(state, src, sub: list, ts_ns: np.ndarray, pids: list) -> None:
         dev = args.get("Device Id")
         dev = int(dev) if _is_int(dev) else -1
         alloc, reserved, nbytes = args.get("Total Allocated"), args.get("Total Reserved"), args.get("Bytes")
-        raw_pid = pids[i]
-        plain = type(raw_pid) is int or type(raw_pid) is str  # (True, 1 and 1.0 are one dict key)
-        pid = owners.get(raw_pid) if plain else None
-        if pid is None:
-            pid = norm_id(raw_pid)
-            if plain:
-                owners[raw_pid] = pid
+        pid = pid_of[i]
         if not _is_int(alloc):
             if not _is_int(nbytes):
                 bad += 1

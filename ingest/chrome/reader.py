@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from acceltrace.store.errors import IngestError
-from acceltrace.ingest.chrome.blocks import Prefetch, final_plan, quotes as _quotes, structure
+from acceltrace.ingest.chrome.blocks import WS as _WS, Prefetch, bracketed, final_plan, quotes as _quotes, structure
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
 # Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk overlaps the rest
@@ -35,7 +35,6 @@ MAX_EVENT_BYTES = 512 << 20
 MAX_META_BYTES = 64 << 20
 _WS_COMMA = re.compile(rb"[ \t\r\n,]*")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_WS = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -247,8 +246,7 @@ class ChromeReader:
         pending = self._pending
         if pending is not None and pending[0] == self.pos + start and pending[1] == end - start + 2:
             return pending[2]
-        with memoryview(buf) as view:
-            return b"".join((b"[", view[start:end], b"]"))
+        return bracketed(buf, start, end)
 
     def _fast_cut(self, buf: bytes, lead: int = 0):
         p = self._candidate(buf, lead)
