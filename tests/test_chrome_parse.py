@@ -346,3 +346,22 @@ def test_memory_events_levels_and_running_sums_on_both_paths(tmp_path, monkeypat
                    ("memory reserved", "0", 1000, 200.0), ("memory reserved", "0", 2000, 400.0)]
     assert res.warnings == ["t.json: 2 [memory] events without a device total or a size were skipped"]
     assert res.counts["dropped_events"] == 2
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("at", [5, 150, 297])
+def test_a_stray_quote_anywhere_is_an_error_at_its_byte_not_a_cut_off_array(tmp_path, monkeypatch, compiled, at):
+    """A value that lost its opening quote makes the structural scan read the rest of the file as one
+    string: it once loaded the events before it and called the array cut off, dropping all after it."""
+    from acceltrace.ingest.chrome import columns
+
+    monkeypatch.setattr(columns, "USE_COMPILED", compiled)
+    monkeypatch.setattr(chrome_reader, "BLOCK_BYTES", 4096)  # many blocks: the bad one in the middle, first or last
+    text = json.dumps({"traceEvents": [ev("X", f"op{i}", i, dur=1, args={"k": "x" * (i % 40)}) for i in range(300)]})
+    bad = text.replace(f'"name": "op{at}"', f'"name": op{at}"')
+    path = tmp_path / "t.json"
+    path.write_text(bad)
+    res = pipeline.ingest_paths(Store(tmp_path / "store"), [path])[0]
+    assert res.error == f"t.json: byte {bad.index(f'op{at}' + chr(34))}: invalid JSON near" \
+        f" {bad[bad.index(f'op{at}' + chr(34)):][:24].encode()!r}; expected a JSON value"
+    assert Store(tmp_path / "store").list() == []

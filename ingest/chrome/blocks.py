@@ -7,7 +7,10 @@ import re
 import threading
 from typing import BinaryIO, Callable
 
+import msgspec
 import numpy as np
+
+from acceltrace.store.errors import IngestError
 
 _LUT = np.zeros(256, dtype=np.int8)
 _LUT[[ord("{"), ord("[")]] = 1
@@ -108,3 +111,39 @@ def bracketed(buf: bytes, start: int, end: int) -> bytes:
     """ "[" + buf[start:end] + "]" in one copy."""
     with memoryview(buf) as view:
         return b"".join((b"[", view[start:end], b"]"))
+
+
+def fail_if_malformed(label: str, text: bytes, offset: int, first_index: int) -> None:
+    """Raises the error of `text` (events from stream byte `offset` on, never closed) when it is bad
+    JSON before its last few bytes: the structural scan reads a stray quote as the start of a string
+    and would take all that follows for one unfinished event (a cut-off array, the rest dropped)."""
+    try:
+        msgspec.json.decode(b"[" + text)
+    except msgspec.DecodeError as e:
+        m = re.search(r"\(byte (\d+)\)", str(e))
+        if m and int(m.group(1)) < len(text) - 16:  # a cut inside a number fails at the very end
+            raise decode_error(label, e, text, offset, first_index) from None
+    except RecursionError:  # too deep to tell here; the chunk's own decode says so
+        pass
+
+
+def decode_error(label: str, e: Exception, text: bytes, offset: int, first_index: int) -> IngestError:
+    """A msgspec error on "[" + text (stream byte `offset` on, its first event `first_index`) as the user
+    should read it: file, byte or event, what was expected."""
+    msg = str(e)
+    m = re.search(r"\(byte (\d+)\)", msg)
+    if m:
+        at = max(0, int(m.group(1)) - 1)  # the decoded text starts with an added '['
+        near = text[at:at + 24]
+        if near.lstrip(b"-").startswith((b"NaN", b"Infinity", b"nan", b"inf")):
+            what = "NaN or Infinity, which JSON does not allow; expected a finite number"
+        else:
+            what = f"invalid JSON near {near!r}; expected a JSON value"
+        return IngestError(label, what, f"byte {offset + at}")
+    m = re.search(r"at `\$\[(\d+)\](.*)`", msg)
+    if m:
+        field_path = m.group(2).lstrip(".")
+        return IngestError(label, f"field '{field_path}': {msg.split(' - at ')[0]}", f"event {first_index + int(m.group(1))}")
+    if "truncated" in msg:
+        return IngestError(label, "an event is cut off; expected a complete JSON object", f"byte {offset + len(text)}")
+    return IngestError(label, f"invalid JSON ({msg})", f"byte {offset}")

@@ -24,7 +24,8 @@ import msgspec
 import numpy as np
 
 from acceltrace.store.errors import IngestError
-from acceltrace.ingest.chrome.blocks import WS as _WS, Prefetch, bracketed, final_plan, quotes as _quotes, structure
+from acceltrace.ingest.chrome.blocks import (WS as _WS, Prefetch, bracketed, decode_error, fail_if_malformed, final_plan,
+                                            quotes as _quotes, structure)
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
 # Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk overlaps the rest
@@ -195,6 +196,8 @@ class ChromeReader:
                     if chunk is not None:
                         self._grow()
                 if chunk is None:
+                    if len(buf) >= self.block:  # a block without one whole event: a bad byte, or one huge event
+                        fail_if_malformed(self.label, buf, self.pos, self.result.events)
                     if len(buf) > MAX_EVENT_BYTES:
                         raise IngestError(self.label, f"an event longer than {MAX_EVENT_BYTES} bytes;"
                                           " expected events of reasonable size", f"byte {self.pos}")
@@ -356,31 +359,7 @@ class ChromeReader:
             raise IngestError(self.label, "JSON nested too deeply inside an event (over 1000 levels);"
                               " expected flat event objects", f"bytes {self.pos}-{self.pos + len(text)}") from None
         except msgspec.DecodeError as e:
-            raise self.decode_error(e, text, self.pos, self.result.events) from None
-
-    def decode_error(self, e: Exception, text: bytes, offset: int, first_index: int) -> IngestError:
-        """A msgspec error as the user should read it: file, byte or event, what was expected."""
-        msg = str(e)
-        m = re.search(r"\(byte (\d+)\)", msg)
-        if m:
-            at = max(0, int(m.group(1)) - 1)  # the decoded text starts with an added '['
-            near = text[at:at + 24]
-            what = "invalid JSON"
-            if near.lstrip(b"-").startswith((b"NaN", b"Infinity", b"nan", b"inf")):
-                what = "NaN or Infinity, which JSON does not allow; expected a finite number"
-            else:
-                what = f"invalid JSON near {near!r}; expected a JSON value"
-            return IngestError(self.label, what, f"byte {offset + at}")
-        m = re.search(r"at `\$\[(\d+)\](.*)`", msg)
-        if m:
-            where = f"event {first_index + int(m.group(1))}"
-            field_path = m.group(2).lstrip(".")
-            expect = msg.split(" - at ")[0]
-            return IngestError(self.label, f"field '{field_path}': {expect}", where)
-        if "truncated" in msg:
-            return IngestError(self.label, "an event is cut off; expected a complete JSON object",
-                               f"byte {offset + len(text)}")
-        return IngestError(self.label, f"invalid JSON ({msg})", f"byte {offset}")
+            raise decode_error(self.label, e, text, self.pos, self.result.events) from None
 
     def _suffix(self, after: bytes) -> None:
         """Reads what follows the array (bounded) and decodes the top-level metadata."""
@@ -394,6 +373,9 @@ class ChromeReader:
 
     def _cut_off(self, rest: bytes) -> None:
         partial = rest.strip(_WS + b",")
+        if partial:
+            lead = _WS_COMMA.match(rest).end()
+            fail_if_malformed(self.label, rest[lead:], self.pos + lead, self.result.events)
         why = f" because {self.result.truncated}" if self.result.truncated else ""
         self.result.cut_off = (
             f"the event array is cut off at byte {self.pos + len(rest)} (no closing ']'){why}; loaded its"
