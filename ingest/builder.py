@@ -1,10 +1,11 @@
 """The one writer every ingester goes through; it enforces the store's invariants.
 
 Ingesters hand over columnar batches (pyarrow Tables, or dicts of equal-length
-columns/numpy arrays); the builder appends them to a staging DuckDB file, and
-finish() computes nesting depths where the input gave none, sorts slices by
-(track_id, ts), fills trace_meta, builds the level-of-detail tables (tiles/build.py)
-and leaves a complete file that the store then publishes atomically.
+columns/numpy arrays); the builder stages them (ingest/stage.py: the columns SQL reads in
+DuckDB, the rest kept as the Arrow batches they came in), and finish() computes nesting
+depths where the input gave none, puts slices in (track_id, ts, depth) order, fills
+trace_meta, builds the level-of-detail tables (tiles/build.py) and leaves a complete file
+that the store then publishes atomically.
 
 Slice ids are assigned in insertion order: add_slices returns the first id of the
 batch, so an ingester knows the id of every slice it added (for flows).
@@ -76,14 +77,9 @@ class TraceBuilder:
         self.threads = threads
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
-        stage.attach(self.con)  # the staged slices' own in-memory database (ingest/stage.py)
+        stage.attach(self.con)  # the staged slices' own in-memory database and table (ingest/stage.py)
         for table in schema.TABLES:
-            if table == "slices":
-                # staging: depth may be unknown (NULL) until finish()
-                cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES[table]]
-                self.con.execute(schema.create_sql(table, cols, name="_slices_staging").replace(
-                    "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
-            else:
+            if table != "slices":  # written by finish()
                 self.con.execute(schema.create_sql(table))
         self._new_state()
 
@@ -94,6 +90,7 @@ class TraceBuilder:
         self._tracks: dict[object, int] = {}
         self._track_rows: list[tuple] = []
         self._next_slice = 0
+        self._held: list[pa.Table] = []  # per add_slices batch, its columns not staged (ingest/stage.py)
         self._next_flow = 0
         self.n_counters = 0
         self.formats: list[str] = []
@@ -154,16 +151,8 @@ class TraceBuilder:
         first = self._next_slice
         ids = pa.array(np.arange(first, first + n, dtype=np.int64))
         table = table.append_column("slice_id", ids)
-        cols = schema.column_names("slices")
-        select = ", ".join(
-            f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in cols
-        )
         self._note_order(table)
-        self.con.register("_batch", table)
-        try:
-            self.con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
-        finally:
-            self.con.unregister("_batch")
+        stage.append(self.con, table, self._held)
         self._next_slice += n
         return first
 
@@ -310,14 +299,17 @@ class TraceBuilder:
         in_order = self._in_order and self._next_slice > 0
         depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
         con.execute(schema.create_sql("slices", _SLICES_STORED))
-        ordered = stage.finalize(con, depths)
+        held, self._held = self._held, []  # finalize frees each column as it goes
+        final = stage.finalize(con, depths, held)
+        del depths, held, ahead  # the depths are in `final` now
+        final.use(con)
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")
             con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
 
         start, end = con.execute(
-            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {stage.NAME}._slices_final"
+            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM _slices_final"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
         if start is None or end is None:  # every event was dropped on the way: nothing to show
@@ -327,7 +319,7 @@ class TraceBuilder:
                                  if dropped and self.warnings.kept else "")
                               + "; expected at least one event with a valid time")
         if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
-            (longest,) = con.execute(f"SELECT max(dur) FROM {stage.NAME}._slices_final").fetchone()
+            (longest,) = con.execute("SELECT max(dur) FROM _slices_final").fetchone()
             self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"
                       f" {(longest or 0) / 86400e9:.1f} days); some times are probably corrupt")
         meta = dict(self.meta)
@@ -342,7 +334,7 @@ class TraceBuilder:
         insert_rows(con, "trace_meta", sorted(meta.items()))
 
         # slices into the file and the level-of-detail tables every published trace carries, at once
-        stage.write_slices_and_lod(con, build_lod, parallel=self.threads != 1, ordered=ordered)
+        stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
         counts = self.counts()
         con.execute("CHECKPOINT")
         con.close()

@@ -1,11 +1,15 @@
-"""Where the builder stages slices until finish(): an attached in-memory DuckDB database.
+"""Where the builder keeps slices until finish(), and how finish() writes them.
 
-Appends stay in memory (spilling to the temp directory beyond the builder's memory limit) and
-only the sorted final table is written to the trace file. Unlike a TEMP table, an attached
-database is seen by every cursor of the connection, so finish() can write `slices` into the
-file on one cursor while another builds the level-of-detail tables from the same rows: the
-two cores share the two biggest steps of time-to-viewable. The database is on the builder
-connection's search path, so ingesters name `_slices_staging` without its catalog.
+Each slice's columns that SQL reads before finish (ids, track, times, depth, correlation id: the
+links, the time check, the depth pass) are staged in an attached in-memory DuckDB database; unlike
+a TEMP table it is seen by every cursor of the connection, and it is on the builder connection's
+search path, so ingesters name `_slices_staging` without its catalog. The other columns (name,
+category, args, ...) stay in the Arrow batches the ingester gave, never copied into DuckDB.
+
+finalize() fills in the depths and works out the stored order (track_id, ts, depth) in numpy;
+write_slices_and_lod() then writes `slices` in that order on one cursor while another builds the
+level-of-detail tables from the same rows (which need no order): the two cores share the two
+biggest steps of time-to-viewable. docs/ingest.md has the numbers that chose this.
 """
 
 from __future__ import annotations
@@ -14,60 +18,230 @@ import threading
 from typing import Callable
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
+from acceltrace.store import schema
+
 NAME = "_stage"
+# the columns of a slice the staging table holds: what ingesters' SQL (links), the builder's time check
+# and the depth pass read. The others are held as the Arrow batches they came in (append).
+STAGED = ("slice_id", "track_id", "ts", "dur", "depth", "corr_id")
 
 
 def attach(con: duckdb.DuckDBPyConnection) -> None:
+    """The staging database and its table (depth may be unknown, NULL, until finish())."""
     (db,) = con.execute("SELECT current_database()").fetchone()
     con.execute(f"ATTACH ':memory:' AS {NAME}")
     con.execute(f"SET search_path = '{_quote_ident(db)},{NAME}'")
+    cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES["slices"] if c in STAGED]
+    con.execute(schema.create_sql("slices", cols, name="_slices_staging").replace(
+        "CREATE TABLE ", f"CREATE TABLE {NAME}.", 1))
 
 
-def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None) -> bool:
-    """`_slices_final`: the staged slices with their depths filled in (the staging table renamed, so
-    memory holds one copy of the slices). Returns whether its rows are already in the order `slices`
-    is stored in (track_id, ts, depth).
+def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: list[pa.Table]) -> None:
+    """Stage a batch of slices (slice_id given): its STAGED columns into DuckDB, the rest onto `held`."""
+    select = ", ".join(f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in STAGED)
+    con.register("_batch", table)
+    try:
+        con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
+    finally:
+        con.unregister("_batch")
+    held.append(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
 
-    `depths` None: the staged rows came in that order with their depths (the builder checked as they
-    came). Otherwise `depths` (slice_id, depth) are filled in place and the rows stay unsorted: the
-    write of `slices` (write_slices_and_lod) sorts them on its way into the file, beside the LOD build,
-    which needs no order (each of its tables is sorted in its own), so the sort is no longer a step of
-    its own before both (it was a sorted in-memory copy: 65-134 ms for 127-222 k slices)."""
-    if depths is None:
-        con.execute(f"ALTER TABLE {NAME}._slices_staging RENAME TO _slices_final")
-        return True
-    if depths.num_rows:
-        con.register("_depths_arrow", depths)
+
+class Final:
+    """The finished slices: `rows`, the columns the level-of-detail build and the builder's checks read,
+    in the order held (they need no order); `rest`, the other columns (args above all), which only the
+    write of `slices` reads; `order`, the permutation into stored order (None: the rows are in it).
+    Each cursor that calls use() names `rows` `_slices_final`."""
+
+    def __init__(self, rows: pa.Table, rest: dict[str, pa.ChunkedArray], order: np.ndarray | None):
+        self.rows = rows
+        self.rest = rest
+        self.order = order
+        # large: the sorted rows are streamed to the write, and the LOD's pyramid waits for the write to
+        # free them; a smaller trace is sorted whole (DuckDB then scans it on both cores) and nothing waits
+        self.large = rows.nbytes + sum(c.nbytes for c in rest.values()) > STREAM_BYTES
+
+    def use(self, cur: duckdb.DuckDBPyConnection) -> None:
+        cur.register("_slices_final", self.rows)  # a registered view lives on one connection
+
+    def in_stored_order(self) -> pa.Table | pa.RecordBatchReader:
+        """Every column in stored order, once: the rows themselves when they are in it, else batches taken
+        as they are read (the sorted copy never exists whole: at 830 MB it would be 700 MB more). `rest`
+        then belongs to what this returns, so its columns are freed as soon as the write is done, while
+        the level-of-detail build may still run."""
+        rest, self.rest = self.rest, {}
+        cols = [self.rows.column(name) if name in self.rows.column_names else rest.pop(name)
+                for name in _SLICE_TYPES]
+        if self.order is None:
+            return pa.table(cols, names=list(_SLICE_TYPES))
+        if not self.large:  # whole columns: one array's take is faster than a chunked one's (or _Gather's)
+            return pa.table([_whole(col).take(self.order) for col in cols], names=list(_SLICE_TYPES))
+        gathers = [_Gather(col) for col in cols]
+        del cols
+        shape = pa.schema([pa.field(name, g.type) for name, g in zip(_SLICE_TYPES, gathers)])
+        order = self.order
+
+        def batches():
+            for lo in range(0, len(order), BATCH_ROWS):
+                rows = order[lo:lo + BATCH_ROWS]
+                yield pa.record_batch([g.take(rows) for g in gathers], schema=shape)
+
+        return pa.RecordBatchReader.from_batches(shape, batches())
+
+
+BATCH_ROWS = 30_720  # a quarter of a DuckDB row group: what the stream holds at once stays small
+STREAM_BYTES = 256 << 20  # slices of more bytes are streamed to the write (Final.large)
+
+
+def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list[pa.Table]) -> Final:
+    """The slices with their depths filled in, and the order they are stored in (track_id, ts, depth);
+    the staging table is dropped.
+
+    The staging table holds the columns SQL reads before this (STAGED); it decides which
+    slices are left (the time check deletes some) and their times. `held`: the other columns, one table
+    per batch the builder was given, whose rows are slice_ids 0, 1, ... in turn. `depths` None: the
+    staged rows came in stored order with their depths (the builder checked as they came); otherwise
+    `depths` (slice_id, depth) fill the depths and one argsort of the keys gives the order.
+
+    No column is sorted here: write_slices_and_lod takes each batch of `slices` in order as DuckDB
+    writes it. Sorting in DuckDB instead (all columns staged there, an UPDATE of the depths, then ORDER
+    BY on the way into the file) moved every row's args text through a join and a sort: 2.5 of the
+    830 MB trace's 4 s of finish."""
+    # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel)
+    staged = con.sql(f"SELECT * FROM {NAME}._slices_staging ORDER BY slice_id").to_arrow_table()
+    con.execute(f"DROP TABLE {NAME}._slices_staging")
+    sid = staged["slice_id"].to_numpy()
+    depth = staged["depth"].fill_null(0).to_numpy().astype(np.int32)
+    order = None
+    if depths is not None:
+        if depths.num_rows:
+            have = np.zeros(int(sid.max()) + 1, dtype=bool)
+            by_id = np.zeros(len(have), dtype=np.int32)
+            dsid = depths["slice_id"].to_numpy()
+            have[dsid] = True
+            by_id[dsid] = depths["depth"].to_numpy()
+            mine = have[sid]
+            depth[mine] = by_id[sid[mine]]
+        order = stored_order(staged["track_id"].to_numpy(), staged["ts"].to_numpy(), depth)
+    staged = staged.combine_chunks()  # narrow: one array each, for the fast path of _Gather
+    columns = {name: staged[name] for name in staged.column_names}
+    columns["depth"] = pa.chunked_array([pa.array(depth)])
+    # every held row (ids are 0, 1, ... in held order), or those left where the time check dropped some
+    rows = None if sum(t.num_rows for t in held) == len(sid) else sid
+    for name, typ in _SLICE_TYPES.items():
+        if name in columns:
+            continue
+        chunks = [c for t in held for c in (t.column(name).chunks if name in t.column_names
+                                            else [pa.nulls(t.num_rows, typ)])]
+        held[:] = [t.drop_columns([name]) if name in t.column_names else t for t in held]
+        types = {c.type for c in chunks}
+        if len(types) > 1:  # dictionary-encoded in one batch, plain in another
+            chunks = [c.cast(typ) for c in chunks]
+        col = pa.chunked_array(chunks, type=chunks[0].type if chunks else typ)
+        columns[name] = col if rows is None else pa.chunked_array([_Gather(col).take(rows)])
+    lod = {name: columns.pop(name) for name in _FOR_LOD}
+    return Final(pa.table(lod), columns, order)
+
+
+_SLICE_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
+# what tiles/build.py and the builder's checks read of the slices
+_FOR_LOD = ("slice_id", "track_id", "ts", "dur", "depth", "name", "bytes")
+
+
+class _Gather:
+    """Rows of a chunked column by position, in any order, without joining its chunks into one array
+    first (a copy of the whole column; Arrow's own take of a chunked array makes it on each call)."""
+
+    def __init__(self, col: pa.ChunkedArray):
+        self.chunks = [c for c in col.chunks if len(c)] or [pa.array([], col.type)]
+        self.starts = np.cumsum([0] + [len(c) for c in self.chunks])
+        # one type for every batch: a dictionary column's values (its chunks may not share a dictionary)
+        self.type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        """The rows at these positions, in this order: each chunk's by one take, put back in order by one more."""
+        if len(self.chunks) == 1:
+            return _plain(self.chunks[0].take(rows))
+        which = np.searchsorted(self.starts, rows, side="right") - 1
+        by_chunk = np.argsort(which, kind="stable")
+        counts = np.bincount(which, minlength=len(self.chunks))
+        parts, lo = [], 0
+        for k, n in enumerate(counts.tolist()):
+            if n:
+                idx = rows[by_chunk[lo:lo + n]] - self.starts[k]
+                parts.append(_plain(self.chunks[k].take(idx)))
+                lo += n
+        back = np.empty(len(rows), dtype=np.int64)
+        back[by_chunk] = np.arange(len(rows))
+        return pa.concat_arrays(parts).take(back)
+
+
+def _plain(arr: pa.Array) -> pa.Array:
+    """A dictionary-encoded array as its values (the batches of one stream share one type)."""
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+def _whole(col: pa.ChunkedArray) -> pa.Array:
+    """One array of a column's chunks (a dictionary column's decoded: Arrow cannot join dictionaries
+    that hold a null, as the Chrome importer's direction column's can)."""
+    if pa.types.is_dictionary(col.type):
+        col = pa.chunked_array([_plain(c) for c in col.chunks], type=col.type.value_type)
+    return col.combine_chunks()
+
+
+def stored_order(track: np.ndarray, ts: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """The permutation that sorts rows by (track, ts, depth): one argsort of a packed int64 key
+    where the three fit in 63 bits, else a lexsort of the three."""
+    if not len(ts):
+        return np.zeros(0, dtype=np.int64)
+    t0 = int(ts.min())
+    span, top, deepest = int(ts.max()) - t0, int(track.max()), int(depth.max())
+    tb, db = span.bit_length(), deepest.bit_length()
+    if int(track.min()) >= 0 and int(depth.min()) >= 0 and top.bit_length() + tb + db <= 63:
+        key = (track.astype(np.int64) << (tb + db)) | ((ts - t0) << db) | depth.astype(np.int64)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((depth, ts, track))
+
+
+def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod: Callable,
+                         parallel: bool = True) -> None:
+    """`slices` from the finished rows in stored order, and build_lod over the same rows (in any
+    order: each of its tables is sorted in its own), at once; then detach.
+
+    Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL; the write's
+    batches are taken in its thread); without `parallel` (a one-thread build: a fleet runs one per
+    core) one after the other."""
+
+    written = threading.Event()  # the write's rows are freed: the LOD's numpy pyramid may take memory
+
+    def write(cur):
         try:
-            con.execute(f"UPDATE {NAME}._slices_staging s SET depth = d.depth FROM _depths_arrow d"
-                        " WHERE s.slice_id = d.slice_id")
+            cur.register("_slices_sorted", final.in_stored_order())
+            cur.execute("INSERT INTO slices SELECT * FROM _slices_sorted")
+            cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
+            pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
         finally:
-            con.unregister("_depths_arrow")
-    con.execute(f"ALTER TABLE {NAME}._slices_staging RENAME TO _slices_final")
-    return False
+            written.set()
 
+    def lod(cur):
+        final.use(cur)
+        build_lod(cur, slices="_slices_final", keep_order_setting=True,
+                  before_pyramid=written.wait if final.large else None)
 
-def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable, parallel: bool = True,
-                         ordered: bool = True) -> None:
-    """`slices` from `_slices_final` (sorted on the way in unless `ordered`), and build_lod over the
-    same rows, at once; then detach.
-
-    Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL); without
-    `parallel` (a one-thread build: a fleet runs one per core) one after the other."""
-    write = f"INSERT INTO slices SELECT * FROM {NAME}._slices_final" + ("" if ordered else " ORDER BY track_id, ts, depth")
-    source = f"{NAME}._slices_final"
     con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
     try:
         if parallel:
-            _in_parallel(lambda cur: cur.execute(write),
-                         lambda cur: build_lod(cur, slices=source, keep_order_setting=True), con)
+            _in_parallel(write, lod, con)
         else:
-            con.execute(write)
-            build_lod(con, slices=source, keep_order_setting=True)
+            write(con)
+            lod(con)
     finally:
         con.execute("SET preserve_insertion_order = false")
+        con.unregister("_slices_final")
+        con.unregister("_slices_sorted")
     con.execute("RESET search_path")
     con.execute(f"DETACH {NAME}")
 

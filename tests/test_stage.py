@@ -1,0 +1,184 @@
+"""The builder's stage (ingest/stage.py): staged key columns in DuckDB, the other columns held as the
+Arrow batches they came in, joined again by slice_id and written in stored order, whole or streamed."""
+
+import threading
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from acceltrace.ingest import stage
+from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
+from acceltrace.store.catalog import Store
+
+
+def _batches(rng, n_batches=4, per=700, tracks=(0, 1, 2)):
+    """Slices in batches the way an importer adds them: out of order, nested, names and args that say
+    which slice they belong to, a dictionary column in some batches and a plain one (or none) in others."""
+    out, sid = [], 0
+    for b in range(n_batches):
+        track = rng.choice(tracks, per).astype(np.int32)
+        ts = rng.integers(0, 5_000, per) * 1_000
+        dur = rng.integers(0, 3_000, per) * 10
+        ids = np.arange(sid, sid + per)
+        batch = {"track_id": track, "ts": ts, "dur": dur,
+                 "name": pa.array([f"s{i}" for i in ids]),
+                 "args": pa.array([f'{{"id": {i}, "pad": "{"x" * int(i % 40)}"}}' for i in ids])}
+        if b % 2 == 0:  # the Chrome importer's dictionaries can hold a null, which Arrow cannot unify
+            batch["direction"] = pa.array(["HtoD" if i % 3 else "DtoH" if i % 5 else None for i in ids]
+                                          ).dictionary_encode(null_encoding="encode")
+        elif b == 1:
+            batch["direction"] = pa.array(["DtoD"] * per)
+        if b == 3:
+            batch["bytes"] = pa.array(ids * 8)
+        # in every batch, each with a dictionary of its own that holds a null
+        batch["host_mem"] = pa.array([None if i % 4 else f"pinned{b}" for i in ids]).dictionary_encode(
+            null_encoding="encode")
+        out.append(batch)
+        sid += per
+    return out
+
+
+def _ingest(tmp_path, batches, bad=()):
+    """Build a trace from the batches; `bad`: slice ids given a time past the store's bound (dropped)."""
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp)
+    tracks = {t: b.track("cpu", f"thread {t}", group_name="proc") for t in range(3)}
+    first = 0
+    for batch in batches:
+        batch = dict(batch)
+        batch["track_id"] = np.array([tracks[int(t)] for t in batch["track_id"]], dtype=np.int32)
+        ts = np.array(batch["ts"], dtype=np.int64)
+        for i in bad:
+            if first <= i < first + len(ts):
+                ts[i - first] = TIME_LIMIT_NS + 1
+        batch["ts"] = ts
+        first += len(ts)
+        b.add_slices(batch)
+    counts = b.finish("test", "t")
+    store.publish(tid, tmp, "test", counts)
+    return store.connect(tid)
+
+
+def _check(con, n, dropped=()):
+    rows = con.execute("SELECT slice_id, track_id, ts, depth, name, args, direction, bytes, host_mem FROM slices"
+                       ).fetchall()
+    assert len(rows) == n - len(dropped)
+    assert not set(dropped) & {r[0] for r in rows}
+    keys = [(r[1], r[2], r[3]) for r in rows]
+    assert keys == sorted(keys), "slices are not stored in (track_id, ts, depth) order"
+    for sid, _, _, _, name, args, direction, nbytes, host_mem in rows:  # every held column is its own slice's
+        assert name == f"s{sid}"
+        assert args.startswith(f'{{"id": {sid},')
+        b = sid // 700
+        assert direction == (("HtoD" if sid % 3 else "DtoH" if sid % 5 else None) if b % 2 == 0
+                             else "DtoD" if b == 1 else None)
+        assert nbytes == (sid * 8 if b == 3 else None)
+        assert host_mem == (None if sid % 4 else f"pinned{b}")
+    clashes = con.execute(
+        "SELECT count(*) FROM slices a JOIN slices b ON a.track_id = b.track_id AND a.depth = b.depth"
+        " AND a.slice_id < b.slice_id AND a.ts < b.ts + b.dur AND b.ts < a.ts + a.dur").fetchone()[0]
+    assert clashes == 0
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_held_columns_follow_their_slices_into_stored_order(tmp_path, monkeypatch, streamed):
+    if streamed:  # every trace streamed, in batches that split chunks and cross their bounds
+        monkeypatch.setattr(stage, "STREAM_BYTES", 0)
+        monkeypatch.setattr(stage, "BATCH_ROWS", 333)
+    batches = _batches(np.random.default_rng(7))
+    _check(_ingest(tmp_path, batches), 2800)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_slices_dropped_by_the_time_check_take_their_held_columns_with_them(tmp_path, monkeypatch, streamed):
+    if streamed:
+        monkeypatch.setattr(stage, "STREAM_BYTES", 0)
+        monkeypatch.setattr(stage, "BATCH_ROWS", 500)
+    bad = (0, 5, 699, 700, 1500, 2799)
+    con = _ingest(tmp_path, _batches(np.random.default_rng(3)), bad=bad)
+    _check(con, 2800, dropped=bad)
+
+
+def test_the_same_file_streamed_or_whole(tmp_path, monkeypatch):
+    batches = _batches(np.random.default_rng(11), n_batches=4, per=400)
+    whole = _ingest(tmp_path / "a", batches).execute("SELECT * FROM slices").fetchall()
+    monkeypatch.setattr(stage, "STREAM_BYTES", 0)
+    monkeypatch.setattr(stage, "BATCH_ROWS", 128)
+    streamed = _ingest(tmp_path / "b", batches).execute("SELECT * FROM slices").fetchall()
+    assert whole == streamed
+
+
+def test_gather_takes_rows_across_chunks_in_any_order():
+    rng = np.random.default_rng(5)
+    parts = [pa.array([f"v{i}" for i in range(lo, lo + n)], pa.string()) for lo, n in ((0, 5), (5, 0), (5, 17), (22, 1), (23, 40))]
+    col = pa.chunked_array(parts)
+    rows = rng.permutation(63)[:50]
+    assert stage._Gather(col).take(rows).to_pylist() == [f"v{i}" for i in rows]
+    enc = pa.chunked_array([pa.array(["a", "b", "a"]).dictionary_encode(), pa.array(["c", "a"]).dictionary_encode()])
+    got = stage._Gather(enc).take(np.array([3, 0, 4, 1]))
+    assert got.type == pa.string() and got.to_pylist() == ["c", "a", "a", "b"]
+
+
+def test_stored_order_packs_or_falls_back_to_lexsort():
+    rng = np.random.default_rng(1)
+    track = rng.integers(0, 5, 1000)
+    ts = rng.integers(-10**6, 10**6, 1000)
+    depth = rng.integers(0, 4, 1000)
+    want = np.lexsort((depth, ts, track))
+    got = stage.stored_order(track, ts, depth)
+    assert [(track[i], ts[i], depth[i]) for i in got] == [(track[i], ts[i], depth[i]) for i in want]
+    wide = ts.astype(np.int64) * (1 << 40)  # a span that does not fit beside the track and depth bits
+    got = stage.stored_order(track, wide, depth)
+    assert [(track[i], wide[i], depth[i]) for i in got] == sorted(zip(track, wide, depth))
+
+
+def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
+    """The LOD's pyramid waits for the write of a large trace; a write that fails must release it."""
+    monkeypatch.setattr(stage, "STREAM_BYTES", 0)
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    stage.attach(con)  # no `slices` table in the file: the write fails
+    con.execute(f"INSERT INTO {stage.NAME}._slices_staging VALUES (0, 1, 10, 5, NULL, NULL), (1, 1, 0, 5, NULL, NULL)")
+    held = [pa.table({"name": ["a", "b"]})]
+    final = stage.finalize(con, pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}), held)
+    assert final.large and final.order.tolist() == [1, 0]
+    waited = []
+
+    def lod(cur, slices, keep_order_setting, before_pyramid):
+        before_pyramid()  # returns once the write has given up
+        waited.append(cur.execute(f"SELECT count(*) FROM {slices}").fetchone()[0])
+
+    errors = []
+    t = threading.Thread(target=lambda: _run(errors, con, final, lod))
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the LOD build never stopped waiting for a write that had failed"
+    assert waited == [2]
+    assert errors and "slices" in str(errors[0])  # no `slices` table to write into
+
+
+def _run(errors, con, final, lod):
+    try:
+        stage.write_slices_and_lod(con, final, lod)
+    except duckdb.Error as e:
+        errors.append(e)
+
+
+def test_held_rows_meet_their_staged_rows_whatever_order_duckdb_keeps_them_in(tmp_path):
+    """Batches big enough that DuckDB appends them on both cores (its staging then holds the rows out of
+    slice_id order, as at 830 MB): the held names must still meet their own slices."""
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp)
+    tracks = [b.track("cpu", f"thread {t}", group_name="proc") for t in range(2)]
+    n = 300_000
+    for k in range(2):
+        ids = np.arange(k * n, (k + 1) * n)
+        b.add_slices({"track_id": np.where(ids % 2 == 0, tracks[0], tracks[1]).astype(np.int32),
+                      "ts": (n * 2 - ids) * 10, "dur": np.full(n, 5), "name": pa.array(ids.astype(str))})
+    store.publish(tid, tmp, "test", b.finish("test", "t"))
+    con = store.connect(tid)
+    assert con.execute("SELECT count(*), count(*) FILTER (WHERE name <> CAST(slice_id AS VARCHAR)) FROM slices"
+                       ).fetchone() == (2 * n, 0)
