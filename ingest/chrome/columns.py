@@ -300,6 +300,15 @@ def string_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
 
+def coded_strings(evs: list, name: str) -> pa.Array:
+    """strings(evs, name).fill_null(""), dictionary-encoded from the chunk's codes on the compiled path
+    (the builder holds a slice's name until the write: 4 bytes a slice instead of its text)."""
+    if isinstance(evs, EventColumns) and name in _STR_FIELDS:
+        codes, vals = evs.string_codes(name)
+        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(vals, pa.string()))
+    return strings(evs, name).fill_null("")
+
+
 def id_codes(evs: list, name: str) -> tuple[np.ndarray, list]:
     """codes(values(evs, name)); for integer ids on the compiled path without a Python int per event."""
     if isinstance(evs, EventColumns):

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.ingest.chrome import kineto as kin
-from acceltrace.ingest.chrome.columns import (arg_fields, arg_ints, has_field, id_codes, id_ints, norm_id, phase_bytes,
-                                             raw_events, raw_text, string_codes, strings, take, to_ns, unique_inverse,
-                                             values)
+from acceltrace.ingest.chrome.columns import (arg_fields, arg_ints, coded_strings, has_field, id_codes, id_ints,
+                                             norm_id, phase_bytes, raw_events, raw_text, string_codes, strings, take,
+                                             to_ns, unique_inverse, values)
 from acceltrace.ingest.chrome.meta import MEMORY_EVENT, handle_counters, handle_memory, handle_metadata
 from acceltrace.ingest.chrome.state import ChromeState, SourceState
 
@@ -233,7 +233,7 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
                         None if scoped is None else scoped >= 0)
     if scoped is not None:
         track_ids = np.where(scoped >= 0, scoped, track_ids).astype(np.int32)
-    batch = {"track_id": track_ids, "ts": ts_ns, "dur": dur_ns, "name": names, "category": cats,
+    batch = {"track_id": track_ids, "ts": ts_ns, "dur": dur_ns, "name": coded_strings(sub, "name"), "category": cats,
              "args": raw_text(args)}
     ext = None
     if af is not None:
