@@ -106,8 +106,8 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list
     staged rows came in stored order with their depths (the builder checked as they came); otherwise
     `depths` (slice_id, depth) fill the depths and one argsort of the keys gives the order.
 
-    No column is sorted here: write_slices_and_lod takes each batch of `slices` in order as DuckDB
-    writes it. Sorting in DuckDB instead (all columns staged there, an UPDATE of the depths, then ORDER
+    No column is sorted here: the write takes each column's rows in that order (Final.in_stored_order,
+    in the write's own thread). Sorting in DuckDB instead (all columns staged there, an UPDATE of the depths, then ORDER
     BY on the way into the file) moved every row's args text through a join and a sort: 2.5 of the
     830 MB trace's 4 s of finish."""
     # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel)
