@@ -365,3 +365,27 @@ def test_a_stray_quote_anywhere_is_an_error_at_its_byte_not_a_cut_off_array(tmp_
     assert res.error == f"t.json: byte {bad.index(f'op{at}' + chr(34))}: invalid JSON near" \
         f" {bad[bad.index(f'op{at}' + chr(34)):][:24].encode()!r}; expected a JSON value"
     assert Store(tmp_path / "store").list() == []
+
+
+def test_an_event_longer_than_many_blocks_is_checked_for_bad_json_once():
+    """The check for a stray quote decodes the whole unfinished buffer: once per event, not once per read
+    while an event of many blocks arrives (that made a large event's reading quadratic twice over)."""
+    import io
+
+    from acceltrace.ingest.chrome.columns import decode_events
+
+    calls = []
+    real = chrome_reader.fail_if_malformed
+
+    def counted(*a):
+        calls.append(a[2])
+        return real(*a)
+
+    events = [ev("X", "a", 1, dur=1), ev("X", "big", 2, dur=1, args={"blob": "x" * 40_000}), ev("X", "b", 3, dur=1)]
+    text = json.dumps({"traceEvents": events}).encode()
+    reader = chrome_reader.ChromeReader(io.BytesIO(text), "t.json", decode_events, block=256, prefetch=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(chrome_reader, "fail_if_malformed", counted)
+        got = [e.name for c in reader.chunks() for e in c.events]
+    assert got == ["a", "big", "b"]
+    assert len(calls) == len(set(calls)) >= 1  # one check per stream offset (the big event's start)

@@ -120,20 +120,26 @@ def fail_if_malformed(label: str, text: bytes, offset: int, first_index: int) ->
     try:
         msgspec.json.decode(b"[" + text)
     except msgspec.DecodeError as e:
-        m = re.search(r"\(byte (\d+)\)", str(e))
-        if m and int(m.group(1)) < len(text) - 16:  # a cut inside a number fails at the very end
+        at = _error_byte(e)
+        if at is not None and at < len(text) - 16:  # a cut inside a number fails at the very end
             raise decode_error(label, e, text, offset, first_index) from None
     except RecursionError:  # too deep to tell here; the chunk's own decode says so
         pass
+
+
+def _error_byte(e: Exception) -> int | None:
+    """The byte msgspec's error names, in the text it decoded."""
+    m = re.search(r"\(byte (\d+)\)", str(e))
+    return int(m.group(1)) if m else None
 
 
 def decode_error(label: str, e: Exception, text: bytes, offset: int, first_index: int) -> IngestError:
     """A msgspec error on "[" + text (stream byte `offset` on, its first event `first_index`) as the user
     should read it: file, byte or event, what was expected."""
     msg = str(e)
-    m = re.search(r"\(byte (\d+)\)", msg)
-    if m:
-        at = max(0, int(m.group(1)) - 1)  # the decoded text starts with an added '['
+    at = _error_byte(e)
+    if at is not None:
+        at = max(0, at - 1)  # the decoded text starts with an added '['
         near = text[at:at + 24]
         if near.lstrip(b"-").startswith((b"NaN", b"Infinity", b"nan", b"inf")):
             what = "NaN or Infinity, which JSON does not allow; expected a finite number"

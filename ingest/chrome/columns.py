@@ -227,7 +227,6 @@ def raw_text(raws: list) -> pa.Array:
                          for r, v in zip(raws, valid)], type=pa.large_string())
 
 
-
 def args_objects(evs) -> list:
     """Each event's args as Python values (None where absent or not JSON), decoded in one msgspec call:
     on the compiled path the args' bytes are joined in C, without an event struct each."""
@@ -255,6 +254,7 @@ def args_objects(evs) -> list:
             except (msgspec.DecodeError, RecursionError):
                 out.append(None)
         return out
+
 
 def _args_text(col: ArgsColumn) -> pa.Array:
     buf, starts, lens = col.cols.args()

@@ -173,6 +173,7 @@ class ChromeReader:
     def _events(self, buf: bytes) -> Iterator[Chunk]:
         # Each block is copied twice on the usual path: once onto the tail of the last one, once
         # into its chunk "[...]" (one join); the leading comma is skipped by index, not sliced off.
+        checked = None  # the stream offset whose unfinished event was checked for bad JSON
         while True:
             if not self.eof and len(buf) < self.block:
                 buf += self._read()
@@ -196,8 +197,11 @@ class ChromeReader:
                     if chunk is not None:
                         self._grow()
                 if chunk is None:
-                    if len(buf) >= self.block:  # a block without one whole event: a bad byte, or one huge event
+                    if len(buf) >= self.block and checked != self.pos:
+                        # a block without one whole event: a bad byte (it lies in this block, so one check
+                        # per event, not one at each read of a huge event), or one huge event
                         fail_if_malformed(self.label, buf, self.pos, self.result.events)
+                        checked = self.pos
                     if len(buf) > MAX_EVENT_BYTES:
                         raise IngestError(self.label, f"an event longer than {MAX_EVENT_BYTES} bytes;"
                                           " expected events of reasonable size", f"byte {self.pos}")
