@@ -21,6 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from acceltrace.ingest.depths import order_by
 from acceltrace.store import schema
 
 NAME = "_stage"
@@ -104,7 +105,7 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list
     slices are left (the time check deletes some) and their times. `held`: the other columns, one table
     per batch the builder was given, whose rows are slice_ids 0, 1, ... in turn. `depths` None: the
     staged rows came in stored order with their depths (the builder checked as they came); otherwise
-    `depths` (slice_id, depth) fill the depths and one argsort of the keys gives the order.
+    `depths` (slice_id, depth) fill the depths and one argsort of a packed key gives the order (depths.order_by).
 
     No column is sorted here: the write takes each column's rows in that order (Final.in_stored_order,
     in the write's own thread). Sorting in DuckDB instead (all columns staged there, an UPDATE of the depths, then ORDER
@@ -125,7 +126,7 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list
             by_id[dsid] = depths["depth"].to_numpy()
             mine = have[sid]
             depth[mine] = by_id[sid[mine]]
-        order = stored_order(staged["track_id"].to_numpy(), staged["ts"].to_numpy(), depth)
+        order = order_by(staged["track_id"].to_numpy(), staged["ts"].to_numpy(), depth)
     staged = staged.combine_chunks()  # narrow: one array each, for the fast path of _Gather
     columns = {name: staged[name] for name in staged.column_names}
     columns["depth"] = pa.chunked_array([pa.array(depth)])
@@ -190,20 +191,6 @@ def _whole(col: pa.ChunkedArray) -> pa.Array:
     if pa.types.is_dictionary(col.type):
         col = pa.chunked_array([_plain(c) for c in col.chunks], type=col.type.value_type)
     return col.combine_chunks()
-
-
-def stored_order(track: np.ndarray, ts: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """The permutation that sorts rows by (track, ts, depth): one argsort of a packed int64 key
-    where the three fit in 63 bits, else a lexsort of the three."""
-    if not len(ts):
-        return np.zeros(0, dtype=np.int64)
-    t0 = int(ts.min())
-    span, top, deepest = int(ts.max()) - t0, int(track.max()), int(depth.max())
-    tb, db = span.bit_length(), deepest.bit_length()
-    if int(track.min()) >= 0 and int(depth.min()) >= 0 and top.bit_length() + tb + db <= 63:
-        key = (track.astype(np.int64) << (tb + db)) | ((ts - t0) << db) | depth.astype(np.int64)
-        return np.argsort(key, kind="stable")
-    return np.lexsort((depth, ts, track))
 
 
 def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod: Callable,

@@ -10,6 +10,7 @@ import pytest
 
 from acceltrace.ingest import stage
 from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
+from acceltrace.ingest.depths import order_by
 from acceltrace.store.catalog import Store
 
 
@@ -113,7 +114,8 @@ def test_the_same_file_streamed_or_whole(tmp_path, monkeypatch):
 
 def test_gather_takes_rows_across_chunks_in_any_order():
     rng = np.random.default_rng(5)
-    parts = [pa.array([f"v{i}" for i in range(lo, lo + n)], pa.string()) for lo, n in ((0, 5), (5, 0), (5, 17), (22, 1), (23, 40))]
+    parts = [pa.array([f"v{i}" for i in range(lo, lo + n)], pa.string())
+             for lo, n in ((0, 5), (5, 0), (5, 17), (22, 1), (23, 40))]
     col = pa.chunked_array(parts)
     rows = rng.permutation(63)[:50]
     assert stage._Gather(col).take(rows).to_pylist() == [f"v{i}" for i in rows]
@@ -127,12 +129,9 @@ def test_stored_order_packs_or_falls_back_to_lexsort():
     track = rng.integers(0, 5, 1000)
     ts = rng.integers(-10**6, 10**6, 1000)
     depth = rng.integers(0, 4, 1000)
-    want = np.lexsort((depth, ts, track))
-    got = stage.stored_order(track, ts, depth)
-    assert [(track[i], ts[i], depth[i]) for i in got] == [(track[i], ts[i], depth[i]) for i in want]
-    wide = ts.astype(np.int64) * (1 << 40)  # a span that does not fit beside the track and depth bits
-    got = stage.stored_order(track, wide, depth)
-    assert [(track[i], wide[i], depth[i]) for i in got] == sorted(zip(track, wide, depth))
+    for t, d in ((ts, depth), (ts.astype(np.int64) * (1 << 40), depth), (ts, depth - 2)):  # packed; too wide; negative
+        got = order_by(track, t, d)
+        assert [(track[i], t[i], d[i]) for i in got] == sorted(zip(track, t, d))
 
 
 def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
