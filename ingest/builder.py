@@ -90,7 +90,7 @@ class TraceBuilder:
         self._tracks: dict[object, int] = {}
         self._track_rows: list[tuple] = []
         self._next_slice = 0
-        self._held: list[pa.Table] = []  # per add_slices batch, its columns not staged (ingest/stage.py)
+        self._held = stage.Held(self.work_dir)  # per add_slices batch, its columns not staged (ingest/stage.py)
         self._next_flow = 0
         self.n_counters = 0
         self.formats: list[str] = []
@@ -299,7 +299,7 @@ class TraceBuilder:
         in_order = self._in_order and self._next_slice > 0
         depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
         con.execute(schema.create_sql("slices", _SLICES_STORED))
-        held, self._held = self._held, []  # finalize frees each column as it goes
+        held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
         final = stage.finalize(con, depths, held)
         del depths, held, ahead  # the depths are in `final` now
         final.use(con)
@@ -355,6 +355,7 @@ class TraceBuilder:
     def abort(self) -> None:
         if self._depths_ahead is not None:
             self._depths_ahead.close()
+        self._held.close()
         try:
             self.con.close()
         except Exception:

@@ -15,6 +15,7 @@ biggest steps of time-to-viewable. docs/ingest.md has the numbers that chose thi
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Callable
 
 import duckdb
@@ -40,7 +41,65 @@ def attach(con: duckdb.DuckDBPyConnection) -> None:
         "CREATE TABLE ", f"CREATE TABLE {NAME}.", 1))
 
 
-def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: list[pa.Table]) -> None:
+# args text held in memory up to this many bytes a trace; past it each batch's args go to a file in the
+# builder's work folder and come back mapped (page cache, which the kernel may drop and read again, not
+# the process's own memory): at 2.5 GB of JSON the held args were 1.5 of the 2.5 GB peak
+ARGS_MEMORY_BYTES = 384 << 20
+
+
+class Held(list):
+    """The held columns: one table per batch the builder was given, whose rows are slice ids 0, 1, ...
+    in turn. Args past ARGS_MEMORY_BYTES wait in an Arrow IPC stream in `folder` until mapped()."""
+
+    def __init__(self, folder: Path | None = None):
+        super().__init__()
+        self.folder = folder
+        self.args_bytes = 0  # args text held in memory
+        self._path: Path | None = None
+        self._sink = self._writer = None
+        self._spilled: dict[int, int] = {}  # index of a table whose args are in the file -> its batches there
+
+    def add(self, table: pa.Table) -> None:
+        if self.folder is not None and "args" in table.column_names:
+            args = table.column("args")
+            if self.args_bytes + args.nbytes > ARGS_MEMORY_BYTES:
+                self._spill(args)
+                self._spilled[len(self)] = args.num_chunks
+                table = table.drop_columns(["args"])
+            else:
+                self.args_bytes += args.nbytes
+        self.append(table)
+
+    def _spill(self, args: pa.ChunkedArray) -> None:
+        if self._writer is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._path = self.folder / "held-args.arrows"
+            self._sink = pa.OSFile(str(self._path), "wb")
+            self._writer = pa.ipc.new_stream(self._sink, pa.schema([("args", pa.string())]))
+        for chunk in args.chunks:
+            self._writer.write_batch(pa.record_batch([_plain(chunk).cast(pa.string())], names=["args"]))
+
+    def mapped(self) -> None:
+        """Every table with its args again: those from the file as arrays over its mapping (no copy;
+        a page is read in when the write takes a row of it)."""
+        if self._writer is None:
+            return
+        self.close()
+        batches = iter(pa.ipc.open_stream(pa.memory_map(str(self._path))))
+        for i, n in sorted(self._spilled.items()):
+            chunks = [next(batches).column(0) for _ in range(n)]
+            self[i] = self[i].append_column("args", pa.chunked_array(chunks, type=pa.string()))
+        self._spilled = {}
+
+    def close(self) -> None:
+        """The file written out (an aborted build's too: its folder is removed with it)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            self._writer = None
+
+
+def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: Held) -> None:
     """Stage a batch of slices (slice_id given): its STAGED columns into DuckDB, the rest onto `held`."""
     select = ", ".join(f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in STAGED)
     con.register("_batch", table)
@@ -48,19 +107,24 @@ def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: list[pa.Table]
         con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
     finally:
         con.unregister("_batch")
-    held.append(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
+    held.add(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
 
 
 class Final:
     """The finished slices: `rows`, the columns the level-of-detail build and the builder's checks read,
     in the order held (they need no order); `rest`, the other columns (args above all), which only the
-    write of `slices` reads; `order`, the permutation into stored order (None: the rows are in it).
-    Each cursor that calls use() names `rows` `_slices_final`."""
+    write of `slices` reads; `order`, the permutation of `rows` into stored order (None: they are in
+    it). `kept`: where the time check dropped slices, the held row of each of `rows` (their slice ids):
+    the held columns of `rest` (`held`) still have every row, and are taken through it rather than
+    copied without the dropped ones. Each cursor that calls use() names `rows` `_slices_final`."""
 
-    def __init__(self, rows: pa.Table, rest: dict[str, pa.ChunkedArray], order: np.ndarray | None):
+    def __init__(self, rows: pa.Table, rest: dict[str, pa.ChunkedArray], order: np.ndarray | None,
+                 kept: np.ndarray | None = None, held: frozenset = frozenset()):
         self.rows = rows
         self.rest = rest
         self.order = order
+        self.kept = kept
+        self.held = held
         # large: the sorted rows are streamed to the write, and the LOD's pyramid waits for the write to
         # free them; a smaller trace is sorted whole (DuckDB then scans it on both cores) and nothing waits
         self.large = rows.nbytes + sum(c.nbytes for c in rest.values()) > STREAM_BYTES
@@ -76,19 +140,25 @@ class Final:
         rest, self.rest = self.rest, {}
         cols = [self.rows.column(name) if name in self.rows.column_names else rest.pop(name)
                 for name in _SLICE_TYPES]
-        if self.order is None:
+        order = self.order
+        held_order = self.kept if order is None or self.kept is None else self.kept[order]
+        # each column's rows in stored order: None where it is in that order already
+        picks = [held_order if name in self.held and self.kept is not None else order for name in _SLICE_TYPES]
+        if all(p is None for p in picks):
             return pa.table(cols, names=list(_SLICE_TYPES))
         if not self.large:  # whole columns: one array's take is faster than a chunked one's (or _Gather's)
-            return pa.table([_whole(col).take(self.order) for col in cols], names=list(_SLICE_TYPES))
+            return pa.table([col if p is None else _whole(col).take(p) for col, p in zip(cols, picks)],
+                            names=list(_SLICE_TYPES))
         gathers = [_Gather(col) for col in cols]
         del cols
         shape = pa.schema([pa.field(name, g.type) for name, g in zip(_SLICE_TYPES, gathers)])
-        order = self.order
+        n = self.rows.num_rows
 
         def batches():
-            for lo in range(0, len(order), BATCH_ROWS):
-                rows = order[lo:lo + BATCH_ROWS]
-                yield pa.record_batch([g.take(rows) for g in gathers], schema=shape)
+            for lo in range(0, n, BATCH_ROWS):
+                hi = min(n, lo + BATCH_ROWS)
+                yield pa.record_batch([g.take(np.arange(lo, hi) if p is None else p[lo:hi])
+                                       for g, p in zip(gathers, picks)], schema=shape)
 
         return pa.RecordBatchReader.from_batches(shape, batches())
 
@@ -97,7 +167,7 @@ BATCH_ROWS = 30_720  # a quarter of a DuckDB row group: what the stream holds at
 STREAM_BYTES = 256 << 20  # slices of more bytes are streamed to the write (Final.large)
 
 
-def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list[pa.Table]) -> Final:
+def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held) -> Final:
     """The slices with their depths filled in, and the order they are stored in (track_id, ts, depth);
     the staging table is dropped.
 
@@ -111,6 +181,7 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list
     in the write's own thread). Sorting in DuckDB instead (all columns staged there, an UPDATE of the depths, then ORDER
     BY on the way into the file) moved every row's args text through a join and a sort: 2.5 of the
     830 MB trace's 4 s of finish."""
+    held.mapped()
     # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel)
     staged = con.sql(f"SELECT * FROM {NAME}._slices_staging ORDER BY slice_id").to_arrow_table()
     con.execute(f"DROP TABLE {NAME}._slices_staging")
@@ -131,7 +202,9 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list
     columns = {name: staged[name] for name in staged.column_names}
     columns["depth"] = pa.chunked_array([pa.array(depth)])
     # every held row (ids are 0, 1, ... in held order), or those left where the time check dropped some
-    rows = None if sum(t.num_rows for t in held) == len(sid) else sid
+    # the held row of each staged one where the time check dropped some (slice ids are held positions)
+    kept = None if sum(t.num_rows for t in held) == len(sid) else sid
+    from_held = set()
     for name, typ in _SLICE_TYPES.items():
         if name in columns:
             continue
@@ -142,9 +215,13 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: list
         if len(types) > 1:  # dictionary-encoded in one batch, plain in another
             chunks = [c.cast(typ) for c in chunks]
         col = pa.chunked_array(chunks, type=chunks[0].type if chunks else typ)
-        columns[name] = col if rows is None else pa.chunked_array([_Gather(col).take(rows)])
+        if kept is not None and name in _FOR_LOD:  # the LOD build reads them beside the staged columns
+            col = pa.chunked_array([_Gather(col).take(kept)])
+        else:
+            from_held.add(name)
+        columns[name] = col
     lod = {name: columns.pop(name) for name in _FOR_LOD}
-    return Final(pa.table(lod), columns, order)
+    return Final(pa.table(lod), columns, order, kept, frozenset(from_held))
 
 
 _SLICE_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}

@@ -84,23 +84,65 @@ def _check(con, n, dropped=()):
     assert clashes == 0
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_held_columns_follow_their_slices_into_stored_order(tmp_path, monkeypatch, streamed):
-    if streamed:  # every trace streamed, in batches that split chunks and cross their bounds
+def _mode(monkeypatch, mode, batch_rows):
+    if mode in ("streamed", "spilled"):  # every trace streamed, in batches that split chunks and cross their bounds
         monkeypatch.setattr(stage, "STREAM_BYTES", 0)
-        monkeypatch.setattr(stage, "BATCH_ROWS", 333)
+        monkeypatch.setattr(stage, "BATCH_ROWS", batch_rows)
+    if mode == "spilled":  # the first batch's args held in memory, the others' in the work folder's file
+        monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 40_000)
+        spilled = []
+        real = stage.Held._spill
+        monkeypatch.setattr(stage.Held, "_spill", lambda self, args: (spilled.append(len(args)), real(self, args)))
+        return spilled
+    return None
+
+
+@pytest.mark.parametrize("mode", ["whole", "streamed", "spilled"])
+def test_held_columns_follow_their_slices_into_stored_order(tmp_path, monkeypatch, mode):
+    spilled = _mode(monkeypatch, mode, 333)
     batches = _batches(np.random.default_rng(7))
     _check(_ingest(tmp_path, batches), 2800)
+    assert spilled is None or spilled == [700, 700, 700]
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_slices_dropped_by_the_time_check_take_their_held_columns_with_them(tmp_path, monkeypatch, streamed):
-    if streamed:
-        monkeypatch.setattr(stage, "STREAM_BYTES", 0)
-        monkeypatch.setattr(stage, "BATCH_ROWS", 500)
+@pytest.mark.parametrize("mode", ["whole", "streamed", "spilled"])
+def test_slices_dropped_by_the_time_check_take_their_held_columns_with_them(tmp_path, monkeypatch, mode):
+    """Dropped slices' held rows are skipped by the write's take (the held columns keep every row: no
+    copy of the args without them), while the LOD build's name and bytes are taken to match its rows."""
+    spilled = _mode(monkeypatch, mode, 500)
+    assert spilled is None or not spilled
     bad = (0, 5, 699, 700, 1500, 2799)
     con = _ingest(tmp_path, _batches(np.random.default_rng(3)), bad=bad)
     _check(con, 2800, dropped=bad)
+
+
+def test_args_past_the_memory_budget_wait_in_a_file_and_come_back_mapped(tmp_path, monkeypatch):
+    monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 20)
+    held = stage.Held(tmp_path / "work")
+    small = pa.table({"name": ["a"], "args": ['{"k": 1}']})
+    big = [pa.table({"name": ["b", "c"], "args": pa.chunked_array([['{"k": 2}'], ['{"k": 3, "pad": "%s"}' % ("x" * 200)]])}),
+           pa.table({"name": ["d"], "args": pa.array(['{"k": 4}', '{"k": 4}']).dictionary_encode()[:1]}),
+           pa.table({"name": ["e"]})]
+    for t in [small] + big:
+        held.add(t)
+    assert held.args_bytes == small["args"].nbytes  # the rest went to the file, not into memory
+    assert [t.column_names for t in held] == [["name", "args"], ["name"], ["name"], ["name"]]
+    assert (tmp_path / "work" / "held-args.arrows").stat().st_size > 200
+    held.mapped()
+    got = [t["args"].to_pylist() if "args" in t.column_names else None for t in held]
+    assert got == [['{"k": 1}'], ['{"k": 2}', '{"k": 3, "pad": "%s"}' % ("x" * 200)], ['{"k": 4}'], None]
+    assert held[1]["args"].num_chunks == 2 and held[2]["args"].type == pa.string()
+
+
+def test_an_aborted_build_leaves_no_spill_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 0)
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    t = b.track("cpu", "thread 1", group_name="proc")
+    b.add_slices({"track_id": np.full(3, t, np.int32), "ts": np.arange(3), "dur": np.ones(3, np.int64),
+                  "name": ["a", "b", "c"], "args": ['{"i": 0}', '{"i": 1}', '{"i": 2}']})
+    assert (b.work_dir / "held-args.arrows").exists()
+    b.abort()
+    assert not b.work_dir.exists()
 
 
 def test_the_same_file_streamed_or_whole(tmp_path, monkeypatch):
@@ -140,7 +182,8 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     con = duckdb.connect(str(tmp_path / "t.duckdb"))
     stage.attach(con)  # no `slices` table in the file: the write fails
     con.execute(f"INSERT INTO {stage.NAME}._slices_staging VALUES (0, 1, 10, 5, NULL, NULL), (1, 1, 0, 5, NULL, NULL)")
-    held = [pa.table({"name": ["a", "b"]})]
+    held = stage.Held()
+    held.add(pa.table({"name": ["a", "b"]}))
     final = stage.finalize(con, pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}), held)
     assert final.large and final.order.tolist() == [1, 0]
     waited = []
