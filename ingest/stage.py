@@ -14,6 +14,7 @@ biggest steps of time-to-viewable. docs/ingest.md has the numbers that chose thi
 
 from __future__ import annotations
 
+import mmap
 import threading
 from pathlib import Path
 from typing import Callable
@@ -43,7 +44,7 @@ def attach(con: duckdb.DuckDBPyConnection) -> None:
 
 # args text held in memory up to this many bytes a trace; past it each batch's args go to a file in the
 # builder's work folder and come back mapped (page cache, which the kernel may drop and read again, not
-# the process's own memory): at 2.5 GB of JSON the held args were 1.5 of the 2.5 GB peak
+# the process's own memory): held whole, 2.5 GB of JSON peaked at 2.4 GB of its own memory, 1.9 so
 ARGS_MEMORY_BYTES = 384 << 20
 
 
@@ -58,6 +59,7 @@ class Held(list):
         self._path: Path | None = None
         self._sink = self._writer = None
         self._spilled: dict[int, int] = {}  # index of a table whose args are in the file -> its batches there
+        self._map: mmap.mmap | None = None
 
     def add(self, table: pa.Table) -> None:
         if self.folder is not None and "args" in table.column_names:
@@ -85,11 +87,23 @@ class Held(list):
         if self._writer is None:
             return
         self.close()
-        batches = iter(pa.ipc.open_stream(pa.memory_map(str(self._path))))
+        with open(self._path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        batches = iter(pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(self._map))))
         for i, n in sorted(self._spilled.items()):
             chunks = [next(batches).column(0) for _ in range(n)]
             self[i] = self[i].append_column("args", pa.chunked_array(chunks, type=pa.string()))
         self._spilled = {}
+
+    @property
+    def is_mapped(self) -> bool:
+        return self._map is not None
+
+    def release(self) -> None:
+        """Unmap the pages of the file read so far from this process (they stay in the page cache: a row
+        read again is a minor fault, not a disk read), so its resident size stays bounded too."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):  # Linux, macOS
+            self._map.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
         """The file written out (an aborted build's too: its folder is removed with it)."""
@@ -119,12 +133,13 @@ class Final:
     copied without the dropped ones. Each cursor that calls use() names `rows` `_slices_final`."""
 
     def __init__(self, rows: pa.Table, rest: dict[str, pa.ChunkedArray], order: np.ndarray | None,
-                 kept: np.ndarray | None = None, held: frozenset = frozenset()):
+                 kept: np.ndarray | None = None, held: frozenset = frozenset(), release: Callable | None = None):
         self.rows = rows
         self.rest = rest
         self.order = order
         self.kept = kept
         self.held = held
+        self.release = release  # Held.release: called as the write goes, while it reads mapped args
         # large: the sorted rows are streamed to the write, and the LOD's pyramid waits for the write to
         # free them; a smaller trace is sorted whole (DuckDB then scans it on both cores) and nothing waits
         self.large = rows.nbytes + sum(c.nbytes for c in rest.values()) > STREAM_BYTES
@@ -154,17 +169,25 @@ class Final:
         shape = pa.schema([pa.field(name, g.type) for name, g in zip(_SLICE_TYPES, gathers)])
         n = self.rows.num_rows
 
+        release = self.release
+
         def batches():
-            for lo in range(0, n, BATCH_ROWS):
+            for k, lo in enumerate(range(0, n, BATCH_ROWS)):
                 hi = min(n, lo + BATCH_ROWS)
                 yield pa.record_batch([g.take(np.arange(lo, hi) if p is None else p[lo:hi])
                                        for g, p in zip(gathers, picks)], schema=shape)
+                if release is not None and k % RELEASE_BATCHES == RELEASE_BATCHES - 1:
+                    release()
 
         return pa.RecordBatchReader.from_batches(shape, batches())
 
 
 BATCH_ROWS = 30_720  # a quarter of a DuckDB row group: what the stream holds at once stays small
 STREAM_BYTES = 256 << 20  # slices of more bytes are streamed to the write (Final.large)
+# the write unmaps the pages of spilled args it has read after each batch: a batch's rows lie all over
+# the file (each slice's args on a page of its own, as a rule), so up to ~120 MB of pages a batch; every
+# 4 batches let 2.5 GB of JSON map 480 MB of it at once (RSS 2.01 GB releasing after each, 2.18 every 4)
+RELEASE_BATCHES = 1
 
 
 def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held) -> Final:
@@ -221,7 +244,7 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
             from_held.add(name)
         columns[name] = col
     lod = {name: columns.pop(name) for name in _FOR_LOD}
-    return Final(pa.table(lod), columns, order, kept, frozenset(from_held))
+    return Final(pa.table(lod), columns, order, kept, frozenset(from_held), held.release if held.is_mapped else None)
 
 
 _SLICE_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}

@@ -100,9 +100,14 @@ def _mode(monkeypatch, mode, batch_rows):
 @pytest.mark.parametrize("mode", ["whole", "streamed", "spilled"])
 def test_held_columns_follow_their_slices_into_stored_order(tmp_path, monkeypatch, mode):
     spilled = _mode(monkeypatch, mode, 333)
+    released = []
+    real = stage.Held.release
+    monkeypatch.setattr(stage.Held, "release", lambda self: (released.append(1), real(self)))
     batches = _batches(np.random.default_rng(7))
     _check(_ingest(tmp_path, batches), 2800)
     assert spilled is None or spilled == [700, 700, 700]
+    # the write gives back the mapped pages it read as it goes: after each of its 9 batches
+    assert len(released) == (9 if mode == "spilled" else 0)
 
 
 @pytest.mark.parametrize("mode", ["whole", "streamed", "spilled"])
