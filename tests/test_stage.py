@@ -125,7 +125,8 @@ def test_args_past_the_memory_budget_wait_in_a_file_and_come_back_mapped(tmp_pat
     monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 20)
     held = stage.Held(tmp_path / "work")
     small = pa.table({"name": ["a"], "args": ['{"k": 1}']})
-    big = [pa.table({"name": ["b", "c"], "args": pa.chunked_array([['{"k": 2}'], ['{"k": 3, "pad": "%s"}' % ("x" * 200)]])}),
+    long = '{"k": 3, "pad": "%s"}' % ("x" * 200)
+    big = [pa.table({"name": ["b", "c"], "args": pa.chunked_array([['{"k": 2}'], [long]])}),
            pa.table({"name": ["d"], "args": pa.array(['{"k": 4}', '{"k": 4}']).dictionary_encode()[:1]}),
            pa.table({"name": ["e"]})]
     for t in [small] + big:
@@ -135,7 +136,7 @@ def test_args_past_the_memory_budget_wait_in_a_file_and_come_back_mapped(tmp_pat
     assert (tmp_path / "work" / "held-args.arrows").stat().st_size > 200
     held.mapped()
     got = [t["args"].to_pylist() if "args" in t.column_names else None for t in held]
-    assert got == [['{"k": 1}'], ['{"k": 2}', '{"k": 3, "pad": "%s"}' % ("x" * 200)], ['{"k": 4}'], None]
+    assert got == [['{"k": 1}'], ['{"k": 2}', long], ['{"k": 4}'], None]
     assert held[1]["args"].num_chunks == 2 and held[2]["args"].type == pa.string()
 
 
