@@ -4,6 +4,7 @@
     .venv/bin/python bench/ingest.py --events 200000      # a quicker generated trace
     .venv/bin/python bench/ingest.py --hta-python /tmp/htavenv/bin/python
     .venv/bin/python bench/ingest.py --events 3600000 --input /tmp/vllm.json   # the 830 MB target, a real file
+    .venv/bin/python bench/ingest.py --events 20000 --modes lod --input /tmp/2500mb.json   # memory at 2.5 GB
 
 Every measurement runs in its own child process, so its peak memory (ru_maxrss) is
 its own. Rows:
@@ -19,7 +20,8 @@ its own. Rows:
                        (only with --with-analysis: the passes are the analysis part's cost)
   HTA TraceAnalysis    HolisticTraceAnalysis' load, if it is installed in --hta-python
 MB/s are of decompressed JSON, events/s of events in the file; cpu_s is user+sys (with its children) of
-the child (this machine is shared, so wall times are noisy; compare ratios).
+the child (this machine is shared, so wall times are noisy; compare ratios). The last line measures the
+CPUs' capacity in the same run: a busy loop alone, then two at once (2 vCPUs may give well under 2x).
 """
 
 from __future__ import annotations
@@ -134,6 +136,8 @@ def main() -> None:
     ap.add_argument("--input", action="append", default=[], type=Path,
                     help="another trace to measure (a real one over 20 MB: the 150 MB/s target); repeatable")
     ap.add_argument("--no-python-path", action="store_true", help="skip the rows with the compiled scanner off")
+    ap.add_argument("--modes", help="only these rows, comma-separated (e.g. lod: a 2.5 GB file without the"
+                    " anchors, whose Python objects would not fit in memory)")
     a = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
@@ -160,6 +164,8 @@ def main() -> None:
             modes = (([] if a.skip_json else ["json"]) + ["orjson", "msgspec", "parse", "lod"]
                      + ([] if a.no_python_path else ["lod_py"]) + (["pipeline"] if a.with_analysis else [])
                      + (["hta"] if hta else []))
+            if a.modes:
+                modes = [m for m in a.modes.split(",") if m in NAMES]
             for mode in modes:
                 best = None
                 for _ in range(a.repeat):
@@ -171,9 +177,10 @@ def main() -> None:
                     if isinstance(r, str):
                         break
                 rows.append((label, mode, n_events, nbytes, best))
-            if not hta:
+            if not hta and not a.modes:
                 rows.append((label, "hta", n_events, nbytes, f"n/a: no HolisticTraceAnalysis at {a.hta_python}"))
         print_table(rows)
+        print_capacity()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -208,6 +215,25 @@ def print_table(rows) -> None:
     print("/orjson: this row's wall time / orjson.loads' (target for 'viewable': <= 0.5);"
           " targets: viewable >= 180 MB/s (830 MB generated), >= 150 MB/s (real > 20 MB), peak <= 1.5 GB")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+_SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000): x += i\nprint(time.perf_counter() - t)"
+
+
+def print_capacity() -> None:
+    """What the CPUs give two busy processes at once, against one alone: the same loop, alone then
+    two side by side. Every number above is bounded by this, not by os.cpu_count() (a VM's two vCPUs
+    may be one core's two hyperthreads, or shared)."""
+    def spin(k: int) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True)
+                 for _ in range(k)]
+        return [float(p.communicate()[0]) for p in procs]
+
+    alone = min(spin(1)[0] for _ in range(2))
+    pair = max(spin(2))
+    print(f"capacity: a busy loop {alone:.2f} s alone, {pair:.2f} s each of two at once:"
+          f" {os.cpu_count()} CPUs give {2 * alone / pair:.2f}x one (time to viewable needs about"
+          f" cpu s / that, at best)")
 
 
 if __name__ == "__main__":
