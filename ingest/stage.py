@@ -155,10 +155,10 @@ class Final:
         rest, self.rest = self.rest, {}
         cols = [self.rows.column(name) if name in self.rows.column_names else rest.pop(name)
                 for name in _SLICE_TYPES]
-        order = self.order
-        held_order = self.kept if order is None or self.kept is None else self.kept[order]
+        order, kept = self.order, self.kept
+        held_order = order if kept is None else kept if order is None else kept[order]
         # each column's rows in stored order: None where it is in that order already
-        picks = [held_order if name in self.held and self.kept is not None else order for name in _SLICE_TYPES]
+        picks = [held_order if name in self.held else order for name in _SLICE_TYPES]
         if all(p is None for p in picks):
             return pa.table(cols, names=list(_SLICE_TYPES))
         if not self.large:  # whole columns: one array's take is faster than a chunked one's (or _Gather's)
@@ -172,11 +172,11 @@ class Final:
         release = self.release
 
         def batches():
-            for k, lo in enumerate(range(0, n, BATCH_ROWS)):
+            for lo in range(0, n, BATCH_ROWS):
                 hi = min(n, lo + BATCH_ROWS)
                 yield pa.record_batch([g.take(np.arange(lo, hi) if p is None else p[lo:hi])
                                        for g, p in zip(gathers, picks)], schema=shape)
-                if release is not None and k % RELEASE_BATCHES == RELEASE_BATCHES - 1:
+                if release is not None:  # a batch's rows lie all over the file (RELEASE, below)
                     release()
 
         return pa.RecordBatchReader.from_batches(shape, batches())
@@ -184,10 +184,9 @@ class Final:
 
 BATCH_ROWS = 30_720  # a quarter of a DuckDB row group: what the stream holds at once stays small
 STREAM_BYTES = 256 << 20  # slices of more bytes are streamed to the write (Final.large)
-# the write unmaps the pages of spilled args it has read after each batch: a batch's rows lie all over
-# the file (each slice's args on a page of its own, as a rule), so up to ~120 MB of pages a batch; every
-# 4 batches let 2.5 GB of JSON map 480 MB of it at once (RSS 2.01 GB releasing after each, 2.18 every 4)
-RELEASE_BATCHES = 1
+# RELEASE: the write unmaps the pages of spilled args it has read after each batch. A batch's rows lie all
+# over the file (each slice's args on a page of its own, as a rule): up to ~120 MB of pages a batch. Every
+# 4 batches let 2.5 GB of JSON map 480 MB of it at once (RSS 2.18 GB; after each batch 2.01 GB).
 
 
 def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held) -> Final:
@@ -224,7 +223,6 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
     staged = staged.combine_chunks()  # narrow: one array each, for the fast path of _Gather
     columns = {name: staged[name] for name in staged.column_names}
     columns["depth"] = pa.chunked_array([pa.array(depth)])
-    # every held row (ids are 0, 1, ... in held order), or those left where the time check dropped some
     # the held row of each staged one where the time check dropped some (slice ids are held positions)
     kept = None if sum(t.num_rows for t in held) == len(sid) else sid
     from_held = set()
