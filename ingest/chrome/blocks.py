@@ -68,12 +68,29 @@ def quotes(a: np.ndarray) -> np.ndarray:
 
 def structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Positions of brackets/braces outside strings and the nesting depth after each."""
-    a = np.frombuffer(buf, dtype=np.uint8)
+    st, depth, _ = structure_from(buf)
+    return st, depth
+
+
+def structure_from(buf: bytes, state: tuple[int, int, bool] = (0, 0, False)
+                   ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, bool]]:
+    """structure() of buf[start:] given the scan's state there, state = (start, depth, inside a
+    string), as an earlier call on a prefix of buf returned it: positions in buf, and the state at
+    the end for the next call (where buf has grown). The end is moved back over a run of backslashes
+    (they change neither depth nor string; whether the quote after them is escaped depends on the run)."""
+    start, depth0, in_string = state
+    a = np.frombuffer(buf, dtype=np.uint8)[start:]
     q = quotes(a)
     c = _LUT[a]
     st = np.flatnonzero(c)
-    st = st[(np.searchsorted(q, st) & 1) == 0]
-    return st, np.cumsum(c[st], dtype=np.int64)
+    st = st[((np.searchsorted(q, st) + in_string) & 1) == 0]
+    depth = depth0 + np.cumsum(c[st], dtype=np.int64)
+    end = len(buf)
+    while end > start and buf[end - 1] == 92:
+        end -= 1
+    n_quotes = int(np.searchsorted(q, end - start))
+    end_depth = int(depth[-1]) if len(depth) else depth0
+    return st + start, depth, (end, end_depth, bool((n_quotes + in_string) & 1))
 
 
 WS = b" \t\r\n"  # JSON whitespace
