@@ -47,18 +47,34 @@ def trace_start_ns(cur: duckdb.DuckDBPyConnection) -> int:
 
 
 # -- one slice --------------------------------------------------------------------------------------
+# a slice's args text of more characters is not sent whole with its details (a profiler can put a 100 MB
+# blob in one event: sent and drawn whole, it crashed the browser tab); slice_args() gives all of it
+ARGS_INLINE_MAX = 256 << 10
+
+
 def slice_row(cur: duckdb.DuckDBPyConnection, slice_id: int) -> dict | None:
     """Every column of one slice (SLICE_COLUMNS order), args parsed from JSON (kept as text when it
-    is not JSON, {} when empty); None when there is no such slice."""
-    row = cur.execute(f"SELECT {', '.join(SLICE_COLUMNS)} FROM slices WHERE slice_id = ?", [slice_id]).fetchone()
+    is not JSON, {} when empty); None when there is no such slice. Args of more than ARGS_INLINE_MAX
+    characters come as the text of their first ARGS_INLINE_MAX, with `args_chars` their whole length."""
+    cols = ", ".join(f"left(args, {ARGS_INLINE_MAX})" if c == "args" else c for c in SLICE_COLUMNS)
+    row = cur.execute(f"SELECT {cols}, length(args) FROM slices WHERE slice_id = ?", [slice_id]).fetchone()
     if row is None:
         return None
-    s = dict(zip(SLICE_COLUMNS, row))
+    s = dict(zip(SLICE_COLUMNS, row[:-1]))
+    if row[-1] is not None and row[-1] > ARGS_INLINE_MAX:
+        s["args_chars"] = int(row[-1])
+        return s
     try:
         s["args"] = json.loads(s["args"]) if s["args"] else {}
     except ValueError:
         pass  # keep the raw text
     return s
+
+
+def slice_args(cur: duckdb.DuckDBPyConnection, slice_id: int) -> str | None:
+    """One slice's args text, whole ("" when it has none); None when there is no such slice."""
+    row = cur.execute("SELECT coalesce(args, '') FROM slices WHERE slice_id = ?", [slice_id]).fetchone()
+    return None if row is None else row[0]
 
 
 def track_row(cur: duckdb.DuckDBPyConnection, track_id: int) -> dict | None:

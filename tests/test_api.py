@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -308,6 +309,25 @@ def test_slice_queries_read_one_slice_its_track_and_its_flows(chain_con, trace_s
     assert queries.track_row(chain_con, s["track_id"])["lane"] == "cpu"
     assert [(f["kind"], f["dst_slice"]) for f in queries.flows_touching(chain_con, ids["kernel"])] == [
         ("exec", ids["kernel"]), ("dependency", ids["other_api"])]
+
+
+def test_args_too_long_to_send_whole_come_cut_with_their_length_and_whole_on_their_own(api, trace_store, monkeypatch):
+    """A profiler can put a 100 MB blob in one event's args: sent whole with the details (and drawn) it
+    crashed the browser tab. Past ARGS_INLINE_MAX characters the details carry its start and its length;
+    .../args gives all of it, exactly as stored."""
+    from acceltrace.store import queries
+
+    tid, sid = trace_store.ids["chain"], trace_store.chain["memcpy_api"]
+    whole = api.get(f"/api/traces/{tid}/slices/{sid}/args")
+    assert whole.status_code == 200 and whole.headers["content-type"].startswith("application/json")
+    assert json.loads(whole.content) == {"stream": 7}
+    d = api.get(f"/api/traces/{tid}/slices/{sid}").json()["slice"]
+    assert d["args"] == {"stream": 7} and "args_chars" not in d
+    monkeypatch.setattr(queries, "ARGS_INLINE_MAX", 5)
+    d = api.get(f"/api/traces/{tid}/slices/{sid}").json()["slice"]
+    assert d["args_chars"] == len(whole.text) and d["args"] == whole.text[:5]
+    assert api.get(f"/api/traces/{tid}/slices/{sid}/args").content == whole.content
+    assert api.get(f"/api/traces/{tid}/slices/999999/args").status_code == 404
 
 
 @pytest.mark.parametrize("text", ["tiny", "TINY", "kernel", "cuda*", "*Async", "?ini*", "%", "_", "a"])

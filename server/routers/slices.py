@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from acceltrace.store import queries
 from acceltrace.store.queries import CHAIN_MAX_SLICES, SEARCH_TOTAL_CAP
@@ -33,6 +33,20 @@ def slice_details(trace_id: str, slice_id: int, state: AppState = Depends(get_st
             "chain": {"slices": [_hit(h, c) for c in chain.slices], "flows": chain.flows, "truncated": chain.truncated},
             "flows": {"in": [f for f in direct if f["dst_slice"] == slice_id],
                       "out": [f for f in direct if f["src_slice"] == slice_id]}}
+
+
+@router.get("/{trace_id}/slices/{slice_id}/args", summary="A slice's args, whole",
+            description="The args JSON text exactly as stored, however long (the details cut args past "
+                        f"{queries.ARGS_INLINE_MAX} characters and say how long they are: args_chars).",
+            response_class=Response, responses={200: {"content": {"application/json": {}}}})
+def slice_args(trace_id: str, slice_id: int, state: AppState = Depends(get_state)) -> Response:
+    h = state.trace(trace_id)
+    with h.cursor() as cur:
+        text = queries.slice_args(cur, slice_id)
+    if text is None:
+        raise ApiError(404, "not_found", f"no slice {slice_id} in trace {trace_id!r}")
+    return Response(text or "{}", media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="slice-{slice_id}-args.json"'})
 
 
 @router.get("/{trace_id}/depths", summary="Slices per depth of each track",

@@ -41,7 +41,13 @@ export function renderDetails(box, detail, onjump) {
     ]),
   );
   const args = s.args && typeof s.args === "object" ? Object.entries(s.args) : [];
-  if (args.length) {
+  if (s.args_chars) { // too long to send or draw whole: its start, how long it is, and all of it as a download
+    box.append(el("h4", {}, "Arguments"),
+      el("p", { class: "note" }, `${fmtCount(s.args_chars)} characters; the first ${fmtCount(String(s.args).length)}`
+        + " shown. ", el("a", { href: `${location.pathname.replace(/^\/t\//, "/api/traces/")}/slices/${s.id}/args`,
+                                download: `slice-${s.id}-args.json` }, "Download all")),
+      el("pre", { class: "long" }, String(s.args)));
+  } else if (args.length) {
     box.append(el("h4", {}, "Arguments"),
       kv(args.map(([k, v]) => { const t = typeof v === "object" ? JSON.stringify(v) : String(v);
                                 return [k, t.length > 200 ? el("span", { class: "long" }, t) : t]; })));
