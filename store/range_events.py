@@ -9,6 +9,9 @@ EVENTS_CSV_MAX = 1_000_000
 EVENT_SORTS = {"name": "s.name", "lane": "t.lane", "track": "t.name", "ts": "s.ts", "dur": "s.dur",
                "bytes": "s.bytes", "depth": "s.depth"}
 EVENT_COLUMNS = ("slice_id", "track_id", "lane", "track", "ts", "dur", "depth", "name", "category", "bytes", "args")
+# characters of args a page of events carries per row: a preview (one event's args can be 100 MB; its
+# details have more, and a download of all of it); a row whose args are longer has `args_chars`
+ARGS_CELL_MAX = 4096
 
 
 def _events_sql(t0: int, t1: int, tracks: list[int] | None, text: str | None, sort: str, desc: bool,
@@ -39,10 +42,17 @@ def range_events(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, *, tracks: li
     """One page of the slices overlapping [t0, t1) (absolute ns; name substring `text`, case-insensitive,
     wildcards literal), sorted by `sort`, and how many match in all: (rows of EVENT_COLUMNS, total)."""
     rows_sql, count_sql, params = _events_sql(t0, t1, tracks, text, sort, desc, lanes)
+    rows_sql = rows_sql.replace(", s.args FROM", f", left(s.args, {ARGS_CELL_MAX}) AS args, length(s.args) FROM", 1)
     limit = max(0, min(int(limit), EVENTS_PAGE_MAX))
     rows = cur.execute(f"{rows_sql} LIMIT {limit} OFFSET {max(0, int(offset))}", params).fetchall()
     (total,) = cur.execute(count_sql, params).fetchone()
-    return [dict(zip(EVENT_COLUMNS, r)) for r in rows], int(total)
+    out = []
+    for r in rows:
+        d = dict(zip(EVENT_COLUMNS, r[:-1]))
+        if r[-1] is not None and r[-1] > ARGS_CELL_MAX:
+            d["args_chars"] = int(r[-1])
+        out.append(d)
+    return out, int(total)
 
 
 def range_events_arrow(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, start_ns: int, *,

@@ -81,3 +81,16 @@ def test_events_csv_holds_every_row_in_order_and_says_when_cut(client, monkeypat
     monkeypatch.setattr(range_events, "EVENTS_CSV_MAX", 5)
     r = _get(client, "events.csv")
     assert r.headers["x-acceltrace-truncated"] == "true" and len(list(csv.DictReader(io.StringIO(r.text)))) == 5
+
+
+def test_a_page_of_events_carries_a_preview_of_long_args_and_the_csv_all_of_them(client, monkeypatch):
+    """One event's args can be 100 MB: a page of events carries ARGS_CELL_MAX characters of each, with
+    `args_chars` where they were cut; the CSV export keeps them whole."""
+    monkeypatch.setattr(range_events, "ARGS_CELL_MAX", 10)
+    rows = _get(client, start_ns=50 * US, end_ns=51 * US, limit=1000).json()["rows"]
+    copy = next(r for r in rows if r["name"].startswith("Memcpy"))
+    whole = json.dumps({"bytes": 4096, "device": 0, "stream": 8})
+    assert copy["args"] == whole[:10] and copy["args_chars"] == len(whole)
+    assert all("args_chars" not in r for r in rows if r is not copy)  # no args, nothing cut
+    csv_rows = list(csv.DictReader(io.StringIO(_get(client, "events.csv", start_ns=50 * US, end_ns=51 * US).text)))
+    assert next(r for r in csv_rows if r["name"].startswith("Memcpy"))["args"] == whole

@@ -29,7 +29,8 @@ export function mountEvents(container, { api, state, save }) {
     { key: "dur", title: "Duration", num: true, fmt: (r) => fmtDur(r.dur) },
     { key: "depth", title: "Depth", num: true, width: "5%" },
     { key: "bytes", title: "Bytes", num: true, fmt: (r) => (r.bytes === null ? "" : fmtBytes(r.bytes)) },
-    { key: "args", title: "Args", width: "22%", fmt: (r) => (r.args || "").replace(/\s+/g, " ") },
+    { key: "args", title: "Args", width: "22%", fmt: (r) => (r.args || "").replace(/\s+/g, " ")
+      + (r.args_chars ? ` ... (${fmtCount(r.args_chars)} characters: the slice's details have them)` : "") },
   ], {
     sortKey: "ts", desc: false,
     onSort: (key, desc) => { sort = { key, desc }; reset(); },
