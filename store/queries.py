@@ -52,17 +52,32 @@ def trace_start_ns(cur: duckdb.DuckDBPyConnection) -> int:
 ARGS_INLINE_MAX = 256 << 10
 
 
+def args_cut_sql(limit: int, table: str = "") -> str:
+    """SQL for a slice's args cut to `limit` characters and their whole length, as the last two columns
+    of a row (`table`: the slices' alias and a dot); cut_args() reads them back."""
+    return f"left({table}args, {int(limit)}) AS args, length({table}args) AS args_chars"
+
+
+def cut_args(row: dict, limit: int) -> bool:
+    """A row read with args_cut_sql: `args_chars` kept only where the args were cut; whether they were."""
+    n = row.pop("args_chars")
+    if n is not None and n > limit:
+        row["args_chars"] = int(n)
+        return True
+    return False
+
+
 def slice_row(cur: duckdb.DuckDBPyConnection, slice_id: int) -> dict | None:
     """Every column of one slice (SLICE_COLUMNS order), args parsed from JSON (kept as text when it
     is not JSON, {} when empty); None when there is no such slice. Args of more than ARGS_INLINE_MAX
     characters come as the text of their first ARGS_INLINE_MAX, with `args_chars` their whole length."""
-    cols = ", ".join(f"left(args, {ARGS_INLINE_MAX})" if c == "args" else c for c in SLICE_COLUMNS)
-    row = cur.execute(f"SELECT {cols}, length(args) FROM slices WHERE slice_id = ?", [slice_id]).fetchone()
+    cols = ", ".join(c for c in SLICE_COLUMNS if c != "args")
+    row = cur.execute(f"SELECT {cols}, {args_cut_sql(ARGS_INLINE_MAX)} FROM slices WHERE slice_id = ?",
+                      [slice_id]).fetchone()
     if row is None:
         return None
-    s = dict(zip(SLICE_COLUMNS, row[:-1]))
-    if row[-1] is not None and row[-1] > ARGS_INLINE_MAX:
-        s["args_chars"] = int(row[-1])
+    s = dict(zip([c for c in SLICE_COLUMNS if c != "args"] + ["args", "args_chars"], row))
+    if cut_args(s, ARGS_INLINE_MAX):
         return s
     try:
         s["args"] = json.loads(s["args"]) if s["args"] else {}

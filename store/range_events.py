@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import duckdb
 
+from acceltrace.store.queries import args_cut_sql, cut_args
+
 EVENTS_PAGE_MAX = 1000
 EVENTS_CSV_MAX = 1_000_000
 EVENT_SORTS = {"name": "s.name", "lane": "t.lane", "track": "t.name", "ts": "s.ts", "dur": "s.dur",
@@ -15,8 +17,9 @@ ARGS_CELL_MAX = 4096
 
 
 def _events_sql(t0: int, t1: int, tracks: list[int] | None, text: str | None, sort: str, desc: bool,
-                lanes: list[str] | None) -> tuple[str, str, list]:
-    """(select of the rows, select of their count, parameters) over slices overlapping [t0, t1)."""
+                lanes: list[str] | None, args: str = "s.args") -> tuple[str, str, list]:
+    """(select of the rows, select of their count, parameters) over slices overlapping [t0, t1); `args`:
+    the SQL of the last column(s), the args."""
     if sort not in EVENT_SORTS:
         raise ValueError(f"sort must be one of {', '.join(EVENT_SORTS)}")
     where, params = [f"s.ts < {int(t1)}", f"s.ts + s.dur >= {int(t0)}"], []  # instants at t0 count
@@ -32,7 +35,7 @@ def _events_sql(t0: int, t1: int, tracks: list[int] | None, text: str | None, so
         params.append(f"%{escaped}%")
     base = "FROM slices s JOIN tracks t USING (track_id) WHERE " + " AND ".join(where)
     order = f"{EVENT_SORTS[sort]} {'DESC' if desc else 'ASC'} NULLS LAST, s.ts, s.slice_id"
-    cols = "s.slice_id, s.track_id, t.lane, t.name AS track, s.ts, s.dur, s.depth, s.name, s.category, s.bytes, s.args"
+    cols = f"s.slice_id, s.track_id, t.lane, t.name AS track, s.ts, s.dur, s.depth, s.name, s.category, s.bytes, {args}"
     return f"SELECT {cols} {base} ORDER BY {order}", f"SELECT count(*) {base}", params
 
 
@@ -41,18 +44,15 @@ def range_events(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, *, tracks: li
                  limit: int = 200, lanes: list[str] | None = None) -> tuple[list[dict], int]:
     """One page of the slices overlapping [t0, t1) (absolute ns; name substring `text`, case-insensitive,
     wildcards literal), sorted by `sort`, and how many match in all: (rows of EVENT_COLUMNS, total)."""
-    rows_sql, count_sql, params = _events_sql(t0, t1, tracks, text, sort, desc, lanes)
-    rows_sql = rows_sql.replace(", s.args FROM", f", left(s.args, {ARGS_CELL_MAX}) AS args, length(s.args) FROM", 1)
+    rows_sql, count_sql, params = _events_sql(t0, t1, tracks, text, sort, desc, lanes,
+                                              args=args_cut_sql(ARGS_CELL_MAX, "s."))
     limit = max(0, min(int(limit), EVENTS_PAGE_MAX))
-    rows = cur.execute(f"{rows_sql} LIMIT {limit} OFFSET {max(0, int(offset))}", params).fetchall()
-    (total,) = cur.execute(count_sql, params).fetchone()
-    out = []
+    rows = [dict(zip(EVENT_COLUMNS + ("args_chars",), r)) for r in cur.execute(
+        f"{rows_sql} LIMIT {limit} OFFSET {max(0, int(offset))}", params).fetchall()]
     for r in rows:
-        d = dict(zip(EVENT_COLUMNS, r[:-1]))
-        if r[-1] is not None and r[-1] > ARGS_CELL_MAX:
-            d["args_chars"] = int(r[-1])
-        out.append(d)
-    return out, int(total)
+        cut_args(r, ARGS_CELL_MAX)
+    (total,) = cur.execute(count_sql, params).fetchone()
+    return rows, int(total)
 
 
 def range_events_arrow(cur: duckdb.DuckDBPyConnection, t0: int, t1: int, start_ns: int, *,

@@ -12,6 +12,10 @@ from acceltrace.tiles.layout import NAMES_TABLE
 router = APIRouter(prefix="/api/traces", tags=["slices"])
 
 
+def _no_slice(trace_id: str, slice_id: int) -> ApiError:
+    return ApiError(404, "not_found", f"no slice {slice_id} in trace {trace_id!r}")
+
+
 @router.get("/{trace_id}/slices/{slice_id}", summary="Slice details with its correlation chain",
             description="All columns (ts relative), args parsed, its track, every flow touching it, and the "
                         "correlation chain: submit, launch, dma and exec flows followed both ways, transitively "
@@ -21,7 +25,7 @@ def slice_details(trace_id: str, slice_id: int, state: AppState = Depends(get_st
     with h.cursor() as cur:
         s = queries.slice_row(cur, slice_id)
         if s is None:
-            raise ApiError(404, "not_found", f"no slice {slice_id} in trace {trace_id!r}")
+            raise _no_slice(trace_id, slice_id)
         track = queries.track_row(cur, s["track_id"])
         direct = queries.flows_touching(cur, slice_id)
         chain = queries.correlation_chain(cur, slice_id)
@@ -44,7 +48,7 @@ def slice_args(trace_id: str, slice_id: int, state: AppState = Depends(get_state
     with h.cursor() as cur:
         text = queries.slice_args(cur, slice_id)
     if text is None:
-        raise ApiError(404, "not_found", f"no slice {slice_id} in trace {trace_id!r}")
+        raise _no_slice(trace_id, slice_id)
     return Response(text or "{}", media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="slice-{slice_id}-args.json"'})
 
