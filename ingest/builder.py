@@ -177,11 +177,27 @@ class TraceBuilder:
             {"src_slice": src_slice, "dst_slice": dst_slice, "kind": kind, "raw_kind": raw_kind},
             {"src_slice": pa.int64(), "dst_slice": pa.int64(), "kind": pa.string(), "raw_kind": pa.string()},
         )
+        if not _all_in(table["kind"], schema.FLOW_KINDS):
+            raise ValueError(f"add_flows: kind must be one of {schema.FLOW_KINDS}")
+        self._insert_flows(table)
+
+    def add_flows_sql(self, select_sql: str, params: list | None = None) -> int:
+        """Append flows from a query over the staging tables yielding (src_slice, dst_slice, kind, raw_kind).
+
+        This is how ingesters link by correlation id without a Python loop; staged slices
+        are visible as `_slices_staging`. The rows come back as Arrow and get their ids from a
+        numpy range: numbering them in SQL (row_number() OVER ()) made DuckDB run the query's
+        result through a window, 0.15-0.2 s more on the 830 MB trace's 1.6 M flows."""
+        table = self.con.sql(
+            f"SELECT src_slice, dst_slice, kind, raw_kind FROM ({select_sql})", params=params or None
+        ).to_arrow_table()
+        self._insert_flows(table)
+        return table.num_rows
+
+    def _insert_flows(self, table: pa.Table) -> None:
         n = table.num_rows
         if n == 0:
             return
-        if not _all_in(table["kind"], schema.FLOW_KINDS):
-            raise ValueError(f"add_flows: kind must be one of {schema.FLOW_KINDS}")
         table = table.append_column(
             "flow_id", pa.array(np.arange(self._next_flow, self._next_flow + n, dtype=np.int64))
         )
@@ -195,23 +211,6 @@ class TraceBuilder:
         finally:
             self.con.unregister("_batch")
         self._next_flow += n
-
-    def add_flows_sql(self, select_sql: str, params: list | None = None) -> int:
-        """Append flows from a query over the staging tables yielding (src_slice, dst_slice, kind, raw_kind).
-
-        This is how ingesters link by correlation id without a Python loop; staged slices
-        are visible as `_slices_staging`.
-        """
-        before = self._next_flow
-        self.con.execute(
-            f"INSERT INTO flows SELECT {before} + row_number() OVER () - 1, src_slice, dst_slice, kind, raw_kind"
-            f" FROM ({select_sql})",
-            params or [],
-        )
-        # fetchall: a half-read result would block the next register() on this connection
-        ((count,),) = self.con.execute("SELECT count(*) FROM flows").fetchall()
-        self._next_flow = count
-        return count - before
 
     def add_counters(self, track_id, ts, value) -> None:
         table = _as_table(
