@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from acceltrace.store import schema
-from acceltrace.store.duck import insert_rows
+from acceltrace.store.duck import close_synced, insert_rows, unsynced
 from acceltrace.ingest import stage
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
@@ -74,6 +74,7 @@ class TraceBuilder:
         self.con = duckdb.connect(str(self.path))
         self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self.con.execute("SET preserve_insertion_order = false")
+        unsynced(self.con)  # synced once, by finish()'s close_synced()
         self.threads = threads
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
@@ -335,8 +336,7 @@ class TraceBuilder:
         # slices into the file and the level-of-detail tables every published trace carries, at once
         stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
         counts = self.counts()
-        con.execute("CHECKPOINT")
-        con.close()
+        close_synced(con)  # the file is on the disk before it is published
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return counts
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import duckdb
 
-from acceltrace.store.duck import memory_connection, settings as duck_settings
+from acceltrace.store.duck import close_synced, memory_connection, settings as duck_settings, unsynced
 
 DEFAULT_STORE = ".acceltrace"
 
@@ -324,8 +324,9 @@ class Store:
         _unlink_duckdb(tmp)
         con = duckdb.connect(str(tmp), config=duck_settings(self.tmp_dir))  # bounded as every connection
         try:
+            unsynced(con)
             build(con)
-            con.execute("CHECKPOINT")
+            close_synced(con)
         finally:
             con.close()
         final = self.side_path(trace_id, side)

@@ -53,6 +53,20 @@ def memory_connection(tmp_dir: Path, memory_limit: str | None = None) -> duckdb.
     return duckdb.connect(":memory:", config=settings(tmp_dir, memory_limit))
 
 
+def unsynced(con: duckdb.DuckDBPyConnection) -> None:
+    """For a file built in a temp path and thrown away if the build fails (the store sweeps it after
+    a crash): its commits are not synced to the disk one by one (a build's dozens of fdatasyncs:
+    28 ms of a 0.75 s ingest); close_synced() syncs the whole file once, before it is published."""
+    con.execute("SET fsync_mode = 'NONE'")
+
+
+def close_synced(con: duckdb.DuckDBPyConnection) -> None:
+    """The last CHECKPOINT of a file built unsynced(), synced to the disk, then the connection closed."""
+    con.execute("SET fsync_mode = 'STANDARD'")
+    con.execute("CHECKPOINT")
+    con.close()
+
+
 def _cleanup() -> None:
     with _lock:
         roots = list(_roots)

@@ -133,3 +133,35 @@ def test_arrow_type_of_every_declared_column_is_what_duckdb_gives_for_it():
         con.execute(schema.create_sql(name, cols, name=name))
         got = con.execute(f"SELECT * FROM {name}").to_arrow_table().schema
         assert {c: schema.arrow_type(t) for c, t in cols} == {f.name: f.type for f in got}, name
+
+
+class _Watched:
+    """A connection that notes DuckDB's fsync mode each time a statement of interest runs."""
+
+    def __init__(self, con, seen):
+        self._con, self.seen = con, seen
+
+    def execute(self, sql, *args):
+        for word in ("INSERT INTO _slices_staging", "CHECKPOINT"):
+            if sql.lstrip().startswith(word):
+                self.seen.append((word, self._con.execute("SELECT current_setting('fsync_mode')").fetchall()[0][0]))
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def test_the_build_syncs_the_file_once_at_its_last_checkpoint(tmp_path):
+    """A file being built is not synced commit by commit (the store throws it away if the build fails);
+    the published file is, by the CHECKPOINT that ends the build."""
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp)
+    seen = []
+    b.con = _Watched(b.con, seen)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    b.add_slices({"track_id": [cpu, cpu], "ts": [0, 10], "dur": [5, 5], "name": ["a", "b"]})
+    counts = b.finish("test", "t")
+    store.publish(tid, tmp, "test", counts)
+    assert seen == [("INSERT INTO _slices_staging", "NONE"), ("CHECKPOINT", "STANDARD")]
+    assert store.connect(tid).execute("SELECT count(*) FROM slices").fetchall() == [(2,)]

@@ -106,3 +106,23 @@ def test_an_ingest_whose_process_died_disappears_from_the_list(tmp_path):
         db.execute("UPDATE traces SET pid = ? WHERE id = ?", (dead_pid, tid))
     assert store.list() == []
     assert store.get(tid) is None
+
+
+def test_a_side_file_is_built_unsynced_and_published_synced(tmp_path):
+    """write_side: the build's commits are not synced one by one (the temp file is thrown away if it
+    fails); the CHECKPOINT before the file replaces the old one is."""
+    import duckdb
+
+    store = Store(tmp_path / "s")
+    tid = _ready(store, "t")
+    modes = []
+
+    def build(con):
+        modes.append(con.execute("SELECT current_setting('fsync_mode')").fetchall()[0][0])
+        con.execute("CREATE TABLE findings AS SELECT 1 AS x")
+
+    path = store.write_side(tid, "findings", build)
+    assert modes == ["NONE"]
+    con = duckdb.connect(str(path), read_only=True)
+    assert con.execute("SELECT x FROM findings").fetchall() == [(1,)]
+    assert con.execute("SELECT current_setting('fsync_mode')").fetchall() == [("STANDARD",)]  # not persisted
