@@ -123,21 +123,34 @@ def pair_async(state) -> None:
 
 
 def correlation_flows(state) -> int:
-    return state.builder.add_flows_sql("""
+    """Flows by correlation id within each source; the (src, corr_id) pairs they link, both ends
+    found, are kept as _chrome_corr_linked (the flow events that only repeat them are left out)."""
+    con = state.builder.con
+    corr = con.sql("""
         WITH s AS (
             SELECT s.slice_id, s.ts, s.corr_id, t.src, t.lane
             FROM _slices_staging s JOIN _chrome_tracks t USING (track_id) WHERE s.corr_id IS NOT NULL),
         cpu AS (SELECT src, corr_id, arg_min(slice_id, ts) AS sid FROM s WHERE lane = 'cpu' GROUP BY ALL),
         drv AS (SELECT src, corr_id, arg_min(slice_id, ts) AS sid FROM s WHERE lane = 'driver' GROUP BY ALL),
         dev AS (SELECT src, corr_id, slice_id, lane FROM s WHERE lane IN ('eu', 'pcie'))
-        SELECT c.sid AS src_slice, d.sid AS dst_slice, 'submit' AS kind, 'correlation' AS raw_kind
+        SELECT c.sid AS src_slice, d.sid AS dst_slice, 'submit' AS kind, 'correlation' AS raw_kind, src, corr_id
         FROM cpu c JOIN drv d USING (src, corr_id)
         UNION ALL
         SELECT coalesce(d.sid, c.sid), v.slice_id,
                CASE WHEN d.sid IS NULL THEN 'launch' WHEN v.lane = 'pcie' THEN 'dma' ELSE 'exec' END,
-               'correlation'
+               'correlation', src, corr_id
         FROM dev v LEFT JOIN drv d USING (src, corr_id) LEFT JOIN cpu c USING (src, corr_id)
-    """)
+    """).to_arrow_table()  # as Arrow, not a temp table: DuckDB materialises those more slowly
+    con.register("_chrome_corr", corr)
+    try:
+        n = state.builder.add_flows_sql("SELECT src_slice, dst_slice, kind, raw_kind FROM _chrome_corr")
+        if "flow_raw" in state.staged:
+            con.execute("CREATE TEMP TABLE _chrome_corr_linked AS"
+                        " SELECT DISTINCT src, corr_id FROM _chrome_corr WHERE src_slice IS NOT NULL")
+            state.staged.add("corr_linked")
+    finally:
+        con.unregister("_chrome_corr")
+    return n
 
 
 def _flow_events(state) -> None:
@@ -154,15 +167,11 @@ def _flow_events(state) -> None:
     corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)
     con.execute(f"""
         CREATE TEMP TABLE _chrome_flow_ev AS
-        WITH linked AS (
-            SELECT DISTINCT t.src, d.corr_id FROM flows fl JOIN _slices_staging d ON d.slice_id = fl.dst_slice
-            JOIN _chrome_tracks t ON t.track_id = d.track_id
-            WHERE fl.raw_kind = 'correlation' AND fl.src_slice IS NOT NULL)
         SELECT r.src, r.thread_key, r.ts, ['s', 't', 'f'][r.ph + 1] AS ph, CASE WHEN r.bp_e THEN 'e' END AS bp,
                k.cat, k.name, coalesce(CAST(r.fid AS VARCHAR), r.fid_text) AS fid, r.seq
         FROM _chrome_flow_raw r JOIN _fk k USING (key)
         WHERE NOT (lower(k.cat) IN ({corr}) AND r.fid IS NOT NULL
-                   AND EXISTS (SELECT 1 FROM linked l WHERE l.src = r.src AND l.corr_id = r.fid))
+                   AND EXISTS (SELECT 1 FROM _chrome_corr_linked l WHERE l.src = r.src AND l.corr_id = r.fid))
     """)
     con.unregister("_fk")
     state.staged.add("flow_ev")
