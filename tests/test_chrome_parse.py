@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,34 @@ def test_pid_and_tid_as_int_or_string_are_one_thread(tmp_path):
            ev("X", "c", 4, dur=1, pid=5.0, tid="6")]
     con, _ = ingest_text(tmp_path, evs)
     assert rows(con, "SELECT count(DISTINCT track_id) FROM slices")[0][0] == 1
+
+
+def test_track_ids_do_not_depend_on_the_string_hash_seed(tmp_path):
+    """Int and string pids in one chunk (as PyTorch Profiler's "Spans" beside numeric pids): the same
+    file gives the same track ids in every process. Their codes followed a set's order, which moves
+    with PYTHONHASHSEED, so a re-ingest renumbered the tracks and with them every slice id."""
+    import subprocess
+    import sys
+
+    pids = ["Spans", 542, "Traces", 17, "Host", "Device", 3, "Other"]
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps([ev("X", f"e{i}", i * 10, dur=5, pid=p, tid=i) for i, p in enumerate(pids)]))
+    code = ("import sys, tempfile; from pathlib import Path; from acceltrace.ingest import pipeline;"
+            " from acceltrace.store.catalog import Store; s = Store(tempfile.mkdtemp());"
+            " r = pipeline.ingest_paths(s, [Path(sys.argv[1])], views=False)[0];"
+            " print(s.connect(r.id).execute('SELECT track_id, process FROM tracks ORDER BY 1').fetchall())")
+    seen = {subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}, check=True).stdout
+            for seed in (1, 2, 3, 4)}
+    assert len(seen) == 1, seen
+
+
+def test_codes_are_in_order_of_first_appearance():
+    from acceltrace.ingest.chrome.columns import codes
+
+    vals = ["b", 7, "a", "b", 3.5, 7, "z"]
+    c, uniq = codes(vals)
+    assert uniq == ["b", 7, "a", 3.5, "z"] and c.tolist() == [0, 1, 2, 0, 3, 1, 4]
 
 
 def test_big_integers_in_args_are_kept_verbatim(tmp_path):

@@ -339,7 +339,7 @@ def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def codes(vals: list) -> tuple[np.ndarray, list]:
-    """Dense codes for hashable values and the distinct values in code order."""
+    """Dense codes for hashable values (in order of first appearance) and the distinct values in code order."""
     kinds = set(map(type, vals))
     if kinds == {int} or kinds == {str}:  # the common case, in Arrow
         try:
@@ -347,8 +347,8 @@ def codes(vals: list) -> tuple[np.ndarray, list]:
             return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
         except (OverflowError, pa.ArrowInvalid):
             pass
-    uniq: dict = {}
-    for v in set(vals):
-        uniq[v] = len(uniq)
+    # in order of first appearance, as the Arrow path: a set's order moves with the process's string hash
+    # seed, and with it the ids of the tracks made from these codes (mixed int and string pids)
+    uniq = {v: i for i, v in enumerate(dict.fromkeys(vals))}
     c = np.fromiter(map(uniq.__getitem__, vals), dtype=np.int64, count=len(vals))
     return c, list(uniq)
