@@ -262,11 +262,28 @@ def _slices(state: ChromeState, work: ChunkWork, sub: list, idx: np.ndarray, x_i
     slice_ids = np.arange(first, first + len(sub), dtype=np.int64)
     src.note_slices(first, len(sub), ts_ns)
     if ext is not None and ext.null_count < len(ext):
-        valid = ~ext.is_null().to_numpy(zero_copy_only=False)
-        state.stage("ext", {"src": np.full(int(valid.sum()), src.idx, dtype=np.int32),
-                            "slice_id": slice_ids[valid], "ext_id": ext.filter(pa.array(valid))})
+        _stage_external_ids(state, src, ext, batch["corr_id"], track_ids, ts_ns, slice_ids)
     if has_field(sub, "bind_id", work.chunk.raw):  # v2 flows are rare: skip the field when no event has it
         _stage_v2_flows(state, src, sub, slice_ids, ts_ns)
+
+
+_EXT_LANES = {"cpu": 0, "driver": 1}
+
+
+def _stage_external_ids(state, src, ext: pa.Array, corr: pa.Array, track_ids, ts_ns, slice_ids) -> None:
+    """The slices that an External id links (link.external_id_flows): ops, cpu slices without a
+    correlation id (is_call 0), and calls, cpu or driver slices with one (1), with their times; the
+    others link nothing. Known here, they spare the link a join of every row with the staged slices."""
+    tracks, at = unique_inverse(track_ids)
+    lane = np.array([_EXT_LANES.get(state.tracks[t].lane, 2) for t in tracks.tolist()], dtype=np.int8)[at]
+    cpu = lane == 0
+    has_corr = ~corr.is_null().to_numpy(zero_copy_only=False)
+    call = (lane <= 1) & has_corr
+    keep = ~ext.is_null().to_numpy(zero_copy_only=False) & ((cpu & ~has_corr) | call)
+    if keep.any():
+        state.stage("ext", {"src": np.full(int(keep.sum()), src.idx, dtype=np.int32), "slice_id": slice_ids[keep],
+                            "ext_id": ext.filter(pa.array(keep)), "ts": ts_ns[keep],
+                            "is_call": call[keep].astype(np.int8)})
 
 
 def _instant_scopes(state, src, sub, is_x, inv, pid_of) -> np.ndarray:

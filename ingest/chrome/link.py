@@ -297,18 +297,14 @@ def v2_flows(state) -> None:
 def external_id_flows(state) -> None:
     if "ext" not in state.staged:
         return
-    # the latest op with the same External id that started at or before the call (one sort, no join)
+    # the latest op with the same External id that started at or before the call (one sort, no join: the
+    # rows carry their times and roles, events._stage_external_ids)
     state.builder.add_flows_sql("""
-        WITH x AS (
-            SELECT e.src, e.slice_id, e.ext_id, s.ts,
-                   CASE WHEN t.lane = 'cpu' AND s.corr_id IS NULL THEN 0
-                        WHEN t.lane IN ('cpu', 'driver') AND s.corr_id IS NOT NULL THEN 1 END AS is_call
-            FROM _chrome_ext e JOIN _slices_staging s USING (slice_id) JOIN _chrome_tracks t USING (track_id)),
-        w AS (
+        WITH w AS (
             SELECT slice_id, is_call,
                    last_value(CASE WHEN is_call = 0 THEN slice_id END IGNORE NULLS) OVER (
                        PARTITION BY src, ext_id ORDER BY ts, is_call, slice_id ROWS UNBOUNDED PRECEDING) AS op
-            FROM x WHERE is_call IS NOT NULL)
+            FROM _chrome_ext)
         SELECT op AS src_slice, slice_id AS dst_slice, 'other' AS kind, 'external_id' AS raw_kind
         FROM w WHERE is_call = 1 AND op IS NOT NULL
     """)

@@ -22,7 +22,7 @@ from acceltrace.store import schema
 IGNORED_PHASES = ("P", "O", "N", "D", "c", "V", "v")  # samples, snapshots, object lifetimes, memory dumps
 
 STAGING = {
-    "ext": [("src", "INTEGER"), ("slice_id", "BIGINT"), ("ext_id", "BIGINT")],
+    "ext": [("src", "INTEGER"), ("slice_id", "BIGINT"), ("ext_id", "BIGINT"), ("ts", "BIGINT"), ("is_call", "TINYINT")],
     "flow_v2": [("src", "INTEGER"), ("bind_id", "VARCHAR"), ("slice_id", "BIGINT"), ("ts", "BIGINT"),
                 ("flow_in", "BOOLEAN"), ("flow_out", "BOOLEAN")],
     # flow events, compact (they are most of a Kineto file's events): ph 0/1/2 = s/t/f, `key` codes
