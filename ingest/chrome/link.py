@@ -141,16 +141,16 @@ def correlation_flows(state) -> int:
                'correlation', src, corr_id
         FROM dev v LEFT JOIN drv d USING (src, corr_id) LEFT JOIN cpu c USING (src, corr_id)
     """).to_arrow_table()  # as Arrow, not a temp table: DuckDB materialises those more slowly
-    con.register("_chrome_corr", corr)
-    try:
-        n = state.builder.add_flows_sql("SELECT src_slice, dst_slice, kind, raw_kind FROM _chrome_corr")
-        if "flow_raw" in state.staged:
+    state.builder.add_flows(corr["src_slice"], corr["dst_slice"], corr["kind"], corr["raw_kind"])
+    if "flow_raw" in state.staged:
+        con.register("_chrome_corr", corr)
+        try:
             con.execute("CREATE TEMP TABLE _chrome_corr_linked AS"
                         " SELECT DISTINCT src, corr_id FROM _chrome_corr WHERE src_slice IS NOT NULL")
-            state.staged.add("corr_linked")
-    finally:
-        con.unregister("_chrome_corr")
-    return n
+        finally:
+            con.unregister("_chrome_corr")
+        state.staged.add("corr_linked")
+    return corr.num_rows
 
 
 def _flow_events(state) -> None:
