@@ -128,16 +128,18 @@ class Final:
     """The finished slices: `rows`, the columns the level-of-detail build and the builder's checks read,
     in the order held (they need no order); `rest`, the other columns (args above all), which only the
     write of `slices` reads; `order`, the permutation of `rows` into stored order (None: they are in
-    it). `kept`: where the time check dropped slices, the held row of each of `rows` (their slice ids):
-    the held columns of `rest` (`held`) still have every row, and are taken through it rather than
-    copied without the dropped ones. Each cursor that calls use() names `rows` `_slices_final`."""
+    it). The columns of `rest` named in `held` still have every row the builder was given (the time
+    check's drops included: they are skipped by the take, not copied out first); `held_order` takes
+    theirs into stored order (None: they are in it). Each cursor that calls use() names `rows`
+    `_slices_final`."""
 
     def __init__(self, rows: pa.Table, rest: dict[str, pa.ChunkedArray], order: np.ndarray | None,
-                 kept: np.ndarray | None = None, held: frozenset = frozenset(), release: Callable | None = None):
+                 held_order: np.ndarray | None = None, held: frozenset = frozenset(),
+                 release: Callable | None = None):
         self.rows = rows
         self.rest = rest
         self.order = order
-        self.kept = kept
+        self.held_order = held_order
         self.held = held
         self.release = release  # Held.release: called as the write goes, while it reads mapped args
         # large: the sorted rows are streamed to the write, and the LOD's pyramid waits for the write to
@@ -155,10 +157,9 @@ class Final:
         rest, self.rest = self.rest, {}
         cols = [self.rows.column(name) if name in self.rows.column_names else rest.pop(name)
                 for name in _SLICE_TYPES]
-        order, kept = self.order, self.kept
-        held_order = order if kept is None else kept if order is None else kept[order]
         # each column's rows in stored order: None where it is in that order already
-        picks = [held_order if name in self.held else order for name in _SLICE_TYPES]
+        order = self.order
+        picks = [self.held_order if name in self.held else order for name in _SLICE_TYPES]
         if all(p is None for p in picks):
             return pa.table(cols, names=list(_SLICE_TYPES))
         if not self.large:  # whole columns: one array's take is faster than a chunked one's (or _Gather's)
@@ -242,7 +243,10 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
             from_held.add(name)
         columns[name] = col
     lod = {name: columns.pop(name) for name in _FOR_LOD}
-    return Final(pa.table(lod), columns, order, kept, frozenset(from_held), held.release if held.is_mapped else None)
+    # the held rows' way into stored order: through the staged rows' (kept[order]) where some were dropped
+    held_order = order if kept is None else kept if order is None else kept[order]
+    return Final(pa.table(lod), columns, order, held_order, frozenset(from_held),
+                 held.release if held.is_mapped else None)
 
 
 _SLICE_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
