@@ -61,6 +61,7 @@ def slice_detail(segments: list, slice_id: int, start_ns: int) -> dict | None:
         track = queries.track_row(cur, s["track_id"])
         direct = queries.flows_touching(cur, local)
         chain = queries.correlation_chain(cur, local)
+        ends = queries.flow_ends(cur, local, direct, {c["slice_id"] for c in chain.slices})
     finally:
         cur.close()
     s = _global(seg, s, start_ns)
@@ -77,7 +78,8 @@ def slice_detail(segments: list, slice_id: int, start_ns: int) -> dict | None:
     return {"slice": s,
             "chain": {"slices": [{"id": r["slice_id"], **r} for r in hits], "flows": flows, "truncated": chain.truncated},
             "flows": {"in": [f for f in direct if f["dst_slice"] == slice_id],
-                      "out": [f for f in direct if f["src_slice"] == slice_id]}}
+                      "out": [f for f in direct if f["src_slice"] == slice_id]},
+            "flow_ends": [{"id": r["slice_id"], **r} for r in (_global(seg, e, start_ns) for e in ends)]}
 
 
 def _global_flow(seg, f: dict) -> dict:

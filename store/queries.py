@@ -105,6 +105,27 @@ def flows_touching(cur: duckdb.DuckDBPyConnection, slice_id: int, limit: int = D
         [slice_id, slice_id]).fetchall()]
 
 
+BRIEF_COLUMNS = ("slice_id", "track_id", "lane", "ts", "dur", "depth", "name")
+
+
+def slices_brief(cur: duckdb.DuckDBPyConnection, ids: list[int]) -> list[dict]:
+    """BRIEF_COLUMNS (ts absolute, the track's lane) of the slices with these ids that exist, by ts."""
+    if not ids:
+        return []
+    return [dict(zip(BRIEF_COLUMNS, r)) for r in cur.execute(
+        "SELECT s.slice_id, s.track_id, t.lane, s.ts, s.dur, s.depth, s.name FROM slices s"
+        " JOIN tracks t USING (track_id) WHERE s.slice_id IN (SELECT unnest(?::BIGINT[])) ORDER BY s.ts, s.slice_id",
+        [ids]).fetchall()]
+
+
+def flow_ends(cur: duckdb.DuckDBPyConnection, slice_id: int, flows: list[dict], known: set[int]) -> list[dict]:
+    """slices_brief of the far ends of `flows` (each with `slice_id` at one end) not in `known`: what the
+    details name a flow's other end by when it is not on the correlation chain (a dependency, an
+    External id flow from an op, a flow event's far end)."""
+    ends = {f["dst_slice"] if f["src_slice"] == slice_id else f["src_slice"] for f in flows}
+    return slices_brief(cur, sorted(e for e in ends if e is not None and e not in known))
+
+
 @dataclass
 class Chain:
     """A slice's correlation chain: its slices (by ts; each with `hops` from the start slice), the
@@ -134,11 +155,7 @@ def correlation_chain(cur: duckdb.DuckDBPyConnection, slice_id: int, max_slices:
     truncated = len(rows) > max_slices
     hops = dict(rows[:max_slices])
     ids = list(hops)
-    cols = ("slice_id", "track_id", "lane", "ts", "dur", "depth", "name")
-    slices = [{**dict(zip(cols, r)), "hops": hops[r[0]]} for r in cur.execute(
-        "SELECT s.slice_id, s.track_id, t.lane, s.ts, s.dur, s.depth, s.name FROM slices s"
-        " JOIN tracks t USING (track_id) WHERE s.slice_id IN (SELECT unnest(?::BIGINT[])) ORDER BY s.ts",
-        [ids]).fetchall()]
+    slices = [{**r, "hops": hops[r["slice_id"]]} for r in slices_brief(cur, ids)]
     flows = [dict(zip(FLOW_COLUMNS, r)) for r in cur.execute(
         f"{_FLOW_SQL} WHERE kind IN ({_KINDS_SQL})"
         " AND src_slice IN (SELECT unnest($1::BIGINT[])) AND dst_slice IN (SELECT unnest($1::BIGINT[]))"

@@ -82,6 +82,12 @@ def test_slice_chain_never_follows_dependency_flows(api, trace_store):
     assert chain_ids == {ids["kernel"], ids["submit_kernel"], ids["launch_api"]}
     assert ids["other_api"] not in chain_ids
     assert [f["kind"] for f in d["flows"]["out"]] == ["dependency"]  # listed as a direct flow, not followed
+    # ... and its far end named, as the chain's slices are (the details show "CPU: other_api @ 40 us, 1 us")
+    assert d["flow_ends"] == [{"id": ids["other_api"], "slice_id": ids["other_api"], "track_id": d["flow_ends"][0]["track_id"],
+                               "lane": "cpu", "ts": 40_000, "dur": 1000, "depth": 0, "name": "other_api"}]
+    # a far end on the chain is named there, not twice
+    d = api.get(f"/api/traces/{trace_store.ids['chain']}/slices/{ids['dma']}").json()
+    assert d["flow_ends"] == []
 
 
 def test_slice_args_are_parsed_json(api, trace_store):

@@ -32,3 +32,19 @@ def test_args_too_long_to_draw_show_their_start_length_and_a_download(tmp_path, 
         with urllib.request.urlopen(live.url + href, timeout=30) as r:
             assert json.loads(r.read()) == {"blob": BLOB}
         assert not pg.errors, pg.errors
+
+
+def test_a_flow_off_the_chain_names_its_far_end(browser, live_server, trace_store):
+    """A flow the correlation chain does not follow (here the kernel's dependency on a later call) names
+    its far end in the details as the chain's do, by lane, name, time and length, not by its id alone."""
+    tid, ids = trace_store.ids["chain"], trace_store.chain
+    with new_page(browser, live_server.url) as pg:
+        pg.goto(f"/t/{tid}#sel={ids['kernel']}")
+        row = pg.wait_for_selector("#pane-details table.flows tbody tr:has-text('dependency')", timeout=30_000)
+        end = row.query_selector("a.slice-link")
+        assert end.get_attribute("data-slice-id") == str(ids["other_api"])
+        text = end.inner_text()
+        assert "other_api" in text and text.startswith("CPU") and f"slice {ids['other_api']}" not in text, text
+        end.click()  # the link still goes there
+        pg.wait_for_function("(id) => window.acceltrace && window.acceltrace.selected === id", arg=ids["other_api"])
+        assert not pg.errors, pg.errors

@@ -29,6 +29,7 @@ def slice_details(trace_id: str, slice_id: int, state: AppState = Depends(get_st
         track = queries.track_row(cur, s["track_id"])
         direct = queries.flows_touching(cur, slice_id)
         chain = queries.correlation_chain(cur, slice_id)
+        ends = queries.flow_ends(cur, slice_id, direct, {c["slice_id"] for c in chain.slices})
     s["id"] = s.pop("slice_id")
     s["ts"] -= h.start_ns
     s["end"] = s["ts"] + s["dur"]
@@ -36,7 +37,8 @@ def slice_details(trace_id: str, slice_id: int, state: AppState = Depends(get_st
     return {"slice": s,
             "chain": {"slices": [_hit(h, c) for c in chain.slices], "flows": chain.flows, "truncated": chain.truncated},
             "flows": {"in": [f for f in direct if f["dst_slice"] == slice_id],
-                      "out": [f for f in direct if f["src_slice"] == slice_id]}}
+                      "out": [f for f in direct if f["src_slice"] == slice_id]},
+            "flow_ends": [_hit(h, e) for e in ends]}
 
 
 @router.get("/{trace_id}/slices/{slice_id}/args", summary="A slice's args, whole",

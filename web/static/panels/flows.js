@@ -35,7 +35,8 @@ export function flowNav(detail, onjump) {
 export function flowTable(detail, onjump) {
   const s = detail.slice;
   const flows = [...(detail.flows?.in || []), ...(detail.flows?.out || [])];
-  const known = new Map(chainOrder(detail).map((c) => [c.id, c]));
+  // the other end's name, lane and time: from the chain, else from the ends the server names (flow_ends)
+  const known = new Map([...chainOrder(detail), ...(detail.flow_ends || [])].map((c) => [c.id, c]));
   const out = [el("h4", {}, `Flows (${flows.length})`)];
   if (!flows.length) { out.push(el("p", { class: "muted" }, "No flow starts or ends at this slice.")); return out; }
   out.push(el("table", { class: "grid flows" },
