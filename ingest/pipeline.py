@@ -12,6 +12,7 @@ from acceltrace.ingest import registry
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.importer import Importer, ImportSession
 from acceltrace.store.errors import IngestError
+from acceltrace.ingest.arriving import Arriving
 from acceltrace.ingest.sources import Source, open_sources
 from acceltrace.store import aggregates
 from acceltrace.store.catalog import Store
@@ -123,10 +124,12 @@ def ingest_one(
     after_publish: AfterPublish | None = None,
     threads: int | None = None,
     views: bool = True,
+    arriving: Arriving | None = None,
 ) -> Result:
     """Build one trace from paths; with trace_id/tmp_path given, fill a catalog row begun earlier.
     threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1).
-    views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published."""
+    views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published.
+    arriving: paths is one upload still being written (ingest/arriving.py): read as it arrives."""
     res = Result(name=label)
     digest = None
     hashing = None  # the hash of a new row, computed beside the ingest (hashlib releases the GIL)
@@ -143,7 +146,7 @@ def ingest_one(
     except OSError as e:
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
-    total = max(1, _size(paths))
+    total = max(1, arriving.expected or 0 if arriving is not None else _size(paths))
     done = 0
 
     def on_read(n: int) -> None:
@@ -164,7 +167,7 @@ def ingest_one(
     try:
         sources: list[Source] = []
         for p in paths:
-            srcs = open_sources(p, on_read)
+            srcs = open_sources(p, on_read, arriving=arriving)
             if merge or len(paths) > 1:
                 for s in srcs:
                     s.group = s.group if len(srcs) > 1 else _stem(p)

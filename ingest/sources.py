@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
+from acceltrace.ingest.arriving import Arriving, ArrivingReader
 from acceltrace.store.errors import IngestError
 
 # Decompressed bytes allowed: at least this many, and beyond it at most RATIO x compressed.
@@ -137,11 +138,15 @@ class Source:
     is_dir: bool = False
     _tmp: list[Path] = field(default_factory=list)
 
+    arriving: Arriving | None = None  # the upload it is read from is still arriving
+
     def open(self) -> BinaryIO:
         return self.opener()
 
     def materialize(self, tmp_dir: Path) -> Path:
         """A real file holding the decompressed bytes (for formats that need random access)."""
+        if self.arriving is not None:  # a reader of random access waits for the whole upload
+            self.arriving.wait()
         if self.path is not None and not self.is_dir:
             return self.path
         tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -173,21 +178,30 @@ def _safe_member(archive: str, name: str) -> None:
         )
 
 
-def open_sources(path: Path, on_read: Callable[[int], None] | None = None) -> list[Source]:
-    """Expand one user-given path into its Sources (several for a multi-rank archive)."""
+def open_sources(path: Path, on_read: Callable[[int], None] | None = None,
+                 arriving: Arriving | None = None) -> list[Source]:
+    """Expand one user-given path into its Sources (several for a multi-rank archive). `arriving`: the
+    file is an upload still being written; a plain or gzip stream is read as it arrives, an archive once
+    it is whole (zip's directory is at its end; a tar's members are found by a pass of their own)."""
     label = path.name
     if path.is_dir():
         return [Source(name=label, opener=lambda: open(path, "rb"), path=path, is_dir=True, inner_name=label)]
     if not path.exists():
         raise IngestError(str(path), "no such file")
-    size = path.stat().st_size
-    if size == 0:
+    if arriving is not None:
+        arriving.wait(262 + 8)
+    size = path.stat().st_size if arriving is None else arriving.budget_size()
+    if (size if arriving is None else arriving.size()) == 0:
         raise IngestError(label, "the file is empty; expected a trace", "byte 0")
     with open(path, "rb") as f:
         magic = f.read(262 + 8)
+    if arriving is not None and (magic[:4] == b"PK\x03\x04" or _is_tar(magic)):
+        arriving.wait()
+        arriving, size = None, path.stat().st_size
 
     def raw():
-        return ProgressReader(open(path, "rb", buffering=0), on_read)
+        f = ArrivingReader(arriving) if arriving is not None else open(path, "rb", buffering=0)
+        return ProgressReader(f, on_read)
 
     if magic[:2] == b"\x1f\x8b":
         def gz():  # each open is one pass over the stream, bounded by itself
@@ -195,8 +209,12 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None) -> li
 
         head = _read_head(gz, label)
         if _is_tar(head):
+            if arriving is not None:  # a tar.gz: its members are listed by a pass of their own
+                arriving.wait()
+                arriving, size = None, path.stat().st_size
             return _tar_sources(path, label, size, lambda: gz())
-        return [Source(name=label, opener=gz, size=size, head=head, inner_name=strip_container_suffix(label))]
+        return [Source(name=label, opener=gz, size=size, head=head, inner_name=strip_container_suffix(label),
+                       arriving=arriving)]
     if magic[:4] == b"PK\x03\x04":
         return _zip_sources(path, label, size, on_read)
     if _is_tar(magic):
@@ -205,7 +223,9 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None) -> li
     def plain():
         return io.BufferedReader(raw(), 1 << 20)
 
-    return [Source(name=label, opener=plain, size=size, path=path, head=magic[:HEAD_BYTES], inner_name=label)]
+    # an arriving file has no `path` to hand to a reader of random access: it materializes (waits) first
+    return [Source(name=label, opener=plain, size=size, path=None if arriving is not None else path,
+                   head=magic[:HEAD_BYTES], inner_name=label, arriving=arriving)]
 
 
 def _is_tar(head: bytes) -> bool:

@@ -81,14 +81,18 @@ def set_priority(idle: bool) -> None:
         pass
 
 
-def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str) -> str | None:
-    """In a pool process: ingest one upload into its begun row; the error, or None when published."""
+def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str, expected: int | None = None,
+           arriving: bool = False) -> str | None:
+    """In a pool process: ingest one upload into its begun row; the error, or None when published.
+    arriving: the upload is still being written (`expected` bytes declared): read as it arrives
+    (ingest/arriving.py), so the ingest runs beside the upload instead of after it."""
     from acceltrace.analysis.runner import after_publish
     from acceltrace.ingest import pipeline
+    from acceltrace.ingest.arriving import Arriving
     from acceltrace.store.catalog import Store
 
     try:  # a big upload waits for idle CPU; a small one is answered within the upload's wait
-        set_priority(os.path.getsize(path) >= IDLE_FROM_BYTES)
+        set_priority((expected if arriving and expected else os.path.getsize(path)) >= IDLE_FROM_BYTES)
     except OSError:
         set_priority(False)
     store = Store(root, sweep=False)
@@ -105,7 +109,8 @@ def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str) -> str
 
     try:
         res = pipeline.ingest_one(store, [Path(path)], name, keep_failed=True, progress=progress,
-                                  trace_id=trace_id, tmp_path=Path(tmp_path), after_publish=after_publish)
+                                  trace_id=trace_id, tmp_path=Path(tmp_path), after_publish=after_publish,
+                                  arriving=Arriving(Path(path), expected) if arriving else None)
         return res.error
     finally:
         _give_memory_back()

@@ -7,6 +7,12 @@ disk), hashes and writes; that thread runs at a lower priority (nice +UPLOAD_NIC
 writing never hold the loop that serves the same worker's viewers. The size limit is checked
 against Content-Length first and against the bytes actually received always (in the loop: an
 oversized body is refused as soon as it crosses the limit).
+
+A JSON trace (streamable()) is ingested while it arrives: its ingest starts as its first bytes do and
+reads the file as it grows (ingest/arriving.py); the upload marks the file complete when the
+body has ended well, or failed (too large, malformed, cut off), which fails that ingest and removes its
+row. Only then is its hash known: an upload of content already stored is discarded and answered with
+the stored trace, as before (store/catalog.py claim_content).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from acceltrace.ingest.arriving import Arriving
 from acceltrace.server import ingest_child
 from acceltrace.server.deps import ApiError, AppState
 
@@ -43,6 +50,7 @@ class Received:
     size: int
     sha256: str
     work_dir: Path
+    arriving: bool = False  # an ingest reads it as it arrives: the caller marks it complete or failed
 
 
 def safe_name(name: str | None) -> str:
@@ -53,7 +61,9 @@ def safe_name(name: str | None) -> str:
 
 
 class _Sink:
-    """Writes received bytes to one file, counting and hashing them, enforcing the limit."""
+    """Writes received bytes to one file, counting and hashing them, enforcing the limit. `arriving`: an
+    ingest reads the file as it grows, so each write reaches the file at once (no bytes held back in
+    a buffer)."""
 
     def __init__(self, path: Path, limit: int):
         self.path = path
@@ -61,6 +71,7 @@ class _Sink:
         self.fh = open(path, "wb")
         self.size = 0
         self.hash = hashlib.sha256()
+        self.arriving = False
 
     def write(self, data: bytes) -> None:
         self.size += len(data)
@@ -68,6 +79,8 @@ class _Sink:
             raise ApiError(413, "too_large", f"upload exceeds the limit of {self.limit} bytes")
         self.hash.update(data)
         self.fh.write(data)
+        if self.arriving:
+            self.fh.flush()
 
     def close(self) -> None:
         self.fh.close()
@@ -135,39 +148,72 @@ def _lower_priority() -> None:
         pass
 
 
-async def receive(request, state: AppState, raw_name: str | None) -> Received:
-    """Stream the body (multipart field `file`, or raw with ?name=) into the store's tmp dir."""
+def streamable(filename: str) -> bool:
+    """An upload that can be ingested as it arrives: a JSON trace, plain or gzip (not an archive: a zip's
+    directory is at its end, a tar's members are listed by a pass of their own). Off with
+    ACCELTRACE_INGEST_WHILE_UPLOADING=0 (docs/operations.md): every upload is then ingested once whole."""
+    if os.environ.get("ACCELTRACE_INGEST_WHILE_UPLOADING", "1") == "0":
+        return False
+    low = filename.lower()
+    return low.endswith((".json", ".json.gz"))
+
+
+async def receive(request, state: AppState, raw_name: str | None, on_file=None) -> Received:
+    """Stream the body (multipart field `file`, or raw with ?name=) into the store's tmp dir.
+
+    on_file(path, filename, declared): called (on the upload's thread) as the file is about to be
+    written; True when it started an ingest that reads the file as it arrives. The file is then marked
+    failed if the body is not received well (and left for that ingest's job to remove); received well,
+    the caller marks it (`Received.arriving`): complete, or failed when it is a duplicate, so that its
+    ingest cannot publish before the duplicate check."""
     limit = state.max_upload_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit + 64 * 1024:
         raise ApiError(413, "too_large", f"upload of {declared} bytes exceeds the limit of {limit} bytes")
+    expected = int(declared) if declared and declared.isdigit() else None
     # <token>.<pid>.upload: Store.sweep removes it if this process dies mid-upload
     work_dir = state.store.tmp_dir / f"up-{secrets.token_hex(8)}.{os.getpid()}.upload"
     work_dir.mkdir(parents=True)
+    sinks: list[_Sink] = []
+
+    def opened(sink: _Sink, filename: str) -> None:
+        sinks.append(sink)
+        if on_file is not None and on_file(sink.path, filename, expected):
+            sink.arriving = True
+
     try:
         ctype, params = parse_options_header(request.headers.get("content-type", ""))
         if ctype == b"multipart/form-data":
-            return await _receive_multipart(request, work_dir, limit, params)
-        name = safe_name(raw_name)
-        sink = _Sink(work_dir / name, limit)
-        rx = _Receiver(sink.write, limit)
-        try:
-            async for chunk in request.stream():
-                await rx.feed(chunk)
-            await rx.finish()
-        finally:
-            await rx.close()
+            rec = await _receive_multipart(request, work_dir, limit, params, opened)
+        else:
+            name = safe_name(raw_name)
+            sink = _Sink(work_dir / name, limit)
+            opened(sink, raw_name or name)
+            rx = _Receiver(sink.write, limit)
+            try:
+                async for chunk in request.stream():
+                    await rx.feed(chunk)
+                await rx.finish()
+            finally:
+                await rx.close()
+                sink.close()
+            if sink.size == 0:
+                raise ApiError(400, "bad_request",
+                               "empty upload; expected a trace file in the body or multipart field 'file'")
+            rec = Received(sink.path, raw_name or name, sink.size, sink.hash.hexdigest(), work_dir)
+        rec.arriving = any(k.arriving for k in sinks)  # the caller marks it complete (or a duplicate)
+        return rec
+    except BaseException as e:
+        arriving = [k for k in sinks if k.arriving]
+        for sink in arriving:  # its ingest fails, and its job removes the directory once that has ended
             sink.close()
-        if sink.size == 0:
-            raise ApiError(400, "bad_request",
-                           "empty upload; expected a trace file in the body or multipart field 'file'")
-        return Received(sink.path, raw_name or name, sink.size, sink.hash.hexdigest(), work_dir)
-    except BaseException:
-        shutil.rmtree(work_dir, ignore_errors=True)
+            Arriving.failed(sink.path, e.message if isinstance(e, ApiError) else "the upload was cut off")
+        if not arriving:
+            shutil.rmtree(work_dir, ignore_errors=True)
         raise
 
 
-async def _receive_multipart(request, work_dir: Path, limit: int, params: dict) -> Received:
+async def _receive_multipart(request, work_dir: Path, limit: int, params: dict, opened) -> Received:
     boundary = params.get(b"boundary")
     if not boundary:
         raise ApiError(400, "bad_request", "multipart body without a boundary")
@@ -192,6 +238,7 @@ async def _receive_multipart(request, work_dir: Path, limit: int, params: dict) 
             state["filename"] = filename
             state["sink"] = _Sink(work_dir / safe_name(filename), limit)
             state["field"] = "file"
+            opened(state["sink"], filename)
         else:
             state["field"] = None
 
@@ -242,6 +289,9 @@ class IngestJob:
     trace_id: str
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
+    tmp_path: Path | None = None
+    # the upload it reads as it arrives failed, or was a duplicate: once the ingest ends its row and files go
+    discard: bool = False
 
 
 def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob | dict:
@@ -255,15 +305,28 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
     if existing is not None:
         shutil.rmtree(rec.work_dir, ignore_errors=True)
         return existing
-    job = IngestJob(trace_id)
+    return _launch(state, trace_id, tmp_path, rec.path, display_name, rec.work_dir)
+
+
+def start_arriving_ingest(state: AppState, path: Path, display_name: str, expected: int | None) -> IngestJob:
+    """start_ingest() for an upload still arriving at `path` (receive()'s on_file): the row is begun
+    without a hash (claim_content() sets it, or finds the duplicate, once every byte is in), and the
+    ingest reads the file as it grows."""
+    trace_id, tmp_path = state.store.begin(display_name, expected, None)
+    return _launch(state, trace_id, tmp_path, path, display_name, path.parent, expected=expected, arriving=True)
+
+
+def _launch(state: AppState, trace_id: str, tmp_path: Path, path: Path, display_name: str, work_dir: Path,
+            expected: int | None = None, arriving: bool = False) -> IngestJob:
+    job = IngestJob(trace_id, tmp_path=tmp_path)
     root = str(state.store.root)
 
     def run() -> None:
         try:
             with state.ingest_slots:
                 try:
-                    job.error = state.ingests.run(ingest_child.ingest, root, str(rec.path), display_name, trace_id,
-                                                  str(tmp_path))
+                    job.error = state.ingests.run(ingest_child.ingest, root, str(path), display_name, trace_id,
+                                                  str(tmp_path), expected, arriving)
                 except BrokenProcessPool:
                     job.error = f"{display_name}: the ingest process died (out of memory or killed)"
                 except BaseException as e:  # never let a thread die silently with the row 'ingesting'
@@ -272,14 +335,18 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
                     row = state.store.get(trace_id)
                     if row is not None and row["status"] == "ingesting":  # the process could not say so
                         state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
-                job.done.set()
-                shutil.rmtree(rec.work_dir, ignore_errors=True)
-                if job.error is None:
+                if job.discard:  # nobody is shown this trace: the upload's own answer says why
+                    _discard(state, trace_id, tmp_path)
+                if arriving:  # the upload may still be writing there (an ingest that failed early)
+                    _until_marked(path)
+                shutil.rmtree(work_dir, ignore_errors=True)
+                job.done.set()  # its ingest has ended and its upload's files are gone
+                if job.error is None and not job.discard:
                     try:  # the coarse tiles every first viewer asks for (a cache: failures are harmless)
                         state.ingests.run(ingest_child.prebuild, root, trace_id)
                     except BaseException:
                         pass
-            if job.error is None:
+            if job.error is None and not job.discard:
                 try:  # a trace too big to replay at analysis: its what-if step, at idle priority, after the
                     # upload is answered and outside the ingest slots (its findings keep impact_ns NULL, saying
                     # why, if it fails)
@@ -287,11 +354,38 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
                 except BaseException:
                     pass
         finally:
-            shutil.rmtree(rec.work_dir, ignore_errors=True)
+            shutil.rmtree(work_dir, ignore_errors=True)
             job.done.set()
 
     threading.Thread(target=run, name=f"ingest-{trace_id}", daemon=True).start()
     return job
+
+
+def _until_marked(path: Path, timeout_s: float = 3600.0) -> None:
+    """Until the upload writing `path` has marked it complete or failed (its receive() has ended)."""
+    arriving, deadline = Arriving(path), time.monotonic() + timeout_s
+    while not arriving.marked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _discard(state: AppState, trace_id: str, tmp_path: Path) -> None:
+    """The row and files of an ingest whose upload failed or was a duplicate, whatever it came to."""
+    row = state.store.get(trace_id)
+    if row is None:
+        return
+    if row["status"] == "ready":
+        state.store.remove(trace_id)
+    else:
+        state.store.fail(trace_id, tmp_path, "discarded", keep_row=False)
+
+
+def discard_when_ended(state: AppState, job: IngestJob, timeout_s: float = 600.0) -> None:
+    """Mark the job's trace for removal, wait (in a thread of the caller's) until its ingest has ended and
+    remove what it left, so that the answer that says the upload failed (or was a duplicate) is not
+    followed by a row of it. Its ingest stops at its next read once the upload is marked failed."""
+    job.discard = True
+    job.done.wait(timeout_s)
+    _discard(state, job.trace_id, job.tmp_path)
 
 
 def wait_published(state: AppState, job: IngestJob, timeout_s: float) -> dict | None:

@@ -152,19 +152,49 @@ class Store:
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                for r in db.execute("SELECT * FROM traces WHERE content_hash = ? AND status IN ('ready', 'ingesting')"
-                                    " ORDER BY status = 'ready' DESC, created", (content_hash,)).fetchall():
-                    row = self._row(r)
-                    alive = row["host"] != os.uname().nodename or _pid_alive(row["pid"] or -1)
-                    if row["status"] == "ready" or (row["status"] == "ingesting" and alive):
-                        db.execute("COMMIT")
-                        return row, None, None
+                row = self._same_content(db, content_hash)
+                if row is not None:
+                    db.execute("COMMIT")
+                    return row, None, None
                 trace_id, tmp = self._insert_ingesting(db, name, source_bytes, content_hash)
                 db.execute("COMMIT")
                 return None, trace_id, tmp
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def claim_content(self, trace_id: str, source_bytes: int, content_hash: str) -> dict | None:
+        """An upload ingested as it arrived (begun before its hash was known) now has all its bytes: the
+        ready or ingesting row of the same content, if there is one (this row, the duplicate, is then
+        deleted: nobody sees it again, and its ingest, which cannot publish before its upload is marked
+        complete, is told to stop), else None once this row holds the hash and size. The check and the
+        change are one write transaction, as begin_unique's are: of two uploads of one file, the later
+        claim finds the earlier."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._same_content(db, content_hash, other_than=trace_id)
+                if row is None:
+                    db.execute("UPDATE traces SET content_hash = ?, source_bytes = ? WHERE id = ?",
+                               (content_hash, source_bytes, trace_id))
+                else:
+                    db.execute("DELETE FROM traces WHERE id = ?", (trace_id,))
+                db.execute("COMMIT")
+                return row
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def _same_content(self, db, content_hash: str, other_than: str | None = None) -> dict | None:
+        """The ready row of this content, else one being ingested by a live process, else None."""
+        for r in db.execute("SELECT * FROM traces WHERE content_hash = ? AND status IN ('ready', 'ingesting')"
+                            " AND id IS NOT ? ORDER BY status = 'ready' DESC, created",
+                            (content_hash, other_than)).fetchall():
+            row = self._row(r)
+            alive = row["host"] != os.uname().nodename or _pid_alive(row["pid"] or -1)
+            if row["status"] == "ready" or (row["status"] == "ingesting" and alive):
+                return row
+        return None
 
     def _insert_ingesting(self, db, name: str, source_bytes: int | None, content_hash: str | None) -> tuple[str, Path]:
         trace_id = new_trace_id()

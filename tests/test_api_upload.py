@@ -69,11 +69,12 @@ def test_identical_upload_is_deduplicated(fresh):
     assert len(fresh.get("/api/traces").json()["traces"]) == 1
 
 
-def test_garbage_upload_is_a_clear_4xx_and_never_listed_ready(fresh, tmp_path):
-    r = fresh.post("/api/traces", files={"file": ("junk.bin", b"\x00\x01garbage" * 100)})
+@pytest.mark.parametrize("name", ["junk.bin", "junk.json"])  # .json: refused by the ingest that read it arriving
+def test_garbage_upload_is_a_clear_4xx_and_never_listed_ready(fresh, tmp_path, name):
+    r = fresh.post("/api/traces", files={"file": (name, b"\x00\x01garbage" * 100)})
     assert 400 <= r.status_code < 500, r.text
     msg = r.json()["error"]["message"]
-    assert "junk.bin" in msg and "expected" in msg
+    assert name in msg and "expected" in msg
     rows = fresh.get("/api/traces").json()["traces"]
     assert all(t["status"] != "ready" for t in rows)
     assert all(t["status"] == "failed" and t["error"] for t in rows)
@@ -228,3 +229,104 @@ def test_serve_skips_invalid_sample_folders_but_not_named_files(tmp_path):
     bad.write_bytes(b"nope")
     assert _demo_inputs([tmp_path]) == [tmp_path / "kineto" / "good.json"]
     assert _demo_inputs([bad]) == [bad]
+
+
+# -- a JSON trace is ingested while it arrives (server/upload.py streamable) ----------------------------
+
+def _send_in_two(url: str, name: str, body: bytes, release: threading.Event, out: dict, fail_after_half=False):
+    """POST body raw (?name=), chunked: its first half, then (once `release` is set) the rest, or, with
+    fail_after_half, an error that cuts the request off."""
+    def chunks():
+        half = len(body) // 2
+        for lo in range(0, half, 64 << 10):
+            yield body[lo:min(lo + (64 << 10), half)]
+        release.wait(60)
+        if fail_after_half:
+            raise ConnectionAbortedError("the client went away")
+        for lo in range(half, len(body), 64 << 10):
+            yield body[lo:lo + (64 << 10)]
+    try:
+        with httpx.Client(base_url=url, timeout=120) as c:
+            out["r"] = c.post("/api/traces", params={"name": name}, content=chunks())
+    except BaseException as e:  # the cut-off case
+        out["error"] = e
+
+
+def test_a_json_upload_is_ingested_while_it_arrives(live_server_factory, tmp_path):
+    server = live_server_factory(tmp_path / "store")
+    body = chrome_json("arrive", 40_000)
+    release, out = threading.Event(), {}
+    t = threading.Thread(target=_send_in_two, args=(server.url, "arrive.json", body, release, out))
+    t.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            deadline, row = time.monotonic() + 60, None
+            while time.monotonic() < deadline:  # half the body is in: its ingest has started and read some
+                rows = c.get("/api/traces").json()["traces"]
+                if rows and rows[0]["status"] == "ingesting" and (rows[0].get("progress") or 0) > 0:
+                    row = rows[0]
+                    break
+                time.sleep(0.05)
+            assert row is not None, rows
+            assert "r" not in out  # the upload is still open
+    finally:
+        release.set()
+        t.join(120)
+    r = out["r"]
+    assert r.status_code in (201, 202), r.text
+    assert r.json()["id"] == row["id"]
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        meta = _wait_ready(c, row["id"])
+        assert meta["status"] == "ready" and meta["counts"]["slices"] == 40_000
+        again = c.post("/api/traces", files={"file": ("again.json", body)})  # its hash was claimed: a duplicate
+        assert again.status_code == 200 and again.json()["id"] == row["id"], again.text
+        assert [x["id"] for x in c.get("/api/traces").json()["traces"]] == [row["id"]]
+    deadline = time.monotonic() + 60  # the upload's files go when its job ends (after the analysis)
+    while time.monotonic() < deadline and list((tmp_path / "store" / "tmp").glob("up-*")):
+        time.sleep(0.1)
+    assert not list((tmp_path / "store" / "tmp").glob("up-*"))
+    assert "Traceback" not in server.log()
+
+
+def test_an_upload_cut_off_while_it_is_ingested_leaves_no_trace(live_server_factory, tmp_path):
+    server = live_server_factory(tmp_path / "store")
+    body = chrome_json("cut", 40_000)
+    release, out = threading.Event(), {}
+    t = threading.Thread(target=_send_in_two, args=(server.url, "cut.json", body, release, out, True))
+    t.start()
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not c.get("/api/traces").json()["traces"]:
+            time.sleep(0.05)
+        release.set()
+        t.join(120)
+        assert "error" in out
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and c.get("/api/traces").json()["traces"]:
+            time.sleep(0.1)
+        assert c.get("/api/traces").json()["traces"] == []  # neither ready nor failed: it was never whole
+        ok = c.post("/api/traces", files={"file": ("next.json", chrome_json("next"))})  # and it goes on serving
+        assert ok.status_code in (201, 202), ok.text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and list((tmp_path / "store" / "tmp").glob("up-*")):
+        time.sleep(0.1)
+    assert not list((tmp_path / "store" / "tmp").glob("up-*"))
+    assert "Traceback" not in server.log()
+
+
+def test_an_upload_that_grows_past_the_limit_while_ingested_is_413_and_leaves_nothing(fresh, tmp_path):
+    body = chrome_json("big", 40_000)  # ~2.6 MB, over the 1 MiB limit; chunked: no length declared
+    assert len(body) > 2 << 20
+
+    def chunks():
+        for lo in range(0, len(body), 64 << 10):
+            yield body[lo:lo + (64 << 10)]
+
+    r = fresh.post("/api/traces", params={"name": "big.json"}, content=chunks())
+    assert r.status_code == 413, r.text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (fresh.get("/api/traces").json()["traces"]
+                                           or list((tmp_path / "store" / "tmp").glob("up-*"))):
+        time.sleep(0.1)
+    assert fresh.get("/api/traces").json()["traces"] == []
+    assert not list((tmp_path / "store" / "tmp").glob("up-*"))

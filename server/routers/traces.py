@@ -35,9 +35,37 @@ def list_traces(state: AppState = Depends(get_state)) -> dict:
                                          413: {"description": "too large"}, 422: {"description": "ingest failed"}})
 async def upload_trace(request: Request, name: str | None = Query(None, description="trace name (raw body uploads)"),
                        state: AppState = Depends(get_state)):
-    rec = await upload.receive(request, state, name)
+    early: list = []  # the ingest begun as a JSON trace's first bytes arrived (upload.streamable)
+
+    def on_file(path, filename, expected) -> bool:  # on the upload's thread
+        if not upload.streamable(filename):
+            return False
+        early.append(upload.start_arriving_ingest(state, path, name or filename, expected))
+        return True
+
+    try:
+        rec = await upload.receive(request, state, name, on_file=on_file)
+    except BaseException:
+        for j in early:  # the upload's error is the answer: no row of it stays behind
+            await run_in_threadpool(upload.discard_when_ended, state, j)
+        raise
     display = name or rec.name
-    job = await run_in_threadpool(upload.start_ingest, state, rec, display)
+    if early:
+        job = early[0]
+        existing, claimed = None, False
+        try:  # its ingest cannot publish before this mark: a duplicate's row is gone and its ingest stops
+            existing = await run_in_threadpool(state.store.claim_content, job.trace_id, rec.size, rec.sha256)
+            claimed = True
+        finally:
+            if claimed and existing is None:
+                upload.Arriving.complete(rec.path, rec.size)
+            else:
+                upload.Arriving.failed(rec.path, "the same content is already stored" if claimed
+                                       else "the upload could not be registered")
+        if existing is not None:
+            job = existing
+    else:
+        job = await run_in_threadpool(upload.start_ingest, state, rec, display)
     if isinstance(job, dict):  # the same content is stored or being ingested (one trace per content)
         row = job
         if row["status"] == "ingesting":
