@@ -47,6 +47,7 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
         rec = await upload.receive(request, state, name, on_file=on_file)
     except BaseException:
         for j in early:  # the upload's error is the answer: no row of it stays behind
+            j.discard = True  # (set here, before any await: even a cancelled request leaves no row)
             await run_in_threadpool(upload.discard_when_ended, state, j)
         raise
     display = name or rec.name
