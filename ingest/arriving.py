@@ -121,10 +121,13 @@ class ArrivingReader(io.RawIOBase):
                     self.arriving.check()
                 return n
             final = self.arriving.check()
-            if final is not None and self.pos >= final:
-                return 0
             if final is None:
                 self.arriving.wait(self.pos + 1)
+            elif self.pos >= final:
+                return 0
+            else:  # marked complete at a size its file never reached: never wait on it
+                raise IngestError(self.arriving.path.name, f"the upload was marked complete at {final} bytes"
+                                  f" but its file ends at {self.pos}", f"byte {self.pos}")
 
     def close(self) -> None:
         self.f.close()

@@ -195,7 +195,10 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None,
         raise IngestError(label, "the file is empty; expected a trace", "byte 0")
     with open(path, "rb") as f:
         magic = f.read(262 + 8)
-    if arriving is not None and (magic[:4] == b"PK\x03\x04" or _is_tar(magic)):
+    # archives wait for the whole file, and so does a gzip whose size was not declared (its decompression
+    # budget goes by its size on disk: a chunked upload's first bytes would set it far too low)
+    if arriving is not None and (magic[:4] == b"PK\x03\x04" or _is_tar(magic)
+                                 or (magic[:2] == b"\x1f\x8b" and not arriving.expected)):
         arriving.wait()
         arriving, size = None, path.stat().st_size
 

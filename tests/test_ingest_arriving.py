@@ -156,3 +156,33 @@ def test_a_reader_of_random_access_gets_the_whole_file(tmp_path):
     assert src.path is None and src.arriving is not None  # no half-written path handed to a random-access reader
     out = src.materialize(tmp_path / "work")
     assert out.read_bytes() == data
+
+
+def test_a_file_shorter_than_its_complete_mark_fails_instead_of_waiting(tmp_path):
+    path = tmp_path / "short.json"
+    path.write_bytes(b'{"traceEvents": []}')
+    Arriving.complete(path, 1000)
+    r = ArrivingReader(Arriving(path))
+    assert r.readinto(bytearray(100)) == 19
+    with pytest.raises(IngestError, match="marked complete at 1000 bytes"):
+        r.readinto(bytearray(100))
+
+
+def test_a_gzip_of_undeclared_size_is_read_once_whole(tmp_path):
+    """Its decompression budget goes by its size: the first bytes of a chunked upload would set it far too
+    low, so it waits for the whole file (a declared size lets it be read as it arrives)."""
+    data = gzip.compress(_trace(300))
+    path = tmp_path / "up.json.gz"
+    w = _Writer(path, data, pieces=6, pause_s=0.05)
+    w.start()
+    (src,) = sources.open_sources(path, arriving=Arriving(path, None))
+    assert w.written_at_end is not None and src.arriving is None
+    w.join()
+    path2 = tmp_path / "declared.json.gz"
+    w2 = _Writer(path2, data, pieces=6, pause_s=0.05)
+    w2.start()
+    (src2,) = sources.open_sources(path2, arriving=Arriving(path2, len(data)))
+    assert src2.arriving is not None  # read as it arrives
+    with src2.open() as f:
+        assert f.read() == gzip.decompress(data)
+    w2.join()
