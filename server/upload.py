@@ -9,10 +9,12 @@ against Content-Length first and against the bytes actually received always (in 
 oversized body is refused as soon as it crosses the limit).
 
 A JSON trace (streamable()) is ingested while it arrives: its ingest starts as its first bytes do and
-reads the file as it grows (ingest/arriving.py); the upload marks the file complete when the
-body has ended well, or failed (too large, malformed, cut off), which fails that ingest and removes its
-row. Only then is its hash known: an upload of content already stored is discarded and answered with
-the stored trace, as before (store/catalog.py claim_content).
+reads the file as it grows (ingest/arriving.py). A body that does not arrive well (too large, malformed,
+cut off) marks the file failed, which stops that ingest and removes its row. A body that does: its hash
+is known only now, so the route checks for a duplicate and sets the hash in one transaction
+(store/catalog.py claim_content) and only then marks the file complete (an ingest cannot end before
+that mark, so a duplicate never publishes); a duplicate is marked failed and answered with the stored
+trace, as before.
 """
 
 from __future__ import annotations
