@@ -190,9 +190,9 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None,
         raise IngestError(str(path), "no such file")
     if arriving is not None:
         arriving.wait(262 + 8)
-    size = path.stat().st_size if arriving is None else arriving.budget_size()
-    if (size if arriving is None else arriving.size()) == 0:
+    if (arriving.size() if arriving is not None else path.stat().st_size) == 0:
         raise IngestError(label, "the file is empty; expected a trace", "byte 0")
+    size = arriving.budget_size() if arriving is not None else path.stat().st_size
     with open(path, "rb") as f:
         magic = f.read(262 + 8)
     # archives wait for the whole file, and so does a gzip whose size was not declared (its decompression

@@ -339,16 +339,17 @@ def _launch(state: AppState, trace_id: str, tmp_path: Path, path: Path, display_
                         state.store.fail(trace_id, tmp_path, job.error, keep_row=True)
                 if job.discard:  # nobody is shown this trace: the upload's own answer says why
                     _discard(state, trace_id, tmp_path)
-                if arriving:  # the upload may still be writing there (an ingest that failed early)
-                    _until_marked(path)
-                shutil.rmtree(work_dir, ignore_errors=True)
-                job.done.set()  # its ingest has ended and its upload's files are gone
-                if job.error is None and not job.discard:
+                published = job.error is None and not job.discard
+                if published:  # (its upload was marked complete before its ingest could end)
+                    _cleared(job, work_dir)
                     try:  # the coarse tiles every first viewer asks for (a cache: failures are harmless)
                         state.ingests.run(ingest_child.prebuild, root, trace_id)
                     except BaseException:
                         pass
-            if job.error is None and not job.discard:
+            if not published and arriving:  # an ingest that ended early: its upload may still be writing
+                _until_marked(path)  # there (waited for outside the ingest slots: they are for ingests)
+            _cleared(job, work_dir)
+            if published:
                 try:  # a trace too big to replay at analysis: its what-if step, at idle priority, after the
                     # upload is answered and outside the ingest slots (its findings keep impact_ns NULL, saying
                     # why, if it fails)
@@ -356,11 +357,17 @@ def _launch(state: AppState, trace_id: str, tmp_path: Path, path: Path, display_
                 except BaseException:
                     pass
         finally:
-            shutil.rmtree(work_dir, ignore_errors=True)
-            job.done.set()
+            _cleared(job, work_dir)
 
     threading.Thread(target=run, name=f"ingest-{trace_id}", daemon=True).start()
     return job
+
+
+def _cleared(job: IngestJob, work_dir: Path) -> None:
+    """The upload's files removed, then the job said done (its ingest has ended, nothing of it is left
+    in the upload's directory)."""
+    shutil.rmtree(work_dir, ignore_errors=True)
+    job.done.set()
 
 
 def _until_marked(path: Path, timeout_s: float = 3600.0) -> None:
