@@ -58,6 +58,12 @@ class Arriving:
         """The writer has marked it, complete or failed (the writer is done with it)."""
         return any(Path(str(self.path) + k).exists() for k in (".complete", ".failed"))
 
+    def until_marked(self, timeout_s: float = 3600.0) -> None:
+        """Until the writer has marked it (the upload's receive has ended), at most timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while not self.marked() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def size(self) -> int:
         """Bytes of it on disk now (all of them once complete)."""
         try:

@@ -347,7 +347,7 @@ def _launch(state: AppState, trace_id: str, tmp_path: Path, path: Path, display_
                     except BaseException:
                         pass
             if not published and arriving:  # an ingest that ended early: its upload may still be writing
-                _until_marked(path)  # there (waited for outside the ingest slots: they are for ingests)
+                Arriving(path).until_marked()  # there (waited for outside the ingest slots: they are for ingests)
             _cleared(job, work_dir)
             if published:
                 try:  # a trace too big to replay at analysis: its what-if step, at idle priority, after the
@@ -368,13 +368,6 @@ def _cleared(job: IngestJob, work_dir: Path) -> None:
     in the upload's directory)."""
     shutil.rmtree(work_dir, ignore_errors=True)
     job.done.set()
-
-
-def _until_marked(path: Path, timeout_s: float = 3600.0) -> None:
-    """Until the upload writing `path` has marked it complete or failed (its receive() has ended)."""
-    arriving, deadline = Arriving(path), time.monotonic() + timeout_s
-    while not arriving.marked() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def _discard(state: AppState, trace_id: str, tmp_path: Path) -> None:
