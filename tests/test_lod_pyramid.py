@@ -132,6 +132,62 @@ def test_numpy_pyramid_in_parts_equals_the_sql_pyramid(trace_store, tmp_path):
         twin.close()
 
 
+def _synthetic_copy(trace_store, tmp_path: Path, threads: int):
+    """The synthetic trace, a copy of its file open with DuckDB at `threads` threads, and its lod_info."""
+    path = Store(trace_store.root, sweep=False).trace_path(trace_store.ids["synthetic"])
+    copy = tmp_path / f"threads{threads}.duckdb"
+    shutil.copy(path, copy)
+    con = duckdb.connect(str(copy))
+    con.execute(f"SET threads = {threads}")
+    return path, copy, con, dict(con.execute("SELECT key, value FROM lod_info").fetchall())
+
+
+@pytest.mark.parametrize("held", [pyramid.HELD_BYTES, 1], ids=["held-in-memory", "staged-past-budget"])
+def test_numpy_pyramid_on_two_threads_equals_the_sql_pyramid(trace_store, tmp_path, monkeypatch, held):
+    # a trace of PARALLEL_MIN_SLICES or more is cut into parts built on two threads; each level's rows
+    # wait as Arrow batches (or, past HELD_BYTES, in temp tables) and go into lod_merged in part order
+    import threading
+
+    path, copy, con, info = _synthetic_copy(trace_store, tmp_path, threads=2)
+    base, top = int(info["base_level"]), int(info["max_level"])
+    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
+    monkeypatch.setattr(pyramid, "PARALLEL_MIN_SLICES", n // 2)
+    monkeypatch.setattr(pyramid, "HELD_BYTES", held)
+    threads, staged = set(), []
+    levels, stage = pyramid._levels, pyramid._Levels._stage
+    monkeypatch.setattr(pyramid, "_levels", lambda *a: (threads.add(threading.current_thread().name), levels(*a))[1])
+    monkeypatch.setattr(pyramid._Levels, "_stage", lambda self: (staged.append(1), stage(self))[1])
+    con.execute("DROP TABLE lod_merged")
+    con.execute("SET preserve_insertion_order = true")
+    pyramid.build_merged(con, base, top, chunk_log2=int(info["chunk_log2"]))
+    levels_stored = [r[0] for r in con.execute("SELECT level FROM lod_merged").fetchall()]
+    assert levels_stored == sorted(levels_stored)
+    assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '_merged_l%'").fetchone()[0]
+    con.close()
+    assert len(threads) == 2 and all(t.startswith("pyramid") for t in threads)  # both parts off the caller's thread
+    assert bool(staged) == (held == 1)
+    twin = _sql_twin(path, tmp_path)
+    try:
+        assert _assert_same(twin, copy) > 0
+    finally:
+        twin.close()
+
+
+def test_a_one_thread_database_builds_the_pyramid_on_one_thread(trace_store, tmp_path, monkeypatch):
+    # a fleet's worker builds with DuckDB at one thread: the pyramid stays on the caller's thread
+    import threading
+
+    _, _, con, info = _synthetic_copy(trace_store, tmp_path, threads=1)
+    monkeypatch.setattr(pyramid, "PARALLEL_MIN_SLICES", 1)
+    threads = set()
+    levels = pyramid._levels
+    monkeypatch.setattr(pyramid, "_levels", lambda *a: (threads.add(threading.current_thread().name), levels(*a))[1])
+    con.execute("DROP TABLE lod_merged")
+    pyramid.build_merged(con, int(info["base_level"]), int(info["max_level"]), chunk_log2=int(info["chunk_log2"]))
+    con.close()
+    assert threads == {threading.current_thread().name}
+
+
 def test_sums_that_could_overflow_take_the_sql_build():
     con = duckdb.connect()
     con.execute("CREATE TABLE lod_slices (grp INTEGER, chunk INTEGER, cls TINYINT, ts BIGINT, dur BIGINT,"
