@@ -23,6 +23,7 @@ from acceltrace.server.tile_cache import TileFastPath
 from acceltrace.server.routers import analysis, diff, export, fleet, live, pages, slices, tiles, traces, views
 from acceltrace.server import openapi
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
+from acceltrace.server.static_assets import Assets, ImmutableStatic
 
 log = logging.getLogger("acceltrace.server")
 
@@ -117,6 +118,8 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.state.acceltrace = state
         tdir = state.web_dir / "templates"
         app.state.templates = Jinja2Templates(directory=str(tdir)) if tdir.is_dir() else None
+        if app.state.templates is not None:
+            app.state.templates.env.globals.update(assets.template_globals())
         app.state.live_manager = live_capture.LiveManager(app, state.store, after_publish)  # live traces
         app.state.live_manager.start()
         try:
@@ -136,6 +139,8 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
     for router in ROUTERS:
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
+    assets = Assets(static_dir)  # the pages' files under a versioned, cached-for-good path (server/static_assets.py)
+    app.mount(assets.prefix, ImmutableStatic(directory=str(static_dir), check_dir=False), name="static_v")
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
     app.add_middleware(TileFastPath, fastapi_app=app, cold_job=tiles.cold_job)  # tiles, before routing
     app.add_middleware(LimitsMiddleware, limits=Limits.from_env(max_inflight=max_inflight))  # inside the Host check
