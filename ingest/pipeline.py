@@ -147,11 +147,21 @@ def ingest_one(
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
     total = max(1, arriving.expected or 0 if arriving is not None else _size(paths))
+    # an upload of undeclared length (chunked): no share of it is known until its final size is
+    unknown = arriving is not None and not arriving.expected
     done = 0
 
     def on_read(n: int) -> None:
-        nonlocal done
+        nonlocal done, total, unknown
         done += n
+        if unknown:
+            try:
+                final = arriving.check()
+            except IngestError:  # the reader fails the ingest itself, saying why
+                return
+            if final is None:
+                return
+            total, unknown = max(1, final), False
         if progress:
             progress(label, min(1.0, done / total))
 

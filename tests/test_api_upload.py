@@ -233,9 +233,10 @@ def test_serve_skips_invalid_sample_folders_but_not_named_files(tmp_path):
 
 # -- a JSON trace is ingested while it arrives (server/upload.py streamable) ----------------------------
 
-def _send_in_two(url: str, name: str, body: bytes, release: threading.Event, out: dict, fail_after_half=False):
-    """POST body raw (?name=), chunked: its first half, then (once `release` is set) the rest, or, with
-    fail_after_half, an error that cuts the request off."""
+def _send_in_two(url: str, name: str, body: bytes, release: threading.Event, out: dict, fail_after_half=False,
+                 declare=True):
+    """POST body raw (?name=), streamed: its first half, then (once `release` is set) the rest, or, with
+    fail_after_half, an error that cuts the request off. `declare`: with its Content-Length (else chunked)."""
     def chunks():
         half = len(body) // 2
         for lo in range(0, half, 64 << 10):
@@ -247,7 +248,9 @@ def _send_in_two(url: str, name: str, body: bytes, release: threading.Event, out
             yield body[lo:lo + (64 << 10)]
     try:
         with httpx.Client(base_url=url, timeout=120) as c:
-            out["r"] = c.post("/api/traces", params={"name": name}, content=chunks())
+            # the body's length declared, as a browser's upload declares it (the ingest's progress goes by it)
+            out["r"] = c.post("/api/traces", params={"name": name}, content=chunks(),
+                              headers={"Content-Length": str(len(body))} if declare else None)
     except BaseException as e:  # the cut-off case
         out["error"] = e
 
@@ -330,3 +333,29 @@ def test_an_upload_that_grows_past_the_limit_while_ingested_is_413_and_leaves_no
         time.sleep(0.1)
     assert fresh.get("/api/traces").json()["traces"] == []
     assert not list((tmp_path / "store" / "tmp").glob("up-*"))
+
+
+def test_an_upload_of_undeclared_length_claims_no_share_until_it_is_all_there(live_server_factory, tmp_path):
+    # chunked, no Content-Length: the share read of it is unknown while it arrives (it once said 99 %)
+    server = live_server_factory(tmp_path / "store")
+    body = chrome_json("undeclared", 40_000)
+    release, out = threading.Event(), {}
+    t = threading.Thread(target=_send_in_two, args=(server.url, "undeclared.json", body, release, out),
+                         kwargs={"declare": False})
+    t.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            deadline, seen = time.monotonic() + 20, []
+            while time.monotonic() < deadline and len(seen) < 20:
+                rows = c.get("/api/traces").json()["traces"]
+                if rows and rows[0]["status"] == "ingesting":
+                    seen.append(rows[0].get("progress") or 0)
+                time.sleep(0.05)
+            assert seen and max(seen) == 0, seen
+            assert "r" not in out
+    finally:
+        release.set()
+        t.join(120)
+    assert out["r"].status_code in (201, 202), out["r"].text
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        assert _wait_ready(c, out["r"].json()["id"])["counts"]["slices"] == 40_000

@@ -66,9 +66,16 @@ async function main() {
     if (e.code === "not_live") { location.reload(); return; } // it finished meanwhile
     return fatal(`Could not load this trace: ${e.message}`);
   }
+  if (meta.status === "ingesting") { // opened while ingested (a drop opens its page then): wait here, no reload
+    try {
+      meta = await untilIngested(api, $("timeline"));
+    } catch (e) {
+      return fatal(`Could not load this trace: ${e.message}`);
+    }
+  }
   if (meta.status && meta.status !== "ready" && meta.status !== "live") {
     return fatal(meta.status === "failed" ? `This trace failed to ingest: ${meta.error || "unknown error"}`
-      : "This trace is still being ingested; the page reloads when it is ready.", meta.status === "ingesting");
+      : `This trace is ${meta.status}.`);
   }
   const root = $("timeline");
   // the timeline follows the side panel through its ResizeObserver; pw= in the URL wins over localStorage
@@ -321,11 +328,61 @@ function exposeHooks(tl, select, follower, trace_id) {
   window.acceltrace = hooks;
 }
 
-function fatal(message, reload = false) {
+function fatal(message) {
   const root = $("timeline");
   root.dataset.state = "idle";
   root.replaceChildren(el("div", { class: "fatal", role: "alert" }, message));
-  if (reload) setTimeout(() => location.reload(), 2000);
+}
+
+const INGEST_POLL_MS = 250; // where the progress stream fails or ends early: how often the row is read
+
+/**
+ * Wait for an ingesting trace: its progress in a box over the timeline (the server's progress event
+ * stream, polling where that fails or ends before the trace does), then its metadata once it is ready
+ * (or failed). The page's modules are loaded meanwhile, so the timeline starts as soon as the trace is
+ * published (timeline data-state "ingesting" until then).
+ */
+function untilIngested(api, root) {
+  root.dataset.state = "ingesting";
+  const label = el("div", { class: "ingest-label" }, "Ingesting this trace…");
+  const fill = el("div", { class: "bar-fill" });
+  const box = el("div", { class: "ingest-wait", role: "status" }, label, el("div", { class: "bar" }, fill));
+  root.append(box);
+  const show = (st) => {
+    const p = Math.max(0, Math.min(1, st.progress || 0));
+    // no share is known of an upload of undeclared length until it is all there (progress 0 until then)
+    label.textContent = p >= 1 ? "Building the trace…" : p > 0 ? `Ingesting this trace… ${Math.round(p * 100)} %`
+      : "Ingesting this trace…";
+    fill.style.width = `${Math.round(p * 95)}%`;
+  };
+  return new Promise((resolve, reject) => {
+    let done = false;
+    const finish = async () => {
+      if (done) return;
+      done = true;
+      try { resolve(await api.meta()); } catch (e) { reject(e); } finally { box.remove(); }
+    };
+    const poll = async () => {
+      while (!done) {
+        let st;
+        try { st = await api.meta(); } catch (e) { done = true; box.remove(); reject(e); return; }
+        if (st.status !== "ingesting") { done = true; box.remove(); resolve(st); return; }
+        show(st);
+        await new Promise((r) => setTimeout(r, INGEST_POLL_MS));
+      }
+    };
+    if (!window.EventSource) { poll(); return; }
+    const es = new EventSource(`${api.base}/progress`);
+    es.onmessage = (m) => {
+      let st;
+      try { st = JSON.parse(m.data); } catch (_) { return; }
+      if (st.status === "ingesting") { show(st); return; }
+      es.close();
+      finish();
+    };
+    // the stream failed, or the server ended it while the trace still ingests (it caps a stream's length)
+    es.onerror = () => { es.close(); if (!done) poll(); };
+  });
 }
 
 main();

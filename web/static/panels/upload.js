@@ -1,5 +1,5 @@
-// Drag-and-drop upload on any page: a drop overlay, one progress bar through upload (XHR progress) and
-// ingest (the server's progress event stream), a clear error for an unreadable file, then the trace opens.
+// Drag-and-drop upload on any page: a drop overlay, a progress bar through the upload (XHR progress), a clear
+// error for an unreadable file, then the trace's page opens (it follows an ingest still running: pages/trace.js).
 
 import { el } from "../lib/util.js";
 
@@ -63,9 +63,8 @@ export function uploadFile(file) {
     let j;
     try { j = JSON.parse(xhr.responseText); } catch (_) { fail(name, "the server's answer was not JSON"); return; }
     if (j.status === "failed") { fail(name, j.error || "ingest failed"); return; }
-    if (xhr.status !== 202 && j.status !== "ingesting") { open(j.id, name); return; }
-    show(`Ingesting ${name}…`, 0.5);
-    follow(j.id, j.progress_url || `/api/traces/${encodeURIComponent(j.id)}/progress`, name);
+    // ready, or still ingesting (202): the trace's page loads meanwhile and follows the ingest itself
+    open(j.id, name);
   };
   xhr.send(form);
 }
@@ -73,38 +72,6 @@ export function uploadFile(file) {
 function open(id, name) {
   show(`Opening ${name}…`, 1);
   location.assign(`/t/${encodeURIComponent(id)}`);
-}
-
-/** Follow ingest progress by server-sent events, falling back to polling the metadata. */
-function follow(id, url, name) {
-  let done = false;
-  const finish = (st) => {
-    if (done) return;
-    if (st.status === "ready") { done = true; open(id, name); }
-    else if (st.status === "failed") { done = true; fail(name, st.error || "ingest failed"); }
-    // the server's progress is the share of the input read; building the trace after that takes a while
-    // more, so the bar stops short of full until the trace is ready
-    else show(st.progress >= 1 ? `Building the trace for ${name}…` : `Ingesting ${name}…`, 0.5 + 0.45 * (st.progress || 0));
-  };
-  if (window.EventSource) {
-    const es = new EventSource(url);
-    es.onmessage = (e) => { try { finish(JSON.parse(e.data)); } catch (_) { /* ignore a malformed event */ } if (done) es.close(); };
-    es.onerror = () => { es.close(); if (!done) poll(id, finish, () => done); };
-  } else {
-    poll(id, finish, () => done);
-  }
-}
-
-async function poll(id, finish, isDone) {
-  while (!isDone()) {
-    try {
-      const r = await fetch(`/api/traces/${encodeURIComponent(id)}`);
-      const j = await r.json();
-      if (!r.ok) { finish({ status: "failed", error: j.error?.message || `status ${r.status}` }); return; }
-      finish(j);
-    } catch (e) { finish({ status: "failed", error: String(e.message || e) }); return; }
-    await new Promise((res) => setTimeout(res, 500));
-  }
 }
 
 /** Accept files dropped anywhere on the page. */
