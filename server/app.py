@@ -140,7 +140,8 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
         app.include_router(router)
     static_dir = (web_dir or WEB_DIR) / "static"
     assets = Assets(static_dir)  # the pages' files under a versioned, cached-for-good path (server/static_assets.py)
-    app.mount(assets.prefix, ImmutableStatic(directory=str(static_dir), check_dir=False), name="static_v")
+    app.mount(assets.prefix, ImmutableStatic(directory=str(static_dir), check_dir=False, since=assets.since),
+              name="static_v")
     app.mount("/static", StaticFiles(directory=str(static_dir), check_dir=False), name="static")
     app.add_middleware(TileFastPath, fastapi_app=app, cold_job=tiles.cold_job)  # tiles, before routing
     app.add_middleware(LimitsMiddleware, limits=Limits.from_env(max_inflight=max_inflight))  # inside the Host check

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from pathlib import Path
 
 from starlette.staticfiles import StaticFiles
@@ -60,11 +61,17 @@ def module_graph(static_dir: Path, entry: str = TRACE_ENTRY) -> list[str]:
 
 
 class ImmutableStatic(StaticFiles):
-    """StaticFiles whose answers the browser may keep for a year without asking again."""
+    """StaticFiles whose answers the browser may keep for a year without asking again; a file changed since
+    the version was worked out (someone editing web/static under a running server) is answered `no-cache`
+    instead, so no browser keeps it under a version that names other bytes (restart to get a new version)."""
+
+    def __init__(self, *args, since: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.since = since
 
     def file_response(self, full_path, stat_result, scope, status_code: int = 200):
         response = super().file_response(full_path, stat_result, scope, status_code)
-        response.headers["Cache-Control"] = IMMUTABLE
+        response.headers["Cache-Control"] = IMMUTABLE if stat_result.st_mtime <= self.since else "no-cache"
         return response
 
 
@@ -72,6 +79,7 @@ class Assets:
     """What the templates name: the versioned prefix, the trace page's modules and styles."""
 
     def __init__(self, static_dir: Path):
+        self.since = time.time()  # before the files are read: one written during the hash counts as changed
         self.version = version(static_dir)
         self.prefix = f"{PREFIX}/{self.version}"
         self.trace_modules = module_graph(static_dir)

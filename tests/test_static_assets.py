@@ -86,3 +86,20 @@ def test_a_trace_opened_from_the_list_loads_its_files_from_the_cache(browser, a1
         assert all(path.startswith(static_assets.PREFIX + "/") for path, _ in loaded)
     finally:
         ctx.close()
+
+
+def test_a_file_changed_under_a_running_server_is_not_cached_under_its_old_version(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from acceltrace.server.app import create_app
+
+    web = tmp_path / "web"
+    shutil.copytree(ROOT / "web", web)
+    app = create_app(tmp_path / "store", web_dir=web)
+    with TestClient(app) as c:
+        prefix = Assets(web / "static").prefix
+        assert c.get(f"{prefix}/lib/util.js").headers["cache-control"] == IMMUTABLE
+        util = web / "static" / "lib" / "util.js"
+        util.write_text(util.read_text() + "\n// edited while served\n")
+        r = c.get(f"{prefix}/lib/util.js")
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-cache" and r.text.endswith("served\n")
