@@ -180,8 +180,9 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     try:
         if threads > 1 and len(parts) > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix="pyramid") as pool:
-                for batches in pool.map(one, parts):  # in part order
-                    levels.add(batches)
+                for lo in range(0, len(parts), threads):  # `threads` parts at a time: as many in memory
+                    for batches in pool.map(one, parts[lo:lo + threads]):  # in part order
+                        levels.add(batches)
         else:
             for part in parts:
                 levels.add(one(part))
