@@ -15,7 +15,7 @@ from acceltrace.server.metadata import catalog_entry, trace_metadata
 
 router = APIRouter(prefix="/api/traces", tags=["traces"])
 
-PROGRESS_POLL_S = 0.25
+PROGRESS_POLL_S = 0.1  # how often a progress stream reads its row: a page waiting on it learns of `ready` this late
 PROGRESS_MAX_S = 3600.0
 
 
