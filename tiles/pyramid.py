@@ -154,8 +154,8 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     most slices read into memory at once (NUMPY_MAX_SLICES by default); `chunk_log2`: lod_slices'
     chunk width, when known (a large trace's parts are then read as row ranges).
 
-    A trace of PARALLEL_MIN_SLICES slices or more is cut into at least two parts, built on two
-    threads where the database may use two (numpy and DuckDB's reads release the GIL; a one-thread
+    A trace of PARALLEL_MIN_SLICES slices or more is cut into at least two parts, of at most `limit` / 2
+    slices each, built two at a time on two threads where the database may use two (numpy and DuckDB's reads release the GIL; a one-thread
     build, a fleet's worker, stays on one). Each part's levels wait as Arrow batches, up to
     HELD_BYTES of them (past it, in a temp table per level), and each level goes into lod_merged in
     one append, in part order: lod_merged stays in (level, grp, b, ...) order."""
@@ -166,7 +166,8 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     if n >= PARALLEL_MIN_SLICES:
         ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()  # all: the result is done
         threads = max(1, min(2, int(threads)))
-        limit = min(limit, -(-n // threads))
+        # parts of at most limit / threads slices: the parts built at once hold what one part of `limit` would
+        limit = min(max(1, limit // threads), -(-n // threads))
     parts = [("true", ())] if n <= limit else _parts(con, max_level, limit, chunk_log2)
     levels = _Levels(con, range(base, max_level + 1))
 
