@@ -46,6 +46,8 @@ def test_the_trace_pages_module_graph_is_every_module_it_loads(tmp_path):
 
 def test_versioned_files_are_cached_for_good_and_pages_name_only_them(api, trace_store):
     assets = Assets(STATIC)
+    # the running app's version (the session's app was created earlier: the files may have changed since)
+    assets.prefix = api.app.state.templates.env.globals["static"]
     r = api.get(f"{assets.prefix}/pages/trace.js")
     assert r.status_code == 200 and r.headers["cache-control"] == IMMUTABLE
     assert r.content == (STATIC / "pages" / "trace.js").read_bytes()

@@ -66,7 +66,7 @@ async function main() {
     if (e.code === "not_live") { location.reload(); return; } // it finished meanwhile
     return fatal(`Could not load this trace: ${e.message}`);
   }
-  if (meta.status === "ingesting") { // opened while ingested (a drop opens its page then): wait here, no reload
+  if (meta.status === "ingesting") { // opened while it is ingested (a drop opens its page then): wait here, no reload
     try {
       meta = await untilIngested(api, $("timeline"));
     } catch (e) {

@@ -44,7 +44,7 @@ function errorMessage(xhr) {
   return xhr.status ? `the server answered ${xhr.status} ${xhr.statusText}` : "the upload did not reach the server";
 }
 
-/** Upload one file; upload is the first half of the bar, ingest the second. Opens the trace when ready. */
+/** Upload one file (the bar is the upload's); opens the trace's page once the server has it (ready or still ingesting). */
 export function uploadFile(file) {
   const name = file.name || "file";
   show(`Uploading ${name}…`, 0);
@@ -55,7 +55,7 @@ export function uploadFile(file) {
   xhr.upload.onprogress = (e) => {
     if (!e.lengthComputable) return;
     // once every byte is sent the server is already ingesting; it answers when done or after ~2 s
-    show(e.loaded < e.total ? `Uploading ${name}…` : `Uploaded ${name}; ingesting…`, 0.5 * e.loaded / e.total);
+    show(e.loaded < e.total ? `Uploading ${name}…` : `Uploaded ${name}; ingesting…`, e.loaded / e.total);
   };
   xhr.onerror = () => fail(name, "the upload did not reach the server");
   xhr.onload = () => {
