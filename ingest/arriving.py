@@ -54,6 +54,16 @@ class Arriving:
                 return None
         return self._final
 
+    def known_size(self) -> int | None:
+        """The size the share read goes by: the final one once known, else the declared one, else None (a
+        chunked upload's, until it is whole). Never raises: the reader is the one that fails the ingest."""
+        if self._final is None and not self.expected:
+            try:
+                self.check()
+            except IngestError:
+                return None
+        return self._final or self.expected
+
     def marked(self) -> bool:
         """The writer has marked it, complete or failed (the writer is done with it)."""
         return any(Path(str(self.path) + k).exists() for k in (".complete", ".failed"))

@@ -146,24 +146,17 @@ def ingest_one(
     except OSError as e:
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
-    total = max(1, arriving.expected or 0 if arriving is not None else _size(paths))
-    # an upload of undeclared length (chunked): no share of it is known until its final size is
-    unknown = arriving is not None and not arriving.expected
+    total = max(1, _size(paths)) if arriving is None else max(1, arriving.expected or 0)
     done = 0
 
     def on_read(n: int) -> None:
-        nonlocal done, total, unknown
+        nonlocal done
         done += n
-        if unknown:
-            try:
-                final = arriving.check()
-            except IngestError:  # the reader fails the ingest itself, saying why
-                return
-            if final is None:
-                return
-            total, unknown = max(1, final), False
-        if progress:
-            progress(label, min(1.0, done / total))
+        # an upload still arriving goes by its declared size; one of undeclared length (chunked) claims no
+        # share until it is whole
+        of = total if arriving is None else arriving.known_size()
+        if progress and of:
+            progress(label, min(1.0, done / of))
 
     if trace_id is None and skip_existing:  # the check and the insert in one transaction: no twin
         have, trace_id, tmp_path = store.begin_unique(label, total, digest)

@@ -348,7 +348,6 @@ def _launch(state: AppState, trace_id: str, tmp_path: Path, path: Path, display_
                         pass
             if not published and arriving:  # an ingest that ended early: its upload may still be writing
                 Arriving(path).until_marked()  # there (waited for outside the ingest slots: they are for ingests)
-            _cleared(job, work_dir)
             if published:
                 try:  # a trace too big to replay at analysis: its what-if step, at idle priority, after the
                     # upload is answered and outside the ingest slots (its findings keep impact_ns NULL, saying
