@@ -308,3 +308,25 @@ def test_invalid_exports_are_refused_with_their_snapshotted_message(tmp_path, pa
 
 def test_every_invalid_sample_has_an_expectation():
     assert sorted(p.name for p in INVALID) == sorted(EXPECTED)
+
+
+def test_args_text_is_json_merge_patch_of_the_non_null_members():
+    """map._args writes the args object as text; it must equal what DuckDB's json_merge_patch('{}',
+    json_object(...)) gives (the construction it replaced) for every kind of value the mapping passes:
+    NULLs left out (all of them: '{}'), strings needing escapes, lists with nulls, doubles, booleans."""
+    import duckdb
+    from acceltrace.ingest.nsys import map as m
+
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE v AS SELECT * FROM (VALUES
+        (1, 'plain', [1, 2, 3], 2.5::DOUBLE, true, 'it''s'),
+        (NULL, 'q"uote\\back' || chr(10) || 'tab' || chr(9) || 'é ✓', [NULL, 7], round(10 / 3, 3), NULL, NULL),
+        (-9007199254740993, NULL, NULL, NULL, false, 'x'),
+        (NULL, NULL, NULL, NULL, NULL, NULL)) t(i, s, l, d, b, k)""")
+    pairs = [("int", "i"), ("text", "s"), ("list", "l"), ("bandwidth (GB/s)", "d"), ("open", "b"), ("it's", "k")]
+    reference = "json_merge_patch('{}', json_object(" + ", ".join(
+        f"'{k.replace(chr(39), chr(39) * 2)}', {v}" for k, v in pairs) + "))"
+    got = con.execute(f"SELECT {m._args(pairs)}, {reference} FROM v").fetchall()
+    assert [a for a, _ in got] == [b for _, b in got]
+    assert got[-1][0] == "{}"
+    assert '"int"' not in got[1][0] and '"text":"q\\"uote' in got[1][0]

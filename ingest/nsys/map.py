@@ -8,6 +8,8 @@ scopes correlation ids) and `role` (how the slice takes part in correlation link
 
 from __future__ import annotations
 
+import json
+
 # Nsight's own enum of memory kinds (ENUM_CUDA_MEM_KIND; not CUPTI's numbering, which starts
 # at 0 = unknown): used when the export does not carry the enum table (2.x exports).
 MEM_KINDS_DEFAULT = {
@@ -125,12 +127,18 @@ INVALID_SQL = {
 
 _VALID = 'x.start IS NOT NULL AND x."end" IS NOT NULL AND x."end" >= x.start'
 _VALID_DEV = _VALID + " AND x.deviceId IS NOT NULL AND x.streamId IS NOT NULL"
-_DEV_ARGS = "'device', x.deviceId, 'context', x.contextId, 'stream', x.streamId"
+_DEV_ARGS = [("device", "x.deviceId"), ("context", "x.contextId"), ("stream", "x.streamId")]
 
 
-def _args(pairs: str) -> str:
-    # json_merge_patch onto {} drops the null members, so args only list what the export recorded
-    return f"json_merge_patch('{{}}', json_object({pairs}))"
+def _args(pairs: list[tuple[str, str]]) -> str:
+    """The args JSON object of (key, SQL value) pairs, leaving out the members whose value is NULL, so
+    args only list what the export recorded. Written as text: each member '"key":' || to_json(value)
+    is NULL with its value, and concat_ws skips it. The same text json_merge_patch('{}', json_object(...))
+    gave (tests/test_nsys.py), in a third of the time: that built the object, printed it, parsed it
+    and the empty one, merged and printed again (2.5 M slices of a synthetic export: the mapping
+    queries 1.6 -> ~0.8 s, docs/performance.md, fifteenth stop)."""
+    members = ", ".join("'" + json.dumps(key).replace("'", "''") + f":' || to_json({value})" for key, value in pairs)
+    return f"('{{' || concat_ws(',', {members}) || '}}')"
 
 
 # Nsight names API calls with their ABI version ("cudaLaunchKernel_v7000"): the label drops it,
@@ -153,8 +161,8 @@ def calls_sql(off: int) -> str:
            {api_label('s.value')} AS name,
            CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args(f"'full name', {api_full('s.value')}, 'return value', x.returnValue,"
-                  " 'callchain id', coalesce(x.callchainId, x.bt_chain)")} AS args,
+           {_args([("full name", api_full("s.value")), ("return value", "x.returnValue"),
+                   ("callchain id", "coalesce(x.callchainId, x.bt_chain)")])} AS args,
            coalesce(x.globalTid, -1) & -16777216 AS gpid,
            CASE x.lane WHEN 'driver' THEN 'drv' ELSE 'api' END AS role
     FROM _calls x
@@ -167,13 +175,13 @@ def calls_sql(off: int) -> str:
 def kernels_sql(off: int) -> str:
     grid = "CASE WHEN x.gridX IS NULL THEN NULL ELSE [x.gridX, x.gridY, x.gridZ] END"
     block = "CASE WHEN x.blockX IS NULL THEN NULL ELSE [x.blockX, x.blockY, x.blockZ] END"
-    pairs = (
-        f"'full name', coalesce(dn.value, mn.value), 'short name', sn.value, 'demangled name', dn.value,"
-        f" 'mangled name', mn.value, {_DEV_ARGS}, 'grid', {grid}, 'block', {block},"
-        " 'registers per thread', x.registersPerThread, 'static shared memory', x.staticSharedMemory,"
-        " 'dynamic shared memory', x.dynamicSharedMemory, 'local memory total', x.localMemoryTotal,"
-        " 'graph node id', x.graphNodeId"
-    )
+    pairs = [
+        ("full name", "coalesce(dn.value, mn.value)"), ("short name", "sn.value"), ("demangled name", "dn.value"),
+        ("mangled name", "mn.value"), *_DEV_ARGS, ("grid", grid), ("block", block),
+        ("registers per thread", "x.registersPerThread"), ("static shared memory", "x.staticSharedMemory"),
+        ("dynamic shared memory", "x.dynamicSharedMemory"), ("local memory total", "x.localMemoryTotal"),
+        ("graph node id", "x.graphNodeId"),
+    ]
     return f"""
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
            coalesce(sn.value, dn.value, mn.value, 'kernel') AS name, 'kernel' AS category,
@@ -190,12 +198,11 @@ def kernels_sql(off: int) -> str:
 
 
 def memcpy_sql(off: int) -> str:
-    pairs = (
-        f"{_DEV_ARGS}, 'copy kind', k.short, 'src kind', src.label, 'dst kind', dst.label,"
-        " 'src device', x.srcDeviceId, 'dst device', x.dstDeviceId, 'graph node id', x.graphNodeId,"
-        " 'memory bandwidth (GB/s)', CASE WHEN x.\"end\" > x.start"
-        " THEN round(x.bytes / (x.\"end\" - x.start), 3) END"
-    )
+    pairs = [
+        *_DEV_ARGS, ("copy kind", "k.short"), ("src kind", "src.label"), ("dst kind", "dst.label"),
+        ("src device", "x.srcDeviceId"), ("dst device", "x.dstDeviceId"), ("graph node id", "x.graphNodeId"),
+        ("memory bandwidth (GB/s)", 'CASE WHEN x."end" > x.start THEN round(x.bytes / (x."end" - x.start), 3) END'),
+    ]
     return f"""
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
            'Memcpy ' || k.short || ' (' || coalesce(src.label, 'Unknown') || ' -> '
@@ -216,7 +223,7 @@ def memcpy_sql(off: int) -> str:
 
 
 def memset_sql(off: int) -> str:
-    pairs = f"{_DEV_ARGS}, 'value', x.value, 'memory kind', mk.label, 'graph node id', x.graphNodeId"
+    pairs = [*_DEV_ARGS, ("value", "x.value"), ("memory kind", "mk.label"), ("graph node id", "x.graphNodeId")]
     return f"""
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
            'Memset (' || coalesce(mk.label, 'Device') || ')' AS name, 'gpu_memset' AS category,
@@ -233,13 +240,13 @@ def memset_sql(off: int) -> str:
 def nvtx_sql(off: int) -> str:
     ranges = ", ".join(str(t) for t in NVTX_RANGES)
     kind = "CASE x.eventType " + " ".join(f"WHEN {t} THEN '{k}'" for t, k in NVTX_RANGES.items()) + " ELSE 'mark' END"
-    pairs = (
-        f"'nvtx', {kind}, 'domain', d.name, 'nvtx category', x.category,"
-        " 'color', CASE WHEN x.color IS NULL THEN NULL ELSE printf('#%06x', x.color & 16777215) END,"
-        " 'range id', x.rangeId,"
-        " 'end thread', CASE WHEN x.endGlobalTid <> x.globalTid THEN x.endGlobalTid & 16777215 END,"
-        f" 'unterminated', CASE WHEN x.eventType IN ({ranges}) AND x.\"end\" IS NULL THEN true END"
-    )
+    pairs = [
+        ("nvtx", kind), ("domain", "d.name"), ("nvtx category", "x.category"),
+        ("color", "CASE WHEN x.color IS NULL THEN NULL ELSE printf('#%06x', x.color & 16777215) END"),
+        ("range id", "x.rangeId"),
+        ("end thread", "CASE WHEN x.endGlobalTid <> x.globalTid THEN x.endGlobalTid & 16777215 END"),
+        ("unterminated", f'CASE WHEN x.eventType IN ({ranges}) AND x."end" IS NULL THEN true END'),
+    ]
     return f"""
     SELECT t.track_id, x.start + {off} AS ts,
            CASE WHEN x.eventType IN ({ranges}) AND x."end" IS NOT NULL THEN x."end" - x.start ELSE 0 END AS dur,
@@ -292,7 +299,8 @@ def osrt_sql(off: int) -> str:
     SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
            coalesce(s.value, 'OS runtime call ' || x.nameId::VARCHAR) AS name, 'osrt' AS category,
            NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args("'return value', x.returnValue, 'nesting level', x.nestingLevel, 'callchain id', x.callchainId")}
+           {_args([("return value", "x.returnValue"), ("nesting level", "x.nestingLevel"),
+                   ("callchain id", "x.callchainId")])}
                AS args, NULL::BIGINT AS gpid, NULL AS role
     FROM OSRT_API x
     JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'osrt'
@@ -318,7 +326,7 @@ def sched_sql(off: int, end_ns: int) -> str:
            CASE WHEN e.next_start IS NULL THEN greatest(0, {end_ns} - e.start) ELSE e.next_start - e.start END AS dur,
            'on CPU ' || e.cpu AS name, 'sched' AS category,
            NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args("'cpu', e.cpu, 'open', CASE WHEN e.next_start IS NULL THEN true END")} AS args,
+           {_args([("cpu", "e.cpu"), ("open", "CASE WHEN e.next_start IS NULL THEN true END")])} AS args,
            NULL::BIGINT AS gpid, NULL AS role
     FROM e JOIN _thread_map t ON t.gtid = e.gtid AND t.lane = 'sched'
     WHERE e.sin AND (e.next_in IS NULL OR NOT e.next_in)
@@ -348,7 +356,7 @@ def samples_sql(off: int) -> str:
         GROUP BY c.id)
     SELECT t.track_id, x.start + {off} AS ts, 0::BIGINT AS dur, coalesce(st.leaf, 'sample') AS name,
            'cpu_sample' AS category, NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction,
-           NULL AS host_mem, {_args("'cpu', x.cpu, 'thread state', x.threadState, 'stack', st.stack")} AS args,
+           NULL AS host_mem, {_args([("cpu", "x.cpu"), ("thread state", "x.threadState"), ("stack", "st.stack")])} AS args,
            NULL::BIGINT AS gpid, NULL AS role
     FROM COMPOSITE_EVENTS x
     JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'samples'
