@@ -287,11 +287,6 @@ FROM api a JOIN dev g ON g.corr = a.corr AND (g.gpid IS NULL OR g.gpid = a.gpid)
 WHERE NOT EXISTS (SELECT 1 FROM drv d WHERE d.corr = g.corr AND (g.gpid IS NULL OR g.gpid = d.gpid))
 """
 
-UNLINKED_SQL = """
-SELECT count(*) FROM _links g WHERE g.role IN ('exec', 'dma') AND g.corr IS NOT NULL AND NOT EXISTS (
-    SELECT 1 FROM _links a WHERE a.role IN ('api', 'drv') AND a.corr = g.corr AND (g.gpid IS NULL OR g.gpid = a.gpid))
-"""
-
 
 def osrt_sql(off: int) -> str:
     """OS runtime library calls (pthread, poll, ioctl, ...) on the thread's "OS runtime" track."""
