@@ -316,7 +316,7 @@ class _Ingest:
                 to_op = pc.not_equal(batch.column(2), "submit")
                 reached.append(batch.column(1).filter(to_op).to_numpy(zero_copy_only=False))
         (ops,) = self.q("SELECT count(*) FROM _links WHERE role IN ('exec', 'dma')").fetchall()[0]
-        unlinked = ops - (len(np.unique(np.concatenate(reached))) if reached else 0)
+        unlinked = ops - _distinct(np.concatenate(reached)) if reached else ops
         if unlinked:
             self.b.set_meta("nsys_unlinked_device_ops", str(unlinked))
 
@@ -357,6 +357,15 @@ _ROLE_SUFFIX = {"cpu": "", "driver": "", "annotation": " NVTX", "osrt": " OS run
                 "samples": " samples"}
 _UNIT = re.compile(r"^(.*?)\s*\[([^\]]+)\]\s*$")
 _GPU = re.compile(r"\bGPU\s*(\d+)\b", re.IGNORECASE)
+
+
+def _distinct(a: np.ndarray) -> int:
+    """How many distinct values `a` holds: by a sort (numpy 2.4's np.unique hashes: 0.6-0.7 s for 1 M ids
+    here, against 0.03 s)."""
+    if not len(a):
+        return 0
+    a = np.sort(a)
+    return 1 + int(np.count_nonzero(a[1:] != a[:-1]))
 
 
 def _rows(ex: r.Export, table: str, limit: int = 256, where: str = "TRUE") -> list[dict]:
