@@ -318,7 +318,7 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
     def lod(cur):
         final.use(cur)
         build_lod(cur, slices="_slices_final", keep_order_setting=True,
-                  before_pyramid=written.wait if final.large else None)
+                  before_pyramid=written.wait if final.large else None, rows=final.rows)
 
     con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
     try:

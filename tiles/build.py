@@ -34,6 +34,9 @@ import time
 from typing import Callable
 
 import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from acceltrace.store.duck import insert_rows
 from acceltrace.tiles import pyramid
@@ -52,6 +55,8 @@ LONG_BELOW_CHUNK_LOG2 = 9
 LONG_MAX_SHARE = 0.25
 # lod_merged from numpy where it fits (tiles/pyramid.py); False forces the SQL build (tests compare both)
 MERGED_IN_NUMPY = True
+# lod_slices ordered in numpy where the caller holds the slices as Arrow (_ShortSlices); False: by SQL
+SLICES_IN_NUMPY = True
 
 _CLS_SQL = (
     "(floor(log2({d}))::INTEGER - CASE WHEN (1::BIGINT << floor(log2({d}))::INTEGER) > {d} THEN 1 ELSE 0 END)"
@@ -69,26 +74,29 @@ def lane_rank_sql(col: str = "lane") -> str:
 
 
 def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_setting: bool = False,
-          before_pyramid: Callable[[], None] | None = None) -> None:
+          before_pyramid: Callable[[], None] | None = None, rows: pa.Table | None = None) -> None:
     """Create every lod_* table in the builder's connection (before the trace is published).
 
     slices: the table or view to read the slices from (the builder passes its staged rows, so
     this runs while `slices` itself is being written). keep_order_setting: the caller has set
     preserve_insertion_order (a setting of the whole database) and resets it itself.
     before_pyramid: called once `slices` has been read, before the merged pyramid is built (the
-    builder waits there for the write of `slices` to free its rows: the two together passed 1.5 GB)."""
+    builder waits there for the write of `slices` to free its rows: the two together passed 1.5 GB).
+    rows: the same slices as an Arrow table (slice_id, track_id, ts, dur, depth, name, bytes), when the
+    caller holds them: lod_slices is then ordered in numpy (_ShortSlices) instead of by a DuckDB sort."""
     if not keep_order_setting:
         con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
     t0 = time.perf_counter()
     try:
-        _build(con, slices, before_pyramid)
+        _build(con, slices, before_pyramid, rows)
     finally:
         if not keep_order_setting:
             con.execute("SET preserve_insertion_order = false")
     con.execute("INSERT INTO lod_info VALUES ('build_ms', ?)", [str(round((time.perf_counter() - t0) * 1000))])
 
 
-def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable[[], None] | None = None) -> None:
+def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable[[], None] | None = None,
+           rows: pa.Table | None = None) -> None:
     start_ns, end_ns = (int(v) for v in con.execute(
         "SELECT (SELECT value FROM trace_meta WHERE key = 'start_ns'), (SELECT value FROM trace_meta WHERE key = 'end_ns')"
     ).fetchone())
@@ -101,19 +109,22 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable
         f" FROM (SELECT DISTINCT name FROM {slices}) ORDER BY name_id"
     )
     cls = dur_class_sql("s.dur")
+    short = _ShortSlices(con, rows, start_ns) if rows is not None and SLICES_IN_NUMPY else None
     # the same rows lod_slices will hold: their rate sets both its chunk width and its base level
-    slice_rate = _peak_rate_per_ns(
+    slice_rate = short.peak_rate_per_ns(max_level) if short is not None else _peak_rate_per_ns(
         con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM {slices} s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",
         max_level)
     chunk_log2 = _chunk_log2(slice_rate, max_level)
-    con.execute(
-        f"""CREATE TABLE lod_slices AS
-        SELECT t.grp, ((s.ts - {start_ns}) >> {chunk_log2})::INTEGER AS chunk, {cls}::TINYINT AS cls,
-               s.ts - {start_ns} AS ts, s.dur, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id, s.bytes
-        FROM {slices} s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
-        WHERE s.dur > 0
-        ORDER BY t.grp, chunk, cls, ts"""
-    )
+    if short is None or not short.create(con, chunk_log2):
+        con.execute(
+            f"""CREATE TABLE lod_slices AS
+            SELECT t.grp, ((s.ts - {start_ns}) >> {chunk_log2})::INTEGER AS chunk, {cls}::TINYINT AS cls,
+                   s.ts - {start_ns} AS ts, s.dur, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id, s.bytes
+            FROM {slices} s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
+            WHERE s.dur > 0
+            ORDER BY t.grp, chunk, cls, ts"""
+        )
+    del short
     long_cls = _long_class(con, chunk_log2)
     con.execute(f"CREATE TABLE lod_long AS SELECT * FROM lod_slices WHERE cls >= {long_cls} ORDER BY grp, cls, ts")
     con.execute(
@@ -156,6 +167,89 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable
     }
     con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
     insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
+
+
+class _ShortSlices:
+    """The slices lod_slices holds (dur > 0) as numpy columns, from the Arrow rows the builder holds:
+    lod_slices ordered by one argsort of a packed key instead of DuckDB's join with lod_tracks and
+    lod_names and its sort (the same rows and order; 2-2.5 M slices: 0.64-1.23 CPU-s -> 0.27-0.49,
+    docs/performance.md, fifteenth stop). Built after lod_tracks and lod_names."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, rows: pa.Table, start_ns: int):
+        self.rows = rows  # (no copy of its columns: their rows are taken once, in the stored order)
+        dur = rows.column("dur").to_numpy()
+        self.keep = np.flatnonzero(dur > 0)
+        self.dur = dur[self.keep]
+        self.ts = rows.column("ts").to_numpy()[self.keep] - start_ns
+        self.track = rows.column("track_id").to_numpy()[self.keep].astype(np.int32)
+        lt = con.execute("SELECT track_id, grp FROM lod_tracks").fetchnumpy()
+        grp_of = np.zeros(int(lt["track_id"].max()) + 1 if len(lt["track_id"]) else 1, np.int32)
+        grp_of[lt["track_id"]] = lt["grp"]
+        self.grp = grp_of[self.track]
+
+    def peak_rate_per_ns(self, max_level: int) -> float:
+        """_peak_rate_per_ns of these rows: a coarse bucket is ts >> max_level, 0..1024 (the trace's span)."""
+        if not len(self.ts):
+            return 0.0
+        bucket = self.ts >> max_level
+        width = int(bucket.max()) + 1
+        return int(np.bincount(self.grp.astype(np.int64) * width + bucket).max()) / float(1 << max_level)
+
+    def create(self, con: duckdb.DuckDBPyConnection, chunk_log2: int) -> bool:
+        """lod_slices, ordered by (grp, chunk, cls, ts); False (nothing made) where that key does not fit
+        63 bits (a span past ~2^50 ns with thousands of groups), for the SQL to make."""
+        ts, dur = self.ts, self.dur
+        if len(ts) and int(ts.min()) < 0:  # slices before the trace's start (a live segment's): SQL's order
+            return False
+        bits_ts = max(chunk_log2, int(ts.max()).bit_length() if len(ts) else 0)
+        bits_grp = int(self.grp.max()).bit_length() if len(ts) else 0
+        if bits_grp + 6 + bits_ts > 63:
+            return False
+        # (grp, chunk, cls, ts) as one integer: a chunk is the top bits of ts, so cls goes between them
+        key = self.grp.astype(np.int64) << (bits_ts + 6)
+        key |= (ts >> chunk_log2) << (chunk_log2 + 6)
+        key |= dur_class(dur) << chunk_log2
+        key |= ts & ((1 << chunk_log2) - 1)
+        order = np.argsort(key, kind="stable")
+        del key  # (each column below is made in order and its source let go: the write of `slices` runs beside)
+        ts, self.ts = ts[order], None
+        dur, self.dur = dur[order], None
+        rows, self.keep = self.keep[order], None  # the same rows of the whole table
+        table = pa.table({
+            "grp": self.grp[order], "chunk": (ts >> chunk_log2).astype(np.int32),
+            "cls": dur_class(dur).astype(np.int8), "ts": ts, "dur": dur, "track_id": self.track[order],
+            "depth": self.rows.column("depth").to_numpy()[rows].astype(np.int16),
+            "slice_id": self.rows.column("slice_id").to_numpy()[rows],
+            "name_id": _name_ids(con, self.rows.column("name")).take(pa.array(rows)),
+            "bytes": self.rows.column("bytes").take(pa.array(rows)),
+        })
+        del ts, dur, rows, order
+        con.register("_lod_slices_src", table)
+        try:
+            con.execute("CREATE TABLE lod_slices AS SELECT * FROM _lod_slices_src")
+        finally:
+            con.unregister("_lod_slices_src")
+        return True
+
+
+def dur_class(dur: np.ndarray) -> np.ndarray:
+    """floor(log2(dur)) exactly, for dur > 0 (dur_class_sql's numbers): the float's exponent, one less
+    where rounding to a double reached the next power of two."""
+    cls = np.frexp(dur.astype(np.float64))[1].astype(np.int64) - 1
+    cls -= np.left_shift(np.int64(1), cls) > dur
+    return cls
+
+
+def _name_ids(con: duckdb.DuckDBPyConnection, names: pa.ChunkedArray) -> pa.Array:
+    """lod_names' name_id of each name (a dictionary chunk's values looked up once each)."""
+    known = con.sql("SELECT name FROM lod_names ORDER BY name_id").to_arrow_table().column(0)
+    parts = []
+    for chunk in names.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            parts.append(pc.index_in(chunk.dictionary, value_set=known).take(chunk.indices))
+        else:
+            parts.append(pc.index_in(chunk, value_set=known))
+    return (pa.concat_arrays(parts) if parts else pa.array([], pa.int32())).cast(pa.int32())
 
 
 def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices") -> None:
