@@ -206,24 +206,24 @@ class _ShortSlices:
         if bits_grp + 6 + bits_ts > 63:
             return False
         # (grp, chunk, cls, ts) as one integer: a chunk is the top bits of ts, so cls goes between them
+        cls = dur_class(dur)
         key = self.grp.astype(np.int64) << (bits_ts + 6)
         key |= (ts >> chunk_log2) << (chunk_log2 + 6)
-        key |= dur_class(dur) << chunk_log2
+        key |= cls << chunk_log2
         key |= ts & ((1 << chunk_log2) - 1)
         order = np.argsort(key, kind="stable")
         del key  # (each column below is made in order and its source let go: the write of `slices` runs beside)
+        cls = cls.astype(np.int8)[order]
         ts, self.ts = ts[order], None
         dur, self.dur = dur[order], None
         rows, self.keep = self.keep[order], None  # the same rows of the whole table
         table = pa.table({
-            "grp": self.grp[order], "chunk": (ts >> chunk_log2).astype(np.int32),
-            "cls": dur_class(dur).astype(np.int8), "ts": ts, "dur": dur, "track_id": self.track[order],
-            "depth": self.rows.column("depth").to_numpy()[rows].astype(np.int16),
+            "grp": self.grp[order], "chunk": (ts >> chunk_log2).astype(np.int32), "cls": cls, "ts": ts, "dur": dur,
+            "track_id": self.track[order], "depth": self.rows.column("depth").to_numpy()[rows].astype(np.int16),
             "slice_id": self.rows.column("slice_id").to_numpy()[rows],
-            "name_id": _name_ids(con, self.rows.column("name")).take(pa.array(rows)),
-            "bytes": self.rows.column("bytes").take(pa.array(rows)),
+            "name_id": _name_ids(con, self.rows.column("name"))[rows], "bytes": _taken(self.rows.column("bytes"), rows),
         })
-        del ts, dur, rows, order
+        del ts, dur, cls, rows, order
         con.register("_lod_slices_src", table)
         try:
             con.execute("CREATE TABLE lod_slices AS SELECT * FROM _lod_slices_src")
@@ -233,23 +233,34 @@ class _ShortSlices:
 
 
 def dur_class(dur: np.ndarray) -> np.ndarray:
-    """floor(log2(dur)) exactly, for dur > 0 (dur_class_sql's numbers): the float's exponent, one less
-    where rounding to a double reached the next power of two."""
-    cls = np.frexp(dur.astype(np.float64))[1].astype(np.int64) - 1
+    """floor(log2(dur)) exactly, for 0 < dur <= 2^62 (dur_class_sql's numbers): the exponent bits of the
+    double, one less where rounding to a double reached the next power of two."""
+    cls = (dur.astype(np.float64).view(np.int64) >> 52) - 1023
     cls -= np.left_shift(np.int64(1), cls) > dur
     return cls
 
 
-def _name_ids(con: duckdb.DuckDBPyConnection, names: pa.ChunkedArray) -> pa.Array:
+def _name_ids(con: duckdb.DuckDBPyConnection, names: pa.ChunkedArray) -> np.ndarray:
     """lod_names' name_id of each name (a dictionary chunk's values looked up once each)."""
     known = con.sql("SELECT name FROM lod_names ORDER BY name_id").to_arrow_table().column(0)
     parts = []
     for chunk in names.chunks:
         if pa.types.is_dictionary(chunk.type):
-            parts.append(pc.index_in(chunk.dictionary, value_set=known).take(chunk.indices))
+            ids = pc.index_in(chunk.dictionary, value_set=known).to_numpy(zero_copy_only=False)
+            parts.append(ids[chunk.indices.to_numpy(zero_copy_only=False)])
         else:
-            parts.append(pc.index_in(chunk, value_set=known))
-    return (pa.concat_arrays(parts) if parts else pa.array([], pa.int32())).cast(pa.int32())
+            parts.append(pc.index_in(chunk, value_set=known).to_numpy(zero_copy_only=False))
+    return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+
+
+def _taken(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """The rows of a nullable integer column, nulls kept (numpy's gather: Arrow's take of a chunked
+    column joins its chunks on every call)."""
+    whole = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    values = whole.fill_null(0).to_numpy()
+    if not whole.null_count:
+        return pa.array(values[rows])
+    return pa.array(values[rows], mask=whole.is_null().to_numpy(zero_copy_only=False)[rows])
 
 
 def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices") -> None:
