@@ -306,3 +306,23 @@ def test_the_threaded_hand_over_gives_the_one_thread_result(tmp_path, monkeypatc
         out.append((canonical_summary(con), flows, slices, res.warnings))
         assert flows
     assert out[0] == out[1]
+
+
+def test_a_thread_with_few_records_among_many_gets_its_own_track(tmp_path, store):
+    # tracks are found in a sample of each batch (ingest/native/tracks.py); threads whose records fall
+    # between the sampled ones (a cycle through 16 threads, one thread's single record) are found too
+    p = tmp_path / "few.atrace"
+    w = AtraceWriter(p, chunk_events=1 << 16)
+    n = w.intern("op")
+    recs = np.zeros(50_000, R.RECORD_DTYPE)
+    recs["kind"], recs["name"], recs["ts"], recs["dur"], recs["pid"] = R.COMPLETE, n, np.arange(50_000) * 10, 5, 7
+    recs["tid"] = np.arange(50_000) % 16
+    recs["tid"][12_345] = 99  # a record at no multiple of any stride tried
+    w.add_records(recs)
+    w.close()
+    _, con = _one(store, p)
+    per_track = dict(con.execute("SELECT t.thread, count(*) FROM slices s JOIN tracks t USING (track_id)"
+                                 " GROUP BY ALL").fetchall())
+    assert per_track.pop("99") == 1
+    assert sorted(per_track.values()) == [3124] + [3125] * 15  # tid 9 gave one record to 99
+    assert sorted(per_track) == sorted(str(t) for t in range(16))
