@@ -13,6 +13,7 @@ import pytest
 from acceltrace.ingest.pipeline import ingest_one
 from acceltrace.store.catalog import Store
 from acceltrace.tiles import build as lod
+from acceltrace.tiles import lod_slices
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 CASES = ["chrome/kineto/mtia-rank0-dma.json.gz", "chrome/kineto/a100-rank0-memcpy.json.gz",
@@ -59,7 +60,7 @@ def test_duration_classes_equal_the_sql_ones_at_every_power_of_two():
     con = duckdb.connect()
     con.register("d", pa.table({"dur": durs}))
     want = [c for (c,) in con.execute(f"SELECT {lod.dur_class_sql('dur')} FROM d").fetchall()]
-    assert lod.dur_class(durs).tolist() == want
+    assert lod_slices.dur_class(durs).tolist() == want
     assert want[:4] == [0, 1, 1, 2]  # 1, 2, 3, 4 ns
 
 
@@ -82,9 +83,9 @@ def test_keys_wider_than_63_bits_or_slices_before_the_start_are_left_to_sql():
     con = duckdb.connect()
     _groups_and_names(con, 4000, ["a", "b"])
     wide = _rows([0, 1 << 60], [5, 7], [0, 3999], ["a", "b"])  # 12 bits of group + 6 + 61 of time
-    short = lod._ShortSlices(con, wide, 0)
+    short = lod_slices.ShortSlices(con, wide, 0)
     assert not short.create(con, 20)
-    early = lod._ShortSlices(con, _rows([100, 200], [5, 7], [0, 1], ["a", "b"]), 150)  # a live segment's start
+    early = lod_slices.ShortSlices(con, _rows([100, 200], [5, 7], [0, 1], ["a", "b"]), 150)  # a live segment's start
     assert not early.create(con, 10)
     assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'lod_slices'").fetchone()[0]
 
@@ -96,7 +97,7 @@ def test_rows_of_a_chunk_are_ordered_by_class_then_time_and_names_by_their_ids()
     #                 group 1 first in the input; chunk width 2^10: ts 5000 is chunk 4, ts 900 chunk 0
     rows = _rows([5000, 900, 950, 100, 100, 40], [3, 1000, 2, 8, 0, 2], [1, 0, 0, 0, 0, 1],
                  ["z", "y", "x", "x", "y", "z"])
-    short = lod._ShortSlices(con, rows, 0)
+    short = lod_slices.ShortSlices(con, rows, 0)
     assert short.peak_rate_per_ns(13) == 3 / float(1 << 13)  # group 0 holds 3 slices of dur > 0 in bucket 0
     assert short.create(con, 10)
     got = con.execute("SELECT grp, chunk, cls, ts, dur, slice_id, name_id FROM lod_slices").fetchall()

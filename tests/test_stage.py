@@ -194,9 +194,10 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     assert final.large and final.order.tolist() == [1, 0]
     waited = []
 
-    def lod(cur, slices, keep_order_setting, before_pyramid):
+    def lod(cur, slices, keep_order_setting, before_pyramid, rows):
         before_pyramid()  # returns once the write has given up
         waited.append(cur.execute(f"SELECT count(*) FROM {slices}").fetchone()[0])
+        assert rows.num_rows == 2  # the same rows as Arrow, for lod_slices' numpy order
 
     errors = []
     t = threading.Thread(target=lambda: _run(errors, con, final, lod))

@@ -34,12 +34,11 @@ import time
 from typing import Callable
 
 import duckdb
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from acceltrace.store.duck import insert_rows
 from acceltrace.tiles import pyramid
+from acceltrace.tiles.lod_slices import ShortSlices
 
 LOD_VERSION = "1"
 BUCKETS_PER_TILE = 1024
@@ -55,7 +54,7 @@ LONG_BELOW_CHUNK_LOG2 = 9
 LONG_MAX_SHARE = 0.25
 # lod_merged from numpy where it fits (tiles/pyramid.py); False forces the SQL build (tests compare both)
 MERGED_IN_NUMPY = True
-# lod_slices ordered in numpy where the caller holds the slices as Arrow (_ShortSlices); False: by SQL
+# lod_slices ordered in numpy where the caller holds the slices as Arrow (tiles/lod_slices.py); False: by SQL
 SLICES_IN_NUMPY = True
 
 _CLS_SQL = (
@@ -83,7 +82,7 @@ def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_set
     before_pyramid: called once `slices` has been read, before the merged pyramid is built (the
     builder waits there for the write of `slices` to free its rows: the two together passed 1.5 GB).
     rows: the same slices as an Arrow table (slice_id, track_id, ts, dur, depth, name, bytes), when the
-    caller holds them: lod_slices is then ordered in numpy (_ShortSlices) instead of by a DuckDB sort."""
+    caller holds them: lod_slices is then ordered in numpy (tiles/lod_slices.py) instead of by a DuckDB sort."""
     if not keep_order_setting:
         con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
     t0 = time.perf_counter()
@@ -109,7 +108,7 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable
         f" FROM (SELECT DISTINCT name FROM {slices}) ORDER BY name_id"
     )
     cls = dur_class_sql("s.dur")
-    short = _ShortSlices(con, rows, start_ns) if rows is not None and SLICES_IN_NUMPY else None
+    short = ShortSlices(con, rows, start_ns) if rows is not None and SLICES_IN_NUMPY else None
     # the same rows lod_slices will hold: their rate sets both its chunk width and its base level
     slice_rate = short.peak_rate_per_ns(max_level) if short is not None else _peak_rate_per_ns(
         con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM {slices} s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",
@@ -167,100 +166,6 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable
     }
     con.execute("CREATE TABLE lod_info (key VARCHAR, value VARCHAR)")
     insert_rows(con, "lod_info", [(k, str(v)) for k, v in info.items()])
-
-
-class _ShortSlices:
-    """The slices lod_slices holds (dur > 0) as numpy columns, from the Arrow rows the builder holds:
-    lod_slices ordered by one argsort of a packed key instead of DuckDB's join with lod_tracks and
-    lod_names and its sort (the same rows and order; 2-2.5 M slices: 0.64-1.23 CPU-s -> 0.27-0.49,
-    docs/performance.md, fifteenth stop). Built after lod_tracks and lod_names."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, rows: pa.Table, start_ns: int):
-        self.rows = rows  # (no copy of its columns: their rows are taken once, in the stored order)
-        dur = rows.column("dur").to_numpy()
-        self.keep = np.flatnonzero(dur > 0)
-        self.dur = dur[self.keep]
-        self.ts = rows.column("ts").to_numpy()[self.keep] - start_ns
-        self.track = rows.column("track_id").to_numpy()[self.keep].astype(np.int32)
-        lt = con.execute("SELECT track_id, grp FROM lod_tracks").fetchnumpy()
-        grp_of = np.zeros(int(lt["track_id"].max()) + 1 if len(lt["track_id"]) else 1, np.int32)
-        grp_of[lt["track_id"]] = lt["grp"]
-        self.grp = grp_of[self.track]
-
-    def peak_rate_per_ns(self, max_level: int) -> float:
-        """_peak_rate_per_ns of these rows: a coarse bucket is ts >> max_level, 0..1024 (the trace's span)."""
-        if not len(self.ts):
-            return 0.0
-        bucket = self.ts >> max_level
-        width = int(bucket.max()) + 1
-        return int(np.bincount(self.grp.astype(np.int64) * width + bucket).max()) / float(1 << max_level)
-
-    def create(self, con: duckdb.DuckDBPyConnection, chunk_log2: int) -> bool:
-        """lod_slices, ordered by (grp, chunk, cls, ts); False (nothing made) where that key does not fit
-        63 bits (a span past ~2^50 ns with thousands of groups), for the SQL to make."""
-        ts, dur = self.ts, self.dur
-        if len(ts) and int(ts.min()) < 0:  # slices before the trace's start (a live segment's): SQL's order
-            return False
-        bits_ts = max(chunk_log2, int(ts.max()).bit_length() if len(ts) else 0)
-        bits_grp = int(self.grp.max()).bit_length() if len(ts) else 0
-        if bits_grp + 6 + bits_ts > 63:
-            return False
-        # (grp, chunk, cls, ts) as one integer: a chunk is the top bits of ts, so cls goes between them
-        cls = dur_class(dur)
-        key = self.grp.astype(np.int64) << (bits_ts + 6)
-        key |= (ts >> chunk_log2) << (chunk_log2 + 6)
-        key |= cls << chunk_log2
-        key |= ts & ((1 << chunk_log2) - 1)
-        order = np.argsort(key, kind="stable")
-        del key  # (each column below is made in order and its source let go: the write of `slices` runs beside)
-        cls = cls.astype(np.int8)[order]
-        ts, self.ts = ts[order], None
-        dur, self.dur = dur[order], None
-        rows, self.keep = self.keep[order], None  # the same rows of the whole table
-        table = pa.table({
-            "grp": self.grp[order], "chunk": (ts >> chunk_log2).astype(np.int32), "cls": cls, "ts": ts, "dur": dur,
-            "track_id": self.track[order], "depth": self.rows.column("depth").to_numpy()[rows].astype(np.int16),
-            "slice_id": self.rows.column("slice_id").to_numpy()[rows],
-            "name_id": _name_ids(con, self.rows.column("name"))[rows], "bytes": _taken(self.rows.column("bytes"), rows),
-        })
-        del ts, dur, cls, rows, order
-        con.register("_lod_slices_src", table)
-        try:
-            con.execute("CREATE TABLE lod_slices AS SELECT * FROM _lod_slices_src")
-        finally:
-            con.unregister("_lod_slices_src")
-        return True
-
-
-def dur_class(dur: np.ndarray) -> np.ndarray:
-    """floor(log2(dur)) exactly, for 0 < dur <= 2^62 (dur_class_sql's numbers): the exponent bits of the
-    double, one less where rounding to a double reached the next power of two."""
-    cls = (dur.astype(np.float64).view(np.int64) >> 52) - 1023
-    cls -= np.left_shift(np.int64(1), cls) > dur
-    return cls
-
-
-def _name_ids(con: duckdb.DuckDBPyConnection, names: pa.ChunkedArray) -> np.ndarray:
-    """lod_names' name_id of each name (a dictionary chunk's values looked up once each)."""
-    known = con.sql("SELECT name FROM lod_names ORDER BY name_id").to_arrow_table().column(0)
-    parts = []
-    for chunk in names.chunks:
-        if pa.types.is_dictionary(chunk.type):
-            ids = pc.index_in(chunk.dictionary, value_set=known).to_numpy(zero_copy_only=False)
-            parts.append(ids[chunk.indices.to_numpy(zero_copy_only=False)])
-        else:
-            parts.append(pc.index_in(chunk, value_set=known).to_numpy(zero_copy_only=False))
-    return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
-
-
-def _taken(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
-    """The rows of a nullable integer column, nulls kept (numpy's gather: Arrow's take of a chunked
-    column joins its chunks on every call)."""
-    whole = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    values = whole.fill_null(0).to_numpy()
-    if not whole.null_count:
-        return pa.array(values[rows])
-    return pa.array(values[rows], mask=whole.is_null().to_numpy(zero_copy_only=False)[rows])
 
 
 def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices") -> None:

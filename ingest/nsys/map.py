@@ -134,9 +134,9 @@ def _args(pairs: list[tuple[str, str]]) -> str:
     """The args JSON object of (key, SQL value) pairs, leaving out the members whose value is NULL, so
     args only list what the export recorded. Written as text: each member '"key":' || to_json(value)
     is NULL with its value, and concat_ws skips it. The same text json_merge_patch('{}', json_object(...))
-    gave (tests/test_nsys.py), in a third of the time: that built the object, printed it, parsed it
+    gave (tests/test_nsys.py), for less: that built the object, printed it, parsed it
     and the empty one, merged and printed again (2.5 M slices of a synthetic export: the mapping
-    queries 1.6 -> ~0.8 s, docs/performance.md, fifteenth stop)."""
+    queries' CPU 3.4 -> 2.2 s, docs/performance.md, fifteenth stop)."""
     members = ", ".join("'" + json.dumps(key).replace("'", "''") + f":' || to_json({value})" for key, value in pairs)
     return f"('{{' || concat_ws(',', {members}) || '}}')"
 
