@@ -86,7 +86,7 @@ def test_keys_wider_than_63_bits_or_slices_before_the_start_are_left_to_sql():
     short = lod_slices.ShortSlices(con, wide, 0)
     assert not short.create(con, 20)
     early = lod_slices.ShortSlices(con, _rows([100, 200], [5, 7], [0, 1], ["a", "b"]), 150)  # a live segment's start
-    assert not early.create(con, 10)
+    assert not early.usable and not early.create(con, 10)
     assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'lod_slices'").fetchone()[0]
 
 
@@ -103,3 +103,15 @@ def test_rows_of_a_chunk_are_ordered_by_class_then_time_and_names_by_their_ids()
     got = con.execute("SELECT grp, chunk, cls, ts, dur, slice_id, name_id FROM lod_slices").fetchall()
     assert got == [(0, 0, 1, 950, 2, 2, 0), (0, 0, 3, 100, 8, 3, 0), (0, 0, 9, 900, 1000, 1, 1),
                    (1, 0, 1, 40, 2, 5, 2), (1, 4, 1, 5000, 3, 0, 2)]
+
+
+def test_a_build_whose_start_follows_some_slices_gets_the_sql_lod_slices(tmp_path):
+    # a live capture's segment is finished with the capture's start, which a slice may precede
+    from acceltrace.ingest.builder import TraceBuilder
+
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    track = b.track("cpu", "main")
+    b.add_slices({"track_id": [track] * 3, "ts": [100, 1_000, 5_000], "dur": [50, 20, 30], "name": ["a", "b", "a"]})
+    b.finish("test", "early.json", start_ns=500)
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    assert con.execute("SELECT ts, dur FROM lod_slices ORDER BY ts").fetchall() == [(-400, 50), (500, 20), (4_500, 30)]

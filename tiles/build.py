@@ -109,6 +109,8 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable
     )
     cls = dur_class_sql("s.dur")
     short = ShortSlices(con, rows, start_ns) if rows is not None and SLICES_IN_NUMPY else None
+    if short is not None and not short.usable:
+        short = None
     # the same rows lod_slices will hold: their rate sets both its chunk width and its base level
     slice_rate = short.peak_rate_per_ns(max_level) if short is not None else _peak_rate_per_ns(
         con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM {slices} s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",

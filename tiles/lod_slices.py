@@ -30,6 +30,9 @@ class ShortSlices:
         grp_of = np.zeros(int(lt["track_id"].max()) + 1 if len(lt["track_id"]) else 1, np.int32)
         grp_of[lt["track_id"]] = lt["grp"]
         self.grp = grp_of[self.track]
+        # a slice before the trace's start (a live capture's segment names its start): negative times have
+        # no place in the packed key or the bincount, so the SQL makes both
+        self.usable = not len(self.ts) or int(self.ts.min()) >= 0
 
     def peak_rate_per_ns(self, max_level: int) -> float:
         """_peak_rate_per_ns of these rows: a coarse bucket is ts >> max_level, 0..1024 (the trace's span)."""
@@ -41,9 +44,9 @@ class ShortSlices:
 
     def create(self, con: duckdb.DuckDBPyConnection, chunk_log2: int) -> bool:
         """lod_slices, ordered by (grp, chunk, cls, ts); False (nothing made) where that key does not fit
-        63 bits (a span past ~2^50 ns with thousands of groups), for the SQL to make."""
+        63 bits (a span past ~2^50 ns with thousands of groups) or a time is negative, for the SQL to make."""
         ts, dur = self.ts, self.dur
-        if len(ts) and int(ts.min()) < 0:  # slices before the trace's start (a live segment's): SQL's order
+        if not self.usable:
             return False
         bits_ts = max(chunk_log2, int(ts.max()).bit_length() if len(ts) else 0)
         bits_grp = int(self.grp.max()).bit_length() if len(ts) else 0
