@@ -28,6 +28,7 @@ from acceltrace.store.duck import close_synced, insert_rows, unsynced
 from acceltrace.ingest import stage
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
+from acceltrace.ingest.memory import use_small_pages
 from acceltrace.tiles.build import build as build_lod
 
 MAX_WARNINGS_KEPT = 200
@@ -68,6 +69,7 @@ class TraceBuilder:
         # memory_limit: DuckDB's, past which it spills; 900 MB leaves room under 1.5 GB at 830 MB for what
         # lives outside it (the parser's Arrow rows, the Chrome link rows, numpy pyramids)
         self.path = Path(path)
+        use_small_pages()  # this process's Arrow and numpy memory in 4 KB pages (ingest/memory.py)
         # scratch space for ingesters that need real files (decompressed SQLite, spills); it
         # lives beside the temp trace file, so the store's sweep removes it after a crash too
         self.work_dir = Path(str(self.path) + ".work")
