@@ -156,7 +156,11 @@ def main() -> None:
         a100 = a100_dir / A100.name
         shutil.copy(A100, a100)
         inputs = [("A100 Kineto (gz)", a100), (f"generated {a.events // 1000}k events", gen)]
-        inputs += [(p.name[:26], p) for p in a.input]
+        for k, p in enumerate(a.input):  # each in a folder of its own: HTA loads every trace in its folder
+            own = work / f"input-{k}"
+            own.mkdir()
+            (own / p.name).symlink_to(p.resolve())
+            inputs.append((p.name[:26], own / p.name))
         hta = a.hta_python if Path(a.hta_python).exists() else None
         rows = []
         for label, path in inputs:
