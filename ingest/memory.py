@@ -1,10 +1,10 @@
-"""The memory an ingest allocates: plain 4 KB pages, no transparent huge pages (docs/ingest.md, "Pages").
+"""The memory an ingest allocates: plain 4 KB pages, no transparent huge pages (docs/ingest.md, step 3).
 
 Arrow's default pool (mimalloc, in the pyarrow wheels) reserves 1 GB arenas marked MADV_HUGEPAGE, and
-numpy marks every array of 4 MB or more the same way. On a kernel whose THP setting is `madvise` (Debian's
-default, and this machine's), the first touch of such a 2 MB range has the kernel find a huge page
-(compacting memory when none is free) and zero all of it, however little of it is then used, again each
-time the allocator hands freed pages back. Profiled at 830 MB of Kineto JSON (perf, cpu-clock), the kernel
+numpy marks every array of 4 MB or more the same way. On a kernel whose THP setting is `madvise` (this
+machine's), the first touch of such a 2 MB range has the kernel find a huge page (compacting memory when
+none is free) and zero all 2 MB of it, and again each time the allocator hands freed pages back and
+takes them anew. Profiled at 830 MB of Kineto JSON (perf, cpu-clock), the kernel
 zeroing pages was the largest single symbol, 11.5 % of the ingest's CPU; with Arrow's system pool (glibc
 malloc) and numpy's hint off, 1.7 %. Six alternations at 830 MB: median 6.02 -> 5.55 s, 9.74 -> 8.73
 CPU-s, system time 2.16 -> 1.38 s, peak 1,280 -> 1,158 MB; Nsight and native inputs gain 8-12 %, real
