@@ -100,6 +100,14 @@ def run_child(python: str, mode: str, path: Path, store: Path | None = None, tim
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _alone(work: Path, path: Path) -> Path:
+    """`path` seen from a folder of its own under `work` (a link): HTA loads every trace in its folder."""
+    own = work / f"input-{len(list(work.glob('input-*')))}"
+    own.mkdir()
+    (own / path.name).symlink_to(path.resolve())
+    return own / path.name
+
+
 def count_events(path: Path) -> tuple[int, int]:
     """(events, decompressed bytes) via the ingester's own reader (no second full parse)."""
     from acceltrace.ingest.chrome.reader import ChromeReader
@@ -151,16 +159,8 @@ def main() -> None:
         gen = work / "gen" / "generated.json"
         gen.parent.mkdir()
         gen_chrome.write(gen, a.events)
-        a100_dir = work / "a100"
-        a100_dir.mkdir()
-        a100 = a100_dir / A100.name
-        shutil.copy(A100, a100)
-        inputs = [("A100 Kineto (gz)", a100), (f"generated {a.events // 1000}k events", gen)]
-        for k, p in enumerate(a.input):  # each in a folder of its own: HTA loads every trace in its folder
-            own = work / f"input-{k}"
-            own.mkdir()
-            (own / p.name).symlink_to(p.resolve())
-            inputs.append((p.name[:26], own / p.name))
+        inputs = [("A100 Kineto (gz)", _alone(work, A100)), (f"generated {a.events // 1000}k events", gen)]
+        inputs += [(p.name[:26], _alone(work, p)) for p in a.input]
         hta = a.hta_python if Path(a.hta_python).exists() else None
         rows = []
         for label, path in inputs:

@@ -17,29 +17,20 @@ NUMPY_MADVISE_HUGEPAGE in the environment, is left alone.
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 
 import numpy as np
 import pyarrow as pa
 
-_lock = threading.Lock()
-_done = False
 
-
+@functools.cache  # once a process (two threads at once would only set the same values twice)
 def use_small_pages() -> None:
-    """Arrow's system pool and numpy's huge-page hint off, for this process (idempotent)."""
-    global _done
-    if _done:
-        return
-    with _lock:
-        if _done:
-            return
-        if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-            pa.set_memory_pool(pa.system_memory_pool())
-        if "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
-            core = getattr(np, "_core", None) or getattr(np, "core", None)  # numpy 2 / 1
-            setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
-            if setter is not None:
-                setter(False)
-        _done = True
+    """Arrow's system pool and numpy's huge-page hint off, for this process."""
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        pa.set_memory_pool(pa.system_memory_pool())
+    if "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
+        core = getattr(np, "_core", None) or getattr(np, "core", None)  # numpy 2 / 1 (a private switch)
+        setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+        if setter is not None:
+            setter(False)
