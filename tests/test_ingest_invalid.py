@@ -89,21 +89,27 @@ def test_killed_ingest_leaves_nothing_and_is_swept_next_time(tmp_path):
     spec.loader.exec_module(gen_chrome)
 
     big = tmp_path / "big.json"
-    gen_chrome.write(big, 150_000)
+    gen_chrome.write(big, 300_000)  # 68 MB: its temp file lives for most of a second on a fast machine
     root = tmp_path / "store"
     env = dict(os.environ, ACCELTRACE_STORE=str(root))
     proc = subprocess.Popen([sys.executable, "-m", "acceltrace", "ingest", str(big)], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def temp_files():
+        tmp = root / "tmp"
+        return [p for p in tmp.rglob("*.duckdb")] if tmp.exists() else []
+
     try:
         deadline = time.time() + 120
-        while time.time() < deadline:  # wait until the ingest has begun writing its temp file
-            tmp = root / "tmp"
-            if tmp.exists() and any(p.suffix == ".duckdb" for p in tmp.iterdir()):
+        while time.time() < deadline and proc.poll() is None:  # until the ingest writes its temp file
+            if temp_files():
                 break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the ingest never started")
-        time.sleep(0.5)
+            time.sleep(0.005)
+        time.sleep(0.1)  # into the write; the file lives 0.6-0.9 s here
+        # frozen, then checked: a kill after the publish would test nothing
+        os.kill(proc.pid, signal.SIGSTOP)
+        if not temp_files():
+            pytest.fail("the ingest was not caught while writing its temp file")
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
