@@ -142,8 +142,8 @@ class Final:
         self.held_order = held_order
         self.held = held
         self.release = release  # Held.release: called as the write goes, while it reads mapped args
-        # large: the sorted rows are streamed to the write, and the LOD's pyramid waits for the write to
-        # free them; a smaller trace is sorted whole (DuckDB then scans it on both cores) and nothing waits
+        # large: the sorted rows are streamed to the write; a smaller trace is sorted whole (DuckDB then
+        # scans it on both cores)
         self.large = rows.nbytes + sum(c.nbytes for c in rest.values()) > STREAM_BYTES
 
     def use(self, cur: duckdb.DuckDBPyConnection) -> None:
@@ -304,21 +304,15 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
     batches are taken in its thread); without `parallel` (a one-thread build: a fleet runs one per
     core) one after the other."""
 
-    written = threading.Event()  # the write's rows are freed: the LOD's numpy pyramid may take memory
-
     def write(cur):
-        try:
-            cur.register("_slices_sorted", final.in_stored_order())
-            cur.execute("INSERT INTO slices SELECT * FROM _slices_sorted")
-            cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
-            pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
-        finally:
-            written.set()
+        cur.register("_slices_sorted", final.in_stored_order())
+        cur.execute("INSERT INTO slices SELECT * FROM _slices_sorted")
+        cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
+        pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
 
-    def lod(cur):
+    def lod(cur):  # the numpy pyramid beside the write: it holds at most a bounded part of the slices
         final.use(cur)
-        build_lod(cur, slices="_slices_final", keep_order_setting=True,
-                  before_pyramid=written.wait if final.large else None, rows=final.rows)
+        build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows)
 
     con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
     try:

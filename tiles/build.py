@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
 
 import duckdb
 import pyarrow as pa
@@ -73,29 +72,26 @@ def lane_rank_sql(col: str = "lane") -> str:
 
 
 def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_setting: bool = False,
-          before_pyramid: Callable[[], None] | None = None, rows: pa.Table | None = None) -> None:
+          rows: pa.Table | None = None) -> None:
     """Create every lod_* table in the builder's connection (before the trace is published).
 
     slices: the table or view to read the slices from (the builder passes its staged rows, so
     this runs while `slices` itself is being written). keep_order_setting: the caller has set
     preserve_insertion_order (a setting of the whole database) and resets it itself.
-    before_pyramid: called once `slices` has been read, before the merged pyramid is built (the
-    builder waits there for the write of `slices` to free its rows: the two together passed 1.5 GB).
     rows: the same slices as an Arrow table (slice_id, track_id, ts, dur, depth, name, bytes), when the
     caller holds them: lod_slices is then ordered in numpy (tiles/lod_slices.py) instead of by a DuckDB sort."""
     if not keep_order_setting:
         con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
     t0 = time.perf_counter()
     try:
-        _build(con, slices, before_pyramid, rows)
+        _build(con, slices, rows)
     finally:
         if not keep_order_setting:
             con.execute("SET preserve_insertion_order = false")
     con.execute("INSERT INTO lod_info VALUES ('build_ms', ?)", [str(round((time.perf_counter() - t0) * 1000))])
 
 
-def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable[[], None] | None = None,
-           rows: pa.Table | None = None) -> None:
+def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = None) -> None:
     start_ns, end_ns = (int(v) for v in con.execute(
         "SELECT (SELECT value FROM trace_meta WHERE key = 'start_ns'), (SELECT value FROM trace_meta WHERE key = 'end_ns')"
     ).fetchone())
@@ -144,8 +140,6 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, before_pyramid: Callable
     base = _base_level(slice_rate, max_level)
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
     cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
-    if before_pyramid is not None:
-        before_pyramid()
     if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
         pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2)
     else:
