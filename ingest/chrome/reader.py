@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
@@ -24,6 +23,7 @@ import msgspec
 import numpy as np
 
 from acceltrace.store.errors import IngestError
+from acceltrace.ingest.chrome.ahead import DEPTH, Ahead
 from acceltrace.ingest.chrome.blocks import (WS as _WS, Prefetch, bracketed, decode_error, fail_if_malformed, final_plan,
                                             quotes as _quotes, structure, structure_from)
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
@@ -78,24 +78,29 @@ class ChromeReader:
         self.eof = False
         self._prefix = b""
         self.speculate = prefetch  # decode the next chunk in a thread (see _speculate)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: tuple | None = None
+        self._ahead = Ahead(decode)  # chunks decoded on a thread ahead of the caller (see _speculate)
         self._final: tuple | None = None  # (bytes, lead, final_plan's answer) worked out by _speculate
         self._partial: tuple | None = None  # (stream offset, structure_from state) of an unfinished event
 
     def _read(self) -> bytes:
         if self.eof:
             return b""
-        try:
-            data = self.src.read() if self.src else self.stream.read(self.block)
-        except TruncatedStream as e:  # keep what came before the cut, like a cut-off array
-            self.result.truncated = e.detail
-            data = b""
+        data, truncated = self._ahead.stash.popleft() if self._ahead.stash else self._read_source()
+        if isinstance(data, BaseException):  # a read ahead failed: raised where the read belongs
+            raise data
+        if truncated:  # keep what came before the cut, like a cut-off array
+            self.result.truncated = truncated
         if not data:
             self.eof = True
             if isinstance(self._guard, BombGuard) and self._guard.truncated:
                 self.result.truncated = self._guard.truncated
         return data
+
+    def _read_source(self) -> tuple[bytes, str | None]:
+        try:
+            return (self.src.read() if self.src else self.stream.read(self.block)), None
+        except TruncatedStream as e:
+            return b"", e.detail
 
     def _grow(self) -> None:  # the next chunks twice as big, up to max_block
         self.block = min(self.max_block, self.block * 2)
@@ -103,10 +108,7 @@ class ChromeReader:
     def close(self):
         if self.src:
             self.src.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._pending = None
+        self._ahead.close()
 
     # -- the container ---------------------------------------------------------------
     def _find_array(self) -> bytes:
@@ -229,7 +231,7 @@ class ChromeReader:
 
     def _decode(self, raw: bytes, offset: int) -> Chunk:
         """A chunk from raw = "[" + events text + "]" whose first event starts at stream byte `offset`."""
-        events = self._decoded(raw, offset)
+        events = self._ahead.decoded(raw, offset)
         c = Chunk(events, raw, offset, self.result.events)
         self.result.events += len(events)
         return c
@@ -255,10 +257,8 @@ class ChromeReader:
 
     def _chunk_raw(self, buf: bytes, start: int, end: int) -> bytes:
         """ "[" + buf[start:end] + "]" in one copy; the speculated chunk's own bytes when it is that one."""
-        pending = self._pending
-        if pending is not None and pending[0] == self.pos + start and pending[1] == end - start + 2:
-            return pending[2]
-        return bracketed(buf, start, end)
+        ahead = self._ahead.raw(self.pos + start, end - start + 2)
+        return ahead if ahead is not None else bracketed(buf, start, end)
 
     def _fast_cut(self, buf: bytes, lead: int = 0):
         p = self._candidate(buf, lead)
@@ -271,17 +271,12 @@ class ChromeReader:
         self._grow()  # before the next chunk is speculated: the main loop then cuts at the same place
         return c, self._speculate(buf[p + 1:])
 
-    # -- decoding the next chunk while the caller works on this one ----------------------
+    # -- decoding the next chunks while the caller works on this one ----------------------
     def _speculate(self, rest: bytes) -> bytes:
-        """Reads ahead to the next chunk's fast-cut candidate and starts decoding it in a thread.
-
-        The compiled scanner releases the GIL, so the next chunk is scanned on the other core
-        while the caller turns this one into rows. Nothing about the result changes: the main
-        loop computes the same candidate from the same bytes (this very buffer, returned to it)
-        and takes the thread's result only for exactly that chunk, by its stream offset and
-        length and the identity of its bytes (its exceptions included); any other text is
-        decoded anew.
-        """
+        """Reads ahead to the next chunk's fast-cut candidate and starts decoding it in a thread
+        (ingest/chrome/ahead.py), and the chunk after it too (_look_ahead). Nothing about the result
+        changes: the main loop computes the same candidate from the same bytes (this very buffer,
+        returned to it) and takes a decode only for exactly its chunk."""
         if not self.speculate:
             return rest
         while not self.eof and len(rest) < self.block:
@@ -292,26 +287,34 @@ class ChromeReader:
         if self.eof:  # the last events: _final_cut's plan for these bytes, its chunk decoded here too
             self._final = (rest, lead, final_plan(rest, lead, self._suffix_ok))
             if self._final[2] is not None and self._final[2][2] is not None:
-                self._submit(self.pos + lead, self._final[2][2])
+                self._ahead.submit(self.pos + lead, self._final[2][2])
             return rest
         p = self._candidate(rest, lead)
         if p is not None:
-            self._submit(self.pos + lead, self._chunk_raw(rest, lead, p + 1))
+            self._ahead.submit(self.pos + lead, self._chunk_raw(rest, lead, p + 1))
+            self._look_ahead(rest[p + 1:], self.pos + p + 1)
         return rest
 
-    def _submit(self, at: int, raw: bytes) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chrome-scan")
-        self._pending = (at, len(raw), raw, self._pool.submit(self.decode, raw))
-
-    def _decoded(self, raw: bytes, offset: int) -> list:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            at, n, praw, fut = pending
-            if at == offset and n == len(raw) and praw is raw:
-                return fut.result()
-            fut.cancel()
-        return self.decode(raw)
+    def _look_ahead(self, tail: bytes, at: int) -> None:
+        """The chunk after the one just started, from `tail` (stream offset `at`), started too: read as
+        _speculate will read it once the main loop gets there (to the block _fast_cut will have grown to),
+        the reads kept for _read to hand over again. The end of the input is left to the main loop."""
+        if len(self._ahead) >= DEPTH or self._ahead.stash:
+            return
+        block = min(self.max_block, self.block * 2)
+        while len(tail) < block:
+            try:
+                data, truncated = self._read_source()
+            except Exception as e:  # bad bytes in a compressed stream: raised where _read meets them
+                data, truncated = e, None
+            self._ahead.stash.append((data, truncated))
+            if not isinstance(data, bytes) or not data:
+                return
+            tail += data
+        lead = _WS_COMMA.match(tail).end()
+        p = self._candidate(tail, lead) if tail[lead:lead + 1] != b"]" else None
+        if p is not None:
+            self._ahead.submit(at + lead, bracketed(tail, lead, p + 1))
 
     def _exact_cut(self, buf: bytes):
         """(chunk or None, rest, bytes after the array's ']' or None) from a structural scan. An event

@@ -1,0 +1,100 @@
+"""Chunks decoded two ahead on the scan thread (ingest/chrome/ahead.py): the reads made for the second are
+handed to the reader again in order, so chunks, offsets, errors and reports equal a reader's without it."""
+
+import io
+import json
+import threading
+
+import pytest
+
+from acceltrace.ingest.chrome import ahead as ahead_mod
+from acceltrace.ingest.chrome import reader as chrome_reader
+from acceltrace.ingest.chrome.columns import decode_events
+from acceltrace.store.errors import IngestError
+
+
+def _event(i: int, arg: str) -> bytes:
+    return json.dumps({"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1, "args": {"k": arg}}).encode()
+
+
+def _read_all(stream, prefetch: bool, block: int = 2048, slow: float = 0.0):
+    threads = []
+
+    def decode(raw):
+        threads.append(threading.current_thread().name)
+        return decode_events(raw)
+
+    reader = chrome_reader.ChromeReader(stream, "t.json", decode, block=block, prefetch=prefetch)
+    chunks = []
+    try:
+        for c in reader.chunks():
+            chunks.append((c.offset, c.first_index, len(c.events), c.raw))
+            if slow:  # the caller turning the chunk into rows: the scan thread runs ahead meanwhile
+                threading.Event().wait(slow)
+    except Exception as e:
+        chunks.append(repr(e))
+    r = reader.result
+    return (chunks, r.events, r.cut_off, r.partial_event, r.truncated, r.meta), threads
+
+
+@pytest.fixture
+def depths(monkeypatch):
+    """The most chunks on their way at once, seen after each start."""
+    seen = []
+    submit = ahead_mod.Ahead.submit
+
+    def recording(self, at, raw):
+        submit(self, at, raw)
+        seen.append(len(self))
+
+    monkeypatch.setattr(ahead_mod.Ahead, "submit", recording)
+    return seen
+
+
+@pytest.mark.parametrize("ending", [b"]}", b"", b"]} junk"])
+def test_two_chunks_ahead_read_as_one_reader_in_line_does(depths, ending):
+    body = b", ".join(_event(i, "x" * (i % 70)) for i in range(600))
+    text = b'{"traceEvents": [' + body + ending
+    ahead, threads = _read_all(io.BytesIO(text), prefetch=True, slow=0.002)
+    assert max(depths) == 2  # a second chunk was on its way while the first was still taken
+    inline, _ = _read_all(io.BytesIO(text), prefetch=False)
+    assert ahead == inline
+    assert len(ahead[0]) > 10
+    assert sum(t.startswith("chrome-scan") for t in threads) >= len(ahead[0]) - 2  # all but the first few
+
+
+def test_cuts_that_fail_inside_strings_are_dropped_and_read_again():
+    """'},' inside strings makes the fast cut guess wrong: a chunk decoded ahead from a wrong guess is
+    never used, and the one after it, cut from the same guess, is dropped with it."""
+    body = b", ".join(_event(i, '}, {"ph": "X"}, ' * (i % 9)) for i in range(500))
+    text = b'{"traceEvents": [' + body + b"]}"
+    assert _read_all(io.BytesIO(text), prefetch=True, block=1024)[0] == \
+        _read_all(io.BytesIO(text), prefetch=False, block=1024)[0]
+
+
+class _FailsAt(io.BytesIO):
+    """A stream whose reads fail past a byte, as a corrupt compressed stream's do."""
+
+    def __init__(self, data: bytes, at: int):
+        super().__init__(data)
+        self.at = at
+
+    def read(self, n=-1):
+        if self.tell() >= self.at:
+            raise IngestError("t.json.gz", "invalid compressed data", f"decompressed byte {self.tell()}")
+        return super().read(n)
+
+
+def test_a_read_that_fails_ahead_fails_as_the_reader_in_line_does(depths):
+    """The error of a read made for a chunk two ahead waits with the reads until the reader gets there:
+    the same error, and no chunk the reader in line would not have given before it (reading ahead at
+    all, one chunk or two, may end the chunks given before the error sooner: the ingest fails either way)."""
+    body = b", ".join(_event(i, "y" * (i % 40)) for i in range(800))
+    text = b'{"traceEvents": [' + body + b"]}"
+    for at in (5000, 20000, 40000):
+        depths.clear()
+        ahead, _ = _read_all(_FailsAt(text, at), prefetch=True, slow=0.001)
+        inline, _ = _read_all(_FailsAt(text, at), prefetch=False)
+        assert "invalid compressed data" in ahead[0][-1] and ahead[0][-1] == inline[0][-1]
+        assert ahead[0][:-1] == inline[0][:len(ahead[0]) - 1]
+        assert at == 5000 or max(depths) == 2
