@@ -38,25 +38,25 @@ def _read_all(stream, prefetch: bool, block: int = 2048, slow: float = 0.0):
 
 
 @pytest.fixture
-def depths(monkeypatch):
+def queued(monkeypatch):
     """The most chunks on their way at once, seen after each start."""
     seen = []
-    submit = ahead_mod.Ahead.submit
+    submit = ahead_mod.ChunksAhead.submit
 
     def recording(self, at, raw):
         submit(self, at, raw)
         seen.append(len(self))
 
-    monkeypatch.setattr(ahead_mod.Ahead, "submit", recording)
+    monkeypatch.setattr(ahead_mod.ChunksAhead, "submit", recording)
     return seen
 
 
 @pytest.mark.parametrize("ending", [b"]}", b"", b"]} junk"])
-def test_two_chunks_ahead_read_as_one_reader_in_line_does(depths, ending):
+def test_two_chunks_ahead_read_as_one_reader_in_line_does(queued, ending):
     body = b", ".join(_event(i, "x" * (i % 70)) for i in range(600))
     text = b'{"traceEvents": [' + body + ending
     ahead, threads = _read_all(io.BytesIO(text), prefetch=True, slow=0.002)
-    assert max(depths) == 2  # a second chunk was on its way while the first was still taken
+    assert max(queued) == 2  # a second chunk was on its way while the first was still taken
     inline, _ = _read_all(io.BytesIO(text), prefetch=False)
     assert ahead == inline
     assert len(ahead[0]) > 10
@@ -85,16 +85,16 @@ class _FailsAt(io.BytesIO):
         return super().read(n)
 
 
-def test_a_read_that_fails_ahead_fails_as_the_reader_in_line_does(depths):
+def test_a_read_that_fails_ahead_fails_as_the_reader_in_line_does(queued):
     """The error of a read made for a chunk two ahead waits with the reads until the reader gets there:
     the same error, and no chunk the reader in line would not have given before it (reading ahead at
     all, one chunk or two, may end the chunks given before the error sooner: the ingest fails either way)."""
     body = b", ".join(_event(i, "y" * (i % 40)) for i in range(800))
     text = b'{"traceEvents": [' + body + b"]}"
     for at in (5000, 20000, 40000):
-        depths.clear()
+        queued.clear()
         ahead, _ = _read_all(_FailsAt(text, at), prefetch=True, slow=0.001)
         inline, _ = _read_all(_FailsAt(text, at), prefetch=False)
         assert "invalid compressed data" in ahead[0][-1] and ahead[0][-1] == inline[0][-1]
         assert ahead[0][:-1] == inline[0][:len(ahead[0]) - 1]
-        assert at == 5000 or max(depths) == 2
+        assert at == 5000 or max(queued) == 2

@@ -97,7 +97,7 @@ def test_killed_ingest_leaves_nothing_and_is_swept_next_time(tmp_path):
 
     def temp_files():
         tmp = root / "tmp"
-        return [p for p in tmp.rglob("*.duckdb")] if tmp.exists() else []
+        return list(tmp.rglob("*.duckdb")) if tmp.exists() else []
 
     try:
         deadline = time.time() + 120

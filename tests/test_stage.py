@@ -193,10 +193,10 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     held.add(pa.table({"name": ["a", "b"]}))
     final = stage.finalize(con, pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}), held)
     assert final.large and final.order.tolist() == [1, 0]
-    waited = []
+    seen = []
 
     def lod(cur, slices, keep_order_setting, rows):
-        waited.append(cur.execute(f"SELECT count(*) FROM {slices}").fetchone()[0])
+        seen.append(cur.execute(f"SELECT count(*) FROM {slices}").fetchone()[0])
         assert rows.num_rows == 2  # the same rows as Arrow, for lod_slices' numpy order
 
     errors = []
@@ -204,7 +204,7 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     t.start()
     t.join(60)
     assert not t.is_alive(), "the build never ended after its write had failed"
-    assert waited == [2]
+    assert seen == [2]
     assert errors and "slices" in str(errors[0])  # no `slices` table to write into
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 DEPTH = 2  # chunks decoded ahead at most
 
 
-class Ahead:
+class ChunksAhead:
     def __init__(self, decode: Callable[[bytes], list]):
         self.decode = decode
         # per read: (data, or the exception it raised; why the stream ended short)

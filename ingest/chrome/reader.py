@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 
 from acceltrace.store.errors import IngestError
-from acceltrace.ingest.chrome.ahead import DEPTH, Ahead
+from acceltrace.ingest.chrome.ahead import DEPTH, ChunksAhead
 from acceltrace.ingest.chrome.blocks import (WS as _WS, Prefetch, bracketed, decode_error, fail_if_malformed, final_plan,
                                             quotes as _quotes, structure, structure_from)
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
@@ -77,8 +77,8 @@ class ChromeReader:
         self.pos = 0  # stream offset of buf[0]
         self.eof = False
         self._prefix = b""
-        self.speculate = prefetch  # decode the next chunk in a thread (see _speculate)
-        self._ahead = Ahead(decode)  # chunks decoded on a thread ahead of the caller (see _speculate)
+        self.speculate = prefetch  # decode the next chunks in a thread (see _speculate)
+        self._ahead = ChunksAhead(decode)  # chunks decoded on a thread ahead of the caller (see _speculate)
         self._final: tuple | None = None  # (bytes, lead, final_plan's answer) worked out by _speculate
         self._partial: tuple | None = None  # (stream offset, structure_from state) of an unfinished event
 
