@@ -61,7 +61,7 @@ def test_unknown_file_name_gives_the_same_summary(store, ingested, tmp_path, nam
 
 
 @pytest.mark.parametrize("name,arrow_bytes", [("a100-rank0-memcpy.json.gz", 1 << 20),
-                                              ("nccl-collectives.json.gz", 250 << 10)])
+                                              ("nccl-collectives.json.gz", 240 << 10)])
 def test_link_rows_moved_into_duckdb_part_way_give_the_same_trace(store, ingested, monkeypatch, name, arrow_bytes):
     """Past STAGE_ARROW_BYTES the staged link rows move from Arrow into DuckDB tables (memory stays
     bounded): at a fifth to a third of what these traces stage, they move a few times and the rows staged after

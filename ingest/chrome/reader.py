@@ -243,9 +243,10 @@ class ChromeReader:
             return None
 
     @staticmethod
-    def _candidate(buf: bytes, start: int = 0) -> int | None:
-        """Where the fast cut tries first: an event's '}' is followed by ',' unless it is the array's last one."""
-        p = len(buf)
+    def _candidate(buf: bytes, start: int, end: int) -> int | None:
+        """Where the fast cut tries first: the last '}' before `end` (the block: so a chunk ends where the
+        bytes put it, not where a read happened to stop) that is followed by ','."""
+        p = min(end, len(buf))
         for _ in range(16):
             p = buf.rfind(b"}", start, p)
             if p < 0:
@@ -261,7 +262,7 @@ class ChromeReader:
         return ahead if ahead is not None else bracketed(buf, start, end)
 
     def _fast_cut(self, buf: bytes, lead: int = 0):
-        p = self._candidate(buf, lead)
+        p = self._candidate(buf, lead, self.block)
         if p is None:
             return None, buf
         c = self._try(self._chunk_raw(buf, lead, p + 1), self.pos + lead)
@@ -289,7 +290,7 @@ class ChromeReader:
             if self._final[2] is not None and self._final[2][2] is not None:
                 self._ahead.submit(self.pos + lead, self._final[2][2])
             return rest
-        p = self._candidate(rest, lead)
+        p = self._candidate(rest, lead, self.block)
         if p is not None:
             self._ahead.submit(self.pos + lead, self._chunk_raw(rest, lead, p + 1))
             self._look_ahead(rest[p + 1:], self.pos + p + 1)
@@ -312,7 +313,7 @@ class ChromeReader:
                 return
             tail += data
         lead = _WS_COMMA.match(tail).end()
-        p = self._candidate(tail, lead) if tail[lead:lead + 1] != b"]" else None
+        p = self._candidate(tail, lead, block) if tail[lead:lead + 1] != b"]" else None
         if p is not None:
             self._ahead.submit(at + lead, bracketed(tail, lead, p + 1))
 
@@ -330,6 +331,9 @@ class ChromeReader:
             k = int(st[closes[0]])
             end_at, closed = k, bytes(buf[k + 1:])
         ends = st[(depth == 0) & (st < end_at)]
+        if closed is None and len(ends):  # the last event to end within the block, else the first to end at all
+            inside = ends[ends < self.block]
+            ends = inside if len(inside) else ends[:1]
         p = int(ends[-1]) if len(ends) else -1
         if closed is not None:
             tail = buf[p + 1:end_at].strip(_WS + b",")
