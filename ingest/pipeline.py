@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,7 @@ from acceltrace.ingest.importer import Importer, ImportSession
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.arriving import Arriving
 from acceltrace.ingest.sources import Source, open_sources
-from acceltrace.store import aggregates
+from acceltrace.store import aggregates, content
 from acceltrace.store.catalog import Store
 
 # What runs after a trace is published (the analysis passes): the caller passes it in, so
@@ -67,14 +66,7 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
 
 
 def content_hash(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
-        for f in files:
-            with open(f, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    h.update(chunk)
-    return h.hexdigest()
+    return content.of_paths(paths)
 
 
 def _size(paths: list[Path]) -> int:
@@ -132,7 +124,7 @@ def ingest_one(
     arriving: paths is one upload still being written (ingest/arriving.py): read as it arrives."""
     res = Result(name=label)
     digest = None
-    hashing = None  # the hash of a new row, computed beside the ingest (hashlib releases the GIL)
+    hashing = None  # the hash of a new row, computed beside the ingest (store/content.py: without the GIL)
     try:
         if trace_id is None and skip_existing:  # needed first: an input already in the store is skipped
             digest = content_hash(paths)

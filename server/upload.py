@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import os
 import re
 import secrets
@@ -38,6 +37,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from acceltrace.ingest.arriving import Arriving
 from acceltrace.server import ingest_child
 from acceltrace.server.deps import ApiError, AppState
+from acceltrace.store import content
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 BLOCK_BYTES = 1 << 20   # what the loop hands the upload's thread at a time
@@ -50,7 +50,7 @@ class Received:
     path: Path
     name: str
     size: int
-    sha256: str
+    digest: str  # its content hash (store/content.py)
     work_dir: Path
     arriving: bool = False  # an ingest reads it as it arrives: the caller marks it complete or failed
 
@@ -72,7 +72,7 @@ class _Sink:
         self.limit = limit
         self.fh = open(path, "wb")
         self.size = 0
-        self.hash = hashlib.sha256()
+        self.hash = content.Hasher()
         self.arriving = False
 
     def write(self, data: bytes) -> None:
@@ -303,7 +303,7 @@ def start_ingest(state: AppState, rec: Received, display_name: str) -> IngestJob
 
     When the same content is already ready or being ingested (a concurrent upload of the same
     file), nothing starts: the catalog row of that trace is returned instead."""
-    existing, trace_id, tmp_path = state.store.begin_unique(display_name, rec.size, rec.sha256)
+    existing, trace_id, tmp_path = state.store.begin_unique(display_name, rec.size, rec.digest)
     if existing is not None:
         shutil.rmtree(rec.work_dir, ignore_errors=True)
         return existing

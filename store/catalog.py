@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS traces (
     created TEXT NOT NULL,         -- ISO 8601 UTC
     source_bytes INTEGER,          -- size of what the user gave us (compressed, as given)
     db_bytes INTEGER,              -- size of the published DuckDB file
-    content_hash TEXT,             -- sha256 of the input bytes (dedup of identical inputs)
+    content_hash TEXT,             -- of the input bytes, dedup of identical inputs (store/content.py)
     counts TEXT,                   -- JSON: tracks, slices, flows, counters, warnings
     error TEXT,                    -- message of a failed ingest
     progress REAL,                 -- 0..1 while ingesting

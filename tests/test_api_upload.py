@@ -92,6 +92,20 @@ def test_upload_over_the_limit_is_413_and_leaves_nothing(fresh, tmp_path):
     assert not list((tmp_path / "store" / "tmp").iterdir())
 
 
+def test_upload_of_a_file_the_cli_ingested_answers_with_that_trace(fresh, tmp_path):
+    """The CLI hashes the file (mapped), the server the upload as it arrives: the same content hash."""
+    from acceltrace.ingest.pipeline import ingest_paths
+
+    body = chrome_json("cli", 3000)  # several of the upload's pieces
+    path = tmp_path / "cli.json"
+    path.write_bytes(body)
+    (res,) = ingest_paths(Store(tmp_path / "store"), [path], views=False)
+    assert res.error is None
+    r = fresh.post("/api/traces", files={"file": ("other-name.json", body)})
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == res.id and r.json()["deduplicated"] is True
+
+
 def test_empty_upload_and_multipart_without_file_are_400(fresh):
     r = fresh.post("/api/traces", params={"name": "x.json"}, content=b"")
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"

@@ -55,7 +55,7 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
         job = early[0]
         existing, claimed = None, False
         try:  # its ingest cannot publish before this mark: a duplicate's row is gone and its ingest stops
-            existing = await run_in_threadpool(state.store.claim_content, job.trace_id, rec.size, rec.sha256)
+            existing = await run_in_threadpool(state.store.claim_content, job.trace_id, rec.size, rec.digest)
             claimed = True
         finally:
             if claimed and existing is None:
