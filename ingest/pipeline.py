@@ -65,10 +65,6 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
     return out
 
 
-def content_hash(paths: list[Path]) -> str:
-    return content.of_paths(paths)
-
-
 def _size(paths: list[Path]) -> int:
     total = 0
     for p in paths:
@@ -127,14 +123,14 @@ def ingest_one(
     hashing = None  # the hash of a new row, computed beside the ingest (store/content.py: without the GIL)
     try:
         if trace_id is None and skip_existing:  # needed first: an input already in the store is skipped
-            digest = content_hash(paths)
+            digest = content.of_paths(paths)
         else:  # a row begun earlier has its hash already (an upload hashes as it arrives)
             for p in paths:
                 if not p.is_dir():
                     open(p, "rb").close()
             if trace_id is None:
                 hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-hash")
-                digest = hashing.submit(content_hash, paths)
+                digest = hashing.submit(content.of_paths, paths)
     except OSError as e:
         res.error = f"{paths[0]}: cannot read ({e.strerror or e})"
         return res
