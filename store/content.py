@@ -3,8 +3,8 @@ stored once (an upload or an ingest of content already there answers with that t
 
 BLAKE3 where the `blake3` package is installed (a project dependency, with wheels for the usual
 platforms): "blake3:" and 64 hex digits. It hashes ~7 GB/s on one core here, SHA-256 ~1.9 GB/s (with
-the CPU's SHA instructions): at 830 MB the hash beside the ingest took 0.43 s of CPU from a two-core
-build that is CPU-bound, 0.12-0.15 s now (docs/performance.md, eighteenth stop). Without the package,
+the CPU's SHA instructions): at 830 MB the hash beside the ingest took 0.44-0.49 s of CPU from a two-core
+build that is CPU-bound, 0.14-0.15 s now (docs/performance.md, eighteenth stop). Without the package,
 SHA-256 as plain hex: the form every store written before BLAKE3 holds, so such a store still finds
 its duplicates. Both are cryptographic, so no one can craft an upload that is taken for another
 user's trace. Identical bytes hashed the two ways do not match: at worst a trace is stored twice.
