@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
 from acceltrace.ingest.arriving import Arriving, ArrivingReader
+from acceltrace.ingest.gz import open_gzip
 from acceltrace.store.errors import IngestError
 
 # Decompressed bytes allowed: at least this many, and beyond it at most RATIO x compressed.
@@ -208,7 +209,7 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None,
 
     if magic[:2] == b"\x1f\x8b":
         def gz():  # each open is one pass over the stream, bounded by itself
-            return io.BufferedReader(BombGuard(gzip.GzipFile(fileobj=raw()), Budget(size), label), 1 << 20)
+            return io.BufferedReader(BombGuard(open_gzip(raw()), Budget(size), label), 1 << 20)
 
         head = _read_head(gz, label)
         if _is_tar(head):
@@ -257,7 +258,7 @@ def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryI
             for m in tf:
                 if m.name == member:
                     ex = tf.extractfile(m)
-                    inner = gzip.GzipFile(fileobj=ex) if _peek_gzip(member) else ex
+                    inner = open_gzip(ex) if _peek_gzip(member) else ex
                     return io.BufferedReader(
                         BombGuard(inner, budget, f"{label}!{member}"), 1 << 20
                     )
@@ -298,7 +299,7 @@ def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
                     f"byte {info.header_offset}",
                 ) from None
             if info.filename.lower().endswith(".gz"):
-                inner = gzip.GzipFile(fileobj=inner)
+                inner = open_gzip(inner)
             return io.BufferedReader(
                 BombGuard(inner, budget, f"{label}!{info.filename}"), 1 << 20
             )
