@@ -21,11 +21,11 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from acceltrace.store import schema
 from acceltrace.store.duck import close_synced, insert_rows, unsynced
-from acceltrace.ingest import stage
+from acceltrace.ingest import spill, stage
+from acceltrace.ingest.batch import all_in, as_table
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
 from acceltrace.ingest.memory import use_small_pages
@@ -94,6 +94,7 @@ class TraceBuilder:
         self._track_rows: list[tuple] = []
         self._next_slice = 0
         self._held = stage.Held(self.work_dir)  # per add_slices batch, its columns not staged (ingest/stage.py)
+        self.spilling = False  # past spill.SPILL_FROM_SLICES: every column staged in DuckDB (ingest/spill.py)
         self._next_flow = 0
         self.n_counters = 0
         self.formats: list[str] = []
@@ -144,7 +145,7 @@ class TraceBuilder:
         Required columns: track_id, ts, dur, name. Optional: depth (computed when absent
         or null), category, corr_id, bytes, direction, host_mem, args (JSON text).
         """
-        table = _as_table(batch, _SLICE_TYPES)
+        table = as_table(batch, _SLICE_TYPES)
         n = table.num_rows
         if n == 0:
             return self._next_slice
@@ -155,9 +156,18 @@ class TraceBuilder:
         ids = pa.array(np.arange(first, first + n, dtype=np.int64))
         table = table.append_column("slice_id", ids)
         self._note_order(table)
-        stage.append(self.con, table, self._held)
+        if self.spilling:
+            spill.append(self.con, table)
+        else:
+            stage.append(self.con, table, self._held)
         self._next_slice += n
+        if not self.spilling and self._next_slice > spill.SPILL_FROM_SLICES:
+            self._spill()
         return first
+
+    def _spill(self) -> None:  # the bounded-memory regime from here on (ingest/spill.py)
+        spill.widen(self.con, self._held)
+        self.spilling = True
 
     def _note_order(self, table: pa.Table) -> None:
         """Whether the staged slices are still in stored order (track_id, ts, depth) with every depth
@@ -176,11 +186,11 @@ class TraceBuilder:
 
     def add_flows(self, src_slice, dst_slice, kind, raw_kind=None) -> None:
         """Append flows (arrays of equal length; src/dst may hold nulls for a missing end)."""
-        table = _as_table(
+        table = as_table(
             {"src_slice": src_slice, "dst_slice": dst_slice, "kind": kind, "raw_kind": raw_kind},
             {"src_slice": pa.int64(), "dst_slice": pa.int64(), "kind": pa.string(), "raw_kind": pa.string()},
         )
-        if not _all_in(table["kind"], schema.FLOW_KINDS):
+        if not all_in(table["kind"], schema.FLOW_KINDS):
             raise ValueError(f"add_flows: kind must be one of {schema.FLOW_KINDS}")
         self._insert_flows(table)
 
@@ -216,7 +226,7 @@ class TraceBuilder:
         self._next_flow += n
 
     def add_counters(self, track_id, ts, value) -> None:
-        table = _as_table(
+        table = as_table(
             {"track_id": track_id, "ts": ts, "value": value},
             {"track_id": pa.int32(), "ts": pa.int64(), "value": pa.float64()},
         )
@@ -243,7 +253,7 @@ class TraceBuilder:
     # -- finish ----------------------------------------------------------------------------
     def start_depths(self) -> None:
         """Every slice is staged: compute their depths now, beside what the importer still does (its links)."""
-        if self._depths_ahead is None and not self._in_order and self._next_slice:
+        if self._depths_ahead is None and not self._in_order and self._next_slice and not self.spilling:
             self._depths_ahead = Ahead(self.con)
 
     def _check_times(self, source_name: str) -> int:
@@ -299,19 +309,25 @@ class TraceBuilder:
         self._depths_ahead = None
         self._write_tracks()
         in_order = self._in_order and self._next_slice > 0
-        depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
         con.execute(schema.create_sql("slices", _SLICES_STORED))
-        held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
-        final = stage.finalize(con, depths, held)
-        del depths, held, ahead  # the depths are in `final` now
-        final.use(con)
+        final = None
+        if self.spilling:  # every slice in DuckDB: depths a part at a time, no array of all of them
+            spill.fill_depths(con)
+        else:
+            depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
+            held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
+            final = stage.finalize(con, depths, held)
+            del depths, held  # the depths are in `final` now
+            final.use(con)
+        del ahead
+        rows = "_slices_staging" if final is None else "_slices_final"
         if self.n_counters:  # re-sorting an empty table still costs a table rewrite
             con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
             con.execute("DROP TABLE counters")
             con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
 
         start, end = con.execute(
-            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM _slices_final"
+            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {rows}"
             " UNION ALL SELECT min(ts), max(ts) FROM counters)"
         ).fetchone()
         if start is None or end is None:  # every event was dropped on the way: nothing to show
@@ -321,7 +337,7 @@ class TraceBuilder:
                                  if dropped and self.warnings.kept else "")
                               + "; expected at least one event with a valid time")
         if end - start > LONG_SPAN_NS:  # a profile of weeks is nearly always a corrupt time, say where
-            (longest,) = con.execute("SELECT max(dur) FROM _slices_final").fetchone()
+            (longest,) = con.execute(f"SELECT max(dur) FROM {rows}").fetchone()
             self.warn(source_name, f"the trace spans {(end - start) / 86400e9:.1f} days (its longest slice"
                       f" {(longest or 0) / 86400e9:.1f} days); some times are probably corrupt")
         meta = dict(self.meta)
@@ -336,7 +352,10 @@ class TraceBuilder:
         insert_rows(con, "trace_meta", sorted(meta.items()))
 
         # slices into the file and the level-of-detail tables every published trace carries, at once
-        stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
+        if final is None:
+            spill.write_slices_and_lod(con, build_lod)
+        else:
+            stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
         counts = self.counts()
         close_synced(con)  # the file is on the disk before it is published
         shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -366,44 +385,3 @@ class TraceBuilder:
     def _write_tracks(self) -> None:
         if self._track_rows:
             insert_rows(self.con, "tracks", self._track_rows)
-
-
-def _all_in(col: pa.ChunkedArray, values) -> bool:
-    """Whether every value of a string column (or dictionary-encoded one) is one of `values`."""
-    allowed = pa.array(values)
-    for chunk in col.chunks:
-        if pa.types.is_dictionary(chunk.type):  # the values used, not one check per row
-            chunk = chunk.dictionary.take(pc.unique(chunk.indices.drop_null()))
-        if not pc.all(pc.is_in(chunk, value_set=allowed)).as_py() in (True, None):
-            return False
-    return True
-
-
-def _keeps(col, typ: pa.DataType | None) -> bool:
-    """No cast needed: the type already, or dictionary-encoded values of it (DuckDB reads those as
-    they are, without the per-row strings a cast to plain strings would make)."""
-    return typ is None or col.type == typ or (pa.types.is_dictionary(col.type) and col.type.value_type == typ)
-
-
-def _as_table(batch, types: dict[str, pa.DataType]) -> pa.Table:
-    if isinstance(batch, pa.Table):
-        t = batch
-        fields = []
-        arrays = []
-        for name in t.column_names:
-            col = t[name]
-            if not _keeps(col, types.get(name)):
-                col = col.cast(types[name])
-            fields.append(name)
-            arrays.append(col)
-        return pa.table(dict(zip(fields, arrays)))
-    arrays = {}
-    for name, col in batch.items():
-        if col is None:
-            continue
-        typ = types.get(name)
-        if isinstance(col, (pa.Array, pa.ChunkedArray)):
-            arrays[name] = col if _keeps(col, typ) else col.cast(typ)
-        else:
-            arrays[name] = pa.array(col, type=typ)
-    return pa.table(arrays)

@@ -14,7 +14,7 @@ except ImportError:  # pragma: no cover - depends on the install
     _depths = None
 
 
-def assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
+def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true") -> pa.Table:
     """Nesting depth for every slice whose ingester gave none: a table (slice_id, depth).
 
     A sweep over start/end events per track, in numpy: at equal times ends come before
@@ -24,12 +24,14 @@ def assign_depths(con: duckdb.DuckDBPyConnection) -> pa.Table:
     over all tracks in track order needs no reset). That is exact for properly nested
     slices; tracks where partial overlaps make two slices collide at one depth get a
     first-free-depth pass (those tracks only), so every slice stays visible.
+
+    `where`: the staged slices to read, whole tracks (the bounded regime's parts, ingest/spill.py).
     """
     empty = pa.table({"slice_id": pa.array([], pa.int64()), "depth": pa.array([], pa.int32())})
-    (todo,) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchone()
+    ((todo,),) = con.execute(f"SELECT count(*) FROM _slices_staging WHERE depth IS NULL AND ({where})").fetchall()
     if not todo:
         return empty
-    cols = con.execute("SELECT slice_id, track_id, ts, dur, depth FROM _slices_staging").fetchnumpy()
+    cols = con.execute(f"SELECT slice_id, track_id, ts, dur, depth FROM _slices_staging WHERE {where}").fetchnumpy()
     sid = np.asarray(cols["slice_id"], dtype=np.int64)
     track = np.asarray(cols["track_id"], dtype=np.int64)
     ts = np.asarray(cols["ts"], dtype=np.int64)

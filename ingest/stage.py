@@ -79,7 +79,7 @@ class Held(list):
             self._sink = pa.OSFile(str(self._path), "wb")
             self._writer = pa.ipc.new_stream(self._sink, pa.schema([("args", pa.string())]))
         for chunk in args.chunks:
-            self._writer.write_batch(pa.record_batch([_plain(chunk).cast(pa.string())], names=["args"]))
+            self._writer.write_batch(pa.record_batch([plain(chunk).cast(pa.string())], names=["args"]))
 
     def mapped(self) -> None:
         """Every table with its args again: those from the file as arrays over its mapping (no copy;
@@ -105,6 +105,22 @@ class Held(list):
         if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):  # Linux, macOS
             self._map.madvise(mmap.MADV_DONTNEED)
 
+    def discard(self) -> None:
+        """Every table let go, and the file of spilled args with them (the bounded regime, ingest/spill.py,
+        moved them into DuckDB)."""
+        self.clear()
+        self.close()
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # an array over it still lives somewhere: unmapped once that is gone
+                pass
+            self._map = None
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+            self._path = None
+        self._spilled, self.args_bytes = {}, 0
+
     def close(self) -> None:
         """The file written out (an aborted build's too: its folder is removed with it)."""
         if self._writer is not None:
@@ -115,13 +131,18 @@ class Held(list):
 
 def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: Held) -> None:
     """Stage a batch of slices (slice_id given): its STAGED columns into DuckDB, the rest onto `held`."""
-    select = ", ".join(f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in STAGED)
+    insert(con, table, STAGED)
+    held.add(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
+
+
+def insert(con: duckdb.DuckDBPyConnection, table: pa.Table, columns) -> None:
+    """A batch's `columns` into the staging table, in that order (NULL for those the batch lacks)."""
+    select = ", ".join(f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in columns)
     con.register("_batch", table)
     try:
         con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
     finally:
         con.unregister("_batch")
-    held.add(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
 
 
 class Final:
@@ -267,7 +288,7 @@ class _Gather:
     def take(self, rows: np.ndarray) -> pa.Array:
         """The rows at these positions, in this order: each chunk's by one take, put back in order by one more."""
         if len(self.chunks) == 1:
-            return _plain(self.chunks[0].take(rows))
+            return plain(self.chunks[0].take(rows))
         which = np.searchsorted(self.starts, rows, side="right") - 1
         by_chunk = np.argsort(which, kind="stable")
         counts = np.bincount(which, minlength=len(self.chunks))
@@ -275,14 +296,14 @@ class _Gather:
         for k, n in enumerate(counts.tolist()):
             if n:
                 idx = rows[by_chunk[lo:lo + n]] - self.starts[k]
-                parts.append(_plain(self.chunks[k].take(idx)))
+                parts.append(plain(self.chunks[k].take(idx)))
                 lo += n
         back = np.empty(len(rows), dtype=np.int64)
         back[by_chunk] = np.arange(len(rows))
         return pa.concat_arrays(parts).take(back)
 
 
-def _plain(arr: pa.Array) -> pa.Array:
+def plain(arr: pa.Array) -> pa.Array:
     """A dictionary-encoded array as its values (the batches of one stream share one type)."""
     return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
 
@@ -291,7 +312,7 @@ def _whole(col: pa.ChunkedArray) -> pa.Array:
     """One array of a column's chunks (a dictionary column's decoded: Arrow cannot join dictionaries
     that hold a null, as the Chrome importer's direction column's can)."""
     if pa.types.is_dictionary(col.type):
-        col = pa.chunked_array([_plain(c) for c in col.chunks], type=col.type.value_type)
+        col = pa.chunked_array([plain(c) for c in col.chunks], type=col.type.value_type)
     return col.combine_chunks()
 
 

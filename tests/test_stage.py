@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from acceltrace.ingest import stage
+from acceltrace.ingest import spill, stage
 from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
 from acceltrace.ingest.depths import order_by
 from acceltrace.store.catalog import Store
@@ -85,6 +85,14 @@ def _check(con, n, dropped=()):
 
 
 def _mode(monkeypatch, mode, batch_rows):
+    if mode == "bounded":  # ingest/spill.py from the second batch on: the first two moved into DuckDB, one's args
+        monkeypatch.setattr(spill, "SPILL_FROM_SLICES", 1000)  # from the held-args file; depths track by track
+        monkeypatch.setattr(spill, "DEPTH_PART_SLICES", 500)
+        monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 40_000)
+        switched = []
+        real = TraceBuilder._spill
+        monkeypatch.setattr(TraceBuilder, "_spill", lambda self: (switched.append(self.n_slices), real(self)))
+        return switched
     if mode in ("streamed", "spilled"):  # every trace streamed, in batches that split chunks and cross their bounds
         monkeypatch.setattr(stage, "STREAM_BYTES", 0)
         monkeypatch.setattr(stage, "BATCH_ROWS", batch_rows)
@@ -97,7 +105,7 @@ def _mode(monkeypatch, mode, batch_rows):
     return None
 
 
-@pytest.mark.parametrize("mode", ["whole", "streamed", "spilled"])
+@pytest.mark.parametrize("mode", ["whole", "streamed", "spilled", "bounded"])
 def test_held_columns_follow_their_slices_into_stored_order(tmp_path, monkeypatch, mode):
     spilled = _mode(monkeypatch, mode, 333)
     released = []
@@ -105,12 +113,12 @@ def test_held_columns_follow_their_slices_into_stored_order(tmp_path, monkeypatc
     monkeypatch.setattr(stage.Held, "release", lambda self: (released.append(1), real(self)))
     batches = _batches(np.random.default_rng(7))
     _check(_ingest(tmp_path, batches), 2800)
-    assert spilled is None or spilled == [700, 700, 700]
+    assert spilled is None or spilled == ([1400] if mode == "bounded" else [700, 700, 700])
     # the write gives back the mapped pages it read as it goes: after each of its 9 batches
     assert len(released) == (9 if mode == "spilled" else 0)
 
 
-@pytest.mark.parametrize("mode", ["whole", "streamed", "spilled"])
+@pytest.mark.parametrize("mode", ["whole", "streamed", "spilled", "bounded"])
 def test_slices_dropped_by_the_time_check_take_their_held_columns_with_them(tmp_path, monkeypatch, mode):
     """Dropped slices' held rows are skipped by the write's take (the held columns keep every row: no
     copy of the args without them), while the LOD build's name and bytes are taken to match its rows."""
@@ -119,6 +127,7 @@ def test_slices_dropped_by_the_time_check_take_their_held_columns_with_them(tmp_
     bad = (0, 5, 699, 700, 1500, 2799)
     con = _ingest(tmp_path, _batches(np.random.default_rng(3)), bad=bad)
     _check(con, 2800, dropped=bad)
+    assert mode != "bounded" or spilled == [1400]
 
 
 def test_args_past_the_memory_budget_wait_in_a_file_and_come_back_mapped(tmp_path, monkeypatch):

@@ -119,23 +119,23 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = 
                    s.ts - {start_ns} AS ts, s.dur, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id, s.bytes
             FROM {slices} s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
             WHERE s.dur > 0
-            ORDER BY t.grp, chunk, cls, ts"""
+            ORDER BY t.grp, chunk, cls, ts, s.slice_id"""
         )
     del short
     long_cls = _long_class(con, chunk_log2)
-    con.execute(f"CREATE TABLE lod_long AS SELECT * FROM lod_slices WHERE cls >= {long_cls} ORDER BY grp, cls, ts")
+    con.execute(f"CREATE TABLE lod_long AS SELECT * FROM lod_slices WHERE cls >= {long_cls} ORDER BY grp, cls, ts, slice_id")
     con.execute(
         f"""CREATE TABLE lod_instants AS
         SELECT t.grp, s.ts - {start_ns} AS ts, s.track_id, s.depth::SMALLINT AS depth, s.slice_id, n.name_id
         FROM {slices} s JOIN lod_tracks t USING (track_id) JOIN lod_names n USING (name)
         WHERE s.dur = 0
-        ORDER BY t.grp, ts"""
+        ORDER BY t.grp, ts, s.slice_id"""
     )
     con.execute(
         f"""CREATE TABLE lod_counters AS
         SELECT t.grp, c.ts - {start_ns} AS ts, c.track_id, c.value
         FROM counters c JOIN lod_tracks t USING (track_id)
-        ORDER BY t.grp, ts"""
+        ORDER BY t.grp, ts, c.track_id"""
     )
     base = _base_level(slice_rate, max_level)
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)

@@ -312,7 +312,7 @@ class ChromeState:
         """Rows are held as Arrow (no append per chunk: ~100 small appends cost the writer thread 1.5
         CPU-s at 830 MB) up to STAGE_ARROW_BYTES in all; past that, every table's rows move into its
         DuckDB temp table in one append each, so memory stays bounded (DuckDB spills, Arrow cannot)."""
-        # each column as its declared type exactly (not builder._as_table, which keeps dictionary-encoded
+        # each column as its declared type exactly (not batch.as_table, which keeps dictionary-encoded
         # columns: the batches of a table must share one schema to be concatenated)
         types = {c: schema.arrow_type(d) for c, d in STAGING[table]}
         arrays = []

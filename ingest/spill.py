@@ -1,0 +1,128 @@
+"""The builder's bounded-memory regime: a trace past SPILL_FROM_SLICES slices is finished by DuckDB.
+
+The in-memory path (ingest/stage.py) keeps the columns SQL reads in an in-memory DuckDB table and the
+others as the Arrow batches the ingester gave, then orders, writes and builds the level-of-detail tables
+from numpy arrays of every slice: the fastest way on two cores, and about 250 bytes a slice at its peak
+(2.5 GB of Kineto JSON, 6 M slices: 2.3 GB). Past SPILL_FROM_SLICES the builder switches, once, to this
+regime:
+  - every column of every slice is staged in DuckDB (the held batches so far moved in with one join),
+    whose memory limit drops to SPILL_MEMORY: what does not fit goes to its temp files;
+  - finish() gives depths a part of whole tracks at a time (DEPTH_PART_SLICES slices in memory at most),
+    writes `slices` with DuckDB's sort, which spills, and builds the level-of-detail tables in SQL from
+    the written table (the pyramid in parts, as always).
+So what the process holds no longer grows with the trace: it is DuckDB's limit, the scanner's blocks and
+the pyramid's parts. It costs time (each column passes through DuckDB's sort, args included), which is why
+traces below the threshold keep the in-memory path. The trace is the same either way, row for row and in
+the same order (tests/test_spill.py). docs/ingest.md has the numbers that set the threshold.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from acceltrace.ingest import stage
+from acceltrace.ingest.depths import assign_depths
+from acceltrace.store import schema
+
+# the in-memory path peaks near 1.5 GB at about 3.5 M slices of Kineto JSON (830 MB, 2 M slices: 1.25-1.35 GB)
+SPILL_FROM_SLICES = 2_300_000
+SPILL_MEMORY = "500MB"  # DuckDB's limit once spilling (the in-memory path's: 900 MB, ingest/builder.py)
+DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this many slices at a time
+
+_COLUMNS = schema.column_names("slices")
+_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
+_REST = [c for c in _COLUMNS if c not in stage.STAGED]  # the columns the in-memory path holds in Arrow
+_ALL = ", ".join(f'"{c}"' for c in _COLUMNS)
+
+
+def widen(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
+    """Stage the held columns beside the staged ones: `_slices_staging` gets every column of a slice
+    (the staged rows joined with the held ones by slice_id) and `held` is emptied. DuckDB's limit drops
+    first, so that from here on it spills to its temp files rather than grow."""
+    con.execute(f"SET memory_limit = '{SPILL_MEMORY}'")
+    held.mapped()
+    cols = [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"]]
+    con.execute(schema.create_sql("slices", cols, name="_slices_wide").replace(
+        "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
+    shape = pa.schema([("slice_id", pa.int64())] + [(c, _TYPES[c]) for c in _REST])
+
+    def batches():
+        first = 0
+        while held:
+            t = held.pop(0)  # each batch let go once moved (its args may lie in the mapped file)
+            n = t.num_rows
+            arrays = [pa.array(np.arange(first, first + n, dtype=np.int64))]
+            arrays += [_plain_column(t.column(c), _TYPES[c]) if c in t.column_names else pa.nulls(n, _TYPES[c])
+                       for c in _REST]
+            yield from pa.table(arrays, schema=shape).to_batches()
+            first += n
+
+    con.register("_held_rows", pa.RecordBatchReader.from_batches(shape, batches()))
+    try:
+        picks = ", ".join(f's."{c}"' if c in stage.STAGED else f'h."{c}"' for c in _COLUMNS)
+        con.execute(f"INSERT INTO {stage.NAME}._slices_wide SELECT {picks}"
+                    " FROM _slices_staging s JOIN _held_rows h USING (slice_id)")
+    finally:
+        con.unregister("_held_rows")
+    held.discard()
+    con.execute(f"DROP TABLE {stage.NAME}._slices_staging")
+    con.execute(f"ALTER TABLE {stage.NAME}._slices_wide RENAME TO _slices_staging")
+
+
+def append(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
+    """Stage a batch of slices (slice_id given), every column of it."""
+    stage.insert(con, table, _COLUMNS)
+
+
+def fill_depths(con: duckdb.DuckDBPyConnection, part_slices: int | None = None) -> None:
+    """Depths for the staged slices given none, a run of whole tracks at a time (a track is the sweep's
+    unit: depths.assign_depths on each run gives the depths it gives all at once)."""
+    ((todo,),) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchall()
+    if todo:
+        limit = part_slices or DEPTH_PART_SLICES
+        per_track = con.execute("SELECT track_id, count(*) FROM _slices_staging GROUP BY 1 ORDER BY 1").fetchall()
+        runs, lo, prev, n = [], None, None, 0
+        for track, c in per_track:
+            if lo is not None and n + c > limit:
+                runs.append((lo, prev))
+                lo, n = None, 0
+            if lo is None:
+                lo = track
+            n += c
+            prev = track
+        if lo is not None:
+            runs.append((lo, prev))
+        con.execute(f"CREATE TABLE {stage.NAME}._depths (slice_id BIGINT, depth INTEGER)")
+        for lo, hi in runs:
+            con.register("_part_depths", assign_depths(con, where=f"track_id BETWEEN {int(lo)} AND {int(hi)}"))
+            try:
+                con.execute(f"INSERT INTO {stage.NAME}._depths SELECT slice_id, depth FROM _part_depths")
+            finally:
+                con.unregister("_part_depths")
+        con.execute(f"UPDATE _slices_staging SET depth = d.depth FROM {stage.NAME}._depths d"
+                    " WHERE _slices_staging.slice_id = d.slice_id")
+        con.execute(f"DROP TABLE {stage.NAME}._depths")
+    con.execute("UPDATE _slices_staging SET depth = 0 WHERE depth IS NULL")  # as the in-memory path fills them
+
+
+def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable) -> None:
+    """`slices` from the staged rows in stored order (track_id, ts, depth; ties in slice_id order, as the
+    in-memory path's stable sort leaves them), sorted by DuckDB; then the level-of-detail tables from it."""
+    con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
+    try:
+        con.execute(f"INSERT INTO slices SELECT {_ALL} FROM _slices_staging ORDER BY track_id, ts, depth, slice_id")
+        con.execute(f"DROP TABLE {stage.NAME}._slices_staging")
+        build_lod(con, slices="slices", keep_order_setting=True)
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    con.execute("RESET search_path")
+    con.execute(f"DETACH {stage.NAME}")
+
+
+def _plain_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
+    """A held column as plain values of its stored type (its batches' dictionaries need not agree)."""
+    return pa.chunked_array([stage.plain(c).cast(typ) for c in col.chunks], type=typ)

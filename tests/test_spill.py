@@ -1,0 +1,108 @@
+"""The builder's bounded-memory regime (ingest/spill.py): a real trace that crosses the threshold part way
+is the same trace, table for table, as the in-memory path makes of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from acceltrace.ingest import pipeline, spill, stage
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.ingest.chrome import reader, state
+from acceltrace.store.catalog import Store
+from tests.canonical import canonical_summary
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def _small_pieces(monkeypatch):
+    """Chunks and runs of slices small enough that a sample is handed to the builder in many batches."""
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(reader, "FIRST_BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(state, "STAGE_ROWS", 500)
+    monkeypatch.setattr(state, "STAGE_ROWS_MAX", 1000)
+
+
+def _ingest(tmp_path: Path, path: Path, name: str):
+    store = Store(tmp_path / name)
+    (r,) = pipeline.ingest_paths(store, [path], views=False)
+    assert r.error is None, r.error
+    return duckdb.connect(str(store.trace_path(r.id)), read_only=True), r
+
+
+def _tables(con) -> dict[str, list]:
+    """Every table's rows in stored order; flows (numbered in the order DuckDB's joins return them, which
+    varies from run to run on either path) as a sorted list without their ids; lod_info less its timing."""
+    out = {}
+    for (t,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall():
+        where = " WHERE key <> 'build_ms'" if t == "lod_info" else ""
+        out[t] = con.execute(f'SELECT * FROM "{t}"{where} ORDER BY rowid').fetchall()
+    out["flows"] = sorted((r[1:] for r in out["flows"]), key=repr)
+    return out
+
+
+def _both(tmp_path, monkeypatch, path: Path, part_way: bool = True):
+    """The trace made by the in-memory path, then by the bounded regime from its 100th slice on (depths a
+    few hundred slices at a time, held args from the work folder's file): both stores' connections and the
+    slice count at which the builder switched."""
+    fast, _ = _ingest(tmp_path, path, "fast")
+    monkeypatch.setattr(spill, "SPILL_FROM_SLICES", 100)
+    monkeypatch.setattr(spill, "DEPTH_PART_SLICES", 150)
+    monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 20_000)
+    switched = []
+    real = TraceBuilder._spill
+    monkeypatch.setattr(TraceBuilder, "_spill", lambda self: (switched.append(self.n_slices), real(self)))
+    bounded, r = _ingest(tmp_path, path, "bounded")
+    assert len(switched) == 1
+    assert switched[0] < r.counts["slices"] or not part_way, "the switch must come part way"
+    return fast, bounded
+
+
+@pytest.mark.parametrize("sample", [
+    "chrome/kineto/sampled-rank0-small.json.gz",  # nested CPU ops, launches, kernels, memcpys, flow events
+    "chrome/kineto/nccl-collectives.json.gz",  # collectives on several streams of several ranks
+    "run/acceltrace-sim-0.1/llm-inference-seed2/run.atrace",  # native: in stored order, depths given, one batch
+])
+def test_a_trace_past_the_threshold_is_the_same_trace(tmp_path, monkeypatch, sample):
+    _small_pieces(monkeypatch)
+    fast, bounded = _both(tmp_path, monkeypatch, SAMPLES / sample, part_way=not sample.endswith(".atrace"))
+    a, b = _tables(fast), _tables(bounded)
+    assert sorted(a) == sorted(b)
+    for table in a:
+        assert a[table] == b[table], f"{table} differs"
+
+
+def test_an_nsight_report_past_the_threshold_is_the_same_trace(tmp_path, monkeypatch):
+    """Nsight's rows come from queries run two at a time, so their slice ids differ from run to run on
+    either path: the same summary, and the same slices but for their ids."""
+    fast, bounded = _both(tmp_path, monkeypatch, SAMPLES / "nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite")
+    assert canonical_summary(fast) == canonical_summary(bounded)
+    rows = "SELECT * EXCLUDE (slice_id) FROM slices ORDER BY ALL"
+    assert fast.execute(rows).fetchall() == bounded.execute(rows).fetchall()
+    keys = "SELECT track_id, ts, depth FROM slices ORDER BY rowid"
+    got = bounded.execute(keys).fetchall()
+    assert got == sorted(got), "not stored in (track_id, ts, depth) order"
+
+
+def test_the_switch_moves_every_held_column_into_duckdb_and_lowers_its_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "SPILL_FROM_SLICES", 3)
+    monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 10)
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    track = b.track("cpu", "t")
+    for first in (0, 2, 4):
+        b.add_slices({"track_id": [track, track], "ts": [first * 10, first * 10 + 1], "dur": [5, 1],
+                      "name": [f"s{first}", f"s{first + 1}"], "args": ['{"a": 1}', None]})
+        if first == 0:
+            assert (b.work_dir / "held-args.arrows").exists() and not b.spilling
+    assert b.spilling and not len(b._held)
+    assert not (b.work_dir / "held-args.arrows").exists()
+    ((limit,),) = b.con.execute("SELECT current_setting('memory_limit')").fetchall()
+    assert limit == "476.8 MiB"  # SPILL_MEMORY, 500 MB
+    staged = b.con.execute("SELECT slice_id, name, args, depth FROM _slices_staging ORDER BY slice_id").fetchall()
+    assert [r[:3] for r in staged] == [(i, f"s{i}", '{"a": 1}' if i % 2 == 0 else None) for i in range(6)]
+    b.finish("test", "t")
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    got = con.execute("SELECT slice_id, depth FROM slices ORDER BY rowid").fetchall()
+    assert got == [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1)]  # each second slice inside the first
