@@ -94,7 +94,7 @@ class TraceBuilder:
         self._track_rows: list[tuple] = []
         self._next_slice = 0
         self._held = stage.Held(self.work_dir)  # per add_slices batch, its columns not staged (ingest/stage.py)
-        self.spilling = False  # past spill.SPILL_FROM_SLICES: every column staged in DuckDB (ingest/spill.py)
+        self.spilling = False  # past spill.SPILL_FROM_SLICES: every column of a slice in DuckDB (ingest/spill.py)
         self._next_flow = 0
         self.n_counters = 0
         self.formats: list[str] = []

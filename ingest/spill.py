@@ -36,17 +36,17 @@ DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this m
 _COLUMNS = schema.column_names("slices")
 _TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
 _REST = [c for c in _COLUMNS if c not in stage.STAGED]  # the columns the in-memory path holds in Arrow
-_ALL = ", ".join(f'"{c}"' for c in _COLUMNS)
 
 
 def widen(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
-    """Stage the held columns beside the staged ones: `_slices_staging` gets every column of a slice
-    (the staged rows joined with the held ones by slice_id) and `held` is emptied. DuckDB's limit drops
-    first, so that from here on it spills to its temp files rather than grow."""
+    """The held columns into DuckDB: `_slices_rest` (slice_id and every column `_slices_staging` lacks),
+    filled from `held`, which is emptied. DuckDB's limit drops first, so that from here on it spills to
+    its temp files rather than grow. The staged columns stay where they are: the importers' SQL reads
+    them as before, and nothing is joined until the write."""
     con.execute(f"SET memory_limit = '{SPILL_MEMORY}'")
     held.mapped()
-    cols = [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"]]
-    con.execute(schema.create_sql("slices", cols, name="_slices_wide").replace(
+    cols = [("slice_id", "BIGINT")] + [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"] if c in _REST]
+    con.execute(schema.create_sql("slices", cols, name="_slices_rest").replace(
         "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
     shape = pa.schema([("slice_id", pa.int64())] + [(c, _TYPES[c]) for c in _REST])
 
@@ -63,59 +63,59 @@ def widen(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
 
     con.register("_held_rows", pa.RecordBatchReader.from_batches(shape, batches()))
     try:
-        picks = ", ".join(f's."{c}"' if c in stage.STAGED else f'h."{c}"' for c in _COLUMNS)
-        con.execute(f"INSERT INTO {stage.NAME}._slices_wide SELECT {picks}"
-                    " FROM _slices_staging s JOIN _held_rows h USING (slice_id)")
+        con.execute(f"INSERT INTO {stage.NAME}._slices_rest SELECT * FROM _held_rows")
     finally:
         con.unregister("_held_rows")
     held.discard()
-    con.execute(f"DROP TABLE {stage.NAME}._slices_staging")
-    con.execute(f"ALTER TABLE {stage.NAME}._slices_wide RENAME TO _slices_staging")
 
 
 def append(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
-    """Stage a batch of slices (slice_id given), every column of it."""
-    stage.insert(con, table, _COLUMNS)
+    """Stage a batch of slices (slice_id given): the staged columns as always, the others beside them."""
+    stage.insert(con, table, stage.STAGED)
+    stage.insert(con, table, ["slice_id"] + _REST, into="_slices_rest")
 
 
 def fill_depths(con: duckdb.DuckDBPyConnection, part_slices: int | None = None) -> None:
-    """Depths for the staged slices given none, a run of whole tracks at a time (a track is the sweep's
-    unit: depths.assign_depths on each run gives the depths it gives all at once)."""
+    """`_depths` (slice_id, depth) for the staged slices given none, a run of whole tracks at a time (a
+    track is the sweep's unit: depths.assign_depths on each run gives the depths it gives all at once)."""
+    con.execute(f"CREATE TABLE {stage.NAME}._depths (slice_id BIGINT, depth INTEGER)")
     ((todo,),) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchall()
-    if todo:
-        limit = part_slices or DEPTH_PART_SLICES
-        per_track = con.execute("SELECT track_id, count(*) FROM _slices_staging GROUP BY 1 ORDER BY 1").fetchall()
-        runs, lo, prev, n = [], None, None, 0
-        for track, c in per_track:
-            if lo is not None and n + c > limit:
-                runs.append((lo, prev))
-                lo, n = None, 0
-            if lo is None:
-                lo = track
-            n += c
-            prev = track
-        if lo is not None:
+    if not todo:
+        return
+    limit = part_slices or DEPTH_PART_SLICES
+    per_track = con.execute("SELECT track_id, count(*) FROM _slices_staging GROUP BY 1 ORDER BY 1").fetchall()
+    runs, lo, prev, n = [], None, None, 0
+    for track, c in per_track:
+        if lo is not None and n + c > limit:
             runs.append((lo, prev))
-        con.execute(f"CREATE TABLE {stage.NAME}._depths (slice_id BIGINT, depth INTEGER)")
-        for lo, hi in runs:
-            con.register("_part_depths", assign_depths(con, where=f"track_id BETWEEN {int(lo)} AND {int(hi)}"))
-            try:
-                con.execute(f"INSERT INTO {stage.NAME}._depths SELECT slice_id, depth FROM _part_depths")
-            finally:
-                con.unregister("_part_depths")
-        con.execute(f"UPDATE _slices_staging SET depth = d.depth FROM {stage.NAME}._depths d"
-                    " WHERE _slices_staging.slice_id = d.slice_id")
-        con.execute(f"DROP TABLE {stage.NAME}._depths")
-    con.execute("UPDATE _slices_staging SET depth = 0 WHERE depth IS NULL")  # as the in-memory path fills them
+            lo, n = None, 0
+        if lo is None:
+            lo = track
+        n += c
+        prev = track
+    if lo is not None:
+        runs.append((lo, prev))
+    for lo, hi in runs:
+        con.register("_part_depths", assign_depths(con, where=f"track_id BETWEEN {int(lo)} AND {int(hi)}"))
+        try:
+            con.execute(f"INSERT INTO {stage.NAME}._depths SELECT slice_id, depth FROM _part_depths")
+        finally:
+            con.unregister("_part_depths")
 
 
 def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable) -> None:
-    """`slices` from the staged rows in stored order (track_id, ts, depth; ties in slice_id order, as the
-    in-memory path's stable sort leaves them), sorted by DuckDB; then the level-of-detail tables from it."""
+    """`slices` from the staged rows, their other columns and their depths, in stored order (track_id, ts,
+    depth; ties in slice_id order, as the in-memory path's stable sort leaves them): one join and sort
+    by DuckDB, which spill; then the level-of-detail tables from the written table. A staged row the time
+    check deleted has no match: its other columns are left behind."""
+    depth = "coalesce(d.depth, s.depth, 0)"  # a depth given, or the pass's (0 where neither: as in-memory)
+    picks = ", ".join(depth if c == "depth" else f's."{c}"' if c in stage.STAGED else f'r."{c}"' for c in _COLUMNS)
     con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
     try:
-        con.execute(f"INSERT INTO slices SELECT {_ALL} FROM _slices_staging ORDER BY track_id, ts, depth, slice_id")
-        con.execute(f"DROP TABLE {stage.NAME}._slices_staging")
+        con.execute(f"INSERT INTO slices SELECT {picks} FROM _slices_staging s JOIN _slices_rest r USING (slice_id)"
+                    f" LEFT JOIN _depths d USING (slice_id) ORDER BY s.track_id, s.ts, {depth}, s.slice_id")
+        for table in ("_slices_staging", "_slices_rest", "_depths"):
+            con.execute(f"DROP TABLE {stage.NAME}.{table}")
         build_lod(con, slices="slices", keep_order_setting=True)
     finally:
         con.execute("SET preserve_insertion_order = false")

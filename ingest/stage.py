@@ -135,12 +135,12 @@ def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: Held) -> None:
     held.add(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
 
 
-def insert(con: duckdb.DuckDBPyConnection, table: pa.Table, columns) -> None:
-    """A batch's `columns` into the staging table, in that order (NULL for those the batch lacks)."""
+def insert(con: duckdb.DuckDBPyConnection, table: pa.Table, columns, into: str = "_slices_staging") -> None:
+    """A batch's `columns` into a staging table, in that order (NULL for those the batch lacks)."""
     select = ", ".join(f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in columns)
     con.register("_batch", table)
     try:
-        con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
+        con.execute(f"INSERT INTO {into} SELECT {select} FROM _batch")
     finally:
         con.unregister("_batch")
 
