@@ -166,7 +166,7 @@ class TraceBuilder:
         return first
 
     def _spill(self) -> None:  # the bounded-memory regime from here on (ingest/spill.py)
-        spill.widen(self.con, self._held)
+        spill.start(self.con, self._held)
         self.spilling = True
 
     def _note_order(self, table: pa.Table) -> None:

@@ -3,17 +3,20 @@
 The in-memory path (ingest/stage.py) keeps the columns SQL reads in an in-memory DuckDB table and the
 others as the Arrow batches the ingester gave, then orders, writes and builds the level-of-detail tables
 from numpy arrays of every slice: the fastest way on two cores, and about 250 bytes a slice at its peak
-(2.5 GB of Kineto JSON, 6 M slices: 2.3 GB). Past SPILL_FROM_SLICES the builder switches, once, to this
+(2.5 GB of Kineto JSON, 6 M slices: 2.36 GB). Past SPILL_FROM_SLICES the builder switches, once, to this
 regime:
-  - every column of every slice is staged in DuckDB (the held batches so far moved in with one join),
-    whose memory limit drops to SPILL_MEMORY: what does not fit goes to its temp files;
-  - finish() gives depths a part of whole tracks at a time (DEPTH_PART_SLICES slices in memory at most),
-    writes `slices` with DuckDB's sort, which spills, and builds the level-of-detail tables in SQL from
-    the written table (the pyramid in parts, as always).
-So what the process holds no longer grows with the trace: it is DuckDB's limit, the scanner's blocks and
-the pyramid's parts. It costs time (each column passes through DuckDB's sort, args included), which is why
-traces below the threshold keep the in-memory path. The trace is the same either way, row for row and in
-the same order (tests/test_spill.py). docs/ingest.md has the numbers that set the threshold.
+  - the held columns go into DuckDB too, beside the staged ones (`_slices_rest`: the batches held so far,
+    then each new batch), and DuckDB's memory limit drops to SPILL_MEMORY: what does not fit goes to its
+    temp files;
+  - finish() gives depths a run of whole tracks at a time (DEPTH_PART_SLICES slices in memory at most),
+    writes `slices` with one DuckDB join and sort of the staged rows, their other columns and their
+    depths (both spill), and builds the level-of-detail tables in SQL from the written table (the pyramid
+    in parts, as always).
+So what the process holds no longer grows with the trace: DuckDB's limit, the scanner's blocks, a depth
+part (or the largest track) and the pyramid's parts. It costs time (every column passes through DuckDB's
+join and sort, args included), which is why traces below the threshold keep the in-memory path. The trace
+is the same either way, row for row and in the same order (tests/test_spill.py). docs/ingest.md has the
+numbers that set the threshold.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from acceltrace.ingest import stage
 from acceltrace.ingest.depths import assign_depths
 from acceltrace.store import schema
 
-# the in-memory path peaks near 1.5 GB at about 3.5 M slices of Kineto JSON (830 MB, 2 M slices: 1.25-1.35 GB)
+# the in-memory path's peak: 1.25-1.35 GB at 2 M slices (830 MB of Kineto JSON), 1.50 GB at 2.5 M (1 GB),
+# 1.55-1.66 GB for Nsight's 2.5 M; switching at 2.3 M keeps both paths under 1.5 GB
 SPILL_FROM_SLICES = 2_300_000
 SPILL_MEMORY = "500MB"  # DuckDB's limit once spilling (the in-memory path's: 900 MB, ingest/builder.py)
 DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this many slices at a time
@@ -38,7 +42,7 @@ _TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
 _REST = [c for c in _COLUMNS if c not in stage.STAGED]  # the columns the in-memory path holds in Arrow
 
 
-def widen(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
+def start(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
     """The held columns into DuckDB: `_slices_rest` (slice_id and every column `_slices_staging` lacks),
     filled from `held`, which is emptied. DuckDB's limit drops first, so that from here on it spills to
     its temp files rather than grow. The staged columns stay where they are: the importers' SQL reads
