@@ -5,16 +5,16 @@ others as the Arrow batches the ingester gave, then orders, writes and builds th
 from numpy arrays of every slice: the fastest way on two cores, and about 250 bytes a slice at its peak
 (2.5 GB of Kineto JSON, 6 M slices: 2.36 GB). Past SPILL_FROM_SLICES the builder switches, once, to this
 regime:
-  - the held columns go into DuckDB too, beside the staged ones (`_slices_rest`: the batches held so far,
-    then each new batch), and DuckDB's memory limit drops to SPILL_MEMORY: what does not fit goes to its
-    temp files;
-  - finish() gives depths a run of whole tracks at a time (DEPTH_PART_SLICES slices in memory at most),
-    writes `slices` with one DuckDB join and sort of the staged rows, their other columns and their
-    depths (both spill), and builds the level-of-detail tables in SQL from the written table (the pyramid
-    in parts, as always).
+  - every column of a slice is staged in DuckDB (the batches held so far joined to their staged rows
+    once, by slice_id; then each new batch whole), and DuckDB's memory limit drops to SPILL_MEMORY: what
+    does not fit goes to its temp files;
+  - finish() gives depths a run of whole tracks at a time (DEPTH_PART_SLICES slices in memory at most)
+    into a table of their own, writes `slices` with one DuckDB sort of the staged rows and their depths
+    (it spills), and builds the level-of-detail tables in SQL from the written table (the pyramid in
+    parts, as always).
 So what the process holds no longer grows with the trace: DuckDB's limit, the scanner's blocks, a depth
 part (or the largest track) and the pyramid's parts. It costs time (every column passes through DuckDB's
-join and sort, args included), which is why traces below the threshold keep the in-memory path. The trace
+sort, args included), which is why traces below the threshold keep the in-memory path. The trace
 is the same either way, row for row and in the same order (tests/test_spill.py). docs/ingest.md has the
 numbers that set the threshold.
 """
@@ -43,14 +43,13 @@ _REST = [c for c in _COLUMNS if c not in stage.STAGED]  # the columns the in-mem
 
 
 def start(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
-    """The held columns into DuckDB: `_slices_rest` (slice_id and every column `_slices_staging` lacks),
-    filled from `held`, which is emptied. DuckDB's limit drops first, so that from here on it spills to
-    its temp files rather than grow. The staged columns stay where they are: the importers' SQL reads
-    them as before, and nothing is joined until the write."""
+    """The held columns into DuckDB: `_slices_staging` gets every column of a slice (the staged rows
+    joined with the held ones by slice_id, once) and `held` is emptied. DuckDB's limit drops first, so
+    that from here on it spills to its temp files rather than grow."""
     con.execute(f"SET memory_limit = '{SPILL_MEMORY}'")
     held.mapped()
-    cols = [("slice_id", "BIGINT")] + [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"] if c in _REST]
-    con.execute(schema.create_sql("slices", cols, name="_slices_rest").replace(
+    cols = [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"]]
+    con.execute(schema.create_sql("slices", cols, name="_slices_wide").replace(
         "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
     shape = pa.schema([("slice_id", pa.int64())] + [(c, _TYPES[c]) for c in _REST])
 
@@ -67,29 +66,60 @@ def start(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
 
     con.register("_held_rows", pa.RecordBatchReader.from_batches(shape, batches()))
     try:
-        con.execute(f"INSERT INTO {stage.NAME}._slices_rest SELECT * FROM _held_rows")
+        picks = ", ".join(f's."{c}"' if c in stage.STAGED else f'h."{c}"' for c in _COLUMNS)
+        con.execute(f"INSERT INTO {stage.NAME}._slices_wide SELECT {picks}"
+                    " FROM _slices_staging s JOIN _held_rows h USING (slice_id)")
     finally:
         con.unregister("_held_rows")
     held.discard()
+    con.execute(f"DROP TABLE {stage.NAME}._slices_staging")
+    con.execute(f"ALTER TABLE {stage.NAME}._slices_wide RENAME TO _slices_staging")
 
 
 def append(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
-    """Stage a batch of slices (slice_id given): the staged columns as always, the others beside them."""
-    stage.insert(con, table, stage.STAGED)
-    stage.insert(con, table, ["slice_id"] + _REST, into="_slices_rest")
+    """Stage a batch of slices (slice_id given), every column of it."""
+    stage.insert(con, table, _COLUMNS)
 
 
-def fill_depths(con: duckdb.DuckDBPyConnection, part_slices: int | None = None) -> None:
+def fill_depths(con: duckdb.DuckDBPyConnection) -> None:
     """`_depths` (slice_id, depth) for the staged slices given none, a run of whole tracks at a time (a
     track is the sweep's unit: depths.assign_depths on each run gives the depths it gives all at once)."""
     con.execute(f"CREATE TABLE {stage.NAME}._depths (slice_id BIGINT, depth INTEGER)")
     ((todo,),) = con.execute("SELECT count(*) FROM _slices_staging WHERE depth IS NULL").fetchall()
     if not todo:
         return
-    limit = part_slices or DEPTH_PART_SLICES
-    per_track = con.execute("SELECT track_id, count(*) FROM _slices_staging GROUP BY 1 ORDER BY 1").fetchall()
+    for lo, hi in _track_runs(con, DEPTH_PART_SLICES):
+        con.register("_part_depths", assign_depths(con, where=f"track_id BETWEEN {lo} AND {hi}"))
+        try:
+            con.execute(f"INSERT INTO {stage.NAME}._depths SELECT slice_id, depth FROM _part_depths")
+        finally:
+            con.unregister("_part_depths")
+
+
+def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable) -> None:
+    """`slices` from the staged rows and their depths in stored order (track_id, ts, depth; ties in
+    slice_id order, as the in-memory path's stable sort leaves them), sorted by DuckDB (which spills);
+    then the level-of-detail tables from the written table."""
+    depth = "coalesce(d.depth, s.depth, 0)"  # a depth given, or the pass's (0 where neither: as in-memory)
+    picks = ", ".join(depth if c == "depth" else f's."{c}"' for c in _COLUMNS)
+    con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
+    try:
+        con.execute(f"INSERT INTO slices SELECT {picks} FROM _slices_staging s LEFT JOIN _depths d USING (slice_id)"
+                    f" ORDER BY s.track_id, s.ts, {depth}, s.slice_id")
+        for table in ("_slices_staging", "_depths"):
+            con.execute(f"DROP TABLE {stage.NAME}.{table}")
+        build_lod(con, slices="slices", keep_order_setting=True)
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    con.execute("RESET search_path")
+    con.execute(f"DETACH {stage.NAME}")
+
+
+def _track_runs(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, int]]:
+    """The staged tracks in runs of consecutive ids holding at most `limit` slices (a bigger track is a run
+    of its own): [(first track_id, last track_id)], in track order."""
     runs, lo, prev, n = [], None, None, 0
-    for track, c in per_track:
+    for track, c in con.execute("SELECT track_id, count(*) FROM _slices_staging GROUP BY 1 ORDER BY 1").fetchall():
         if lo is not None and n + c > limit:
             runs.append((lo, prev))
             lo, n = None, 0
@@ -99,32 +129,7 @@ def fill_depths(con: duckdb.DuckDBPyConnection, part_slices: int | None = None) 
         prev = track
     if lo is not None:
         runs.append((lo, prev))
-    for lo, hi in runs:
-        con.register("_part_depths", assign_depths(con, where=f"track_id BETWEEN {int(lo)} AND {int(hi)}"))
-        try:
-            con.execute(f"INSERT INTO {stage.NAME}._depths SELECT slice_id, depth FROM _part_depths")
-        finally:
-            con.unregister("_part_depths")
-
-
-def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable) -> None:
-    """`slices` from the staged rows, their other columns and their depths, in stored order (track_id, ts,
-    depth; ties in slice_id order, as the in-memory path's stable sort leaves them): one join and sort
-    by DuckDB, which spill; then the level-of-detail tables from the written table. A staged row the time
-    check deleted has no match: its other columns are left behind."""
-    depth = "coalesce(d.depth, s.depth, 0)"  # a depth given, or the pass's (0 where neither: as in-memory)
-    picks = ", ".join(depth if c == "depth" else f's."{c}"' if c in stage.STAGED else f'r."{c}"' for c in _COLUMNS)
-    con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
-    try:
-        con.execute(f"INSERT INTO slices SELECT {picks} FROM _slices_staging s JOIN _slices_rest r USING (slice_id)"
-                    f" LEFT JOIN _depths d USING (slice_id) ORDER BY s.track_id, s.ts, {depth}, s.slice_id")
-        for table in ("_slices_staging", "_slices_rest", "_depths"):
-            con.execute(f"DROP TABLE {stage.NAME}.{table}")
-        build_lod(con, slices="slices", keep_order_setting=True)
-    finally:
-        con.execute("SET preserve_insertion_order = false")
-    con.execute("RESET search_path")
-    con.execute(f"DETACH {stage.NAME}")
+    return [(int(a), int(b)) for a, b in runs]
 
 
 def _plain_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
