@@ -94,7 +94,8 @@ class TraceBuilder:
         self._track_rows: list[tuple] = []
         self._next_slice = 0
         self._held = stage.Held(self.work_dir)  # per add_slices batch, its columns not staged (ingest/stage.py)
-        self.spilling = False  # past spill.SPILL_FROM_SLICES: every column of a slice in DuckDB (ingest/spill.py)
+        self.spilling = False  # past spill.threshold() slices: every column of a slice in DuckDB (ingest/spill.py)
+        self._spill_from = spill.threshold()
         self._next_flow = 0
         self.n_counters = 0
         self.formats: list[str] = []
@@ -161,7 +162,7 @@ class TraceBuilder:
         else:
             stage.append(self.con, table, self._held)
         self._next_slice += n
-        if not self.spilling and self._next_slice > spill.SPILL_FROM_SLICES:
+        if not self.spilling and self._next_slice > self._spill_from:
             self._spill()
         return first
 

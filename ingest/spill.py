@@ -21,6 +21,7 @@ numbers that set the threshold.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import duckdb
@@ -36,6 +37,17 @@ from acceltrace.store import schema
 SPILL_FROM_SLICES = 2_300_000
 SPILL_MEMORY = "500MB"  # DuckDB's limit once spilling (the in-memory path's: 900 MB, ingest/builder.py)
 DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this many slices at a time
+
+
+
+def threshold() -> int:
+    """SPILL_FROM_SLICES, or the operator's ACCELTRACE_SPILL_SLICES (a machine with less memory to give)."""
+    value = os.environ.get("ACCELTRACE_SPILL_SLICES", "").strip()
+    try:
+        return max(0, int(value)) if value else SPILL_FROM_SLICES
+    except ValueError:
+        raise ValueError(f"ACCELTRACE_SPILL_SLICES={value!r}: expected a whole number of slices") from None
+
 
 _COLUMNS = schema.column_names("slices")
 _TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}

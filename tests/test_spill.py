@@ -106,3 +106,16 @@ def test_the_switch_moves_every_held_column_into_duckdb_and_lowers_its_limit(tmp
     con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
     got = con.execute("SELECT slice_id, depth FROM slices ORDER BY rowid").fetchall()
     assert got == [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1)]  # each second slice inside the first
+
+
+def test_an_operator_sets_the_threshold_in_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELTRACE_SPILL_SLICES", "1000")
+    switched = []
+    real = TraceBuilder._spill
+    monkeypatch.setattr(TraceBuilder, "_spill", lambda self: (switched.append(self.n_slices), real(self)))
+    _small_pieces(monkeypatch)
+    _, r = _ingest(tmp_path, SAMPLES / "chrome/kineto/sampled-rank0-small.json.gz", "env")
+    assert len(switched) == 1 and 1000 < switched[0] < r.counts["slices"]
+    monkeypatch.setenv("ACCELTRACE_SPILL_SLICES", "lots")
+    with pytest.raises(ValueError, match="ACCELTRACE_SPILL_SLICES='lots': expected a whole number of slices"):
+        TraceBuilder(tmp_path / "bad.duckdb")
