@@ -5,9 +5,9 @@ others as the Arrow batches the ingester gave, then orders, writes and builds th
 from numpy arrays of every slice: the fastest way on two cores, and about 250 bytes a slice at its peak
 (2.5 GB of Kineto JSON, 6 M slices: 2.36 GB). Past SPILL_FROM_SLICES the builder switches, once, to this
 regime:
-  - every column of a slice is staged in DuckDB (the batches held so far joined to their staged rows
-    once, by slice_id; then each new batch whole), and DuckDB's memory limit drops to SPILL_MEMORY: what
-    does not fit goes to its temp files;
+  - every column of a slice is staged in DuckDB (the staged rows so far read back in slice_id order
+    beside the held batches' rows, no join; then each new batch whole), and DuckDB's memory limit drops
+    to SPILL_MEMORY: what does not fit goes to its temp files;
   - finish() gives depths a run of whole tracks at a time (DEPTH_PART_SLICES slices in memory at most)
     into a table of their own, writes `slices` with one DuckDB sort of the staged rows and their depths
     (it spills), and builds the level-of-detail tables in SQL from the written table (the pyramid in
@@ -37,6 +37,7 @@ from acceltrace.store import schema
 SPILL_FROM_SLICES = 2_300_000
 SPILL_MEMORY = "500MB"  # DuckDB's limit once spilling (the in-memory path's: 900 MB, ingest/builder.py)
 DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this many slices at a time
+BATCH_ROWS = 122_880  # the switch moves the staged and held rows this many at a time
 
 
 
@@ -55,37 +56,64 @@ _REST = [c for c in _COLUMNS if c not in stage.STAGED]  # the columns the in-mem
 
 
 def start(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
-    """The held columns into DuckDB: `_slices_staging` gets every column of a slice (the staged rows
-    joined with the held ones by slice_id, once) and `held` is emptied. DuckDB's limit drops first, so
-    that from here on it spills to its temp files rather than grow."""
+    """Every column of a slice into one staging table: the staged rows read back in slice_id order beside
+    the held batches' rows (the same slices in the same order: nothing is deleted before finish()), as
+    one stream into a new `_slices_staging`; `held` is emptied as it goes. DuckDB's limit drops first,
+    so that from here on it spills to its temp files rather than grow."""
     con.execute(f"SET memory_limit = '{SPILL_MEMORY}'")
     held.mapped()
+    ((staged,),) = con.execute("SELECT count(*) FROM _slices_staging").fetchall()
+    if staged != sum(t.num_rows for t in held):
+        raise RuntimeError(f"the builder staged {staged} slices but holds the columns of"
+                           f" {sum(t.num_rows for t in held)}")
     cols = [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"]]
     con.execute(schema.create_sql("slices", cols, name="_slices_wide").replace(
         "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
-    shape = pa.schema([("slice_id", pa.int64())] + [(c, _TYPES[c]) for c in _REST])
+    shape = pa.schema([(c, _TYPES[c]) for c in _COLUMNS])
+    reader = con.cursor()  # the staged rows stream from a cursor of their own while `con` inserts
+    keys = ", ".join(f'"{c}"' for c in stage.STAGED)
+    ordered = reader.sql(f"SELECT {keys} FROM {stage.NAME}._slices_staging ORDER BY slice_id").to_arrow_reader(BATCH_ROWS)
 
     def batches():
-        first = 0
-        while held:
-            t = held.pop(0)  # each batch let go once moved (its args may lie in the mapped file)
-            n = t.num_rows
-            arrays = [pa.array(np.arange(first, first + n, dtype=np.int64))]
-            arrays += [_plain_column(t.column(c), _TYPES[c]) if c in t.column_names else pa.nulls(n, _TYPES[c])
-                       for c in _REST]
-            yield from pa.table(arrays, schema=shape).to_batches()
-            first += n
+        rows = _held_rows(held)
+        for b in ordered:
+            rest = rows(b.num_rows)
+            yield from pa.table([b.column(c) if c in stage.STAGED else rest[c] for c in _COLUMNS],
+                                schema=shape).to_batches()
 
-    con.register("_held_rows", pa.RecordBatchReader.from_batches(shape, batches()))
+    con.register("_wide_rows", pa.RecordBatchReader.from_batches(shape, batches()))
     try:
-        picks = ", ".join(f's."{c}"' if c in stage.STAGED else f'h."{c}"' for c in _COLUMNS)
-        con.execute(f"INSERT INTO {stage.NAME}._slices_wide SELECT {picks}"
-                    " FROM _slices_staging s JOIN _held_rows h USING (slice_id)")
+        con.execute(f"INSERT INTO {stage.NAME}._slices_wide SELECT * FROM _wide_rows")
     finally:
-        con.unregister("_held_rows")
+        con.unregister("_wide_rows")
+        reader.close()
     held.discard()
     con.execute(f"DROP TABLE {stage.NAME}._slices_staging")
     con.execute(f"ALTER TABLE {stage.NAME}._slices_wide RENAME TO _slices_staging")
+
+
+def _held_rows(held: stage.Held) -> Callable[[int], dict]:
+    """A function giving the held columns of the next n slices (in slice_id order) as plain chunked
+    columns of their stored types; each held batch is let go once its rows are given (its args may lie
+    in the mapped file)."""
+    state = {"table": None, "at": 0}
+
+    def take(n: int) -> dict:
+        parts = []
+        while n:
+            if state["table"] is None or state["at"] == state["table"].num_rows:
+                state["table"], state["at"] = held.pop(0), 0
+            t, at = state["table"], state["at"]
+            k = min(n, t.num_rows - at)
+            parts.append(t.slice(at, k))
+            state["at"] += k
+            n -= k
+        return {c: pa.chunked_array([chunk for p in parts for chunk in
+                                     (_plain_column(p.column(c), _TYPES[c]).chunks if c in p.column_names
+                                      else [pa.nulls(p.num_rows, _TYPES[c])])], type=_TYPES[c])
+                for c in _REST}
+
+    return take
 
 
 def append(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
