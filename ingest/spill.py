@@ -32,8 +32,8 @@ from acceltrace.ingest import stage
 from acceltrace.ingest.depths import assign_depths
 from acceltrace.store import schema
 
-# the in-memory path's peak: 1.25-1.35 GB at 2 M slices (830 MB of Kineto JSON), 1.50 GB at 2.5 M (1 GB),
-# 1.55-1.66 GB for Nsight's 2.5 M; switching at 2.3 M keeps both paths under 1.5 GB
+# the in-memory path's peak: 1.25-1.35 GB at 2 M slices (830 MB of Kineto JSON), 1.36-1.56 GB at 2.5 M (1 GB),
+# 1.48-1.66 GB for Nsight's 2.5 M; switching at 2.3 M keeps both paths under 1.5 GB
 SPILL_FROM_SLICES = 2_300_000
 SPILL_MEMORY = "500MB"  # DuckDB's limit once spilling (the in-memory path's: 900 MB, ingest/builder.py)
 DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this many slices at a time

@@ -9,7 +9,8 @@ category, args, ...) stay in the Arrow batches the ingester gave, never copied i
 finalize() fills in the depths and works out the stored order (track_id, ts, depth) in numpy;
 write_slices_and_lod() then writes `slices` in that order on one cursor while another builds the
 level-of-detail tables from the same rows (which need no order): the two cores share the two
-biggest steps of time-to-viewable. docs/ingest.md has the numbers that chose this.
+biggest steps of time-to-viewable. docs/ingest.md has the numbers that chose this. A trace past
+spill.SPILL_FROM_SLICES leaves this path part way for the bounded-memory one (ingest/spill.py).
 """
 
 from __future__ import annotations
@@ -135,12 +136,12 @@ def append(con: duckdb.DuckDBPyConnection, table: pa.Table, held: Held) -> None:
     held.add(table.select([c for c in table.column_names if c in _SLICE_TYPES and c not in STAGED]))
 
 
-def insert(con: duckdb.DuckDBPyConnection, table: pa.Table, columns, into: str = "_slices_staging") -> None:
-    """A batch's `columns` into a staging table, in that order (NULL for those the batch lacks)."""
+def insert(con: duckdb.DuckDBPyConnection, table: pa.Table, columns) -> None:
+    """A batch's `columns` into the staging table, in that order (NULL for those the batch lacks)."""
     select = ", ".join(f'"{c}"' if c in table.column_names else f'NULL AS "{c}"' for c in columns)
     con.register("_batch", table)
     try:
-        con.execute(f"INSERT INTO {into} SELECT {select} FROM _batch")
+        con.execute(f"INSERT INTO _slices_staging SELECT {select} FROM _batch")
     finally:
         con.unregister("_batch")
 
