@@ -40,7 +40,6 @@ DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this m
 BATCH_ROWS = 122_880  # the switch moves the staged and held rows this many at a time
 
 
-
 def threshold() -> int:
     """SPILL_FROM_SLICES, or the operator's ACCELTRACE_SPILL_SLICES (a machine with less memory to give)."""
     value = os.environ.get("ACCELTRACE_SPILL_SLICES", "").strip()
