@@ -86,10 +86,11 @@ def test_an_nsight_report_past_the_threshold_is_the_same_trace(tmp_path, monkeyp
     assert got == sorted(got), "not stored in (track_id, ts, depth) order"
 
 
-def test_the_switch_moves_every_held_column_into_duckdb_and_lowers_its_limit(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [None, 1])  # a fleet's workers build on one thread
+def test_the_switch_moves_every_held_column_into_duckdb_and_lowers_its_limit(tmp_path, monkeypatch, threads):
     monkeypatch.setattr(spill, "SPILL_FROM_SLICES", 3)
     monkeypatch.setattr(stage, "ARGS_MEMORY_BYTES", 10)
-    b = TraceBuilder(tmp_path / "t.duckdb")
+    b = TraceBuilder(tmp_path / "t.duckdb", threads=threads)
     track = b.track("cpu", "t")
     for first in (0, 2, 4):
         b.add_slices({"track_id": [track, track], "ts": [first * 10, first * 10 + 1], "dur": [5, 1],
@@ -106,6 +107,8 @@ def test_the_switch_moves_every_held_column_into_duckdb_and_lowers_its_limit(tmp
     con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
     got = con.execute("SELECT slice_id, depth FROM slices ORDER BY rowid").fetchall()
     assert got == [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1)]  # each second slice inside the first
+    lod = con.execute("SELECT slice_id, depth FROM lod_slices ORDER BY slice_id").fetchall()
+    assert lod == got
 
 
 def test_an_operator_sets_the_threshold_in_the_environment(tmp_path, monkeypatch):
