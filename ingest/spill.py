@@ -62,9 +62,9 @@ def start(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
     con.execute(f"SET memory_limit = '{SPILL_MEMORY}'")
     held.mapped()
     ((staged,),) = con.execute("SELECT count(*) FROM _slices_staging").fetchall()
-    if staged != sum(t.num_rows for t in held):
-        raise RuntimeError(f"the builder staged {staged} slices but holds the columns of"
-                           f" {sum(t.num_rows for t in held)}")
+    kept = sum(t.num_rows for t in held)
+    if staged != kept:
+        raise RuntimeError(f"the builder staged {staged} slices but holds the columns of {kept}")
     cols = [(c, t.replace(" NOT NULL", "")) for c, t in schema.TABLES["slices"]]
     con.execute(schema.create_sql("slices", cols, name="_slices_wide").replace(
         "CREATE TABLE ", f"CREATE TABLE {stage.NAME}.", 1))
@@ -92,27 +92,34 @@ def start(con: duckdb.DuckDBPyConnection, held: stage.Held) -> None:
 
 
 def _held_rows(held: stage.Held) -> Callable[[int], dict]:
-    """A function giving the held columns of the next n slices (in slice_id order) as plain chunked
-    columns of their stored types; each held batch is let go once its rows are given (its args may lie
-    in the mapped file)."""
-    state = {"table": None, "at": 0}
+    """A function giving the held columns of the next n slices (in slice_id order) as chunked columns of
+    their stored types; each held batch is let go once its rows are given (its args may lie in the mapped
+    file)."""
+    table, at = None, 0
 
     def take(n: int) -> dict:
+        nonlocal table, at
         parts = []
         while n:
-            if state["table"] is None or state["at"] == state["table"].num_rows:
-                state["table"], state["at"] = held.pop(0), 0
-            t, at = state["table"], state["at"]
-            k = min(n, t.num_rows - at)
-            parts.append(t.slice(at, k))
-            state["at"] += k
-            n -= k
-        return {c: pa.chunked_array([chunk for p in parts for chunk in
-                                     (_plain_column(p.column(c), _TYPES[c]).chunks if c in p.column_names
-                                      else [pa.nulls(p.num_rows, _TYPES[c])])], type=_TYPES[c])
+            if table is None or at == table.num_rows:
+                table, at = held.pop(0), 0
+            k = min(n, table.num_rows - at)
+            parts.append(table.slice(at, k))
+            at, n = at + k, n - k
+        return {c: pa.chunked_array([chunk for p in parts for chunk in _stored(p, c).chunks], type=_TYPES[c])
                 for c in _REST}
 
     return take
+
+
+def _stored(table: pa.Table, name: str) -> pa.ChunkedArray:
+    """A held batch's column as its stored type: nulls where the batch has none, dictionaries decoded
+    (a cast: the batches' dictionaries need not agree)."""
+    typ = _TYPES[name]
+    if name not in table.column_names:
+        return pa.chunked_array([pa.nulls(table.num_rows, typ)], type=typ)
+    col = table.column(name)
+    return col if col.type == typ else col.cast(typ)
 
 
 def append(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
@@ -169,8 +176,3 @@ def _track_runs(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, i
     if lo is not None:
         runs.append((lo, prev))
     return [(int(a), int(b)) for a, b in runs]
-
-
-def _plain_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
-    """A held column as plain values of its stored type (its batches' dictionaries need not agree)."""
-    return pa.chunked_array([stage.plain(c).cast(typ) for c in col.chunks], type=typ)

@@ -80,7 +80,7 @@ class Held(list):
             self._sink = pa.OSFile(str(self._path), "wb")
             self._writer = pa.ipc.new_stream(self._sink, pa.schema([("args", pa.string())]))
         for chunk in args.chunks:
-            self._writer.write_batch(pa.record_batch([plain(chunk).cast(pa.string())], names=["args"]))
+            self._writer.write_batch(pa.record_batch([_plain(chunk).cast(pa.string())], names=["args"]))
 
     def mapped(self) -> None:
         """Every table with its args again: those from the file as arrays over its mapping (no copy;
@@ -289,7 +289,7 @@ class _Gather:
     def take(self, rows: np.ndarray) -> pa.Array:
         """The rows at these positions, in this order: each chunk's by one take, put back in order by one more."""
         if len(self.chunks) == 1:
-            return plain(self.chunks[0].take(rows))
+            return _plain(self.chunks[0].take(rows))
         which = np.searchsorted(self.starts, rows, side="right") - 1
         by_chunk = np.argsort(which, kind="stable")
         counts = np.bincount(which, minlength=len(self.chunks))
@@ -297,14 +297,14 @@ class _Gather:
         for k, n in enumerate(counts.tolist()):
             if n:
                 idx = rows[by_chunk[lo:lo + n]] - self.starts[k]
-                parts.append(plain(self.chunks[k].take(idx)))
+                parts.append(_plain(self.chunks[k].take(idx)))
                 lo += n
         back = np.empty(len(rows), dtype=np.int64)
         back[by_chunk] = np.arange(len(rows))
         return pa.concat_arrays(parts).take(back)
 
 
-def plain(arr: pa.Array) -> pa.Array:
+def _plain(arr: pa.Array) -> pa.Array:
     """A dictionary-encoded array as its values (the batches of one stream share one type)."""
     return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
 
@@ -313,7 +313,7 @@ def _whole(col: pa.ChunkedArray) -> pa.Array:
     """One array of a column's chunks (a dictionary column's decoded: Arrow cannot join dictionaries
     that hold a null, as the Chrome importer's direction column's can)."""
     if pa.types.is_dictionary(col.type):
-        col = pa.chunked_array([plain(c) for c in col.chunks], type=col.type.value_type)
+        col = pa.chunked_array([_plain(c) for c in col.chunks], type=col.type.value_type)
     return col.combine_chunks()
 
 

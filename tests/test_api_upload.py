@@ -93,7 +93,8 @@ def test_upload_over_the_limit_is_413_and_leaves_nothing(fresh, tmp_path):
 
 
 def test_upload_of_a_file_the_cli_ingested_answers_with_that_trace(fresh, tmp_path):
-    """The CLI hashes the file (mapped), the server the upload as it arrives: the same content hash."""
+    """The CLI hashes the file (read from disk), the server the upload in pieces as it arrives: the same
+    content hash."""
     from acceltrace.ingest.pipeline import ingest_paths
 
     body = chrome_json("cli", 3000)  # several of the upload's pieces
