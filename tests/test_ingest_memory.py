@@ -47,3 +47,34 @@ def test_a_users_choice_is_kept(pool):
     before, after, hint = _probe(ARROW_DEFAULT_MEMORY_POOL=pool, NUMPY_MADVISE_HUGEPAGE="1")
     assert before == after == pool
     assert hint == "True"
+
+
+@pytest.mark.parametrize("release_from, released", [(10**9, 0), (1, 1)])
+def test_the_parse_memory_goes_back_only_for_a_large_trace(tmp_path, monkeypatch, release_from, released):
+    """drop_staging trims Arrow's pool before the write (the peak of a large ingest); a trace of fewer than
+    RELEASE_FROM_SLICES slices keeps its pages (the trim costs more than it saves there)."""
+    import pyarrow as pa
+    from pathlib import Path
+
+    from acceltrace.ingest import pipeline
+    from acceltrace.ingest.chrome import state
+    from acceltrace.store.catalog import Store
+
+    calls = []
+    pool = pa.default_memory_pool()
+
+    class Counting:
+        def release_unused(self):
+            calls.append(1)
+            pool.release_unused()
+
+    monkeypatch.setattr(state, "RELEASE_FROM_SLICES", release_from)
+    class Arrow:  # pyarrow as state.py sees it, its pool counted (the write's own trim is not counted)
+        def __getattr__(self, name):
+            return (lambda: Counting()) if name == "default_memory_pool" else getattr(pa, name)
+
+    monkeypatch.setattr(state, "pa", Arrow())
+    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
+    (r,) = pipeline.ingest_paths(Store(tmp_path / "store"), [sample], views=False)
+    assert r.error is None and r.counts["slices"] > 0
+    assert len(calls) == released
