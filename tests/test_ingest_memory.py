@@ -68,11 +68,11 @@ def test_the_parse_memory_goes_back_only_for_a_large_trace(tmp_path, monkeypatch
             calls.append(1)
             pool.release_unused()
 
-    monkeypatch.setattr(state, "RELEASE_FROM_SLICES", release_from)
     class Arrow:  # pyarrow as state.py sees it, its pool counted (the write's own trim is not counted)
         def __getattr__(self, name):
             return (lambda: Counting()) if name == "default_memory_pool" else getattr(pa, name)
 
+    monkeypatch.setattr(state, "RELEASE_FROM_SLICES", release_from)
     monkeypatch.setattr(state, "pa", Arrow())
     sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
     (r,) = pipeline.ingest_paths(Store(tmp_path / "store"), [sample], views=False)
