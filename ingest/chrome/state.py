@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from acceltrace.ingest import memory
 from acceltrace.ingest.chrome import kineto as kin
 from acceltrace.store import schema
 
@@ -36,7 +37,6 @@ STAGING = {
               ("ph", "VARCHAR"), ("ts", "BIGINT"), ("seq", "BIGINT"), ("args", "VARCHAR")],
 }
 MAX_EXAMPLES = 3
-RELEASE_FROM_SLICES = 500_000  # drop_staging hands the parse's freed memory back from this many slices
 
 
 @dataclass
@@ -383,9 +383,4 @@ class ChromeState:
         self._views.clear()
         self._arrow_bytes = 0
         self._staged_rows.clear()
-        # Arrow's allocator keeps the freed pages of the parse (slice runs, link rows) for reuse: they go
-        # back before the write of `slices` and the LOD build, the ingest's peak, where that peak is large
-        # (a trim of the heap costs 6-8 ms, 2 % of a 34 MB trace's time, and the pages it hands back are
-        # faulted in again by the write)
-        if self.builder.n_slices >= RELEASE_FROM_SLICES:
-            pa.default_memory_pool().release_unused()
+        memory.trim(self.builder.n_slices)  # the parse's freed pages (slice runs, link rows), before the peak
