@@ -34,14 +34,3 @@ def use_small_pages() -> None:
         setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
         if setter is not None:
             setter(False)
-
-# Arrow's freed pages go back to the system before an ingest's peak (the write of `slices` and the level-of-
-# detail build) only from this many slices: below it the peak is a third of the 1.5 GB target, and a trim
-# costs more than it saves (6-8 ms on vLLM's 127 k slices, and the write faults the same pages in again)
-TRIM_FROM_SLICES = 500_000
-
-
-def trim(slices: int) -> None:
-    """The pages Arrow's pool keeps for reuse handed back, for a build of TRIM_FROM_SLICES slices or more."""
-    if slices >= TRIM_FROM_SLICES:
-        pa.default_memory_pool().release_unused()

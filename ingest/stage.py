@@ -24,7 +24,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from acceltrace.ingest import memory
 from acceltrace.ingest.depths import order_by
 from acceltrace.store import schema
 
@@ -331,7 +330,7 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
         cur.register("_slices_sorted", final.in_stored_order())
         cur.execute("INSERT INTO slices SELECT * FROM _slices_sorted")
         cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
-        memory.trim(final.rows.num_rows)  # ... which the allocator would keep otherwise
+        pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
 
     def lod(cur):  # the numpy pyramid beside the write: it holds at most a bounded part of the slices
         final.use(cur)

@@ -47,32 +47,3 @@ def test_a_users_choice_is_kept(pool):
     before, after, hint = _probe(ARROW_DEFAULT_MEMORY_POOL=pool, NUMPY_MADVISE_HUGEPAGE="1")
     assert before == after == pool
     assert hint == "True"
-
-
-@pytest.mark.parametrize("trim_from, trims", [(10**9, 0), (1, 2)])
-def test_the_pool_is_trimmed_only_for_a_large_build(tmp_path, monkeypatch, trim_from, trims):
-    """An ingest trims Arrow's pool twice before its peak (the parse's pages once the links are done, the
-    write's own once `slices` is written), from TRIM_FROM_SLICES slices; a smaller build keeps its pages."""
-    import pyarrow as pa
-    from pathlib import Path
-
-    from acceltrace.ingest import memory, pipeline
-    from acceltrace.store.catalog import Store
-
-    calls = []
-    pool = pa.default_memory_pool()
-
-    class Counting:  # the pool, its trims counted
-        def release_unused(self):
-            calls.append(1)
-            pool.release_unused()
-
-        def __getattr__(self, name):
-            return getattr(pool, name)
-
-    monkeypatch.setattr(memory, "TRIM_FROM_SLICES", trim_from)
-    monkeypatch.setattr(memory.pa, "default_memory_pool", lambda: Counting())
-    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
-    (r,) = pipeline.ingest_paths(Store(tmp_path / "store"), [sample], views=False)
-    assert r.error is None and r.counts["slices"] > 0
-    assert len(calls) == trims

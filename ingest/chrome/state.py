@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from acceltrace.ingest import memory
 from acceltrace.ingest.chrome import kineto as kin
 from acceltrace.store import schema
 
@@ -383,4 +382,6 @@ class ChromeState:
         self._views.clear()
         self._arrow_bytes = 0
         self._staged_rows.clear()
-        memory.trim(self.builder.n_slices)  # the parse's freed pages (slice runs, link rows), before the peak
+        # Arrow's allocator keeps the freed pages of the parse (slice runs, link rows) for reuse: they go
+        # back before the write of `slices` and the LOD build, the ingest's peak
+        pa.default_memory_pool().release_unused()
