@@ -42,11 +42,13 @@ _PATH_FUNCTIONS = re.compile(
 
 
 class QueryError(Exception):
-    """The query was refused, failed or ran out of time; str() says which and why."""
+    """The query was refused, failed or ran out of time; str() says which and why. peak_bytes: the
+    resident peak of the query's own process (run_limited), where it could report one."""
 
-    def __init__(self, message: str, code: str = "query_failed"):
+    def __init__(self, message: str, code: str = "query_failed", peak_bytes: int | None = None):
         super().__init__(message)
         self.code = code
+        self.peak_bytes = peak_bytes
 
 
 def check_statement(sql: str) -> None:
@@ -159,11 +161,23 @@ def run_readonly(
 
 
 # -- a process per query ----------------------------------------------------------------------
-def _vm_bytes() -> int:
+def _status_bytes(key: str) -> int:
+    """A "kB" figure of /proc/self/status, in bytes (0 where there is none)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def _vm_bytes() -> int:
+    return _status_bytes("VmSize")
+
+
+def _peak_bytes() -> int:
+    """This process's own resident peak. Not getrusage: Linux carries a parent's resident size over
+    a fork and an exec into the child's ru_maxrss (a query started from a 1.6 GB process "peaked" at
+    1.6 GB), while VmHWM belongs to the memory map the exec made."""
+    return _status_bytes("VmHWM")
 
 
 def _child_main() -> None:
@@ -201,7 +215,12 @@ def _child_main() -> None:
                                        "query_memory")))
     except Exception as e:  # a value pickle cannot carry
         data = pickle.dumps(("error", (f"query answer cannot be returned: {e}", "query_failed")))
+    try:
+        peak = _peak_bytes()
+    except (OSError, ValueError):
+        peak = 0
     out.write(data)
+    out.write(peak.to_bytes(8, "little"))  # after the answer: pickle.loads stops at the answer's end
     out.flush()
 
 
@@ -254,7 +273,11 @@ def run_limited(
         return _redact_rows(value, _roots(store))
     if kind == "missing":
         raise FileNotFoundError(value)
-    raise QueryError(_redact(value[0], _roots(store)), value[1])
+    peak = int.from_bytes(out[-8:], "little") if len(out) >= 8 else 0
+    message = _redact(value[0], _roots(store))
+    if value[1] == "query_memory" and peak:
+        message += f" (its process peaked at {peak >> 20} MiB; a query may use {memory_bytes >> 20} MiB beyond its start)"
+    raise QueryError(message, value[1], peak or None)
 
 
 def _roots(store: Store) -> list[str]:
