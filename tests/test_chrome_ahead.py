@@ -125,3 +125,39 @@ def test_chunks_end_where_the_bytes_put_them_whatever_the_reads_return(arg):
             got, _ = _read_all(_ShortReads(text, seed), prefetch=prefetch, block=4096)
             cuts.add(tuple((offset, len(raw)) for offset, _, _, raw in got[0]))
     assert len(cuts) == 1 and len(next(iter(cuts))) > 20
+
+
+def test_reads_follow_the_chunks_so_a_cut_carries_one_event_and_each_read_is_joined_once(monkeypatch):
+    """Reads are sized in the chunks' own schedule (blocks.read_sizes): what a cut leaves to carry into
+    the next chunk is the slack and the events' starts cut so far (~130 B a chunk), not most of a read; and the look-ahead's
+    join of that tail with the next read is the one the reader goes on with, not joined a second time.
+    The chunks are a reader's without prefetch."""
+    from acceltrace.ingest.chrome import blocks
+
+    monkeypatch.setattr(chrome_reader, "FIRST_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(blocks, "READ_SLACK", 1024)
+    body = b", ".join(_event(i, "x" * (i % 50)) for i in range(3000))
+    text = b'{"traceEvents": [' + body + b"]}"
+    sizes, tails, taken = [], [], []
+
+    class Recording(io.BytesIO):
+        def read(self, n=-1):
+            sizes.append(n)
+            return super().read(n)
+
+    take = ahead_mod.ChunksAhead.take_joined
+
+    def recording(self, at, rest):
+        out = take(self, at, rest)
+        tails.append(len(rest))
+        taken.append(out is not rest)
+        return out
+
+    monkeypatch.setattr(ahead_mod.ChunksAhead, "take_joined", recording)
+    got, _ = _read_all(Recording(text), prefetch=True, block=32768)
+    want, _ = _read_all(io.BytesIO(text), prefetch=False, block=32768)
+    assert got == want and len(got[0]) > 10
+    assert sizes[:5] == [4096 + 1024, 8192, 16384, 32768, 32768]
+    # the slack, then one event's start more at each cut at most (the cut falls before the block's end)
+    assert len(tails) > 8 and tails[0] < 1024 + 200 and all(b - a < 200 for a, b in zip(tails, tails[1:])), tails
+    assert sum(taken) >= len(taken) - 2, taken  # all but the first two (no look-ahead before them)

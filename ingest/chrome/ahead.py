@@ -27,6 +27,9 @@ class ChunksAhead:
         self.stash: deque[tuple[bytes | Exception, str | None]] = deque()
         self._queue: deque[tuple[int, int, bytes, Future]] = deque()  # (stream offset, length, raw, its decode)
         self._pool: ThreadPoolExecutor | None = None
+        # the reader's own join of a tail and the reads stashed after it: (stream offset, tail length,
+        # the joined bytes, those reads), taken by take_joined instead of a second copy of each read
+        self.joined: tuple | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -38,6 +41,22 @@ class ChunksAhead:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chrome-scan")
         self._queue.append((at, len(raw), raw, self._pool.submit(self.decode, raw)))
+
+    def take_joined(self, at: int, rest: bytes) -> bytes:
+        """rest (stream offset `at`) with the stashed reads after it, as the reader joined them ahead,
+        where that join was made from these very bytes: the same offset and tail, the same reads first
+        in the stash (they are taken from it). Else rest as it is: the reader reads them again."""
+        joined, self.joined = self.joined, None
+        if joined is None:
+            return rest
+        at0, tail0, tail, reads = joined
+        stash = self.stash
+        if at0 != at or tail0 != len(rest) or len(stash) < len(reads) \
+                or any(stash[i][0] is not d for i, d in enumerate(reads)) or tail[:tail0] != rest:
+            return rest
+        for _ in reads:
+            stash.popleft()
+        return tail
 
     def raw(self, at: int, n: int) -> bytes | None:
         """The bytes of the chunk on its way at stream offset `at`, `n` bytes long (spares the reader a copy)."""
@@ -67,3 +86,4 @@ class ChunksAhead:
             self._pool = None
         self._queue.clear()
         self.stash.clear()
+        self.joined = None

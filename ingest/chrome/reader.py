@@ -1,17 +1,14 @@
 """Streams a Chrome trace's event array as decoded chunks of whole events.
 
-The file is never held whole: blocks are read (decompressed in a background thread,
-since zlib releases the GIL), and each block is cut after its last whole event. The
-cut is found cheaply: the last '}' in the block is tried first, and a wrong guess
-cannot decode (it would leave an event or a string open), so a failed decode falls
-back to an exact structural scan of the block (numpy, string- and escape-aware).
-The top-level keys around "traceEvents" (deviceProperties, baseTimeNanoseconds,
-distributedInfo, ...) are kept and decoded as metadata. A file cut off inside the
-array yields its whole events and reports the cut. While the caller works on a chunk,
-the next one is already being decoded in a thread (the compiled scanner releases the
-GIL): the same bytes, the same result, on the other core.
+The file is never held whole: blocks are read (decompressed in a background thread, since zlib releases
+the GIL), and each block is cut after its last whole event. The cut is found cheaply: the last '}' in the
+block is tried first, and a wrong guess cannot decode (it would leave an event or a string open), so a
+failed decode falls back to an exact structural scan of the block (numpy, string- and escape-aware). The
+top-level keys around "traceEvents" (deviceProperties, baseTimeNanoseconds, distributedInfo, ...) are kept
+and decoded as metadata. A file cut off inside the array yields its whole events and reports the cut.
+While the caller works on a chunk, the next one is already being decoded in a thread (the compiled
+scanner releases the GIL): the same bytes, the same result, on the other core.
 """
-
 from __future__ import annotations
 
 import json
@@ -25,11 +22,11 @@ import numpy as np
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.ahead import DEPTH, ChunksAhead
 from acceltrace.ingest.chrome.blocks import (WS as _WS, Prefetch, bracketed, decode_error, fail_if_malformed, final_plan,
-                                            quotes as _quotes, structure, structure_from)
+                                            quotes as _quotes, read_sizes, structure, structure_from)
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
-# Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES: a small first chunk overlaps the rest
-# at once, big later ones keep the per-chunk cost low (docs/performance.md, issue 14's fourth stop).
+# Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES (reads too: blocks.read_sizes): a small first
+# chunk overlaps the rest at once, big later ones keep the per-chunk cost low (performance.md, 4th stop).
 BLOCK_BYTES = 8 << 20
 FIRST_BLOCK_BYTES = 2 << 20
 MAX_EVENT_BYTES = 512 << 20
@@ -62,16 +59,15 @@ class ChromeReader:
 
     def __init__(self, stream: BinaryIO, label: str, decode: Callable[[bytes], list],
                  block: int | None = None, prefetch: bool = True, on_prefix: Callable[[dict], None] | None = None):
-        self.label = label
-        self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
+        self.label, self.on_prefix = label, on_prefix  # on_prefix: the top-level keys before "traceEvents"
         self.decode = decode
         self.max_block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
         self.block = min(self.max_block, FIRST_BLOCK_BYTES)  # grows chunk by chunk (_grow)
         # a cut-short .gz is read up to the cut, like a cut-off array (see BombGuard)
-        self._guard = getattr(stream, "raw", None)
-        if isinstance(self._guard, BombGuard):
-            self._guard.lenient_eof = True
-        self.src = Prefetch(stream, lambda: self.block) if prefetch else None
+        if isinstance(guard := getattr(stream, "raw", None), BombGuard):
+            guard.lenient_eof = True
+        self._guard = guard
+        self.src = Prefetch(stream, read_sizes(self.block, self.max_block)) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
         self.pos = 0  # stream offset of buf[0]
@@ -174,8 +170,8 @@ class ChromeReader:
             self.close()
 
     def _events(self, buf: bytes) -> Iterator[Chunk]:
-        # Each block is copied twice on the usual path: once onto the tail of the last one, once
-        # into its chunk "[...]" (one join); the leading comma is skipped by index, not sliced off.
+        # Each read is copied twice on the usual path: onto the tail of the last chunk (once: _look_ahead's
+        # join is taken again), then into its chunk "[...]"; the leading comma is skipped by index.
         checked = None  # the stream offset whose unfinished event was checked for bad JSON
         while True:
             if not self.eof and len(buf) < self.block:
@@ -280,6 +276,7 @@ class ChromeReader:
         returned to it) and takes a decode only for exactly its chunk."""
         if not self.speculate:
             return rest
+        rest = self._ahead.take_joined(self.pos, rest)
         while not self.eof and len(rest) < self.block:
             rest += self._read()
         lead = _WS_COMMA.match(rest).end()
@@ -297,12 +294,13 @@ class ChromeReader:
         return rest
 
     def _look_ahead(self, tail: bytes, at: int) -> None:
-        """The chunk after the one just started, from `tail` (stream offset `at`), started too: read as
-        _speculate will read it once the main loop gets there (to the block _fast_cut will have grown to),
-        the reads kept for _read to hand over again. The end of the input is left to the main loop."""
+        """The chunk after the one just started, from `tail` (stream offset `at`), started too: read as _speculate
+        will read it (to the block _fast_cut will have grown to), the reads kept for _read to hand over again
+        and their join for _speculate. The end of the input is left to the main loop."""
         if len(self._ahead) >= DEPTH or self._ahead.stash:
             return
         block = min(self.max_block, self.block * 2)
+        tail0, reads = len(tail), []  # the join is kept for _speculate (ChunksAhead.take_joined)
         while len(tail) < block:
             try:
                 data, truncated = self._read_source()
@@ -310,8 +308,11 @@ class ChromeReader:
                 data, truncated = e, None
             self._ahead.stash.append((data, truncated))
             if not isinstance(data, bytes) or not data:
+                self._ahead.joined = (at, tail0, tail, reads) if reads else None
                 return
             tail += data
+            reads.append(data)
+        self._ahead.joined = (at, tail0, tail, reads)
         lead = _WS_COMMA.match(tail).end()
         p = self._candidate(tail, lead, block) if tail[lead:lead + 1] != b"]" else None
         if p is not None:
