@@ -165,3 +165,29 @@ def test_the_build_syncs_the_file_once_at_its_last_checkpoint(tmp_path):
     store.publish(tid, tmp, "test", counts)
     assert seen == [("INSERT INTO _slices_staging", "NONE"), ("CHECKPOINT", "STANDARD")]
     assert store.connect(tid).execute("SELECT count(*) FROM slices").fetchall() == [(2,)]
+
+
+@pytest.mark.parametrize("threads, expected", [(None, 1), (2, 2)])
+def test_the_write_and_level_of_detail_get_one_duckdb_thread_unless_the_caller_chose(tmp_path, monkeypatch,
+                                                                                     threads, expected):
+    """From the finished rows to publication the builder's own two threads share the cores: DuckDB's worker
+    would only compete with them, so the build drops to one DuckDB thread there (a caller's count stands)."""
+    import acceltrace.ingest.stage as stage
+
+    seen = []
+    write = stage.write_slices_and_lod
+
+    def recording(con, *a, **k):
+        seen.append(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        return write(con, *a, **k)
+
+    monkeypatch.setattr(stage, "write_slices_and_lod", recording)
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("t", 0, None)
+    b = TraceBuilder(tmp, threads=threads)
+    track = b.track("cpu", "thread 1", group_name="proc")
+    b.add_slices({"track_id": [track] * 3, "ts": [0, 10, 20], "dur": [30, 5, 5], "name": ["a", "b", "c"]})
+    counts = b.finish("test", "t")
+    store.publish(tid, tmp, "test", counts)
+    assert seen == [expected]
+    assert depths(store, tid) == {"a": 0, "b": 1, "c": 1}
