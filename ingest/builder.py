@@ -316,7 +316,6 @@ class TraceBuilder:
             spill.fill_depths(con)
         else:
             depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
-            self._one_duckdb_thread()
             held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
             final = stage.finalize(con, depths, held)
             del depths, held  # the depths are in `final` now
@@ -357,6 +356,7 @@ class TraceBuilder:
         if final is None:
             spill.write_slices_and_lod(con, build_lod)
         else:
+            self._one_duckdb_thread()
             stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
         counts = self.counts()
         close_synced(con)  # the file is on the disk before it is published
@@ -366,8 +366,8 @@ class TraceBuilder:
     def _one_duckdb_thread(self) -> None:
         """From here to publication the build's own two threads (the write of `slices`, the level-of-
         detail build) keep both cores busy, and DuckDB's worker only competes with them: one thread of
-        its own, unless the caller chose a count. Not before: the scan's and the links' queries use both
-        (830 MB at one thread throughout: 4.65 -> 4.97 s). Measured in docs/performance.md (21st stop)."""
+        its own, unless the caller chose a count. Not before: the scan's, the links' and finalize's
+        queries use both. Measured in docs/performance.md (the twenty-first stop)."""
         if self.threads is None:
             self.con.execute("SET threads = 1")
 
