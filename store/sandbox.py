@@ -219,8 +219,7 @@ def _child_main() -> None:
         peak = _peak_bytes()
     except (OSError, ValueError):
         peak = 0
-    out.write(data)
-    out.write(peak.to_bytes(8, "little"))  # after the answer: pickle.loads stops at the answer's end
+    out.write(peak.to_bytes(8, "little") + data)  # the peak first: a cut-short answer never unpickles
     out.flush()
 
 
@@ -261,7 +260,7 @@ def run_limited(
             proc.wait()
         _remove_spill(store, proc.pid)
     try:
-        kind, value = pickle.loads(out)
+        kind, value = pickle.loads(out[8:])
     except Exception:
         rc = proc.returncode
         why = f"signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"status {rc}"
@@ -273,7 +272,7 @@ def run_limited(
         return _redact_rows(value, _roots(store))
     if kind == "missing":
         raise FileNotFoundError(value)
-    peak = int.from_bytes(out[-8:], "little") if len(out) >= 8 else 0
+    peak = int.from_bytes(out[:8], "little")
     message = _redact(value[0], _roots(store))
     if value[1] == "query_memory" and peak:
         message += f" (its process peaked at {peak >> 20} MiB; a query may use {memory_bytes >> 20} MiB beyond its start)"

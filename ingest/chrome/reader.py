@@ -9,6 +9,7 @@ and decoded as metadata. A file cut off inside the array yields its whole events
 While the caller works on a chunk, the next one is already being decoded in a thread (the compiled
 scanner releases the GIL): the same bytes, the same result, on the other core.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,7 @@ class ChromeReader:
 
     def __init__(self, stream: BinaryIO, label: str, decode: Callable[[bytes], list],
                  block: int | None = None, prefetch: bool = True, on_prefix: Callable[[dict], None] | None = None):
-        self.label, self.on_prefix = label, on_prefix  # on_prefix: the top-level keys before "traceEvents"
-        self.decode = decode
+        self.label, self.on_prefix, self.decode = label, on_prefix, decode  # on_prefix: keys before the events
         self.max_block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
         self.block = min(self.max_block, FIRST_BLOCK_BYTES)  # grows chunk by chunk (_grow)
         # a cut-short .gz is read up to the cut, like a cut-off array (see BombGuard)
