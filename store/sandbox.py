@@ -42,13 +42,11 @@ _PATH_FUNCTIONS = re.compile(
 
 
 class QueryError(Exception):
-    """The query was refused, failed or ran out of time; str() says which and why. peak_bytes: the
-    resident peak of the query's own process (run_limited), where it could report one."""
+    """The query was refused, failed or ran out of time; str() says which and why."""
 
-    def __init__(self, message: str, code: str = "query_failed", peak_bytes: int | None = None):
+    def __init__(self, message: str, code: str = "query_failed"):
         super().__init__(message)
         self.code = code
-        self.peak_bytes = peak_bytes
 
 
 def check_statement(sql: str) -> None:
@@ -169,10 +167,6 @@ def _status_bytes(key: str) -> int:
     return 0
 
 
-def _vm_bytes() -> int:
-    return _status_bytes("VmSize")
-
-
 def _peak_bytes() -> int:
     """This process's own resident peak. Not getrusage: Linux carries a parent's resident size over
     a fork and an exec into the child's ru_maxrss (a query started from a 1.6 GB process "peaked" at
@@ -195,7 +189,7 @@ def _child_main() -> None:
         limit = f"{max(64, (mem * 3 // 4) >> 20)}MB"
         con = _lock_down(_open_relative(a["trace_id"], limit, f"{max(64, mem >> 20)}MB"), limit)
         # the cap counts from here: what the process already maps (Python, DuckDB) is not the query's
-        cap = _vm_bytes() + mem
+        cap = _status_bytes("VmSize") + mem
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         # the time limit counts from the caller's start, so this process's own start-up is inside it
         left = None if a["deadline"] is None else max(0.05, a["deadline"] - time.time())
@@ -276,7 +270,7 @@ def run_limited(
     message = _redact(value[0], _roots(store))
     if value[1] == "query_memory" and peak:
         message += f" (its process peaked at {peak >> 20} MiB; a query may use {memory_bytes >> 20} MiB beyond its start)"
-    raise QueryError(message, value[1], peak or None)
+    raise QueryError(message, value[1])
 
 
 def _roots(store: Store) -> list[str]:

@@ -129,9 +129,9 @@ def test_chunks_end_where_the_bytes_put_them_whatever_the_reads_return(arg):
 
 def test_reads_follow_the_chunks_so_a_cut_carries_one_event_and_each_read_is_joined_once(monkeypatch):
     """Reads are sized in the chunks' own schedule (blocks.read_sizes): what a cut leaves to carry into
-    the next chunk is the slack and the events' starts cut so far (~130 B a chunk), not most of a read; and the look-ahead's
-    join of that tail with the next read is the one the reader goes on with, not joined a second time.
-    The chunks are a reader's without prefetch."""
+    the next chunk is the slack and the events' starts cut so far (~130 B a chunk), not most of a read;
+    and the look-ahead's join of that tail with the next read is the one the reader goes on with, not
+    joined a second time. The chunks are a reader's without prefetch."""
     from acceltrace.ingest.chrome import blocks
 
     monkeypatch.setattr(chrome_reader, "FIRST_BLOCK_BYTES", 4096)

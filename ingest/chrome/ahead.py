@@ -27,8 +27,8 @@ class ChunksAhead:
         self.stash: deque[tuple[bytes | Exception, str | None]] = deque()
         self._queue: deque[tuple[int, int, bytes, Future]] = deque()  # (stream offset, length, raw, its decode)
         self._pool: ThreadPoolExecutor | None = None
-        # the reader's own join of a tail and the reads stashed after it: (stream offset, tail length,
-        # the joined bytes, those reads), taken by take_joined instead of a second copy of each read
+        # the reader's own join of a tail and the reads stashed after it: (stream offset, the joined
+        # bytes, those reads), taken by take_joined instead of a second copy of each read
         self.joined: tuple | None = None
 
     def __len__(self) -> int:
@@ -49,10 +49,10 @@ class ChunksAhead:
         joined, self.joined = self.joined, None
         if joined is None:
             return rest
-        at0, tail0, tail, reads = joined
+        at0, tail, reads = joined
         stash = self.stash
-        if at0 != at or tail0 != len(rest) or len(stash) < len(reads) \
-                or any(stash[i][0] is not d for i, d in enumerate(reads)) or tail[:tail0] != rest:
+        if at0 != at or len(tail) - sum(map(len, reads)) != len(rest) or len(stash) < len(reads) \
+                or any(stash[i][0] is not d for i, d in enumerate(reads)) or tail[:len(rest)] != rest:
             return rest
         for _ in reads:
             stash.popleft()

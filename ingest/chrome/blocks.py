@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import re
 import threading
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -56,19 +56,16 @@ class Prefetch:
 READ_SLACK = 64 << 10  # the first read's bytes beyond the first block, for the document's start
 
 
-def read_sizes(first: int, max_block: int) -> Callable[[], int]:
+def read_sizes(first: int, max_block: int) -> Iterator[int]:
     """The reads' sizes in the Chrome reader's own schedule of chunks: the first block and READ_SLACK
     for the bytes before the array, then doubling; never past max_block. Each chunk is then cut from
     about one read, and what is left after its cut is the start of the next event, not most of a read.
     The thread reads ahead, so sizes taken from the reader's block as it stood were a step behind: a
     4 MB tail was joined, and copied again, to each 8 MB read (the cuts are the same either way)."""
-    reads = 0
-
-    def size() -> int:
-        nonlocal reads
-        reads += 1
-        return min(max_block, first + READ_SLACK if reads == 1 else first << (reads - 1))
-    return size
+    yield min(max_block, first + READ_SLACK)
+    while True:
+        first = min(max_block, first * 2)
+        yield first
 
 
 def quotes(a: np.ndarray) -> np.ndarray:

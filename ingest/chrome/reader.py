@@ -60,14 +60,15 @@ class ChromeReader:
 
     def __init__(self, stream: BinaryIO, label: str, decode: Callable[[bytes], list],
                  block: int | None = None, prefetch: bool = True, on_prefix: Callable[[dict], None] | None = None):
-        self.label, self.on_prefix, self.decode = label, on_prefix, decode  # on_prefix: keys before the events
+        self.label, self.decode = label, decode
+        self.on_prefix = on_prefix  # gets the top-level keys before "traceEvents", before any chunk
         self.max_block = block or BLOCK_BYTES  # read at call time, so tests can shrink it
         self.block = min(self.max_block, FIRST_BLOCK_BYTES)  # grows chunk by chunk (_grow)
         # a cut-short .gz is read up to the cut, like a cut-off array (see BombGuard)
         if isinstance(guard := getattr(stream, "raw", None), BombGuard):
             guard.lenient_eof = True
         self._guard = guard
-        self.src = Prefetch(stream, read_sizes(self.block, self.max_block)) if prefetch else None
+        self.src = Prefetch(stream, read_sizes(self.block, self.max_block).__next__) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
         self.pos = 0  # stream offset of buf[0]
@@ -300,7 +301,7 @@ class ChromeReader:
         if len(self._ahead) >= DEPTH or self._ahead.stash:
             return
         block = min(self.max_block, self.block * 2)
-        tail0, reads = len(tail), []  # the join is kept for _speculate (ChunksAhead.take_joined)
+        reads = []
         while len(tail) < block:
             try:
                 data, truncated = self._read_source()
@@ -308,11 +309,10 @@ class ChromeReader:
                 data, truncated = e, None
             self._ahead.stash.append((data, truncated))
             if not isinstance(data, bytes) or not data:
-                self._ahead.joined = (at, tail0, tail, reads) if reads else None
                 return
             tail += data
             reads.append(data)
-        self._ahead.joined = (at, tail0, tail, reads)
+        self._ahead.joined = (at, tail, reads)  # taken again by _speculate (ChunksAhead.take_joined)
         lead = _WS_COMMA.match(tail).end()
         p = self._candidate(tail, lead, block) if tail[lead:lead + 1] != b"]" else None
         if p is not None:
