@@ -161,3 +161,38 @@ def test_reads_follow_the_chunks_so_a_cut_carries_one_event_and_each_read_is_joi
     # the slack, then one event's start more at each cut at most (the cut falls before the block's end)
     assert len(tails) > 8 and tails[0] < 1024 + 200 and all(b - a < 200 for a, b in zip(tails, tails[1:])), tails
     assert sum(taken) >= len(taken) - 2, taken  # all but the first two (no look-ahead before them)
+
+
+def test_the_last_chunk_is_cut_before_log_arrays_that_follow_the_events(monkeypatch):
+    """Newer Kineto writes "INFO" and "ERROR" arrays of log lines after the events, each line with a ']'
+    of its own (MTIA's trace: 34 of them). The end-of-input cut passes over every ']' that does not close
+    an event, so the last chunk is the one decoded ahead, not found again by the structural scan and
+    decoded a second time on the caller's thread (50-70 ms of MTIA's 87 MB); the same events as before."""
+    from acceltrace.ingest.chrome import blocks
+
+    logs = [f"INFO:2024-11-11 10:02:56 3100453:{i} CuptiActivityProfiler.cpp:{i}] [Profiler] step {i}"
+            for i in range(40)]
+    body = b", ".join(_event(i, "x" * (i % 70)) for i in range(600))
+    suffix = (b'\n  ],\n  "INFO": ' + json.dumps(logs).encode() + b',\n  "ERROR": ["E: [x] failed]"],'
+              b'\n  "traceName": "t.json"\n}')
+    text = b'{"traceEvents": [' + body + suffix
+    plan = blocks.final_plan(text, text.index(b"[") + 1, lambda after: bool(json.loads(b'{"_": 0' + after)))
+    assert plan is not None and text[plan[0] + 1:].startswith(b',\n  "INFO"')
+    at_end, exact = [], []
+    final_cut, exact_cut = chrome_reader.ChromeReader._final_cut, chrome_reader.ChromeReader._exact_cut
+
+    def final(self, buf, lead):
+        at_end.append(1)
+        try:
+            return final_cut(self, buf, lead)
+        finally:
+            at_end.pop()
+
+    monkeypatch.setattr(chrome_reader.ChromeReader, "_final_cut", final)
+    monkeypatch.setattr(chrome_reader.ChromeReader, "_exact_cut",
+                        lambda self, buf: exact.append(bool(at_end)) or exact_cut(self, buf))
+    got, threads = _read_all(io.BytesIO(text), prefetch=True, block=16384, slow=0.002)
+    assert exact == [], exact  # the last chunk came from the cut made ahead (not found by the exact scan)
+    assert got[1] == 600 and got[5]["traceName"] == "t.json" and len(got[5]["INFO"]) == 40
+    monkeypatch.undo()
+    assert got == _read_all(io.BytesIO(text), prefetch=False, block=16384)[0]

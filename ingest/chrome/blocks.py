@@ -109,34 +109,47 @@ def structure_from(buf: bytes, state: tuple[int, int, bool] = (0, 0, False)
 
 
 WS = b" \t\r\n"  # JSON whitespace
-_WS_RUN = re.compile(rb"[ \t\r\n]*")
 
 
 def final_plan(buf: bytes, lead: int, suffix_ok: Callable[[bytes], bool]) -> tuple | None:
     """The quick cut at the end of input, for the events from buf[lead:]: (index of the ']' that closes
     the array, the bytes after it, "[" + the events before it + "]", or None where there are none). The
-    last 32 ']' are tried, the first one followed by a valid end of document counts (a trailing comma is
-    dropped, as catapult tolerates). None: no such ']' (the exact structural scan decides)."""
+    last ']' are tried, from the end, the first that closes an event ('}' before it, or nothing at all)
+    and is followed by a valid end of document counting (a trailing comma is dropped, as catapult
+    tolerates): the ']' of what follows the events (Kineto's "INFO": [...] and "ERROR": [...] log lines,
+    ']' inside their strings too) are passed over, not decoded to fail. At most 32 are checked as an end
+    of document, and 4096 looked at. None: no such ']' (the exact structural scan decides)."""
     p = len(buf)
-    for _ in range(32):
+    checked = 0
+    for _ in range(4096):
         p = buf.rfind(b"]", lead, p)
         if p < 0:
             return None
+        end = _rstrip_ws(buf, lead, p)
+        if end > lead and buf[end - 1] == 0x2C:
+            end = _rstrip_ws(buf, lead, end - 1)
+        if end > lead and buf[end - 1] != 0x7D:  # not an event's '}': some later array's end
+            continue
+        checked += 1
+        if checked > 32:
+            return None
         after = buf[p + 1:]
         if suffix_ok(after):
-            end = p
-            while end > lead:  # buf[lead:p].rstrip(), 4 kB at a time rather than a copy of the body
-                seg = buf[max(lead, end - 4096):end]
-                kept = seg.rstrip(WS)
-                end -= len(seg) - len(kept)
-                if kept:
-                    break
-            if end > lead and buf[end - 1] == 0x2C:
-                end -= 1
-            if _WS_RUN.match(buf, lead, end).end() == end:
+            if end == lead:
                 return p, after, None
             return p, after, bracketed(buf, lead, end)
     return None
+
+
+def _rstrip_ws(buf: bytes, lead: int, end: int) -> int:
+    """The end of buf[lead:end].rstrip(), 4 kB at a time rather than a copy of the body."""
+    while end > lead:
+        seg = buf[max(lead, end - 4096):end]
+        kept = seg.rstrip(WS)
+        end -= len(seg) - len(kept)
+        if kept:
+            break
+    return end
 
 
 def bracketed(buf: bytes, start: int, end: int) -> bytes:

@@ -153,8 +153,8 @@ def correlation_flows(state) -> int:
     return corr.num_rows
 
 
-def _flow_events(state) -> None:
-    """_chrome_flow_ev: the staged flow events with their category and name, less the redundant ones.
+def _flow_events(state) -> int:
+    """_chrome_flow_ev: the staged flow events with their category and name, less the redundant ones; their number.
 
     Kineto's ac2g-style flow events whose id is a correlation id already linked both ways add
     nothing (they are most of a Kineto trace's flow events): they are left out before binding.
@@ -165,16 +165,17 @@ def _flow_events(state) -> None:
                                   "cat": pa.array([c for (c, _), _ in keys], pa.string()),
                                   "name": pa.array([n for (_, n), _ in keys], pa.string())}))
     corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)
-    con.execute(f"""
+    ((n,),) = con.execute(f"""
         CREATE TEMP TABLE _chrome_flow_ev AS
         SELECT r.src, r.thread_key, r.ts, ['s', 't', 'f'][r.ph + 1] AS ph, CASE WHEN r.bp_e THEN 'e' END AS bp,
                k.cat, k.name, coalesce(CAST(r.fid AS VARCHAR), r.fid_text) AS fid, r.seq
         FROM _chrome_flow_raw r JOIN _fk k USING (key)
         WHERE NOT (lower(k.cat) IN ({corr}) AND r.fid IS NOT NULL
                    AND EXISTS (SELECT 1 FROM _chrome_corr_linked l WHERE l.src = r.src AND l.corr_id = r.fid))
-    """)
+    """).fetchall()
     con.unregister("_fk")
     state.staged.add("flow_ev")
+    return n
 
 
 def _bind_flow_events(con) -> None:
@@ -235,7 +236,8 @@ def flow_event_flows(state) -> None:
     if "flow_raw" not in state.staged:
         return
     con = state.builder.con
-    _flow_events(state)
+    if not _flow_events(state):  # none left to link (Kineto's ac2g events all repeat linked correlation ids)
+        return
     _bind_flow_events(con)
     state.staged.add("flow_bound")
     corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)
