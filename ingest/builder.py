@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from acceltrace.store import schema
 from acceltrace.store.duck import close_synced, insert_rows, unsynced
-from acceltrace.ingest import spill, stage
+from acceltrace.ingest import lod_ahead, spill, stage
 from acceltrace.ingest.batch import all_in, as_table
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
@@ -58,7 +58,7 @@ class Warnings:
 
 # args JSON in zstd, not dictionary + FSST: 830 MB 9.2-9.7 -> 8.7-8.9 s, 1.5 CPU-s less, file 122 -> 70 MB
 _SLICES_STORED = [(c, t + " USING COMPRESSION zstd" * (c == "args")) for c, t in schema.TABLES["slices"]]
-TIME_LIMIT_NS = 1 << 62  # |ts| and ts + dur bound (store invariant, docs/schema.md)
+TIME_LIMIT_NS = stage.TIME_LIMIT_NS  # |ts| and ts + dur bound (store invariant, docs/schema.md)
 LONG_SPAN_NS = 7 * 86400 * 10**9  # a longer trace is published with a warning
 
 
@@ -101,6 +101,7 @@ class TraceBuilder:
         self.formats: list[str] = []
         self._in_order = True  # staged slices in stored order with their depths (see _note_order)
         self._depths_ahead: Ahead | None = None
+        self._lod_ahead: lod_ahead.LodAhead | None = None
         self._last_key: tuple[int, int, int] | None = None
 
     # -- tracks ----------------------------------------------------------------------------
@@ -257,34 +258,65 @@ class TraceBuilder:
         if self._depths_ahead is None and not self._in_order and self._next_slice and not self.spilling:
             self._depths_ahead = Ahead(self.con)
 
+    def lod_ahead(self) -> None:
+        """Every slice is staged and every track named (the caller's links still to come): the finished
+        rows and the level-of-detail build start now, beside the links (ingest/lod_ahead.py: where not).
+        From here the build's own two threads keep both cores busy: DuckDB's worker would only compete."""
+        if self.spilling or self.threads == 1 or self._lod_ahead or not 0 < self._next_slice <= lod_ahead.MAX_SLICES:
+            return
+        neg, n, _, c = stage.time_problems(self.con, bool(self.n_counters))
+        if neg or n or c:  # finish() checks, drops and says so after the links, as before
+            return
+        self._one_duckdb_thread()
+        ahead, self._depths_ahead = self._depths_ahead, None
+        held, self._held = self._held, stage.Held()
+        in_order, n_counters = self._in_order, self.n_counters
+        self._write_tracks()
+        self.con.execute(schema.create_sql("slices", _SLICES_STORED))
+        self.con.execute("SET preserve_insertion_order = true")  # the LOD tables store rows in their order
+
+        def prepare(cur):
+            depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(cur)
+            return lod_ahead.finish_rows(cur, depths, held, n_counters, keep_staging=True)
+        self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod)
+
+    def _finished_rows(self, source_name: str) -> tuple[stage.Final | None, tuple[int, int] | None]:
+        """The time check, the tracks, the finished rows (None: spilled, every slice in DuckDB) and their
+        bounds, after the caller's links: what lod_ahead() starts before them, in the same order."""
+        con = self.con
+        ahead = self._depths_ahead  # (abort() joins it if the check raises)
+        if self._check_times(source_name) and ahead is not None:  # slices dropped: their depths again
+            ahead.close()
+            ahead = None
+        self._depths_ahead = None
+        self._write_tracks()
+        con.execute(schema.create_sql("slices", _SLICES_STORED))
+        if not self.spilling:
+            in_order = self._in_order and self._next_slice > 0
+            depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
+            held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
+            return lod_ahead.finish_rows(con, depths, held, self.n_counters)
+        spill.fill_depths(con)  # every slice in DuckDB: depths a part at a time, no array of all of them
+        if self.n_counters:
+            lod_ahead.sort_counters(con)
+        return None, lod_ahead.bounds(con, "_slices_staging")
+
     def _check_times(self, source_name: str) -> int:
-        """No negative durations; and times every format must respect: |ts| and ts + dur within 2^62 ns (146 years), so no
-        sum or difference of two times can overflow int64 later (tiles, analysis, export). A
-        slice outside is dropped and counted, and flows that touched it go with it; a counter
-        sample likewise."""
-        con, lim = self.con, TIME_LIMIT_NS
-        # the end in 128 bits: no stored ts or dur can overflow it
-        where = f"ts < -{lim} OR ts > {lim} OR ts::HUGEINT + dur > {lim}"
-        # one scan for both checks: negative durations (an ingester bug) and times out of range
-        neg, n, first = con.execute(f"SELECT count(*) FILTER (WHERE dur < 0), count(*) FILTER (WHERE {where}),"
-                                    f" min(ts) FILTER (WHERE {where}) FROM _slices_staging").fetchone()
+        """No negative durations; and times every format must respect: |ts| and ts + dur within 2^62 ns (146
+        years), so no sum or difference of two times can overflow int64 later (tiles, analysis, export). A
+        slice outside is dropped and counted, and flows that touched it go with it; a counter sample likewise."""
+        neg, n, first, c = stage.time_problems(self.con, bool(self.n_counters))
         if neg:
             raise IngestError(source_name, f"{neg} slices with negative duration reached the builder (ingester bug)")
+        stage.drop_out_of_range(self.con, slices=bool(n), counters=bool(c))
         if n:
-            con.execute(f"DELETE FROM flows WHERE src_slice IN (SELECT slice_id FROM _slices_staging WHERE {where})"
-                        f" OR dst_slice IN (SELECT slice_id FROM _slices_staging WHERE {where})")
-            con.execute(f"DELETE FROM _slices_staging WHERE {where}")
             self.warn(source_name, f"{n} slices with a start or end more than 2^62 ns (146 years) from the epoch were"
                       f" dropped (expected times in range; e.g. ts {first} ns)", dropped=n)
             if n == self._next_slice and self.n_counters == 0:
                 raise IngestError(source_name, "every slice has a time out of range; nothing to show")
-        if self.n_counters:
-            cwhere = f"ts < -{lim} OR ts > {lim}"
-            (c,) = con.execute(f"SELECT count(*) FROM counters WHERE {cwhere}").fetchone()
-            if c:
-                con.execute(f"DELETE FROM counters WHERE {cwhere}")
-                self.warn(source_name, f"{c} counter samples with a time more than 2^62 ns from the epoch were"
-                          " dropped", dropped=c)
+        if c:
+            self.warn(source_name, f"{c} counter samples with a time more than 2^62 ns from the epoch were dropped",
+                      dropped=c)
         return n
 
     def finish(self, fmt: str, source_name: str, start_ns: int | None = None) -> dict:
@@ -303,34 +335,17 @@ class TraceBuilder:
                 why = (f"no event could be kept ({w.dropped_events} dropped, {w.total} warnings); "
                        f"nothing to show. First problems: {shown}")
             raise IngestError(source_name, why)
-        ahead = self._depths_ahead  # (abort() joins it if the check raises)
-        if self._check_times(source_name) and ahead is not None:  # slices dropped: their depths again
-            ahead.close()
-            ahead = None
-        self._depths_ahead = None
-        self._write_tracks()
-        in_order = self._in_order and self._next_slice > 0
-        con.execute(schema.create_sql("slices", _SLICES_STORED))
-        final = None
-        if self.spilling:  # every slice in DuckDB: depths a part at a time, no array of all of them
-            spill.fill_depths(con)
-        else:
-            depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
-            held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
-            final = stage.finalize(con, depths, held)
-            del depths, held  # the depths are in `final` now
+        early = self._lod_ahead
+        if early is not None:
+            if start_ns is not None:
+                raise ValueError("finish(start_ns=...) after lod_ahead(): its LOD tables start at the first event")
+            final, span = early.rows()
+            con.execute(f"DROP TABLE {stage.NAME}._slices_staging")  # the links have read it
             final.use(con)
-        del ahead
+        else:
+            final, span = self._finished_rows(source_name)
         rows = "_slices_staging" if final is None else "_slices_final"
-        if self.n_counters:  # re-sorting an empty table still costs a table rewrite
-            con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
-            con.execute("DROP TABLE counters")
-            con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
-
-        start, end = con.execute(
-            f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {rows}"
-            " UNION ALL SELECT min(ts), max(ts) FROM counters)"
-        ).fetchone()
+        start, end = span or (None, None)
         if start is None or end is None:  # every event was dropped on the way: nothing to show
             dropped = self.warnings.dropped_events
             raise IngestError(source_name, "no slice or counter sample is left to show"
@@ -355,6 +370,9 @@ class TraceBuilder:
         # slices into the file and the level-of-detail tables every published trace carries, at once
         if final is None:
             spill.write_slices_and_lod(con, build_lod)
+        elif early is not None:
+            self._lod_ahead = None
+            stage.write_slices_and_lod(con, final, build_lod, ahead=early)
         else:
             self._one_duckdb_thread()
             stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
@@ -364,10 +382,11 @@ class TraceBuilder:
         return counts
 
     def _one_duckdb_thread(self) -> None:
-        """From here to publication the build's own two threads (the write of `slices`, the level-of-
-        detail build) keep both cores busy, and DuckDB's worker only competes with them: one thread of
-        its own, unless the caller chose a count. Not before: the scan's, the links' and finalize's
-        queries use both. Measured in docs/performance.md (the twenty-first stop)."""
+        """From here to publication the build's own two threads (the write of `slices` or the importer's
+        links, and the level-of-detail build) keep both cores busy, and DuckDB's worker only competes with
+        them: one thread of its own, unless the caller chose a count. Not before: the scan's and, where
+        nothing runs beside them, the links' and finalize's queries use both. Measured in
+        docs/performance.md (the twenty-first and twenty-second stops)."""
         if self.threads is None:
             self.con.execute("SET threads = 1")
 
@@ -383,6 +402,8 @@ class TraceBuilder:
         }
 
     def abort(self) -> None:
+        if self._lod_ahead is not None:  # its thread uses the connection: it ends first
+            self._lod_ahead.join(quiet=True)
         if self._depths_ahead is not None:
             self._depths_ahead.close()
         self._held.close()

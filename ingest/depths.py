@@ -54,14 +54,20 @@ def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true") -> pa.Tab
     return pa.table({"slice_id": sid[fix], "depth": depth[fix]})
 
 
+def staging_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor of con's that names tables as con does (its search path: the staging tables too)."""
+    ((path,),) = con.execute("SELECT current_setting('search_path')").fetchall()
+    cur = con.cursor()
+    cur.execute("SET search_path = " + "'" + path.replace("'", "''") + "'")
+    return cur
+
+
 class Ahead:
     """assign_depths on a cursor of its own, in a thread: started once every slice is staged, it runs
     beside the importer's link queries (DuckDB and the sweep release the GIL); result() joins it."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        ((path,),) = con.execute("SELECT current_setting('search_path')").fetchall()
-        self._cur = con.cursor()
-        self._cur.execute("SET search_path = " + "'" + path.replace("'", "''") + "'")  # the staging tables
+        self._cur = staging_cursor(con)
         self._out: dict = {}
         self._t = threading.Thread(target=self._run, name="depths-ahead", daemon=True)
         self._t.start()

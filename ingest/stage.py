@@ -212,9 +212,35 @@ STREAM_BYTES = 256 << 20  # slices of more bytes are streamed to the write (Fina
 # 4 batches let 2.5 GB of JSON map 480 MB of it at once (RSS 2.18 GB; after each batch 2.01 GB).
 
 
-def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held) -> Final:
+TIME_LIMIT_NS = 1 << 62  # |ts| and ts + dur bound (store invariant, docs/schema.md)
+# out of range: the end in 128 bits, so no stored ts or dur can overflow it
+_OUT = f"ts < -{TIME_LIMIT_NS} OR ts > {TIME_LIMIT_NS} OR ts::HUGEINT + dur > {TIME_LIMIT_NS}"
+_COUNTER_OUT = f"ts < -{TIME_LIMIT_NS} OR ts > {TIME_LIMIT_NS}"
+
+
+def time_problems(con: duckdb.DuckDBPyConnection, counters: bool) -> tuple[int, int, int | None, int]:
+    """(staged slices with a negative duration, staged slices out of range, the first one's ts, counter
+    samples out of range): one scan of the staged slices, one of the counters where there are some."""
+    ((neg, n, first),) = con.execute(f"SELECT count(*) FILTER (WHERE dur < 0), count(*) FILTER (WHERE {_OUT}),"
+                                     f" min(ts) FILTER (WHERE {_OUT}) FROM _slices_staging").fetchall()
+    ((c,),) = con.execute(f"SELECT count(*) FROM counters WHERE {_COUNTER_OUT}").fetchall() if counters else ((0,),)
+    return neg, n, first, c
+
+
+def drop_out_of_range(con: duckdb.DuckDBPyConnection, slices: bool, counters: bool) -> None:
+    """Deletes the staged slices out of range with every flow that touches one, and the counter samples."""
+    if slices:
+        con.execute(f"DELETE FROM flows WHERE src_slice IN (SELECT slice_id FROM _slices_staging WHERE {_OUT})"
+                    f" OR dst_slice IN (SELECT slice_id FROM _slices_staging WHERE {_OUT})")
+        con.execute(f"DELETE FROM _slices_staging WHERE {_OUT}")
+    if counters:
+        con.execute(f"DELETE FROM counters WHERE {_COUNTER_OUT}")
+
+
+def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held,
+             keep_staging: bool = False) -> Final:
     """The slices with their depths filled in, and the order they are stored in (track_id, ts, depth);
-    the staging table is dropped.
+    the staging table is dropped (`keep_staging`: later, by the caller, once the links have read it).
 
     The staging table holds the columns SQL reads before this (STAGED); it decides which
     slices are left (the time check deletes some) and their times. `held`: the other columns, one table
@@ -229,7 +255,8 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
     held.mapped()
     # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel)
     staged = con.sql(f"SELECT * FROM {NAME}._slices_staging ORDER BY slice_id").to_arrow_table()
-    con.execute(f"DROP TABLE {NAME}._slices_staging")
+    if not keep_staging:
+        con.execute(f"DROP TABLE {NAME}._slices_staging")
     sid = staged["slice_id"].to_numpy()
     depth = staged["depth"].fill_null(0).to_numpy().astype(np.int32)
     order = None
@@ -318,13 +345,14 @@ def _whole(col: pa.ChunkedArray) -> pa.Array:
 
 
 def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod: Callable,
-                         parallel: bool = True) -> None:
+                         parallel: bool = True, ahead=None) -> None:
     """`slices` from the finished rows in stored order, and build_lod over the same rows (in any
     order: each of its tables is sorted in its own), at once; then detach.
 
     Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL; the write's
     batches are taken in its thread); without `parallel` (a one-thread build: a fleet runs one per
-    core) one after the other."""
+    core) one after the other. `ahead`: the build already running (ingest/lod_ahead.py): the write
+    runs here beside it, then waits for it."""
 
     def write(cur):
         cur.register("_slices_sorted", final.in_stored_order())
@@ -338,7 +366,12 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
 
     con.execute("SET preserve_insertion_order = true")  # both writes store rows in their order
     try:
-        if parallel:
+        if ahead is not None:  # the LOD build runs already (ingest/lod_ahead.py): the write here, beside it
+            try:
+                write(con)
+            finally:
+                ahead.join()
+        elif parallel:
             _in_parallel(write, lod, con)
         else:
             write(con)

@@ -72,27 +72,29 @@ def lane_rank_sql(col: str = "lane") -> str:
 
 
 def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_setting: bool = False,
-          rows: pa.Table | None = None) -> None:
+          rows: pa.Table | None = None, bounds: tuple[int, int] | None = None) -> None:
     """Create every lod_* table in the builder's connection (before the trace is published).
 
     slices: the table or view to read the slices from (the builder passes its staged rows, so
     this runs while `slices` itself is being written). keep_order_setting: the caller has set
     preserve_insertion_order (a setting of the whole database) and resets it itself.
     rows: the same slices as an Arrow table (slice_id, track_id, ts, dur, depth, name, bytes), when the
-    caller holds them: lod_slices is then ordered in numpy (tiles/lod_slices.py) instead of by a DuckDB sort."""
+    caller holds them: lod_slices is then ordered in numpy (tiles/lod_slices.py) instead of by a DuckDB sort.
+    bounds: (start, end) ns of the trace, where trace_meta does not hold them yet (ingest/lod_ahead.py)."""
     if not keep_order_setting:
         con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
     t0 = time.perf_counter()
     try:
-        _build(con, slices, rows)
+        _build(con, slices, rows, bounds)
     finally:
         if not keep_order_setting:
             con.execute("SET preserve_insertion_order = false")
     con.execute("INSERT INTO lod_info VALUES ('build_ms', ?)", [str(round((time.perf_counter() - t0) * 1000))])
 
 
-def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = None) -> None:
-    start_ns, end_ns = (int(v) for v in con.execute(
+def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = None,
+           bounds: tuple[int, int] | None = None) -> None:
+    start_ns, end_ns = bounds if bounds is not None else (int(v) for v in con.execute(
         "SELECT (SELECT value FROM trace_meta WHERE key = 'start_ns'), (SELECT value FROM trace_meta WHERE key = 'end_ns')"
     ).fetchone())
     duration_ns = max(1, end_ns - start_ns)

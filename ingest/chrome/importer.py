@@ -157,6 +157,8 @@ def finish(state: ChromeState) -> None:
     chrome_link.pair_begin_end(state)
     chrome_link.pair_async(state)
     builder.start_depths()  # every slice is staged: their depths beside the links below
+    _name_tracks(state)  # the links neither add nor rename tracks:
+    builder.lod_ahead()  # the finished rows and the LOD build beside the links (ingest/lod_ahead.py)
     chrome_link.write_track_tables(state)
     chrome_link.correlation_flows(state)
     chrome_link.flow_event_flows(state)
@@ -165,7 +167,6 @@ def finish(state: ChromeState) -> None:
     state.drop_staging()
     for src in state.sources:
         src.flush(builder)
-    _name_tracks(state)
     _trace_meta(state)
 
 

@@ -1,0 +1,92 @@
+"""The finished rows and the level-of-detail build, started before an importer's links.
+
+Once every slice is staged and every track named, what an importer still does before finish() (the
+Chrome importer's links: correlation ids, flow events, External ids) reads the staged slices and
+writes only `flows`. Nothing the level-of-detail build reads changes any more: the slices, their
+depths, the tracks, the counter samples. So the builder can start it then (TraceBuilder.lod_ahead),
+on a thread and a cursor of its own, and the links run beside it instead of before it: the build's
+longest chain starts 50-110 ms earlier on the real traces (docs/performance.md, the twenty-second stop).
+
+Where it is not taken, finish() does the same steps in the same order after the links, as before:
+a spilled build, past MAX_SLICES slices (the staged slices are kept for the links while the
+finished rows exist beside them), and any trace the time check would drop slices from (the check
+deletes the flows that touch them, and the links make those).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import duckdb
+
+from acceltrace.ingest import stage
+from acceltrace.ingest.depths import staging_cursor
+
+MAX_SLICES = 1_000_000
+
+
+def finish_rows(con: duckdb.DuckDBPyConnection, depths, held: stage.Held, n_counters: int,
+                keep_staging: bool = False) -> tuple[stage.Final, tuple[int, int] | None]:
+    """The finished rows (stage.finalize) named `_slices_final` on `con`, the counters in order, and the
+    bounds of both."""
+    final = stage.finalize(con, depths, held, keep_staging)
+    del depths, held  # the depths are in `final` now; finalize freed each held column as it went
+    final.use(con)
+    if n_counters:  # re-sorting an empty table still costs a table rewrite
+        sort_counters(con)
+    return final, bounds(con, "_slices_final")
+
+
+def sort_counters(con: duckdb.DuckDBPyConnection) -> None:
+    """`counters` in (track, ts) order: the order the file stores and the LOD build reads."""
+    con.execute("CREATE TABLE _counters_sorted AS SELECT * FROM counters ORDER BY track_id, ts")
+    con.execute("DROP TABLE counters")
+    con.execute("ALTER TABLE _counters_sorted RENAME TO counters")
+
+
+def bounds(con: duckdb.DuckDBPyConnection, rows: str) -> tuple[int, int] | None:
+    """(first start, last end) of the slices in `rows` and the counter samples; None when there are none."""
+    ((start, end),) = con.execute(
+        f"SELECT min(s), max(e) FROM (SELECT min(ts) s, max(ts + dur) e FROM {rows}"
+        " UNION ALL SELECT min(ts), max(ts) FROM counters)"
+    ).fetchall()
+    return None if start is None or end is None else (int(start), int(end))
+
+
+class LodAhead:
+    """prepare(cursor) -> (the finished rows, their bounds), then the level-of-detail build over them, on a
+    thread and a cursor of their own. finish() takes the rows with rows() (the write of `slices` needs them)
+    and waits for the build with join(); either raises what the thread raised."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, prepare: Callable, build_lod: Callable):
+        self._errors: list[BaseException] = []
+        self._ready = threading.Event()
+        self._rows: tuple[stage.Final, tuple[int, int] | None] | None = None
+        self._thread = threading.Thread(target=self._run, args=(staging_cursor(con), prepare, build_lod),
+                                        name="lod-ahead")
+        self._thread.start()
+
+    def _run(self, cur, prepare: Callable, build_lod: Callable) -> None:
+        try:
+            self._rows = final, span = prepare(cur)
+            self._ready.set()
+            if span is not None:  # none: nothing left to show, finish() says so
+                build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span)
+        except BaseException as e:  # raised again in the caller's thread
+            self._errors.append(e)
+        finally:
+            self._ready.set()
+            cur.close()
+
+    def rows(self) -> tuple[stage.Final, tuple[int, int] | None]:
+        self._ready.wait()
+        if self._rows is None:
+            self.join()
+        return self._rows
+
+    def join(self, quiet: bool = False) -> None:
+        """Waits for the thread; raises its error unless `quiet` (an abort, already raising its own)."""
+        self._thread.join()
+        if self._errors and not quiet:
+            raise self._errors[0]

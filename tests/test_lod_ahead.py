@@ -1,0 +1,102 @@
+"""The finished rows and the level-of-detail build started before the Chrome importer's links
+(ingest/lod_ahead.py): the same trace as when they wait for the links, and no thread left behind
+when either side fails."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from acceltrace.ingest import lod_ahead, pipeline
+from acceltrace.store.catalog import Store
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto"
+
+
+def _ingest(tmp_path, name: str, path: Path):
+    store = Store(tmp_path / name)
+    r = pipeline.ingest_paths(store, [path], views=False)[0]
+    return store, r
+
+
+def _tables(store, tid) -> dict:
+    con = store.connect(tid)
+    names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name").fetchall()]
+    # every row in stored order (the order is part of the contract: tiles read row ranges)
+    out = {n: con.execute(f"SELECT * FROM {n}").fetchall() for n in names}
+    out["lod_info"] = [r for r in out["lod_info"] if r[0] != "build_ms"]  # a time, not content
+    # flow ids follow the order the link queries return their rows in, which two DuckDB threads vary from
+    # run to run (the build after the links; the one beside them runs its links on one and numbers alike)
+    out["flows"] = sorted(r[1:] for r in out["flows"])
+    return out
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """How many builds started their rows and LOD build ahead of the links."""
+    seen = []
+
+    class Recording(lod_ahead.LodAhead):
+        def __init__(self, *a, **k):
+            seen.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(lod_ahead, "LodAhead", Recording)
+    return seen
+
+
+@pytest.mark.parametrize("sample", ["mi250-rocm-minitoy.json.gz", "v100-with-gpu-metrics-counters.json",
+                                    "nccl-collectives.json.gz"])
+def test_the_trace_is_the_same_whether_the_lod_build_starts_before_the_links_or_after(tmp_path, monkeypatch,
+                                                                                        started, sample):
+    """Flows (correlation ids, flow events, External ids), counters, instants: every table and every row in
+    its stored order, against the build that waits for the links (past MAX_SLICES it does)."""
+    ahead_store, ahead = _ingest(tmp_path, "ahead", SAMPLES / sample)
+    assert ahead.error is None and started == [1]
+    monkeypatch.setattr(lod_ahead, "MAX_SLICES", 0)
+    after_store, after = _ingest(tmp_path, "after", SAMPLES / sample)
+    assert after.error is None and started == [1]
+    assert ahead.counts == after.counts and ahead.counts["slices"] > 0
+    got, want = _tables(ahead_store, ahead.id), _tables(after_store, after.id)
+    assert got.keys() == want.keys() and "lod_merged" in got and "flows" in got
+    for name in want:
+        assert got[name] == want[name], name
+
+
+def _chrome(tmp_path, events) -> Path:
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    return p
+
+
+def _events(n=50):
+    return [{"ph": "X", "name": f"k{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5, "cat": "kernel"} for i in range(n)]
+
+
+def test_a_trace_the_time_check_drops_from_waits_for_the_links(tmp_path, started):
+    """The time check deletes the flows that touch a dropped slice, and the links make those: such a trace
+    takes the build after the links, and says what it dropped as before."""
+    far = {"ph": "X", "name": "far", "pid": 1, "tid": 1, "ts": 5e15, "dur": 1, "cat": "kernel"}
+    store, r = _ingest(tmp_path, "s", _chrome(tmp_path, _events() + [far]))
+    assert r.error is None and started == []
+    assert r.counts["slices"] == 50 and r.counts["dropped_events"] == 1
+
+
+@pytest.mark.parametrize("where, name", [("acceltrace.ingest.chrome.link", "external_id_flows"),
+                                         ("acceltrace.ingest.builder", "build_lod")])
+def test_a_failure_on_either_side_waits_for_the_other_and_publishes_nothing(tmp_path, monkeypatch, started,
+                                                                            where, name):
+    """The links failing while the LOD build runs beside them, or the LOD build failing ahead: the error is
+    the ingest's, the LOD thread has ended (the builder's abort waits for it before closing the file), and
+    no trace is published."""
+    import importlib
+
+    def broken(*a, **k):
+        raise RuntimeError(f"{name} broke")
+
+    monkeypatch.setattr(importlib.import_module(where), name, broken)
+    store, r = _ingest(tmp_path, "s", _chrome(tmp_path, _events()))
+    assert started == [1] and r.error and f"{name} broke" in r.error
+    assert not any(t.name == "lod-ahead" and t.is_alive() for t in threading.enumerate())
+    assert store.list(status="ready") == []
