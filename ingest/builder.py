@@ -268,17 +268,16 @@ class TraceBuilder:
         if neg or n or c:  # finish() checks, drops and says so after the links, as before
             return
         self._one_duckdb_thread()
-        ahead, self._depths_ahead = self._depths_ahead, None
-        held, self._held = self._held, stage.Held()
-        in_order, n_counters = self._in_order, self.n_counters
         self._write_tracks()
         self.con.execute(schema.create_sql("slices", _SLICES_STORED))
         self.con.execute("SET preserve_insertion_order = true")  # the LOD tables store rows in their order
+        ahead, held, in_order, n_counters = self._depths_ahead, self._held, self._in_order, self.n_counters
 
         def prepare(cur):
             depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(cur)
             return lod_ahead.finish_rows(cur, depths, held, n_counters, keep_staging=True)
         self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod)
+        self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)
 
     def _finished_rows(self, source_name: str) -> tuple[stage.Final | None, tuple[int, int] | None]:
         """The time check, the tracks, the finished rows (None: spilled, every slice in DuckDB) and their
