@@ -5,7 +5,7 @@ Chrome importer's links: correlation ids, flow events, External ids) reads the s
 writes only `flows`. Nothing the level-of-detail build reads changes any more: the slices, their
 depths, the tracks, the counter samples. So the builder can start it then (TraceBuilder.lod_ahead),
 on a thread and a cursor of its own, and the links run beside it instead of before it: the build's
-longest chain starts 50-110 ms earlier on the real traces (docs/performance.md, the twenty-second stop).
+longest chain starts 30-40 ms sooner after the scan (docs/performance.md, the twenty-second stop).
 
 Where it is not taken, finish() does the same steps in the same order after the links, as before:
 a spilled build, past MAX_SLICES slices (the staged slices are kept for the links while the
