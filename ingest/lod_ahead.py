@@ -63,13 +63,17 @@ class LodAhead:
         self._errors: list[BaseException] = []
         self._ready = threading.Event()
         self._rows: tuple[stage.Final, tuple[int, int] | None] | None = None
-        self._thread = threading.Thread(target=self._run, args=(staging_cursor(con), prepare, build_lod),
-                                        name="lod-ahead")
+        # held here, not in the thread's arguments: let go once called, with what it holds (the depth
+        # pass's result, the held columns), rather than kept until the build ends
+        self._prepare: Callable | None = prepare
+        self._thread = threading.Thread(target=self._run, args=(staging_cursor(con), build_lod), name="lod-ahead")
         self._thread.start()
 
-    def _run(self, cur, prepare: Callable, build_lod: Callable) -> None:
+    def _run(self, cur, build_lod: Callable) -> None:
         try:
+            prepare, self._prepare = self._prepare, None
             self._rows = final, span = prepare(cur)
+            del prepare
             self._ready.set()
             if span is not None:  # none: nothing left to show, finish() says so
                 build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span)

@@ -38,9 +38,11 @@ def started(monkeypatch):
     seen = []
 
     class Recording(lod_ahead.LodAhead):
-        def __init__(self, *a, **k):
+        def __init__(self, con, *a, **k):
+            # from here two threads of the build's own (the links', the LOD build's): one of DuckDB's
+            assert con.execute("SELECT current_setting('threads')").fetchall() == [(1,)]
             seen.append(1)
-            super().__init__(*a, **k)
+            super().__init__(con, *a, **k)
 
     monkeypatch.setattr(lod_ahead, "LodAhead", Recording)
     return seen
