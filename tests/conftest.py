@@ -114,6 +114,22 @@ def api(trace_store):
         yield c
 
 
+@pytest.fixture
+def synced(monkeypatch) -> list[str]:
+    """The paths store/duck.py syncs to the disk (os.fsync on a descriptor), in order, as they happen."""
+    import acceltrace.store.duck as duck
+
+    paths: list[str] = []
+    real_fsync = duck.os.fsync
+
+    def fsync(fd):
+        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(duck.os, "fsync", fsync)
+    return paths
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -108,9 +108,9 @@ def test_an_ingest_whose_process_died_disappears_from_the_list(tmp_path):
     assert store.get(tid) is None
 
 
-def test_a_side_file_is_built_unsynced_and_published_synced(tmp_path):
+def test_a_side_file_is_built_unsynced_and_published_synced(tmp_path, synced):
     """write_side: the build's commits are not synced one by one (the temp file is thrown away if it
-    fails); the CHECKPOINT before the file replaces the old one is."""
+    fails); the whole file is, once, after its last checkpoint and before it replaces the old one."""
     import duckdb
 
     store = Store(tmp_path / "s")
@@ -123,6 +123,7 @@ def test_a_side_file_is_built_unsynced_and_published_synced(tmp_path):
 
     path = store.write_side(tid, "findings", build)
     assert modes == ["NONE"]
+    assert len(synced) == 1 and Path(synced[0]).parent == store.tmp_dir  # the temp file, before the replace
     con = duckdb.connect(str(path), read_only=True)
     assert con.execute("SELECT x FROM findings").fetchall() == [(1,)]
     assert con.execute("SELECT current_setting('fsync_mode')").fetchall() == [("STANDARD",)]  # not persisted

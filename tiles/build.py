@@ -149,12 +149,13 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = 
     _build_instant_pyramid(con, ibase, max_level)
     _build_counter_pyramid(con, cbase, max_level)
     (max_cls,) = con.execute("SELECT coalesce(max(cls), 0) FROM lod_slices").fetchone()
+    # one grouped count per table, joined (as correlated subqueries, 5.5 against 3.2 ms on vLLM's tables)
+    counted = {t: f"(SELECT grp, count(*) AS n FROM lod_{t} GROUP BY grp)" for t in ("slices", "instants", "counters")}
     con.execute(
-        "CREATE TABLE lod_group_counts AS SELECT g.grp,"
-        " (SELECT count(*) FROM lod_slices s WHERE s.grp = g.grp) AS slices,"
-        " (SELECT count(*) FROM lod_instants i WHERE i.grp = g.grp) AS instants,"
-        " (SELECT count(*) FROM lod_counters c WHERE c.grp = g.grp) AS counters"
-        " FROM lod_groups g ORDER BY g.grp"
+        "CREATE TABLE lod_group_counts AS SELECT g.grp, coalesce(s.n, 0) AS slices, coalesce(i.n, 0) AS instants,"
+        f" coalesce(c.n, 0) AS counters FROM lod_groups g LEFT JOIN {counted['slices']} s ON s.grp = g.grp"
+        f" LEFT JOIN {counted['instants']} i ON i.grp = g.grp LEFT JOIN {counted['counters']} c ON c.grp = g.grp"
+        " ORDER BY g.grp"
     )
     info = {
         "lod_version": LOD_VERSION, "start_ns": start_ns, "duration_ns": duration_ns,
