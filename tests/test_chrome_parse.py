@@ -468,3 +468,20 @@ def test_an_event_of_many_blocks_is_scanned_once_not_once_per_read(monkeypatch):
     assert got == [("a", 0), ("big", 20_000), ("b", 0)]
     assert len(scanned) > 50  # many reads of the big event ...
     assert sum(scanned) < 2 * len(text)  # ... each scanning its new bytes (rescans: ~len(text)**2 / 8192)
+
+
+def test_correlation_flow_events_link_only_ids_with_a_start_and_lone_ends_bind_as_before(tmp_path):
+    """ac2g's s -> f links its two slices; ac2g 'f' events whose id has no 's' or 't' (A100's 28 k) link
+    nothing and are not noted when they bind (the edges' windows leave them out, every id kept whole);
+    a lone 'f' that binds no slice is still noted; a lone 'f' of another category is still a half flow."""
+    evs = [ev("X", "launch", 0, dur=10), ev("s", "ac2g", 5, id=7, cat="ac2g"),
+           ev("X", "kernel", 20, dur=5, tid=2), ev("f", "ac2g", 20, id=7, cat="ac2g", tid=2, bp="e"),
+           ev("X", "kernel2", 30, dur=5, tid=2), ev("f", "ac2g", 31, id=8, cat="ac2g", tid=2, bp="e"),
+           ev("f", "ac2g", 31, id=7, cat="ac2g", tid=3, bp="e"),  # id 7 on a thread without slices
+           ev("f", "other", 32, id=9, cat="c", tid=2, bp="e")]
+    con, res = ingest_text(tmp_path, evs)
+    got = rows(con, "SELECT a.name, b.name, f.raw_kind FROM flows f LEFT JOIN slices a ON a.slice_id = f.src_slice"
+                    " LEFT JOIN slices b ON b.slice_id = f.dst_slice ORDER BY 1 NULLS FIRST, 2")
+    assert got == [(None, "kernel2", "c"), ("launch", "kernel", "ac2g")]
+    assert [w for w in res.warnings if "match no slice" in w] == ["t.json: event 6: 1 flow events match no slice on their"
+                                                                " thread at their time (not linked)"]

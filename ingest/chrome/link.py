@@ -242,11 +242,18 @@ def flow_event_flows(state) -> None:
     state.staged.add("flow_bound")
     corr = ", ".join(f"'{c}'" for c in CORRELATION_CATEGORIES)
     dep = ", ".join(f"'{c}'" for c in DEPENDENCY_CATEGORIES)
+    # A correlation category's events make edges only after an 's' or 't' of their own id (the second
+    # branch below is for other categories): ids with neither (A100's 28 k 'f' of ac2g, their starts not
+    # in the file) are left out of the windows whole, so every id kept has all its events. 17 -> 4 ms.
     con.execute(f"""
         CREATE TEMP TABLE _edges AS
-        WITH b AS (
+        WITH starts AS (SELECT DISTINCT src, cat, name, fid FROM _chrome_flow_ev WHERE ph IN ('s', 't')),
+        b AS (
             SELECT f.*, fb.slice_id, CASE WHEN lower(f.cat) IN ({corr}) THEN 1 ELSE 0 END AS is_corr
-            FROM _chrome_flow_ev f LEFT JOIN _chrome_flow_bound fb USING (src, seq)),
+            FROM _chrome_flow_ev f LEFT JOIN _chrome_flow_bound fb USING (src, seq)
+            WHERE NOT coalesce(lower(f.cat) IN ({corr}), false) OR EXISTS (
+                SELECT 1 FROM starts s WHERE s.src = f.src AND s.cat IS NOT DISTINCT FROM f.cat
+                AND s.name IS NOT DISTINCT FROM f.name AND s.fid IS NOT DISTINCT FROM f.fid)),
         ch AS (
             SELECT *, sum(CASE WHEN ph = 's' THEN 1 ELSE 0 END) OVER (
                 PARTITION BY src, cat, name, fid ORDER BY ts, seq ROWS UNBOUNDED PRECEDING) AS chain
