@@ -220,3 +220,31 @@ def test_the_file_is_opened_on_a_thread_and_its_failure_is_raised_at_first_use(t
     with pytest.raises(duckdb.IOException):
         bad.add_slices({"track_id": [bad.track("cpu", "thread 1")], "ts": [0], "dur": [5], "name": ["a"]})
     bad.abort()
+
+
+def test_slices_under_a_row_group_reach_the_file_at_their_commit_not_through_the_wal(tmp_path, monkeypatch):
+    """The write of `slices` lets its commit checkpoint (DuckDB skips the WAL for it) when nothing else
+    writes then: a small trace's rows are written once, compressed, not to the WAL and again at the end."""
+    import acceltrace.ingest.stage as stage
+
+    b = TraceBuilder(tmp_path / "t.duckdb", threads=1)  # one thread: the LOD build after the write
+    seen = {}
+    real = stage.write_slices_and_lod
+
+    def watched(con, final, build_lod, *a, **k):
+        def after_write_lod(cur, **kw):  # runs after the write on a one-thread build
+            wal = tmp_path / "t.duckdb.wal"
+            seen["wal"] = wal.stat().st_size if wal.exists() else 0
+            seen["persistent"] = cur.execute(
+                "SELECT bool_and(persistent) FROM pragma_storage_info('slices')").fetchall()[0][0]
+            return build_lod(cur, **kw)
+        return real(con, final, after_write_lod, *a, **k)
+
+    monkeypatch.setattr(stage, "write_slices_and_lod", watched)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    n = 50_000
+    b.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [5] * n,
+                  "name": ["a" * 40] * n, "args": ['{"k": "' + "v" * 200 + '"}'] * n})
+    b.finish("test", "t")
+    assert seen["persistent"] is True
+    assert seen["wal"] < 1 << 20  # the rows' 12 MB are not in it
