@@ -66,15 +66,16 @@ LONG_SPAN_NS = 7 * 86400 * 10**9  # a longer trace is published with a warning
 class TraceBuilder:
     """Collects one trace's tables into a DuckDB file at `path`."""
 
-    def __init__(self, path: Path, memory_limit: str = "900MB", threads: int | None = None):
+    def __init__(self, path: Path, memory_limit: str = "900MB", threads: int | None = None, small: bool = False):
         # memory_limit: DuckDB's, past which it spills; 900 MB leaves room under 1.5 GB at 830 MB for what
-        # lives outside it (the parser's Arrow rows, the Chrome link rows, numpy pyramids)
+        # lives outside it (the parser's Arrow rows, the Chrome link rows, numpy pyramids). small: a small
+        # build, DuckDB at one thread from the start unless `threads` says (ingest/opening.py)
         self.path = Path(path)
         use_small_pages()  # this process's Arrow and numpy memory in 4 KB pages (ingest/memory.py)
         # scratch space for ingesters needing real files (decompressed SQLite, spills): swept with the temp file
         self.work_dir = Path(str(self.path) + ".work")
-        self.threads = threads
-        self._con, self._opening = None, Opening(self.path, memory_limit, threads)  # ingest/opening.py
+        self.threads, self._duck_threads = threads, threads or (1 if small else None)
+        self._con, self._opening = None, Opening(self.path, memory_limit, self._duck_threads)  # ingest/opening.py
         self._new_state()
 
     @property
@@ -384,13 +385,11 @@ class TraceBuilder:
         return counts
 
     def _one_duckdb_thread(self) -> None:
-        """From here to publication the build's own two threads (the write of `slices` or the importer's
-        links, and the level-of-detail build) keep both cores busy, and DuckDB's worker only competes with
-        them: one thread of its own, unless the caller chose a count. Not before: the scan's and, where
-        nothing runs beside them, the links' and finalize's queries use both. Measured in
-        docs/performance.md (the twenty-first and twenty-second stops)."""
-        if self.threads is None:
+        """From here to publication the build's own two threads (the write of `slices` or the links, and
+        the level-of-detail build) keep both cores busy: DuckDB at one thread (ingest/opening.py)."""
+        if self._duck_threads is None:
             self.con.execute("SET threads = 1")
+            self._duck_threads = 1
 
     def counts(self) -> dict:
         q = self.con.execute

@@ -1,10 +1,19 @@
-"""The build's DuckDB file, opened on a thread of its own while the importer starts.
+"""The build's DuckDB file, opened on a thread of its own while the importer starts; and how many
+threads DuckDB runs in it.
 
 Opening a new DuckDB database costs 11-15 ms before its first statement (the instance sets up its
 catalog of built-in functions, its buffer manager and its threads): a tenth of a small trace's time to
 viewable when it ran first, in front of everything else. The builder starts it on a thread instead
 (TraceBuilder.con waits for it at first use); meanwhile the importer opens its input, detects its
 format, and the Chrome reader reads and scans its first chunk.
+
+DuckDB's threads: one for a small build from its start, its default (one per core) for any other,
+and one from the write of `slices` (TraceBuilder._one_duckdb_thread). On a small trace the build's own
+threads (the Chrome scan's, the writer's, the level-of-detail build's) keep both cores busy, and
+DuckDB's worker only competed with them; a big trace's staging appends and link queries gain from two
+(docs/performance.md, the twenty-first and twenty-third stops). The count is chosen once, at the
+open: each change relaunches DuckDB's pool, which trims the whole heap (`malloc_trim`), so a switch
+midway cost what it won (8-10 ms on the main thread at the write; at 830 MB, 0.2 s at 1 M slices).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from acceltrace.store.duck import unsynced
 
 def open_build_file(path: Path, memory_limit: str, threads: int | None) -> duckdb.DuckDBPyConnection:
     """A new trace file at `path` with every table but `slices` (finish() writes it) and the staged
-    slices' in-memory database attached (ingest/stage.py)."""
+    slices' in-memory database attached (ingest/stage.py); DuckDB at `threads` (None: its default)."""
     con = duckdb.connect(str(path))
     try:
         con.execute(f"SET memory_limit = '{memory_limit}'")

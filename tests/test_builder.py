@@ -248,3 +248,69 @@ def test_slices_under_a_row_group_reach_the_file_at_their_commit_not_through_the
     b.finish("test", "t")
     assert seen["persistent"] is True
     assert seen["wal"] < 1 << 20  # the rows' 12 MB are not in it
+
+
+@pytest.mark.parametrize("small, sets", [(True, []), (False, ["SET threads = 1"])])
+def test_a_small_build_runs_duckdb_at_one_thread_from_its_start_and_never_relaunches_it(tmp_path, small, sets):
+    """Each change of DuckDB's thread count relaunches its pool and trims the heap: a small build is at one
+    thread from the open, so the switch before the write is not made; any other starts at DuckDB's
+    default and switches there (ingest/opening.py)."""
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchall()[0][0]
+    b = TraceBuilder(tmp_path / "t.duckdb", small=small)
+    assert b.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == (1 if small else default)
+    seen = []
+    b.con = _Recorded(b.con, seen)
+    track = b.track("cpu", "thread 1", group_name="proc")
+    b.add_slices({"track_id": [track] * 3, "ts": [0, 10, 20], "dur": [30, 5, 5], "name": ["a", "b", "c"]})
+    b.finish("test", "t")
+    assert [q for q in seen if q.startswith("SET threads")] == sets
+
+
+class _Recorded:
+    """A connection that notes every statement it runs."""
+
+    def __init__(self, con, seen):
+        self._con, self.seen = con, seen
+
+    def execute(self, sql, *args):
+        self.seen.append(sql.strip())
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def test_the_pipeline_calls_a_build_small_for_chrome_json_up_to_256_mb(tmp_path, monkeypatch):
+    """Chrome JSON of at most 256 MB (a gzip file's trailer says how much once inflated) builds small;
+    a bigger one, or another format, does not."""
+    import gzip
+    from types import SimpleNamespace
+
+    from acceltrace.ingest import builder as builder_mod, pipeline
+
+    made = []
+
+    class Noting(TraceBuilder):
+        def __init__(self, *a, small=False, **k):
+            made.append(small)
+            super().__init__(*a, small=small, **k)
+
+    monkeypatch.setattr(pipeline, "TraceBuilder", Noting)
+    events = b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(events)
+    packed.write_bytes(gzip.compress(events))
+    store = Store(tmp_path / "store")
+    for p in (plain, packed):
+        assert pipeline.ingest_paths(store, [p], views=False)[0].error is None
+    assert pipeline._json_bytes(packed) == len(events)
+    big = bytearray(gzip.compress(events))
+    big[-4:] = (300 << 20).to_bytes(4, "little")  # its trailer claims 300 MB once inflated
+    (tmp_path / "big.json.gz").write_bytes(bytes(big))
+    assert pipeline._json_bytes(tmp_path / "big.json.gz") == 300 << 20
+    monkeypatch.setattr(pipeline, "SMALL_BUILD_BYTES", len(events) - 1)  # the same file, now over the line
+    assert pipeline.ingest_paths(store, [plain], views=False)[0].error is None
+    assert made == [True, True, False]
+    assert builder_mod.TraceBuilder is TraceBuilder
+    other = SimpleNamespace(name="nsys")  # another format, whatever its size
+    assert pipeline._small_build([(None, other)], [plain], None) is False
