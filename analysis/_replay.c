@@ -8,10 +8,11 @@
  * with a cycle is reported (how many nodes never finished), never looped on.
  *
  * replay(src, dst, ekind, weight, ts, own, slack, start, end, why, why_end) -> finished nodes
- *   src, dst, weight: int64 per edge; ekind: int8 per edge (0 AFTER_END, 1 AFTER_START, 2 WAIT);
+ *   src, dst, weight: int64 per edge; ekind: int8 per edge (0 AFTER_END, 1 AFTER_START, 2 WAIT: end >= end(src) + w);
  *   ts, own, slack: int64 per node; start, end, why, why_end: writable int64 per node (out).
  * critical_path(start, end, why, why_end, slack, own, kind, lane) -> (a, b, type, node) as bytes
- *   kind, lane: int8 per node; the segments earliest first, types as SEGMENT codes below.
+ *   kind, lane: int8 per node (lane: its code, ON_THREAD added for a thread's host work, its driver
+ *   calls among them: analysis/threads.py); the segments earliest first, types as SEGMENT codes below.
  * scatter_max(out, idx, val), order_by(key, n, out): the graph build's two hot loops (analysis/graph.py).
  */
 #define PY_SSIZE_T_CLEAN
@@ -22,12 +23,12 @@
 
 enum { AFTER_END = 0, AFTER_START = 1, WAIT = 2 };
 enum { HOST = 0, DEVICE = 1 };
-enum { LANE_CPU = 0, LANE_DRIVER = 1, LANE_EU = 2, LANE_PCIE = 3 };
+enum { LANE_CPU = 0, LANE_DRIVER = 1, LANE_EU = 2, LANE_PCIE = 3, LANE_MASK = 0x3f, ON_THREAD = 0x40 };
 /* segment types, in replay.py's SEGMENT_TYPES order */
 enum { SEG_HOST = 0, SEG_LAUNCH = 1, SEG_LINK = 2, SEG_COMPUTE = 3, SEG_SYNC = 4, SEG_IDLE = 5 };
 
 static int lane_type(int8_t lane) {
-    switch (lane) {
+    switch (lane & LANE_MASK) {
     case LANE_CPU: return SEG_HOST;
     case LANE_DRIVER: return SEG_LAUNCH;
     case LANE_PCIE: return SEG_LINK;
@@ -157,7 +158,9 @@ static PyObject *py_replay(PyObject *self, PyObject *args) {
         for (int64_t j = ptr[v]; j < ptr[v + 1]; j++) {
             int64_t k = sorted ? j : eidx[j], u = dst[k];
             if (ek[k] == WAIT) {
-                if (e > wait[u]) { wait[u] = e; why_end[u] = v; }
+                int64_t t;
+                if (ADD(e, w[k], &t)) { overflow = 1; break; }
+                if (t > wait[u]) { wait[u] = t; why_end[u] = v; }
                 if (--need_wait[u] == 0 && started[u]) ends[ne++] = u;
             } else if (ek[k] == AFTER_END) {
                 int64_t t;
@@ -262,7 +265,7 @@ static PyObject *py_critical_path(PyObject *self, PyObject *args) {
             int64_t p_end = end[p] < edge_t ? end[p] : edge_t;
             if (edge_t > p_end) {
                 int gap = (kind[p] == HOST && kind[v] == DEVICE) ? SEG_LAUNCH
-                          : (lane[p] == LANE_CPU && lane[v] == LANE_CPU) ? SEG_HOST : SEG_IDLE;
+                          : ((lane[p] & ON_THREAD) && (lane[v] & ON_THREAD)) ? SEG_HOST : SEG_IDLE;
                 failed |= seg_push(&s, p_end, edge_t, gap, -1);
             }
             v = p;

@@ -2,9 +2,9 @@
 what the trace holds -- see analysis/replay.py for what the edges mean and how they are replayed.
 
 Nodes: the host items (the slices that hand work to the device and the synchronising calls) and
-the device work; edges: per-track host order, call -> submission -> work, queue and engine order,
-recorded dependencies, sync and blocking-copy waits, inferred waits on other work of the device;
-slack: what a node waited beyond every edge (kept by the exact replay).
+the device work; edges: each thread's and driver queue's host order (analysis/threads.py), call ->
+submission -> work, queue and engine order, recorded dependencies, sync and blocking-copy waits,
+inferred waits on other work of the device; slack: what a node waited beyond every edge (kept by replay).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import duckdb
 import numpy as np
 
 from acceltrace.analysis.arrays import order_by, scatter_max, stable_order
+from acceltrace.analysis.threads import THREAD_OF_TRACK_SQL, chain_edges
 
 HOST, DEVICE = 0, 1
 # a synchronising call returns this soon after the work it waited for: what ended earlier inside it
 # was not what it waited for (the trace does not say which event or queue a sync names)
 SYNC_RETURN_NS = 20_000
-AFTER_END, AFTER_START, WAIT = 0, 1, 2  # edge kinds: start >= end(src)+w, start >= start(src)+w, end >= end(src)
+AFTER_END, AFTER_START, WAIT = 0, 1, 2  # edge kinds: start >= end(src)+w, start >= start(src)+w, end >= end(src)+w
 # a node's lane as a code (Graph.lane): LANES[code]; any other lane of the trace is OTHER
 LANES = ("cpu", "driver", "eu", "pcie", "other")
 CPU, DRIVER, EU, PCIE, OTHER = range(5)
@@ -93,6 +94,7 @@ class Graph:
     unloaded: np.ndarray | None = None
     device: np.ndarray | None = None  # per node: the device work's device as a code (-1: host)
     queue: np.ndarray | None = None  # per node: the device work's queue as a code (-1: host)
+    thread: np.ndarray | None = None  # per node: the CPU track of the thread it is host work of (-1: none)
 
     def copy(self) -> "Graph":
         """A graph a transformation may edit: the arrays it edits in place (dur, own, slack, weight) are
@@ -101,7 +103,7 @@ class Graph:
         g = Graph(self.slice_id, self.kind, self.lane, self.ts, self.dur.copy(), self.own.copy(), self.slack.copy(),
                   self.src, self.dst, self.ekind, self.weight.copy(), index=self.index, track=self.track,
                   corr=self.corr, direction=self.direction, queue_prev=self.queue_prev, queue_next=self.queue_next,
-                  unloaded=self.unloaded, device=self.device, queue=self.queue)
+                  unloaded=self.unloaded, device=self.device, queue=self.queue, thread=self.thread)
         g._by_corr = getattr(self, "_by_corr", None)
         g._cache = self._shared()
         return g
@@ -141,16 +143,7 @@ class Graph:
 
     def siblings(self, slice_id: int) -> np.ndarray:
         """The device-work nodes of one copy call: those sharing the slice's correlation id."""
-        v = self.index[slice_id]
-        c = int(self.corr[v]) if self.corr is not None else -1
-        if c < 0:
-            return np.array([v], np.int64)
-        if getattr(self, "_by_corr", None) is None:
-            dev = np.flatnonzero(self.corr >= 0)
-            o = np.argsort(self.corr[dev], kind="stable")
-            self._by_corr = (self.corr[dev][o], dev[o])
-        vals, nodes = self._by_corr
-        return nodes[np.searchsorted(vals, c, "left"):np.searchsorted(vals, c, "right")]
+        return self.siblings_of(np.array([slice_id], np.int64))[1]
 
 
 _LANE_CODE = "CASE {} WHEN 'cpu' THEN 0 WHEN 'driver' THEN 1 WHEN 'eu' THEN 2 WHEN 'pcie' THEN 3 ELSE 4 END::TINYINT"
@@ -199,14 +192,17 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         # (three ranges of small numbers, so a counting sort orders them)
         top = int(max(queue.max(initial=0), np.asarray(dev["track_id"], np.int64).max(initial=0))) + 1
         queue[unqueued] = np.where(code > 0, top + code, top + int(code.max(initial=0)) + 1 + track)
+    # host items by chain (a thread's, its driver calls in it: analysis/threads.py; a driver queue's), time
     host = con.execute(f"""
         SELECT s.slice_id, {_LANE_CODE.format("t.lane")} AS lane, s.ts, s.dur, s.track_id,
-               coalesce(s.corr_id, -1) AS corr_id
-        FROM slices s JOIN _track_dev t ON t.track_id = s.track_id
+               coalesce(s.corr_id, -1) AS corr_id, th.thread,
+               CASE WHEN th.thread >= 0 THEN th.thread ELSE s.track_id END AS chain
+        FROM slices s JOIN _track_dev t ON t.track_id = s.track_id JOIN ({THREAD_OF_TRACK_SQL}) th
+             ON th.track_id = s.track_id
         WHERE s.slice_id IN (SELECT src_slice FROM _ready
                              UNION ALL SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
                              UNION ALL SELECT slice_id FROM _sync_calls)
-        ORDER BY s.track_id, s.ts, s.slice_id""").fetchnumpy()
+        ORDER BY chain, s.ts, s.slice_id""").fetchnumpy()
     col = lambda d, k, t: np.asarray(d[k], dtype=t)  # noqa: E731
     nh, nd = len(host["slice_id"]), len(dev["slice_id"])
     n = nh + nd
@@ -218,15 +214,12 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     hcorr = col(host, "corr_id", np.int64)
     E = _Edges()
 
-    # host chains per track: on a thread the gaps are the program's own work, kept; a driver queue's
-    # items only keep their order (its gaps are waits for submissions, which their own edges say)
-    htrack = col(host, "track_id", np.int64)
-    i = np.flatnonzero(htrack[1:] == htrack[:-1]) + 1 if nh > 1 else np.zeros(0, np.int64)
-    p = i - 1
-    p_end = ts[p] + dur[p]
-    after = ts[i] >= p_end
-    E.add(p[after], i[after], AFTER_END, np.where(lane[i[after]] == CPU, ts[i[after]] - p_end[after], 0))
-    E.add(p[~after], i[~after], AFTER_START, ts[i[~after]] - ts[p[~after]])
+    # host chains: on a thread the gaps are the program's own work, kept; a driver queue's items only
+    # keep their order (its gaps are waits for submissions, which their own edges say)
+    htrack, hthread = col(host, "track_id", np.int64), col(host, "thread", np.int64)
+    (ea, eb, ew), (sa, sb, sw) = chain_edges(col(host, "chain", np.int64), hthread, ts[:nh], dur[:nh])
+    E.add(ea, eb, AFTER_END, ew)
+    E.add(sa, sb, AFTER_START, sw)
     # an API call hands its work to the driver: the submission keeps its offset from the call's start
     sub = con.execute("""SELECT src_slice, dst_slice FROM flows WHERE kind = 'submit'
                          AND src_slice IS NOT NULL AND dst_slice IS NOT NULL""").fetchnumpy()
@@ -285,7 +278,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
               direction=np.concatenate([np.zeros(nh, np.int8), col(dev, "direction", np.int8)]),
               queue_prev=queue_prev, queue_next=queue_next,
               device=np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]),
-              queue=np.concatenate([np.full(nh, -1, np.int64), queue]))
+              queue=np.concatenate([np.full(nh, -1, np.int64), queue]),
+              thread=np.concatenate([hthread, np.full(nd, -1, np.int64)]))
     # waits: a sync call waits for the device work that was submitted before it and ended inside it
     # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
     sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))
@@ -299,8 +293,11 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     calls = np.flatnonzero((lane[:nh] == CPU) & (hcorr >= 0))
     xfers = dn[(lane[dn] == PCIE) & (corr[dn] >= 0)]
     bc, bw = _ranges(calls, hcorr[calls] - 1, hcorr[calls], xfers, corr[xfers])
-    keep = (ts[bc] + dur[bc] >= ts[bw] + dur[bw]) & (ts[bc] <= ts[bw])
-    _add_waits(g, E, np.concatenate([c[m], bc[keep]]), np.concatenate([w[m], bw[keep]]))
+    # (returned after its DMA: two clocks may put the return up to 20 us, at most half the DMA, before its end)
+    early = ts[bc] + dur[bc] - ts[bw] - dur[bw]  # < 0: the call's return before its DMA's end
+    keep = (early + np.minimum(SYNC_RETURN_NS, dur[bw] // 2) >= 0) & (ts[bc] <= ts[bw])
+    _add_waits(g, E, np.concatenate([c[m], bc[keep]]), np.concatenate([w[m], bw[keep]]),
+               np.concatenate([np.zeros(int(m.sum()), np.int64), np.minimum(early[keep], 0)]))
     earliest = np.full(n, np.iinfo(np.int64).min, np.int64)
     for part in E.parts:
         _earliest(g, earliest, *part)
@@ -383,15 +380,15 @@ def _infer_device_dependencies(g: Graph, dev_of: np.ndarray):
     return u[keep], v[keep], AFTER_END, gap[keep]
 
 
-def _add_waits(g: Graph, E: _Edges, c: np.ndarray, w: np.ndarray) -> None:
+def _add_waits(g: Graph, E: _Edges, c: np.ndarray, w: np.ndarray, skew: np.ndarray) -> None:
     m = (c >= 0) & (w >= 0)
-    c, w = c[m], w[m]
+    c, w, skew = c[m], w[m], skew[m]
     if not len(c):
         return
-    E.add(w, c, WAIT, np.zeros(len(c), np.int64))
+    E.add(w, c, WAIT, skew)
     # a waiting call's own time: what it spent after the last work it waited for ended
     last = np.full(len(g.ts), -1, np.int64)
-    scatter_max(last, c, g.ts[w] + g.dur[w])
+    scatter_max(last, c, g.ts[w] + g.dur[w] + skew)
     m = last >= 0
     g.own[m] = np.clip(g.ts[m] + g.dur[m] - last[m], 0, g.dur[m])
 

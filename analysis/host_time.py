@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from acceltrace.analysis import replay as R
+from acceltrace.analysis.threads import on_thread
 
 
 def cut_host_time(g: R.Graph, at: np.ndarray, demand: np.ndarray) -> int:
-    """Shrink the thread's own time before each CPU node at[i] by demand[i] ns: the host-chain gaps (the
+    """Shrink the thread's own time before each of its nodes at[i] by demand[i] ns: the host-chain gaps (the
     AFTER_END edges between consecutive host items of one thread, whose weight is the program's work
     between them) closest before it give first, then the ones before those, each down to 0, never past a
     call that waited for the device (its end is the device's: host time before it moves nothing after it).
@@ -49,18 +50,19 @@ def cut_host_time(g: R.Graph, at: np.ndarray, demand: np.ndarray) -> int:
 
 
 def host_chains(g: R.Graph):
-    """The CPU nodes by thread and time (order; pos: node -> its place, -1 elsewhere), the host-chain
+    """A thread's nodes by thread and time (order; pos: node -> its place, -1 elsewhere), the host-chain
     edges into them (chain: their edge indices), and where a segment starts (a thread's first node, and
     the node after one that waits for the device)."""
-    cpu = np.flatnonzero(g.lane == R.CPU)
-    order = cpu[_by_track_time(g.track[cpu], g.ts[cpu])]
+    mine, thread = on_thread(g)  # a thread's calls, its driver calls among them (analysis/threads.py)
+    cpu = np.flatnonzero(mine)
+    order = cpu[_by_track_time(thread[cpu], g.ts[cpu])]
     pos = np.full(len(g.ts), -1, np.int64)
     pos[order] = np.arange(len(order))
-    chain = np.flatnonzero((g.ekind == R.AFTER_END) & (g.lane[g.dst] == R.CPU) & (g.kind[g.src] == R.HOST)
-                           & (g.track[g.src] == g.track[g.dst]))
+    chain = np.flatnonzero((g.ekind == R.AFTER_END) & mine[g.dst] & (g.kind[g.src] == R.HOST)
+                           & (thread[g.src] == thread[g.dst]))
     waits = np.zeros(len(g.ts), bool)
     waits[g.dst[g.ekind == R.WAIT]] = True
-    tr = g.track[order]
+    tr = thread[order]
     seg_start = np.r_[True, tr[1:] != tr[:-1]] if len(order) else np.zeros(0, bool)
     seg_start[1:] |= waits[order][:-1]
     return order, pos, chain, seg_start

@@ -25,6 +25,7 @@ import numpy as np
 
 from acceltrace.analysis.graph import (AFTER_END, AFTER_START, CPU, DEVICE, DRIVER, EU, HOST, LANES, PCIE,
                                        SYNC_RETURN_NS, WAIT, Graph, NodeIndex, build, without_slack)
+from acceltrace.analysis.threads import on_thread
 
 try:  # built by `pip install` (setup.py); optional: the Python passes below give the same schedule and path
     from acceltrace.analysis import _replay as _C
@@ -127,9 +128,9 @@ def _replay_py(g: Graph) -> Schedule:
         e = end_l[v] = (wait_l[v] if wait_l[v] > s else s) + own_l[v]
         for k in range(ptr[v], ptr[v + 1]):
             kind, u = ek_l[k], dst_l[k]
-            if kind == WAIT:
-                if e > wait_l[u]:
-                    wait_l[u], why_end_l[u] = e, v
+            if kind == WAIT:  # its weight: the two clocks' skew where a call returned before its DMA's end
+                if e + w_l[k] > wait_l[u]:
+                    wait_l[u], why_end_l[u] = e + w_l[k], v
                 need_wait[u] -= 1
                 if need_wait[u] == 0 and started[u]:
                     ends.append(u)
@@ -169,6 +170,9 @@ def critical_path(g: Graph, s: Schedule, compiled: bool = True) -> list[tuple[in
     return list(zip(a.tolist(), b.tolist(), [SEGMENT_TYPES[x] for x in t.tolist()], v.tolist()))
 
 
+ON_THREAD = 0x40  # in the lane codes the compiled walk takes: a thread's host work (analysis/_replay.c)
+
+
 def critical_path_arrays(g: Graph, s: Schedule, compiled: bool = True):
     """critical_path() as arrays (start, end, type code into SEGMENT_TYPES, node or -1)."""
     if compiled and _C is not None:
@@ -176,7 +180,7 @@ def critical_path_arrays(g: Graph, s: Schedule, compiled: bool = True):
         a, b, t, v = _C.critical_path(arr(s.start, np.int64), arr(s.end, np.int64), arr(s.why, np.int64),
                                       arr(s.why_end if s.why_end is not None else np.full(len(s.start), -1), np.int64),
                                       arr(g.slack, np.int64), arr(g.own, np.int64), arr(g.kind, np.int8),
-                                      arr(g.lane, np.int8))
+                                      arr(g.lane | np.where(on_thread(g)[0], ON_THREAD, 0), np.int8))
         return (np.frombuffer(a, np.int64), np.frombuffer(b, np.int64), np.frombuffer(t, np.int8),
                 np.frombuffer(v, np.int64))
     segs = _critical_path_py(g, s)
@@ -199,7 +203,7 @@ def _critical_path_py(g: Graph, s: Schedule) -> list[tuple[int, int, int, int]]:
     why = s.why.tolist()
     why_end = s.why_end.tolist() if s.why_end is not None else [-1] * len(why)
     start, end, slack, own = s.start.tolist(), s.end.tolist(), g.slack.tolist(), g.own.tolist()
-    kind, lane = g.kind.tolist(), g.lane.tolist()
+    kind, lane, mine = g.kind.tolist(), g.lane.tolist(), on_thread(g)[0].tolist()
     steps = 0
     while v >= 0 and steps <= 2 * len(start):
         steps += 1
@@ -221,7 +225,7 @@ def _critical_path_py(g: Graph, s: Schedule) -> list[tuple[int, int, int, int]]:
         p_end = min(end[p], edge_t)
         if edge_t > p_end:
             gap = LAUNCH if kind[p] == HOST and kind[v] == DEVICE else (
-                HOST_BOUND if lane[p] == CPU and lane[v] == CPU else IDLE)
+                HOST_BOUND if mine[p] and mine[v] else IDLE)  # a thread's own time between its calls
             segs.append((p_end, edge_t, gap, -1))
         v, cursor = p, p_end
     segs.reverse()

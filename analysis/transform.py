@@ -28,6 +28,7 @@ import numpy as np
 from acceltrace.analysis import replay as R
 from acceltrace.analysis.arrays import order_by, scatter_max
 from acceltrace.analysis.host_time import cut_host_time
+from acceltrace.analysis.threads import on_thread
 
 # pass -> what the replay of its fix cannot see (the finding's impact_basis says so)
 BOUNDS = {
@@ -184,7 +185,7 @@ class _Submitters:
     def first_cpu(self, g: R.Graph, rank: np.ndarray) -> np.ndarray:
         """Per node: the rank (in `rank`, smaller is earlier) of its earliest CPU submitter; len(rank) if none."""
         none = len(rank)
-        cpu = g.lane[self.src] == R.CPU
+        cpu = on_thread(g)[0][self.src]  # a thread's calls, its driver calls among them
         neg1 = np.full(len(g.ts), -none, np.int64)  # minima as maxima of the negated ranks
         scatter_max(neg1, self.dst[cpu], -rank[self.src[cpu]])
         neg = neg1.copy()
@@ -324,7 +325,7 @@ def _by_trace_end(g: R.Graph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _cpu_rank(g: R.Graph) -> tuple[np.ndarray, np.ndarray]:
-    cpu = np.flatnonzero(g.lane == R.CPU)
+    cpu = np.flatnonzero(on_thread(g)[0])
     order = cpu[np.argsort(g.ts[cpu], kind="stable")]
     rank = np.full(len(g.ts), len(g.ts), np.int64)
     rank[order] = np.arange(len(order))

@@ -30,6 +30,16 @@ def _graph(store, tid):
     return con, R.build(con)
 
 
+def graph_of_events(tmp_path, events):
+    """A Chrome trace of these events, ingested: its connection and its graph."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    store = Store(tmp_path / "s")
+    (res,) = ingest_paths(store, [path])
+    assert res.error is None, res.error
+    return _graph(store, res.id)
+
+
 @pytest.mark.parametrize("path, explained", [(RUNS / "pcie-saturation-seed5", 0.99), (A100, 0.85)],
                          ids=["sim", "a100"])
 def test_the_untransformed_replay_gives_every_node_its_time_back(tmp_path, path, explained):
@@ -66,12 +76,7 @@ EVENTS = [
 
 
 def test_a_fixed_pageable_copy_saves_its_excess_and_its_call_no_longer_blocks(tmp_path):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"traceEvents": EVENTS}))
-    store = Store(tmp_path / "s")
-    (res,) = ingest_paths(store, [path])
-    assert res.error is None, res.error
-    con, g = _graph(store, res.id)
+    con, g = graph_of_events(tmp_path, EVENTS)
     base = R.replay(g)
     h = g.copy()
     dma = g.index[con.execute("SELECT slice_id FROM slices WHERE name LIKE 'Memcpy%'").fetchone()[0]]
