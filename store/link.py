@@ -21,8 +21,14 @@ def tlp_overhead_bytes(gen: int) -> int:
     return FLIT_TLP_OVERHEAD_BYTES if int(gen) >= 6 else TLP_OVERHEAD_BYTES
 
 
+def link_raw_bytes_per_s(gen: int, width: int) -> float:
+    """Bytes/s one direction of the link carries after its line code, TLP framing and headers included:
+    what a counter of link bytes (NVML's) reads at 100 % (KeyError for an unknown generation)."""
+    gen = int(gen)
+    return GT_PER_LANE[gen] * 1e9 / 8 * LINE_CODE[gen] * int(width)
+
+
 def link_peak_bytes_per_s(gen: int, width: int, max_payload_bytes: int = 256) -> float:
     """Effective payload bytes/s of one direction (KeyError for an unknown generation)."""
-    gen, width, mps = int(gen), int(width), int(max_payload_bytes)
-    raw = GT_PER_LANE[gen] * 1e9 / 8 * LINE_CODE[gen] * width
-    return raw * mps / (mps + tlp_overhead_bytes(gen))
+    mps = int(max_payload_bytes)
+    return link_raw_bytes_per_s(gen, width) * mps / (mps + tlp_overhead_bytes(gen))

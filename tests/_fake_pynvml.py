@@ -14,14 +14,15 @@ class NVMLError(Exception):
 
 
 def make(n_gpus: int = 1, driver: bool = True, rx_kib_s: int = 1_000_000, replay_supported: bool = False,
-         byte_fields: bool = True):
-    """A module object with the pynvml functions the nvml source uses."""
+         byte_fields: bool = True, byte_field_bits: int = 64, rx_bytes_start: int = 0):
+    """A module object with the pynvml functions the nvml source uses. byte_field_bits 32: the byte
+    counters come as NVML_VALUE_TYPE_UNSIGNED_INT (in uiVal, wrapping at 2**32), as an H200's did."""
     m = types.ModuleType("pynvml")
     m.NVMLError = NVMLError
     m.NVML_PCIE_UTIL_TX_BYTES, m.NVML_PCIE_UTIL_RX_BYTES = 0, 1
     m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM = 1, 2
     m.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, m.NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 197, 198
-    state = {"init": 0, "shutdown": 0, "reads": 0, "rx_bytes": 0}
+    state = {"init": 0, "shutdown": 0, "reads": 0, "rx_bytes": rx_bytes_start}
     m.state = state
 
     def nvmlInit():
@@ -63,8 +64,10 @@ def make(n_gpus: int = 1, driver: bool = True, rx_kib_s: int = 1_000_000, replay
             return [types.SimpleNamespace(nvmlReturn=3, value=types.SimpleNamespace(ullVal=0)) for _ in ids]
         # the RX byte counter advances by rx_kib_s * 1024 / 1000 per call (a 1 ms "tick")
         state["rx_bytes"] += rx_kib_s * 1024 // 1000
-        return [types.SimpleNamespace(nvmlReturn=0,
-                                      value=types.SimpleNamespace(ullVal=state["rx_bytes"] if i == 198 else 0))
+        shown = state["rx_bytes"] % (1 << byte_field_bits)
+        return [types.SimpleNamespace(nvmlReturn=0, valueType=1 if byte_field_bits == 32 else 3,
+                                      value=types.SimpleNamespace(ullVal=shown if i == 198 else 0,
+                                                                  uiVal=shown if i == 198 else 0))
                 for i in ids]
 
     m.nvmlDeviceGetFieldValues = field_values

@@ -22,22 +22,31 @@ def check():
     return mod
 
 
-def test_window_mean_of_fake_nvml_rx_matches_its_rate_and_the_verdict_uses_10pct(check, monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml.make(rx_kib_s=12_000_000))
+@pytest.mark.parametrize("byte_fields", [True, False])
+def test_window_mean_of_fake_nvml_rx_matches_its_rate_and_the_verdict_uses_10pct(check, monkeypatch, tmp_path,
+                                                                                 byte_fields):
+    """The byte counter where the driver has it, else the gauge (in KB of 1000 B): either way the window's
+    mean is the rate, judged against the link's bytes (payload x 276/256), not the payload."""
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml.make(rx_kib_s=12_000_000, byte_fields=byte_fields))
     from acceltrace.collect.counters.nvml import NvmlSource
 
     clock = VirtualClock(0)
-    names = ["gpu0.pcie.rx_throughput", "gpu0.pcie.rx_bytes"]
-    s = Sampler(NvmlSource(), tmp_path / "n.actr", rate_hz=1000, clock=clock, counters=names)
+    name = "gpu0.pcie.rx_bytes" if byte_fields else "gpu0.pcie.rx_throughput"
+    src = NvmlSource()
+    assert {s.name for s in src.specs()} >= {name}
+    assert ("gpu0.pcie.rx_throughput" in {s.name for s in src.specs()}) is not byte_fields
+    s = Sampler(src, tmp_path / "n.actr", rate_hz=1000, clock=clock, counters=[name])
     s.run(0.2)
     s.close()
-    seen = check.counter_means(tmp_path / "n.actr", names, 50_000_000, 150_000_000, tmp_path)
-    want = 12_000_000 * 1024
-    assert seen["gpu0.pcie.rx_throughput"] == pytest.approx(want)
-    assert seen["gpu0.pcie.rx_bytes"] == pytest.approx(want, rel=1e-3)
-    ok, lines = check.verdict(want * 1.05, seen)
-    assert ok and len(lines) == 2
-    ok, lines = check.verdict(want * 1.3, seen)
+    seen = check.counter_means(tmp_path / "n.actr", [name], 50_000_000, 150_000_000, tmp_path)
+    want = 12_000_000 * (1024 if byte_fields else 1000)  # the fake's field ticks in KiB
+    assert seen[name] == pytest.approx(want, rel=1e-3)
+    payload = want * 256 / 276
+    ok, lines = check.verdict(payload * 1.05, seen, payload * 1.05 * 276 / 256, frozenset([name]))
+    assert ok and len(lines) == 1
+    ok, lines = check.verdict(payload, seen)  # against the payload alone: 7.8 % over, still within 10 %
+    assert ok
+    ok, lines = check.verdict(payload * 1.3, seen, payload * 1.3 * 276 / 256, frozenset([name]))
     assert not ok and "OFF BY" in lines[0]
 
 

@@ -97,24 +97,47 @@ def test_nvml_leaves_out_unsupported_counters_with_a_note(monkeypatch):
     assert (link["gen"], link["width"]) == (5, 16)
 
 
-def test_nvml_pcie_rx_becomes_bytes_per_second_and_link_utilisation(monkeypatch, tmp_path):
-    fake = _fake_pynvml.make(rx_kib_s=20_000_000)  # ~20.5 GB/s into the GPU
+@pytest.mark.parametrize("byte_fields", [True, False])
+def test_nvml_pcie_rx_becomes_bytes_per_second_and_link_utilisation(monkeypatch, tmp_path, byte_fields):
+    """NVML counts the link's bytes, TLP headers included (measured on an H200: collect/counters/nvml.py), so
+    its utilisation is of the link's raw rate (63.0 GB/s at Gen5 x16), not of its payload rate (57.6 GB/s:
+    a saturated link read 103 %). The gauge, read only without the byte counter, is in KB of 1000 B."""
+    fake = _fake_pynvml.make(rx_kib_s=20_000_000, byte_fields=byte_fields)  # ~20 GB/s into the GPU
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     src = source_class("nvml")()
-    clock = VirtualClock(0)
-    s = Sampler(src, tmp_path / "n.actr", rate_hz=1000, clock=clock,
-                counters=["gpu0.pcie.rx_throughput", "gpu0.pcie.rx_bytes"])
+    name = "gpu0.pcie.rx_bytes" if byte_fields else "gpu0.pcie.rx_throughput"
+    assert ("gpu0.pcie.rx_throughput" in {s.name for s in src.specs()}) is not byte_fields
+    if byte_fields:
+        assert any("rx_throughput left out: gpu0.pcie.rx_bytes counts the same bytes" in n for n in src.notes())
+    s = Sampler(src, tmp_path / "n.actr", rate_hz=1000, clock=VirtualClock(0), counters=[name])
     s.run(0.05)
     s.close()
     assert fake.state["shutdown"] == 1
     con = _ingested(tmp_path, "n.actr")
     vals = dict(con.execute(
         "SELECT t.name, avg(c.value) FROM counters c JOIN tracks t USING (track_id) GROUP BY 1").fetchall())
-    assert vals["gpu0.pcie.rx_throughput"] == pytest.approx(20_000_000 * 1024)
-    assert vals["gpu0.pcie.rx_bytes"] == pytest.approx(20_000_000 * 1024, rel=1e-3)
-    # gen 5 x16 at MPS 256: 63 GB/s x 256/280
-    assert vals["PCIe H2D utilisation (link)"] == pytest.approx(20_000_000 * 1024 / (63.015e9 * 256 / 280) * 100,
-                                                                rel=1e-3)
+    rate = 20_000_000 * (1024 if byte_fields else 1000)  # the fake's field ticks in KiB
+    assert vals[name] == pytest.approx(rate, rel=1e-3)
+    assert vals["PCIe H2D utilisation (link)"] == pytest.approx(rate / (32e9 / 8 * 128 / 130 * 16) * 100, rel=1e-3)
+
+
+def test_nvml_byte_counter_of_32_bits_is_read_as_one_and_its_wraps_are_not_2_to_the_64(monkeypatch, tmp_path):
+    """An H200 (driver 580) gave its PCIe byte counters as 32-bit field values: read as 64-bit, every 4 GiB
+    wrap was taken for one of 2**64 bytes (4.7e9 times the copy loop's rate). Its valueType says the width."""
+    fake = _fake_pynvml.make(rx_kib_s=20_000_000, byte_field_bits=32, rx_bytes_start=(1 << 32) - (200 << 20))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    src = source_class("nvml")()
+    spec = {s.name: s for s in src.specs()}["gpu0.pcie.rx_bytes"]
+    assert spec.bits == 32
+    assert any("gpu0.pcie.rx_bytes: a 32-bit counter" in n for n in src.notes())
+    s = Sampler(src, tmp_path / "n.actr", rate_hz=1000, clock=VirtualClock(0), counters=["gpu0.pcie.rx_bytes"])
+    s.run(0.05)  # 20 MB a read: the counter passes 2**32 after ~10 reads
+    s.close()
+    assert fake.state["rx_bytes"] > 1 << 32
+    con = _ingested(tmp_path, "n.actr")
+    (top,) = con.execute("SELECT max(c.value) FROM counters c JOIN tracks t USING (track_id) "
+                         "WHERE t.name = 'gpu0.pcie.rx_bytes'").fetchall()[0]
+    assert top == pytest.approx(20_000_000 * 1024, rel=1e-3)
 
 
 def test_host_source_reports_cpu_busy_as_a_share(tmp_path):

@@ -41,6 +41,9 @@ class CounterSpec:
     role: str = ""  # what derived metrics know it as (docs/counters.md, "Roles")
     link: str = ""  # PCIe roles: the link it measures (a key of the device's links)
     full_scale: float | None = None  # raw units per second that mean 100 % (utilisation roles)
+    # PCIe roles: "link" where it counts the link's bytes, TLP framing and headers included (NVML's);
+    # else payload. Its utilisation is then of the link's raw rate, not its payload rate (store/link.py)
+    pcie_bytes: str = ""
     description: str = ""
     read_group: str = ""  # fixed counters with different read_group are read (and timed) separately
 

@@ -89,7 +89,7 @@ def validate_header(header: dict) -> None:
     for i, c in enumerate(counters):
         if not isinstance(c, dict):
             raise ValueError(f"header.counters[{i}] must be an object")
-        for key in ("device", "role"):
+        for key in ("device", "role", "pcie_bytes"):
             if c.get(key) is not None and not isinstance(c[key], str):
                 raise ValueError(f"header.counters[{i}].{key} is {c[key]!r}; expected a string")
         for key in ("name", "unit", "bits", "kind", "group"):

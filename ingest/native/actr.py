@@ -15,7 +15,7 @@ import numpy as np
 from acceltrace.formats.actr.layout import MAGIC, NO_DEV_TICKS, ActrFormatError, record_dtype
 from acceltrace.formats.actr.reader import ActrData, read_actr
 from acceltrace.store.errors import IngestError
-from acceltrace.store.link import GT_PER_LANE, link_peak_bytes_per_s
+from acceltrace.store.link import GT_PER_LANE, link_peak_bytes_per_s, link_raw_bytes_per_s
 from acceltrace.ingest.sources import Source
 from acceltrace.ingest.importer import Importer, per_source
 
@@ -351,7 +351,9 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
         if role in ("pcie_h2d_bytes", "pcie_d2h_bytes", "pcie_h2d_rate", "pcie_d2h_rate"):
             link_name = spec.get("link") or "link"
             link = ((devices.get(dev) or {}).get("links") or {}).get(link_name) or {}
-            if link.get("gen") in GT_PER_LANE and link.get("width"):
+            if link.get("gen") in GT_PER_LANE and link.get("width") and spec.get("pcie_bytes") == "link":
+                peak = link_raw_bytes_per_s(link["gen"], link["width"])  # it counts headers too (NVML)
+            elif link.get("gen") in GT_PER_LANE and link.get("width"):
                 peak = link_peak_bytes_per_s(link["gen"], link["width"], link.get("max_payload_bytes", 256))
             elif spec.get("full_scale"):
                 peak = float(spec["full_scale"])
