@@ -1,6 +1,6 @@
 """Capture a small, real PyTorch profiler (Kineto) Chrome trace plus the ground truth it should show.
 
-    python3 capture_kineto.py OUTDIR [--iters 5]
+    python3 bench/capture_kineto.py OUTDIR [--iters 5]   # on a machine with torch and a GPU (it needs no acceltrace)
 
 Workload per iteration (each step in its own record_function range, inside "iteration_N"):
   h2d_pinned    64 MiB pinned host -> device (non_blocking)
