@@ -4,8 +4,9 @@ threads DuckDB runs in it.
 Opening a new DuckDB database costs 11-15 ms before its first statement (the instance sets up its
 catalog of built-in functions, its buffer manager and its threads): a tenth of a small trace's time to
 viewable when it ran first, in front of everything else. The builder starts it on a thread instead
-(TraceBuilder.con waits for it at first use); meanwhile the importer opens its input, detects its
-format, and the Chrome reader reads and scans its first chunk.
+(TraceBuilder.con waits for it at first use); meanwhile the importer opens its input and the Chrome
+reader reads and scans its first chunk. (The format is detected before the builder exists: whether the
+build is small, and so its thread count at the open, depends on it: ingest/pipeline.py.)
 
 DuckDB's threads: one for a small build from its start, its default (one per core) for any other,
 and one from the write of `slices` (TraceBuilder._one_duckdb_thread). On a small trace the build's own

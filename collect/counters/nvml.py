@@ -98,12 +98,15 @@ class NvmlSource(CounterSource):
                pcie_bytes="link", description="PCIe link bytes sent by the GPU, NVML's 20 ms window"),
              lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES)),
         ]
+        candidates = []
         for spec, fn in gauges:
             field_name = spec.name.replace("_throughput", "_bytes")
             if field_name in counted:  # the same bytes, without blocking for 20 ms a read
                 self._notes.append(f"{spec.name} left out: {field_name} counts the same bytes, and a read of the "
                                    "gauge blocks for its 20 ms window")
-        candidates = [(spec, fn) for spec, fn in gauges if spec.name.replace("_throughput", "_bytes") not in counted] + [
+            else:
+                candidates.append((spec, fn))
+        candidates += [
             (S("pcie.replays", "replays/s", kind="cumulative", bits=32, raw_unit="replays"),
              lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
             (S("pcie.link_gen", "gen"), lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),

@@ -351,10 +351,9 @@ def _derived(specs: dict, devices: dict, series: dict) -> dict[str, list]:
         if role in ("pcie_h2d_bytes", "pcie_d2h_bytes", "pcie_h2d_rate", "pcie_d2h_rate"):
             link_name = spec.get("link") or "link"
             link = ((devices.get(dev) or {}).get("links") or {}).get(link_name) or {}
-            if link.get("gen") in GT_PER_LANE and link.get("width") and spec.get("pcie_bytes") == "link":
-                peak = link_raw_bytes_per_s(link["gen"], link["width"])  # it counts headers too (NVML)
-            elif link.get("gen") in GT_PER_LANE and link.get("width"):
-                peak = link_peak_bytes_per_s(link["gen"], link["width"], link.get("max_payload_bytes", 256))
+            if link.get("gen") in GT_PER_LANE and link.get("width"):  # a counter of link bytes (NVML's): headers too
+                peak = (link_raw_bytes_per_s(link["gen"], link["width"]) if spec.get("pcie_bytes") == "link" else
+                        link_peak_bytes_per_s(link["gen"], link["width"], link.get("max_payload_bytes", 256)))
             elif spec.get("full_scale"):
                 peak = float(spec["full_scale"])
             else:
