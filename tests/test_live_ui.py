@@ -239,16 +239,25 @@ def test_a_server_behind_says_what_it_did_not_draw_and_hatches_where(tmp_path, m
             # the widest span left out, framed: its pixels are hatched (grey strokes on the white track area)
             spans = page.evaluate("() => window.acceltrace.live.not_drawn")
             lo, hi = max(spans, key=lambda s: s[1] - s[0])
-            page.click("#follow")  # stop following, or the view moves on
+            # stop following, or the view moves on (the button toggles: pressed only while following)
+            if page.get_attribute("#follow", "aria-pressed") == "true":
+                page.click("#follow")
+            assert page.get_attribute("#follow", "aria-pressed") == "false"
             page.evaluate(f"() => window.acceltrace.timeline.view.set({lo}, {hi})")
-            time.sleep(0.5)
-            grey = page.evaluate("""() => { const tl = window.acceltrace.timeline, c = tl.canvas, d = tl.dpr;
+            grey_js = """() => { const tl = window.acceltrace.timeline, c = tl.canvas, d = tl.dpr;
                 const x = Math.round((c.width / d - 300) * d), y = Math.round(c.height * 0.6);
                 const px = c.getContext('2d').getImageData(x, y, 40, 40).data; let n = 0;
                 for (let i = 0; i < px.length; i += 4)
                   if (Math.abs(px[i] - px[i + 1]) < 12 && px[i] < 235 && px[i] > 120) n++;
-                return n; }""")
-            assert grey > 20, grey  # a 40x40 px patch of white would have none
+                return n; }"""
+            # the next frame draws it: waited for, not slept on (a busy CI machine draws late)
+            try:
+                page.wait_for_function(f"() => ({grey_js})() > 20", timeout=15_000)
+            except pw.TimeoutError:
+                pass
+            grey = page.evaluate(grey_js)
+            view = page.evaluate("() => [window.acceltrace.timeline.view.start_ns, window.acceltrace.timeline.view.end_ns]")
+            assert grey > 20, (grey, (lo, hi), view)  # a 40x40 px patch of white would have none
             browser.close()
     finally:
         writer.kill()
