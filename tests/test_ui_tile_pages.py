@@ -95,3 +95,27 @@ def test_deep_tracks_fetch_the_pages_on_screen_and_draw_the_fold_from_one(browse
         _ui.shot(page, "tile-pages-unfolded")
         assert any(max(abs(a - b) for a, b in zip(p, (255, 255, 255))) > BACKGROUND_TOL for p in px), px
         assert not page.errors, page.errors
+
+
+def test_the_first_tiles_do_not_wait_for_the_tile_worker_and_the_worker_takes_the_rest(browser, deep_server):
+    """The page's first tiles are fetched and decoded on the main thread while the tile worker loads its
+    modules (its start was ~0.1 s of a drop's time to the first tile); once it says it is ready, the
+    worker fetches them. The page's own resource entries hold only its main thread's fetches."""
+    server, tid = deep_server
+    with _ui.new_page(browser, server, width=1400, height=900, timeout_ms=20000) as page:
+        seen = []
+        page.on("request", lambda r: seen.append(r.url) if "/tiles/" in r.url and "/api/traces/" in r.url else None)
+        page.goto(f"/t/{tid}")
+        _ui.wait_idle(page)
+        main_js = """() => performance.getEntriesByType('resource')
+            .filter((e) => e.name.includes('/api/traces/') && e.name.includes('/tiles/')).length"""
+        first = page.evaluate(main_js)
+        assert first > 0  # the first tiles: on the main thread, not after the worker's start
+        # the worker is up by now: a zoom's new tiles are its fetches, not the page's
+        page.wait_for_timeout(500)
+        before = len(seen)
+        page.evaluate("() => { const v = window.acceltrace.timeline.view; v.set(v.start_ns, v.start_ns + v.span_ns / 64); }")
+        _ui.wait_idle(page)
+        assert len(seen) > before
+        assert page.evaluate(main_js) == first, "tiles after the worker's start were fetched on the main thread"
+        assert not page.errors, page.errors

@@ -1,10 +1,13 @@
 // fetchTile(): a decoded tile, fetched and decoded in a worker (worker.js) so arriving tiles do not
-// cost frames; on the main thread where module workers are unavailable.
+// cost frames; on the main thread where module workers are unavailable, and until the worker has loaded
+// its modules (~0.1 s after the page asks for its first tiles: they are coarse and small, and a page's
+// first draw would otherwise wait for the worker's start).
 
 import { decodeTile } from "./decode.js";
 import { errorFrom } from "../lib/api.js";
 
 let worker = null; // null: not tried yet; false: unavailable
+let ready = false; // the worker said its modules are loaded
 let seq = 0;
 const pending = new Map(); // id -> {resolve, reject}
 
@@ -19,6 +22,7 @@ function getWorker() {
   try {
     worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
     worker.onmessage = (e) => {
+      if (e.data.ready) { ready = true; return; }
       const { id, tile, error, aborted } = e.data;
       const p = pending.get(id);
       if (!p) return;
@@ -51,7 +55,7 @@ async function onMainThread(url, level, index, signal) {
 /** The decoded tile at `url`; rejects with an AbortError when `signal` aborts. */
 export function fetchTile(url, level, index, signal) {
   const w = getWorker();
-  if (!w) return onMainThread(url, level, index, signal);
+  if (!w || !ready) return onMainThread(url, level, index, signal);
   return new Promise((resolve, reject) => {
     const id = ++seq;
     pending.set(id, { resolve, reject });

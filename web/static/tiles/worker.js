@@ -27,3 +27,6 @@ self.onmessage = async (e) => {
     controllers.delete(id);
   }
 };
+
+// its modules are loaded: the page sends it tiles from now on (until then it fetches them itself: tiles/fetch.js)
+self.postMessage({ ready: true });
