@@ -154,6 +154,7 @@ def _replay_py(g: Graph) -> Schedule:
 SEGMENT_TYPES = ("host-bound", "launch overhead", "link/transfer", "device compute", "sync wait", "idle")
 HOST_BOUND, LAUNCH, LINK, COMPUTE, SYNC_WAIT, IDLE = range(6)
 LANE_TYPE = {CPU: HOST_BOUND, DRIVER: LAUNCH, PCIE: LINK, EU: COMPUTE}
+ON_THREAD = 0x40  # added to the lane codes the compiled walk takes: a thread's host work (analysis/_replay.c)
 
 
 def critical_path(g: Graph, s: Schedule, compiled: bool = True) -> list[tuple[int, int, str, int]]:
@@ -168,9 +169,6 @@ def critical_path(g: Graph, s: Schedule, compiled: bool = True) -> list[tuple[in
     """
     a, b, t, v = critical_path_arrays(g, s, compiled)
     return list(zip(a.tolist(), b.tolist(), [SEGMENT_TYPES[x] for x in t.tolist()], v.tolist()))
-
-
-ON_THREAD = 0x40  # in the lane codes the compiled walk takes: a thread's host work (analysis/_replay.c)
 
 
 def critical_path_arrays(g: Graph, s: Schedule, compiled: bool = True):

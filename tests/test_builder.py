@@ -136,19 +136,26 @@ def test_arrow_type_of_every_declared_column_is_what_duckdb_gives_for_it():
 
 
 class _Watched:
-    """A connection that notes DuckDB's fsync mode each time a statement of interest runs."""
+    """A connection that calls note(statement, the real connection) before each statement it runs."""
 
-    def __init__(self, con, seen):
-        self._con, self.seen = con, seen
+    def __init__(self, con, note):
+        self._con, self.note = con, note
 
     def execute(self, sql, *args):
-        for word in ("INSERT INTO _slices_staging", "CHECKPOINT"):
-            if sql.lstrip().startswith(word):
-                self.seen.append((word, self._con.execute("SELECT current_setting('fsync_mode')").fetchall()[0][0]))
+        self.note(sql.strip(), self._con)
         return self._con.execute(sql, *args)
 
     def __getattr__(self, name):
         return getattr(self._con, name)
+
+
+def _fsync_mode_at(seen: list, *words: str):
+    """A note: DuckDB's fsync mode each time a statement starting with one of `words` runs."""
+    def note(sql, con):
+        for word in words:
+            if sql.startswith(word):
+                seen.append((word, con.execute("SELECT current_setting('fsync_mode')").fetchall()[0][0]))
+    return note
 
 
 def test_the_build_syncs_the_file_once_after_its_last_checkpoint(tmp_path, synced):
@@ -158,7 +165,7 @@ def test_the_build_syncs_the_file_once_after_its_last_checkpoint(tmp_path, synce
     tid, tmp = store.begin("t", 0, None)
     b = TraceBuilder(tmp)
     seen = []
-    b.con = _Watched(b.con, seen)
+    b.con = _Watched(b.con, _fsync_mode_at(seen, "INSERT INTO _slices_staging", "CHECKPOINT"))
     cpu = b.track("cpu", "thread 1", group_name="proc")
     b.add_slices({"track_id": [cpu, cpu], "ts": [0, 10], "dur": [5, 5], "name": ["a", "b"]})
     counts = b.finish("test", "t")
@@ -259,25 +266,11 @@ def test_a_small_build_runs_duckdb_at_one_thread_from_its_start_and_never_relaun
     b = TraceBuilder(tmp_path / "t.duckdb", small=small)
     assert b.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == (1 if small else default)
     seen = []
-    b.con = _Recorded(b.con, seen)
+    b.con = _Watched(b.con, lambda sql, _: seen.append(sql))
     track = b.track("cpu", "thread 1", group_name="proc")
     b.add_slices({"track_id": [track] * 3, "ts": [0, 10, 20], "dur": [30, 5, 5], "name": ["a", "b", "c"]})
     b.finish("test", "t")
     assert [q for q in seen if q.startswith("SET threads")] == sets
-
-
-class _Recorded:
-    """A connection that notes every statement it runs."""
-
-    def __init__(self, con, seen):
-        self._con, self.seen = con, seen
-
-    def execute(self, sql, *args):
-        self.seen.append(sql.strip())
-        return self._con.execute(sql, *args)
-
-    def __getattr__(self, name):
-        return getattr(self._con, name)
 
 
 def test_the_pipeline_calls_a_build_small_for_chrome_json_up_to_256_mb(tmp_path, monkeypatch):
