@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,8 @@ class AppState:
         self.ingest_wait_s = ingest_wait_s
         self.web_dir = web_dir or WEB_DIR
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()
+        self._opening: dict[str, threading.Lock] = {}  # one open per trace at a time (trace())
+        self._warming = ThreadPoolExecutor(2, thread_name_prefix="trace-warm")  # warm(): bounded
         self._rows: dict[str, tuple[dict, float]] = {}
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
@@ -143,11 +146,49 @@ class AppState:
     def trace(self, trace_id: str) -> TraceHandle:
         """The open read-only handle of a ready trace (404 / 409 otherwise)."""
         self.ready_row(trace_id)
+        h = self._cached(trace_id)
+        if h is not None:
+            return h
+        with self._lock:
+            opening = self._opening.setdefault(trace_id, threading.Lock())
+        # a second request for a trace being opened waits for that open (a drop's page and its first API
+        # calls arrive together, and warm() may have begun it) rather than opening a second instance
+        with opening:
+            h = self._cached(trace_id)
+            if h is not None:
+                return h
+            try:
+                return self._open_handle(trace_id)
+            finally:
+                with self._lock:
+                    if self._opening.get(trace_id) is opening:
+                        del self._opening[trace_id]
+
+    def _cached(self, trace_id: str) -> TraceHandle | None:
         with self._lock:
             h = self._open.get(trace_id)
             if h is not None:
                 self._open.move_to_end(trace_id)
-                return h
+            return h
+
+    def warm(self, trace_id: str, then=None) -> None:
+        """Open a ready trace's handle (and run then(handle)) on a thread of the warming pool, for requests
+        about to need it: a trace page answered before its handle exists, an upload just published. Errors
+        are left to the request that meets them."""
+        def run() -> None:
+            try:
+                h = self.trace(trace_id)
+                if then is not None:
+                    then(h)
+            except Exception:  # noqa: BLE001  (the request that needs it answers the error)
+                pass
+        if self._open.get(trace_id) is None or then is not None:
+            try:
+                self._warming.submit(run)
+            except RuntimeError:  # shutting down
+                pass
+
+    def _open_handle(self, trace_id: str) -> TraceHandle:
         # Store.connect: an in-memory instance with the file ATTACHed read-only, so other read-only
         # opens of the same file in this process (CLI code, tests) never conflict. No side files:
         # they are rewritten while the server runs, and this handle lives on.
@@ -201,6 +242,7 @@ class AppState:
             self._open.pop(trace_id, None)
 
     def close_all(self) -> None:
+        self._warming.shutdown(wait=True, cancel_futures=True)
         self.query_pool.close()
         self.tile_bytes.close()
         self.ingests.close()
