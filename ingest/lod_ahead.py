@@ -62,6 +62,7 @@ class LodAhead:
     def __init__(self, con: duckdb.DuckDBPyConnection, prepare: Callable, build_lod: Callable):
         self._errors: list[BaseException] = []
         self._ready = threading.Event()
+        self.spare = threading.Event()  # set by the write of `slices` beside the build when it ends
         self._rows: tuple[stage.Final, tuple[int, int] | None] | None = None
         # held here, not in the thread's arguments: let go once called, with what it holds (the depth
         # pass's result, the held columns), rather than kept until the build ends
@@ -76,7 +77,8 @@ class LodAhead:
             del prepare
             self._ready.set()
             if span is not None:  # none: nothing left to show, finish() says so
-                build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span)
+                build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span,
+                          spare=self.spare)
         except BaseException as e:  # raised again in the caller's thread
             self._errors.append(e)
         finally:

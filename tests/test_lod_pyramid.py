@@ -215,3 +215,63 @@ def test_packed_key_sorts_as_the_keys_do_and_refuses_what_does_not_fit():
     assert by_key == by_tuple
     wide = np.array([-(1 << 61), 1 << 61], np.int64)
     assert pyramid._packed(np.array([0, 3], np.int32), wide) is None  # 63 bits of b and 2 of grp
+
+
+def test_a_one_thread_build_takes_the_second_core_when_the_write_beside_it_ends(trace_store, tmp_path, monkeypatch):
+    # DuckDB at one thread (the write of `slices` and the LOD build share the cores): the parts are built on
+    # the caller's thread until `spare` is set (the write ended), then on a second thread too, and lod_merged
+    # is the same table, in part order
+    import threading
+    import time
+
+    path, copy, con, info = _synthetic_copy(trace_store, tmp_path, threads=1)
+    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
+    monkeypatch.setattr(pyramid, "PARALLEL_MIN_SLICES", 1)
+    spare, seen = threading.Event(), []
+    levels, me = pyramid._levels, threading.current_thread().name
+
+    def record(*a):
+        seen.append(threading.current_thread().name)
+        if spare.is_set() and seen[-1] == me:
+            time.sleep(0.1)  # the second thread (it looks every 5 ms) takes parts and ends them first
+        out = levels(*a)
+        if len(seen) == 2:
+            spare.set()  # the write beside the build ends after its first two parts
+        return out
+
+    monkeypatch.setattr(pyramid, "_levels", record)
+    con.execute("DROP TABLE lod_merged")
+    con.execute("SET preserve_insertion_order = true")
+    pyramid.build_merged(con, int(info["base_level"]), int(info["max_level"]), limit=max(2, n // 4),
+                         chunk_log2=int(info["chunk_log2"]), spare=spare)
+    stored = con.execute("SELECT level, grp, b FROM lod_merged").fetchall()  # as stored
+    con.close()
+    assert len(seen) >= 4, seen
+    assert seen[:2] == [me, me], seen  # nothing on a second thread before the write ended
+    assert "pyramid-spare" in seen[2:], seen
+    assert stored == sorted(stored)  # in part order, though the second thread ended its parts first
+    twin = _sql_twin(path, tmp_path)
+    try:
+        assert _assert_same(twin, copy) > 0
+    finally:
+        twin.close()
+
+
+@pytest.mark.parametrize("sample", [SAMPLES / "a100-rank0-memcpy.json.gz",
+                                    SAMPLES.parent.parent / "atrace" / "acceltrace-0.1" / "daemon-python-c.atrace"],
+                         ids=["chrome-lod-ahead", "atrace-beside"])
+@pytest.mark.parametrize("threads", [None, 1], ids=["two-cores", "held-to-one"])
+def test_the_builder_offers_the_pyramid_the_core_the_write_frees_unless_held_to_one(tmp_path, monkeypatch, sample,
+                                                                                    threads):
+    import threading
+
+    got = []
+    real = pyramid.build_merged
+    monkeypatch.setattr(pyramid, "build_merged", lambda *a, **k: (got.append(k.get("spare")), real(*a, **k))[1])
+    res = ingest_one(Store(tmp_path / "store"), [sample], sample.name, threads=threads, views=False)
+    assert res.error is None, res.error
+    assert len(got) == 1
+    if threads == 1:  # a fleet's worker: one core, whatever the write does
+        assert got[0] is None
+    else:
+        assert isinstance(got[0], threading.Event) and got[0].is_set()  # set when the write of `slices` ended

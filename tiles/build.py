@@ -30,6 +30,7 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import duckdb
@@ -72,7 +73,8 @@ def lane_rank_sql(col: str = "lane") -> str:
 
 
 def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_setting: bool = False,
-          rows: pa.Table | None = None, bounds: tuple[int, int] | None = None) -> None:
+          rows: pa.Table | None = None, bounds: tuple[int, int] | None = None,
+          spare: threading.Event | None = None) -> None:
     """Create every lod_* table in the builder's connection (before the trace is published).
 
     slices: the table or view to read the slices from (the builder passes its staged rows, so
@@ -80,12 +82,13 @@ def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_set
     preserve_insertion_order (a setting of the whole database) and resets it itself.
     rows: the same slices as an Arrow table (slice_id, track_id, ts, dur, depth, name, bytes), when the
     caller holds them: lod_slices is then ordered in numpy (tiles/lod_slices.py) instead of by a DuckDB sort.
-    bounds: (start, end) ns of the trace, where trace_meta does not hold them yet (ingest/lod_ahead.py)."""
+    bounds: (start, end) ns of the trace, where trace_meta does not hold them yet (ingest/lod_ahead.py).
+    spare: set when the job sharing the cores with this build ends (tiles/pyramid.py build_merged)."""
     if not keep_order_setting:
         con.execute("SET preserve_insertion_order = true")  # CTAS ... ORDER BY must store rows in order
     t0 = time.perf_counter()
     try:
-        _build(con, slices, rows, bounds)
+        _build(con, slices, rows, bounds, spare)
     finally:
         if not keep_order_setting:
             con.execute("SET preserve_insertion_order = false")
@@ -93,7 +96,7 @@ def build(con: duckdb.DuckDBPyConnection, slices: str = "slices", keep_order_set
 
 
 def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = None,
-           bounds: tuple[int, int] | None = None) -> None:
+           bounds: tuple[int, int] | None = None, spare: threading.Event | None = None) -> None:
     start_ns, end_ns = bounds if bounds is not None else (int(v) for v in con.execute(
         "SELECT (SELECT value FROM trace_meta WHERE key = 'start_ns'), (SELECT value FROM trace_meta WHERE key = 'end_ns')"
     ).fetchone())
@@ -143,7 +146,7 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = 
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
     cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
     if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
-        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2)
+        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2, spare=spare)
     else:
         _build_merged_pyramid(con, base, max_level)
     _build_instant_pyramid(con, ibase, max_level)

@@ -20,6 +20,7 @@ build.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
@@ -149,10 +150,13 @@ _CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id 
 
 
 def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
-                 limit: int | None = None, chunk_log2: int | None = None) -> None:
+                 limit: int | None = None, chunk_log2: int | None = None,
+                 spare: threading.Event | None = None) -> None:
     """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes); `limit`: the
     most slices read into memory at once (NUMPY_MAX_SLICES by default); `chunk_log2`: lod_slices'
-    chunk width, when known (a large trace's parts are then read as row ranges).
+    chunk width, when known (a large trace's parts are then read as row ranges); `spare`: set once the
+    job this build shares the cores with (the write of `slices`) has ended: where DuckDB runs one thread
+    the parts are then built on a second thread too, from that moment (_second_when_free).
 
     A trace of PARALLEL_MIN_SLICES slices or more is cut into at least two parts, of at most `limit` / 2
     slices each, built two at a time on two threads where the database may use two (numpy and DuckDB's reads release the GIL; a one-thread
@@ -162,10 +166,12 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     limit = NUMPY_MAX_SLICES if limit is None else limit
     (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
     con.execute(_CREATE.format(name="lod_merged"))
-    threads = 1
+    threads, gated = 1, False
     if n >= PARALLEL_MIN_SLICES:
         ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()  # all: the result is done
         threads = max(1, min(2, int(threads)))
+        if threads == 1 and spare is not None:
+            threads, gated = 2, True
         # parts of at most limit / threads slices: the parts built at once hold what one part of `limit` would
         limit = min(max(1, limit // threads), -(-n // threads))
     parts = [("true", ())] if n <= limit else _parts(con, max_level, limit, chunk_log2)
@@ -179,7 +185,9 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
             cur.close()
 
     try:
-        if threads > 1 and len(parts) > 1:
+        if gated and len(parts) > 1:
+            _second_when_free(one, parts, spare, levels.add)
+        elif threads > 1 and len(parts) > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix="pyramid") as pool:
                 for lo in range(0, len(parts), threads):  # `threads` parts at a time: as many in memory
                     for batches in pool.map(one, parts[lo:lo + threads]):  # in part order
@@ -190,6 +198,50 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
         levels.insert_into("lod_merged")
     finally:
         levels.drop()
+
+
+def _second_when_free(one, parts: list, spare: threading.Event, add) -> None:
+    """add(one(part)) for every part, in part order: one(part) on this thread in turn and, from when `spare`
+    is set, on a second thread as well (each takes the next part not begun). add runs on this thread only
+    (it may write to the database), as soon as the results before it are in."""
+    out: dict[int, list] = {}
+    order = iter(range(len(parts)))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def take() -> int | None:
+        with lock:
+            return None if errors else next(order, None)
+
+    def second() -> None:
+        while not spare.wait(0.005):
+            if stop.is_set():
+                return
+        while (i := take()) is not None:
+            try:
+                out[i] = one(parts[i])
+            except BaseException as e:  # raised on the caller's thread
+                errors.append(e)
+                return
+
+    helper = threading.Thread(target=second, name="pyramid-spare")
+    helper.start()
+    added = 0
+    try:
+        while (i := take()) is not None:
+            out[i] = one(parts[i])
+            while added in out:
+                add(out.pop(added))
+                added += 1
+    finally:
+        stop.set()
+        helper.join()
+    if errors:
+        raise errors[0]
+    while added in out:
+        add(out.pop(added))
+        added += 1
 
 
 # each level's rows of the parts built so far wait as Arrow batches up to this many bytes; past it they
