@@ -204,7 +204,7 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     assert final.large and final.order.tolist() == [1, 0]
     seen = []
 
-    def lod(cur, slices, keep_order_setting, rows):
+    def lod(cur, slices, keep_order_setting, rows, spare=None):
         seen.append(cur.execute(f"SELECT count(*) FROM {slices}").fetchone()[0])
         assert rows.num_rows == 2  # the same rows as Arrow, for lod_slices' numpy order
 
