@@ -275,3 +275,30 @@ def test_the_builder_offers_the_pyramid_the_core_the_write_frees_unless_held_to_
         assert got[0] is None
     else:
         assert isinstance(got[0], threading.Event) and got[0].is_set()  # set when the write of `slices` ended
+
+
+def test_a_failing_part_stops_the_second_thread_too(trace_store, tmp_path, monkeypatch):
+    # an error in the caller's part: the second thread begins no further part, and the error is raised
+    import threading
+
+    _, _, con, info = _synthetic_copy(trace_store, tmp_path, threads=1)
+    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
+    monkeypatch.setattr(pyramid, "PARALLEL_MIN_SLICES", 1)
+    spare, seen = threading.Event(), []
+    me, real = threading.current_thread().name, pyramid._levels
+
+    def failing(*a):
+        seen.append(threading.current_thread().name)
+        if seen[-1] == me:
+            spare.set()
+            raise RuntimeError("a part failed")
+        threading.Event().wait(0.05)
+        return real(*a)
+
+    monkeypatch.setattr(pyramid, "_levels", failing)
+    con.execute("DROP TABLE lod_merged")
+    with pytest.raises(RuntimeError, match="a part failed"):
+        pyramid.build_merged(con, int(info["base_level"]), int(info["max_level"]), limit=max(2, n // 8),
+                             chunk_log2=int(info["chunk_log2"]), spare=spare)
+    con.close()
+    assert seen.count("pyramid-spare") <= 1, seen  # at most the part it had begun before the error

@@ -210,9 +210,9 @@ def _second_when_free(one, parts: list, spare: threading.Event, add) -> None:
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    def take() -> int | None:
+    def take() -> int | None:  # none once either thread has failed (stop: this one, whose error is on its way)
         with lock:
-            return None if errors else next(order, None)
+            return None if errors or stop.is_set() else next(order, None)
 
     def second() -> None:
         while not spare.wait(0.005):
