@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from acceltrace.ingest.depths import order_by
 from acceltrace.store import schema
+from acceltrace.store.duck import quote_ident
 
 NAME = "_stage"
 # the columns of a slice the staging table holds: what ingesters' SQL (links), the builder's time check
@@ -37,7 +38,7 @@ def attach(con: duckdb.DuckDBPyConnection) -> None:
     """The staging database and its table (depth may be unknown, NULL, until finish())."""
     (db,) = con.execute("SELECT current_database()").fetchone()
     con.execute(f"ATTACH ':memory:' AS {NAME}")
-    con.execute(f"""SET search_path = '"{db.replace('"', '""')}",{NAME}'""")  # db quoted as an identifier
+    con.execute(f"SET search_path = '{quote_ident(db)},{NAME}'")
     cols = [(c, t.replace(" NOT NULL", "") if c == "depth" else t) for c, t in schema.TABLES["slices"] if c in STAGED]
     con.execute(schema.create_sql("slices", cols, name="_slices_staging").replace(
         "CREATE TABLE ", f"CREATE TABLE {NAME}.", 1))
@@ -349,11 +350,11 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
     """`slices` from the finished rows in stored order, and build_lod over the same rows (in any
     order: each of its tables is sorted in its own), at once; then detach.
 
-    Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL; the write's
-    batches are taken in its thread); without `parallel` (a one-thread build: a fleet runs one per
-    core) one after the other. `ahead`: the build already running (ingest/lod_ahead.py): the write
-    runs here beside it, then waits for it. The write's end frees a core for the build (`spare`)."""
-    spare = ahead.spare if ahead is not None else threading.Event()  # (tiles/pyramid.py build_merged)
+    Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL; the write's batches
+    are taken in its thread), and the write's end frees a core for the build (`spare`, tiles/pyramid.py);
+    without `parallel` (a one-thread build: a fleet runs one per core) one after the other. `ahead`: the
+    build already running (ingest/lod_ahead.py): the write runs here beside it, then waits for it."""
+    spare = ahead.spare if ahead is not None else threading.Event() if parallel else None
 
     def write(cur):
         cur.register("_slices_sorted", final.in_stored_order())
@@ -368,9 +369,10 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
             cur.execute("RESET checkpoint_threshold")
         cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
         pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
-        spare.set()
+        if spare is not None:
+            spare.set()
 
-    def lod(cur, spare=spare):  # the numpy pyramid beside the write: it holds at most a bounded part of the slices
+    def lod(cur):  # the numpy pyramid beside the write: it holds at most a bounded part of the slices
         final.use(cur)
         build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, spare=spare)
 
@@ -385,7 +387,7 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
             _in_parallel(write, lod, con)
         else:
             write(con)
-            lod(con, spare=None)  # a one-thread build stays on one core
+            lod(con)
     finally:
         con.execute("SET preserve_insertion_order = false")
         con.unregister("_slices_final")

@@ -85,6 +85,11 @@ def _cleanup() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def quote_ident(name: str) -> str:
+    """A name as a quoted SQL identifier (a table, column or database named by a file or a trace)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
     """INSERT rows (tuples in the table's column order) as one Arrow batch.
 

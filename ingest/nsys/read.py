@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.store import schema
+from acceltrace.store.duck import quote_ident
 from acceltrace.store.errors import IngestError
 
 try:  # built by `pip install` (setup.py) where libsqlite3's header is; optional
@@ -158,7 +159,7 @@ def open_export(path: Path, name: str) -> Export:
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for t in tables:
-            ex.columns[t] = {r[1] for r in con.execute(f'PRAGMA table_info("{_q(t)}")')}
+            ex.columns[t] = {r[1] for r in con.execute(f'PRAGMA table_info({quote_ident(t)})')}
         for t in list(EVENT_TABLES) + list(NAME_TABLES) + list(CPU_TABLES):
             if t in ex.columns:
                 (ex.rows[t],) = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()
@@ -233,7 +234,7 @@ def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[s
     for table, (required, optional), as_name in jobs:
         cols = {**required, **optional}
         target = as_name or table
-        stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{_dq(c)} {t}" for c, t in cols.items())})')
+        stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{quote_ident(c)} {t}" for c, t in cols.items())})')
         targets.append((table, target, cols))
     compiled = [j for j in targets if _compiled_takes(ex, j[0], j[2])]
     done: dict[str, int | None | BaseException] = {}
@@ -283,16 +284,16 @@ def _copy_python(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, targe
             if c not in have:
                 return "NULL"
             if c in _TIME_COLUMNS and cols[c] == I:
-                return (f"CASE WHEN typeof({_dq(c)}) = 'integer' AND {_dq(c)} NOT BETWEEN {-TIME_LIMIT_NS}"
-                        f" AND {TIME_LIMIT_NS} THEN NULL ELSE {_dq(c)} END")  # text stays, to be named
-            return f"CASE WHEN {_dq(c)} = {_NULL_INT} THEN NULL ELSE {_dq(c)} END" if cols[c] == I else _dq(c)
+                return (f"CASE WHEN typeof({quote_ident(c)}) = 'integer' AND {quote_ident(c)} NOT BETWEEN {-TIME_LIMIT_NS}"
+                        f" AND {TIME_LIMIT_NS} THEN NULL ELSE {quote_ident(c)} END")  # text stays, to be named
+            return f"CASE WHEN {quote_ident(c)} = {_NULL_INT} THEN NULL ELSE {quote_ident(c)} END" if cols[c] == I else quote_ident(c)
 
         if fast:
             # every value is an integer or NULL (checked in SQLite): one int64 matrix per batch, NULL as a sentinel
             select = ", ".join(f"coalesce({col(c)}, {_NULL_INT})" if c in have else str(_NULL_INT) for c in names)
         else:
-            select = ", ".join(f"{col(c)} AS {_dq(c)}" for c in names)
-        cur = ex.con.execute(f'SELECT {select} FROM "{_q(table)}"')
+            select = ", ".join(f"{col(c)} AS {quote_ident(c)}" for c in names)
+        cur = ex.con.execute(f'SELECT {select} FROM {quote_ident(table)}')
         while rows := cur.fetchmany(batch_rows or BATCH_ROWS):
             if fast:
                 matrix = np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
@@ -323,7 +324,7 @@ def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, tar
                     for c in present)
     n = 0
     try:
-        q = _sqlread.Query(ex.uri, f'SELECT {", ".join(map(_dq, present))} FROM "{_q(table)}"', kinds)
+        q = _sqlread.Query(ex.uri, f'SELECT {", ".join(map(quote_ident, present))} FROM {quote_ident(table)}', kinds)
     except _sqlread.Error as e:
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e.args[0]})",
                           "after row 0") from None
@@ -376,8 +377,8 @@ def _all_integers(ex: Export, table: str, columns: list[str]) -> bool:
     """Whether every value of these columns is an integer (other than INT64_MIN) or NULL: one scan, in SQLite."""
     if not columns:
         return True
-    checks = " OR ".join(f"(typeof({_dq(c)}) NOT IN ('integer', 'null') OR {_dq(c)} = {_NULL_INT})" for c in columns)
-    (bad,) = ex.con.execute(f'SELECT EXISTS (SELECT 1 FROM "{_q(table)}" WHERE {checks})').fetchone()
+    checks = " OR ".join(f"(typeof({quote_ident(c)}) NOT IN ('integer', 'null') OR {quote_ident(c)} = {_NULL_INT})" for c in columns)
+    (bad,) = ex.con.execute(f'SELECT EXISTS (SELECT 1 FROM {quote_ident(table)} WHERE {checks})').fetchone()
     return not bad
 
 
@@ -394,11 +395,3 @@ def _column(file: str, table: str, col: str, values: tuple, typ: pa.DataType, fi
                 raise IngestError(file, f"table {table} column {col}: expected {kind}, found {v!r}",
                                   f"row {first_row + i + 1}") from None
         raise
-
-
-def _q(name: str) -> str:
-    return name.replace('"', '""')
-
-
-def _dq(name: str) -> str:
-    return f'"{_q(name)}"'
