@@ -61,7 +61,22 @@ class TraceHandle:
     info: LodInfo | None
     start_ns: int
     file: str = ""  # the trace's DuckDB file (its existence is checked on the fast path)
-    cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups)
+    cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups): once()
+    _building: dict = field(default_factory=dict, repr=False)  # key -> the lock its one build holds
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def once(self, key: str, build):
+        """cache[key], made by build() the first time it is asked for; a request that meets it being built
+        waits for that build (a drop's page, its metadata and its first tiles ask at once) rather than
+        making it again."""
+        if key in self.cache:
+            return self.cache[key]
+        with self._guard:
+            lock = self._building.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self.cache:
+                self.cache[key] = build()
+            return self.cache[key]
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

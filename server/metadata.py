@@ -41,11 +41,7 @@ def link_peaks(meta: dict[str, str]) -> dict[str, dict]:
 
 def trace_metadata(h: TraceHandle, row: dict) -> dict:
     """The metadata document (cached per open trace: a published trace never changes)."""
-    doc = h.cache.get("metadata")
-    if doc is None:
-        doc = _build(h)
-        h.cache["metadata"] = doc
-    return {**catalog_entry(row), **doc}
+    return {**catalog_entry(row), **h.once("metadata", lambda: _build(h))}
 
 
 def _build(h: TraceHandle) -> dict:

@@ -10,16 +10,26 @@ import time
 
 from fastapi.testclient import TestClient
 
+from acceltrace.server import metadata
 from acceltrace.server.app import create_app
 
 
-def test_a_cold_trace_page_goes_before_its_handle_opens_which_opens_once_beside_it(trace_store):
+def test_a_cold_trace_page_goes_before_its_handle_opens_which_opens_once_beside_it(trace_store, monkeypatch):
     """The page of a trace no request opened yet carries the catalog row only (the page asks
     /api/traces/{id} for the rest) and does not wait for the DuckDB open, which the warming pool does;
-    requests that meet a trace being opened wait for that one open rather than start their own."""
+    requests that meet a trace being opened wait for that one open rather than start their own, and its
+    metadata is built once for all of them (TraceHandle.once)."""
     app = create_app(trace_store.root)
     tid = trace_store.ids["chain"]
-    opened, gate = [], threading.Event()
+    opened, gate, built = [], threading.Event(), []
+    real_build = metadata._build
+
+    def slow_build(h):
+        built.append(h.trace_id)
+        time.sleep(0.2)  # long enough for the other requests to meet it being built
+        return real_build(h)
+
+    monkeypatch.setattr(metadata, "_build", slow_build)
 
     with TestClient(app, base_url="http://127.0.0.1") as c:
         state = app.state.acceltrace  # made at the app's start
@@ -49,6 +59,7 @@ def test_a_cold_trace_page_goes_before_its_handle_opens_which_opens_once_beside_
         for t in callers:
             t.join(20)
         assert opened == [tid], f"one open for four requests, got {len(opened)}"
+        assert built == [tid], f"one metadata build for four requests, got {len(built)}"
         assert len(answers) == 3 and all(a["tracks"] for a in answers)
         r = c.get(f"/t/{tid}")  # open now: the page carries the whole metadata
         meta = json.loads(re.search(r'id="trace-meta">(.*?)</script>', r.text, re.S).group(1))

@@ -207,12 +207,9 @@ async def trace_summary(trace_id: str, state: AppState = Depends(get_state)) -> 
         with h.cursor() as cur:
             return summary.load_or_build(state.store, trace_id, cur, h.start_ns)
 
-    cached = h.cache.get("summary")
-    if cached is not None:
-        return cached
-    doc = await run_in_threadpool(build)
-    h.cache["summary"] = doc
-    return doc
+    if "summary" in h.cache:
+        return h.cache["summary"]
+    return await run_in_threadpool(h.once, "summary", build)
 
 
 def _aggregate(state: AppState, trace_id: str, area: AreaIn) -> dict:

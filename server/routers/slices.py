@@ -61,11 +61,11 @@ def slice_args(trace_id: str, slice_id: int, state: AppState = Depends(get_state
                         "before the user unfolds it, and what its fold row holds.")
 def track_depths(trace_id: str, state: AppState = Depends(get_state)) -> dict:
     h = state.trace(trace_id)
-    cached = h.cache.get("depths")
-    if cached is None:
+
+    def build() -> dict:
         with h.cursor() as cur:
-            cached = h.cache["depths"] = {"tracks": queries.track_depths(cur)}
-    return cached
+            return {"tracks": queries.track_depths(cur)}
+    return h.once("depths", build)
 
 
 def _hit(h: TraceHandle, s: dict) -> dict:

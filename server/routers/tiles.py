@@ -19,12 +19,11 @@ router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
 def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
     """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
-    counts = h.cache.get("group_counts")
-    if counts is None:
+    def build() -> dict:  # group_depths first: a tile request in the event loop takes "group_counts" as both there
         with h.cursor() as cur:
-            counts = layout.group_counts(cur)
             h.cache["group_depths"] = layout.group_depths(cur)
-        h.cache["group_counts"] = counts
+            return layout.group_counts(cur)
+    counts = h.once("group_counts", build)
     depths = h.cache["group_depths"]
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
@@ -69,9 +68,7 @@ def cold_job(state: AppState, trace_id: str, level: int, index: int, group: str 
 
 def _names(h, cur) -> list[str] | None:
     """The trace's name dictionary, kept per open trace when it is small (it nearly always is)."""
-    if "names" not in h.cache:
-        h.cache["names"] = layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX)
-    return h.cache["names"]
+    return h.once("names", lambda: layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX))
 
 
 @router.get(
