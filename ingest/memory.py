@@ -1,4 +1,5 @@
-"""The memory an ingest allocates: plain 4 KB pages, no transparent huge pages (docs/ingest.md, step 3).
+"""The memory an ingest allocates: plain 4 KB pages, no transparent huge pages (docs/ingest.md, step 3);
+and freed heap kept for reuse while a trace is built.
 
 Arrow's default pool (mimalloc, in the pyarrow wheels) reserves 1 GB arenas marked MADV_HUGEPAGE, and
 numpy marks every array of 4 MB or more the same way. On a kernel whose THP setting is `madvise` (this
@@ -13,12 +14,28 @@ Kineto traces of 30-90 MB are level (docs/performance.md, sixteenth stop).
 A process-wide setting, made once, by the first TraceBuilder of a process (every ingest path makes
 one). Allocations made before keep their pool; a user's own choice, ARROW_DEFAULT_MEMORY_POOL or
 NUMPY_MADVISE_HUGEPAGE in the environment, is left alone.
+
+**The freed heap kept** (kept_heap, around each pipeline.ingest_one). glibc maps every block above its
+mmap threshold (128 kB, rising to at most 32 MB as such blocks are freed) on its own and unmaps it when it
+is freed, and trims the heap's free top; the next block of that size is new memory again, which the
+kernel faults in a 4 kB page at a time and zeroes. A build frees and takes such blocks all the time (read
+blocks, chunk columns, Arrow takes, DuckDB's buffers): the system time was 22-32 % of an ingest's CPU,
+most of it page faults (MTIA: 134 k faults, 381 ms of system time in 710 ms). Within a build, blocks
+up to 1 GB come from the heap and its top is not trimmed, so a freed block is reused where it lies
+(MTIA 106 k faults, viewable 0.670 -> 0.617 s; docs/performance.md, twenty-sixth stop). When the last build of the process
+ends, the thresholds go to what glibc's own rule reaches (32 MB, trim at 64 MB) and the heap's free
+pages go back to the system (malloc_trim), so a server or fleet worker that built a trace holds no more
+than before. glibc only; a user's MALLOC_* or glibc.malloc tunables in the environment are left alone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import platform
+import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -34,3 +51,53 @@ def use_small_pages() -> None:
         setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
         if setter is not None:
             setter(False)
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+KEPT_MMAP_THRESHOLD = 1 << 30  # within a build: blocks up to this from the heap, reused once freed
+KEPT_TRIM_THRESHOLD = (1 << 31) - 1  # ... and its free top not handed back mid-build (mallopt takes an int)
+AFTER_MMAP_THRESHOLD = 32 << 20  # after: where glibc's own rule tops out (DEFAULT_MMAP_THRESHOLD_MAX)
+AFTER_TRIM_THRESHOLD = 64 << 20  # ... and its trim threshold then (twice the mmap threshold)
+
+_lock = threading.Lock()
+_builds = 0  # builds under way in this process (the server and a fleet worker may run several)
+
+
+@functools.cache
+def _libc():
+    """glibc's malloc tuning (mallopt, malloc_trim), or None: another C library, or the user tunes it."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    if any(k.startswith("MALLOC_") for k in os.environ) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt.argtypes, libc.malloc_trim.argtypes = [ctypes.c_int, ctypes.c_int], [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+@contextmanager
+def kept_heap():
+    """Freed heap memory kept for reuse while the body builds a trace; handed back to the system when the
+    last such body of the process ends."""
+    global _builds
+    libc = _libc()
+    if libc is None:
+        yield
+        return
+    with _lock:
+        _builds += 1
+        if _builds == 1:
+            libc.mallopt(M_MMAP_THRESHOLD, KEPT_MMAP_THRESHOLD)
+            libc.mallopt(M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD)
+    try:
+        yield
+    finally:
+        with _lock:
+            _builds -= 1
+            if _builds == 0:
+                libc.mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD)
+                libc.mallopt(M_TRIM_THRESHOLD, AFTER_TRIM_THRESHOLD)
+                libc.malloc_trim(0)

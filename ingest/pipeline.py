@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from acceltrace.ingest import registry
+from acceltrace.ingest import memory, registry
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.importer import Importer, ImportSession
 from acceltrace.store.errors import IngestError
@@ -146,6 +146,13 @@ def ingest_one(
     threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1).
     views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published.
     arriving: paths is one upload still being written (ingest/arriving.py): read as it arrives."""
+    with memory.kept_heap():  # freed blocks reused, not faulted in anew (ingest/memory.py)
+        return _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress, trace_id, tmp_path,
+                           after_publish, threads, views, arriving)
+
+
+def _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress, trace_id, tmp_path,
+                after_publish, threads, views, arriving) -> Result:
     res = Result(name=label)
     digest = None
     hashing = None  # the hash of a new row, computed beside the ingest (store/content.py: without the GIL)

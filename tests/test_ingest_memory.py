@@ -47,3 +47,102 @@ def test_a_users_choice_is_kept(pool):
     before, after, hint = _probe(ARROW_DEFAULT_MEMORY_POOL=pool, NUMPY_MADVISE_HUGEPAGE="1")
     assert before == after == pool
     assert hint == "True"
+
+
+# A block above glibc's mmap threshold, freed and taken again: outside a build each take is new memory
+# (faulted in page by page); within one it is the same heap, already faulted in.
+_HEAP_PROBE = """
+import resource, sys
+import numpy as np
+from acceltrace.ingest import memory
+N = 48 << 20  # above the 32 MB that glibc's own threshold rises to
+memory.use_small_pages()  # (numpy's huge-page hint off: one fault a 2 MB page would hide the count)
+def faults_to_take_again():
+    a = np.ones(N // 8); del a
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    a = np.ones(N // 8); del a
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+out = [faults_to_take_again()]
+with memory.kept_heap():
+    with memory.kept_heap():  # a second build of the same process
+        out.append(faults_to_take_again())
+    out.append(faults_to_take_again())
+out.append(faults_to_take_again())
+print(*out)
+"""
+
+
+def _heap_probe(**env) -> list[int]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE], env=full, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [int(v) for v in out.stdout.split()]
+
+
+def _glibc() -> bool:
+    import platform
+
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.skipif(not _glibc(), reason="the freed heap is kept through glibc's mallopt")
+def test_a_build_reuses_freed_blocks_and_hands_them_back_after():
+    pages = (48 << 20) // 4096
+    before, nested, inner_ended, after = _heap_probe()
+    assert before > pages // 2, f"outside a build a freed 48 MB block is new memory again: {before} faults"
+    assert nested < pages // 20, f"within a build it is reused: {nested} faults, expected few of {pages}"
+    assert inner_ended < pages // 20, f"the outer build still runs: {inner_ended} faults"
+    assert after > pages // 2, f"after the last build, glibc's thresholds again: {after} faults"
+
+
+@pytest.mark.skipif(not _glibc(), reason="the freed heap is kept through glibc's mallopt")
+def test_a_users_malloc_tuning_is_kept():
+    pages = (48 << 20) // 4096
+    # the user's own threshold (128 kB, fixed): every 48 MB block is mapped anew, even within a build
+    _, nested, _, _ = _heap_probe(MALLOC_MMAP_THRESHOLD_="131072")
+    assert nested > pages // 2, nested
+
+
+def test_ingest_one_builds_within_the_kept_heap(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from acceltrace.ingest import memory, pipeline
+    from acceltrace.ingest.builder import TraceBuilder
+    from acceltrace.store.catalog import Store
+
+    seen = []
+    finish = TraceBuilder.finish
+
+    def watched(self, *a, **k):
+        seen.append(memory._builds)
+        return finish(self, *a, **k)
+
+    monkeypatch.setattr(TraceBuilder, "finish", watched)
+    libc = _Recorder()
+    monkeypatch.setattr(memory, "_libc", lambda: libc)
+    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+    (r,) = pipeline.ingest_paths(Store(tmp_path / "store"), [sample], views=False)
+    assert r.error is None, r.error
+    assert seen == [1], seen
+    assert memory._builds == 0
+    assert libc.calls == [("mallopt", memory.M_MMAP_THRESHOLD, memory.KEPT_MMAP_THRESHOLD),
+                         ("mallopt", memory.M_TRIM_THRESHOLD, memory.KEPT_TRIM_THRESHOLD),
+                         ("mallopt", memory.M_MMAP_THRESHOLD, memory.AFTER_MMAP_THRESHOLD),
+                         ("mallopt", memory.M_TRIM_THRESHOLD, memory.AFTER_TRIM_THRESHOLD),
+                         ("malloc_trim", 0)]
+
+
+class _Recorder:
+    """glibc's malloc tuning, as calls made."""
+
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, param, value):
+        self.calls.append(("mallopt", param, value))
+        return 1
+
+    def malloc_trim(self, pad):
+        self.calls.append(("malloc_trim", pad))
+        return 1
