@@ -107,6 +107,11 @@ def seed_files(tmp: Path) -> list[Path]:
     array = text[text.index(b"[", text.index(b'"traceEvents"')):text.rindex(b"]") + 1]
     g.write_bytes(array)  # the event array alone: what the reader hands the scanner
     seeds.append(g)
+    # more events than the scanner's guess of a chunk's rows (its bytes / 160, at least 4096): its columns
+    # grow out of the outputs they were written into, and are copied back at the end
+    tiny = tmp / "tiny.json"
+    tiny.write_text("[" + ",".join('{"ph":"i","ts":%d,"pid":1,"tid":%d,"s":"t"}' % (i, i % 3) for i in range(6000)) + "]")
+    seeds.append(tiny)
     return seeds
 
 

@@ -247,6 +247,19 @@ def _mutations(seed: int, count: int):
 
 
 @needs_scanner
+@pytest.mark.parametrize("n", [1, 3000, 4095, 4096, 4097, 9000, 20000])
+def test_chunks_of_more_events_than_the_scanners_guess_agree(n):
+    # The scanner writes its columns into its outputs, sized by a guess from the chunk's bytes (one row per
+    # 160 bytes, at least 4096): tiny events outnumber it and grow the columns into arrays of their own
+    # (copied out at the end); fewer are moved down within the outputs. Both must give msgspec's columns.
+    kinds = ['{"ph":"i","ts":%d,"pid":1,"tid":%d,"name":"m%d","s":"t"}',
+             '{"ph":"X","ts":%d,"dur":5,"pid":2,"tid":%d,"name":"k%d","cat":"kernel","args":{"correlation":7}}',
+             '{"ph":"C","ts":%d,"pid":3,"tid":%d,"name":"c%d","args":{"v":1.5}}']
+    raw = ("[" + ",".join(kinds[i % 3] % (i, i % 7, i % 11) for i in range(n)) + "]").encode()
+    assert _compare(raw)
+    assert len(columns.scan_columns(raw)) == n
+
+
 def test_mutated_chunks_never_disagree():
     # bounded here (2000 inputs, ~2 s); bench/fuzz_scan.py fuzzes the C code alone under ASan
     accepted = 0

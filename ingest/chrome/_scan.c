@@ -10,7 +10,7 @@
  * it is read. It never reads outside the buffer it is given, never recurses past
  * MAX_DEPTH, and keeps no state between calls.
  *
- * scan(raw: bytes) -> None | (n, events, tags, ivals, spans, soffs, sdata)
+ * scan(raw: bytes[, rows_hint]) -> None | (n, events, tags, ivals, spans, soffs, sdata)
  *   events  int64[2n]   start and end (exclusive) byte of each event object in raw
  *   tags    uint8[F*n]  per field (field-major): 0 absent, 1 string, 2 integer, 3 other
  *                       number, 4 true, 5 false, 6 null, 7 object, 8 array
@@ -87,11 +87,14 @@ typedef struct {
     uint8_t *atag;            /* [NA][cap] the linking keys at the top of args: tags */
     int64_t *aival;           /* [NA][cap] their integers */
     int64_t *aspan;           /* [NA][cap][2] their value tokens */
+    int owned;                /* the arrays above are malloc'd (grown past first_cap), not the outputs' */
 } Scan;
 
 static void scan_free(Scan *sc) {
-    free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
-    free(sc->atag); free(sc->aival); free(sc->aspan);
+    if (sc->owned) {
+        free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
+        free(sc->atag); free(sc->aival); free(sc->aspan);
+    }
     for (int f = 0; f < NF; f++) free(sc->sdata[f].p);
 }
 
@@ -127,8 +130,11 @@ static int grow_rows(Scan *sc) {
     } else {
         for (int f = 0; f < NF; f++) soff[f * (cap + 1)] = 0;
     }
-    free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
-    free(sc->atag); free(sc->aival); free(sc->aspan);
+    if (sc->owned) {
+        free(sc->ev); free(sc->tags); free(sc->ival); free(sc->argspan); free(sc->soff);
+        free(sc->atag); free(sc->aival); free(sc->aspan);
+    }
+    sc->owned = 1;
     sc->ev = ev; sc->tags = tags; sc->ival = ival; sc->argspan = argspan; sc->soff = soff;
     sc->atag = atag; sc->aival = aival; sc->aspan = aspan;
     sc->cap = cap;
@@ -657,66 +663,123 @@ static int scan_all(Scan *sc) {
     return sc->i == sc->n ? 0 : -1;
 }
 
+/* The output bytes objects, made before the scan at first_cap rows: the scan writes its columns straight
+ * into them, and at the end each column-major array is moved down to n rows in place and the object cut to
+ * size. Only a chunk of more events than its guess (grow_rows: arrays of its own) is copied into new ones.
+ * (A column array the scan filled and the copy of it both were new memory: the scanner's thread is what
+ * a real trace's read waits for; docs/performance.md, twenty-sixth stop.) */
+enum { O_EV, O_TAGS, O_IVAL, O_SPAN, O_SOFF, O_ATAG, O_AIVAL, O_ASPAN, NOUT };
+
+static size_t out_size(int k, size_t rows) {
+    switch (k) {
+    case O_EV: case O_SPAN: return rows * 2 * sizeof(int64_t);
+    case O_TAGS: return rows * NF;
+    case O_IVAL: return rows * NIV * sizeof(int64_t);
+    case O_SOFF: return NF * (rows + 1) * sizeof(int32_t);
+    case O_ATAG: return rows * NA;
+    case O_AIVAL: return rows * NA * sizeof(int64_t);
+    default: return rows * NA * 2 * sizeof(int64_t);
+    }
+}
+
+/* count arrays of `width` bytes a row, laid out [k][cap], moved down to [k][n] (k ascending: each move
+ * lands below the next array's rows, so none is overwritten before it moves) */
+static void compact(char *p, int count, size_t cap, size_t n, size_t width) {
+    for (int k = 1; k < count; k++) memmove(p + k * n * width, p + k * cap * width, n * width);
+}
+
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Py_ssize_t hint = 0;
+    if (!PyArg_ParseTuple(args, "y*|n", &view, &hint)) return NULL;
     Scan sc;
     memset(&sc, 0, sizeof sc);
     sc.s = view.buf;
     sc.n = (size_t)view.len;
-    /* Kineto events are 150-400 bytes: one allocation for most chunks, no regrowth copies */
+    /* Kineto events are 150-400 bytes: one allocation for most chunks, no regrowth copies; the caller's
+     * hint (from the chunks before) is closer, and the columns then lie closer together in the outputs */
     sc.first_cap = sc.n / 160 < 4096 ? 4096 : sc.n / 160;
+    if (hint > 0) sc.first_cap = (size_t)hint < 64 ? 64 : (size_t)hint;
+    PyObject *o[NOUT] = {NULL}, *out = NULL, *sdata = NULL;
+    for (int k = 0; k < NOUT; k++) {
+        o[k] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)out_size(k, sc.first_cap));
+        if (!o[k]) goto fail;
+    }
+    sc.cap = sc.first_cap;
+    sc.ev = (int64_t *)PyBytes_AS_STRING(o[O_EV]);
+    sc.tags = (uint8_t *)PyBytes_AS_STRING(o[O_TAGS]);
+    sc.ival = (int64_t *)PyBytes_AS_STRING(o[O_IVAL]);
+    sc.argspan = (int64_t *)PyBytes_AS_STRING(o[O_SPAN]);
+    sc.soff = (int32_t *)PyBytes_AS_STRING(o[O_SOFF]);
+    sc.atag = (uint8_t *)PyBytes_AS_STRING(o[O_ATAG]);
+    sc.aival = (int64_t *)PyBytes_AS_STRING(o[O_AIVAL]);
+    sc.aspan = (int64_t *)PyBytes_AS_STRING(o[O_ASPAN]);
+    for (int f = 0; f < NF; f++) sc.soff[f * (sc.cap + 1)] = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = scan_all(&sc);
     Py_END_ALLOW_THREADS
     if (rc) {
         scan_free(&sc);
+        for (int k = 0; k < NOUT; k++) Py_XDECREF(o[k]);
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
     size_t n = sc.nev, cap = sc.cap;
-    PyObject *out = NULL, *ev = NULL, *tags = NULL, *ival = NULL, *span = NULL, *soffs = NULL, *sdata = NULL;
-    PyObject *atags = NULL, *aivals = NULL, *aspans = NULL;
-    ev = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 2 * sizeof(int64_t)));
-    tags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NF));
-    ival = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NIV * sizeof(int64_t)));
-    span = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 2 * sizeof(int64_t)));
-    soffs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(NF * (n + 1) * sizeof(int32_t)));
+    if (sc.owned) {  /* grown past the guess: its own arrays, copied into outputs of n rows */
+        for (int k = 0; k < NOUT; k++) {
+            Py_DECREF(o[k]);
+            o[k] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)out_size(k, n));
+            if (!o[k]) goto fail;
+        }
+        memcpy(PyBytes_AS_STRING(o[O_EV]), sc.ev, n * 2 * sizeof(int64_t));
+        memcpy(PyBytes_AS_STRING(o[O_SPAN]), sc.argspan, n * 2 * sizeof(int64_t));
+        for (int f = 0; f < NF; f++) {
+            memcpy(PyBytes_AS_STRING(o[O_TAGS]) + f * n, sc.tags + f * cap, n);
+            memcpy(PyBytes_AS_STRING(o[O_SOFF]) + f * (n + 1) * sizeof(int32_t), sc.soff + f * (cap + 1),
+                   (n + 1) * sizeof(int32_t));
+        }
+        for (int k = 0; k < NIV; k++)
+            memcpy(PyBytes_AS_STRING(o[O_IVAL]) + k * n * sizeof(int64_t), sc.ival + k * cap, n * sizeof(int64_t));
+        for (int a = 0; a < NA; a++) {
+            memcpy(PyBytes_AS_STRING(o[O_ATAG]) + a * n, sc.atag + a * cap, n);
+            memcpy(PyBytes_AS_STRING(o[O_AIVAL]) + a * n * sizeof(int64_t), sc.aival + a * cap, n * sizeof(int64_t));
+            memcpy(PyBytes_AS_STRING(o[O_ASPAN]) + 2 * a * n * sizeof(int64_t), sc.aspan + 2 * a * cap,
+                   2 * n * sizeof(int64_t));
+        }
+    } else {  /* scanned into the outputs: each column-major array moved down to n rows, then cut to size */
+        compact(PyBytes_AS_STRING(o[O_TAGS]), NF, cap, n, 1);
+        compact(PyBytes_AS_STRING(o[O_SOFF]), NF, cap + 1, n + 1, sizeof(int32_t));
+        compact(PyBytes_AS_STRING(o[O_IVAL]), NIV, cap, n, sizeof(int64_t));
+        compact(PyBytes_AS_STRING(o[O_ATAG]), NA, cap, n, 1);
+        compact(PyBytes_AS_STRING(o[O_AIVAL]), NA, cap, n, sizeof(int64_t));
+        compact(PyBytes_AS_STRING(o[O_ASPAN]), NA, cap, n, 2 * sizeof(int64_t));
+        for (int k = 0; k < NOUT; k++)
+            if (_PyBytes_Resize(&o[k], (Py_ssize_t)out_size(k, n)) < 0) goto fail;  /* (o[k] NULL then) */
+    }
     sdata = PyTuple_New(NF);
-    if (!ev || !tags || !ival || !span || !soffs || !sdata) goto fail;
-    memcpy(PyBytes_AS_STRING(ev), sc.ev, n * 2 * sizeof(int64_t));
-    memcpy(PyBytes_AS_STRING(span), sc.argspan, n * 2 * sizeof(int64_t));
+    if (!sdata) goto fail;
     for (int f = 0; f < NF; f++) {
-        memcpy(PyBytes_AS_STRING(tags) + f * n, sc.tags + f * cap, n);
-        memcpy(PyBytes_AS_STRING(soffs) + f * (n + 1) * sizeof(int32_t), sc.soff + f * (cap + 1),
-               (n + 1) * sizeof(int32_t));
         PyObject *d = PyBytes_FromStringAndSize(sc.sdata[f].p ? sc.sdata[f].p : "", (Py_ssize_t)sc.sdata[f].len);
         if (!d) goto fail;
         PyTuple_SET_ITEM(sdata, f, d);
     }
-    for (int k = 0; k < NIV; k++)
-        memcpy(PyBytes_AS_STRING(ival) + k * n * sizeof(int64_t), sc.ival + k * cap, n * sizeof(int64_t));
-    atags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NA));
-    aivals = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NA * sizeof(int64_t)));
-    aspans = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NA * 2 * sizeof(int64_t)));
-    if (!atags || !aivals || !aspans) goto fail;
-    for (int a = 0; a < NA; a++) {
-        memcpy(PyBytes_AS_STRING(atags) + a * n, sc.atag + a * cap, n);
-        memcpy(PyBytes_AS_STRING(aivals) + a * n * sizeof(int64_t), sc.aival + a * cap, n * sizeof(int64_t));
-        memcpy(PyBytes_AS_STRING(aspans) + 2 * a * n * sizeof(int64_t), sc.aspan + 2 * a * cap,
-               2 * n * sizeof(int64_t));
+    out = Py_BuildValue("(nNNNNNNNNN)", (Py_ssize_t)n, o[O_EV], o[O_TAGS], o[O_IVAL], o[O_SPAN], o[O_SOFF], sdata,
+                        o[O_ATAG], o[O_AIVAL], o[O_ASPAN]);
+    if (!out) {  /* "N" took the references of every argument even so */
+        scan_free(&sc);
+        PyBuffer_Release(&view);
+        return NULL;
     }
-    out = Py_BuildValue("(nNNNNNNNNN)", (Py_ssize_t)n, ev, tags, ival, span, soffs, sdata, atags, aivals, aspans);
     scan_free(&sc);
     PyBuffer_Release(&view);
     return out;
 fail:
-    Py_XDECREF(atags); Py_XDECREF(aivals); Py_XDECREF(aspans);
-    Py_XDECREF(ev); Py_XDECREF(tags); Py_XDECREF(ival); Py_XDECREF(span); Py_XDECREF(soffs); Py_XDECREF(sdata);
+    for (int k = 0; k < NOUT; k++) Py_XDECREF(o[k]);
+    Py_XDECREF(sdata);
     scan_free(&sc);
     PyBuffer_Release(&view);
-    return PyErr_NoMemory();
+    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 }
 
 static PyObject *py_gather(PyObject *self, PyObject *args) {
