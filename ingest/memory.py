@@ -15,17 +15,20 @@ A process-wide setting, made once, by the first TraceBuilder of a process (every
 one). Allocations made before keep their pool; a user's own choice, ARROW_DEFAULT_MEMORY_POOL or
 NUMPY_MADVISE_HUGEPAGE in the environment, is left alone.
 
-**The freed heap kept** (kept_heap, around each pipeline.ingest_one). glibc maps every block above its
-mmap threshold (128 kB, rising to at most 32 MB as such blocks are freed) on its own and unmaps it when it
-is freed, and trims the heap's free top; the next block of that size is new memory again, which the
-kernel faults in a 4 kB page at a time and zeroes. A build frees and takes such blocks all the time (read
-blocks, chunk columns, Arrow takes, DuckDB's buffers): the system time was 22-32 % of an ingest's CPU,
-most of it page faults (MTIA: 134 k faults, 381 ms of system time in 710 ms). Within a build, blocks
-up to 1 GB come from the heap and its top is not trimmed, so a freed block is reused where it lies
-(MTIA 106 k faults, viewable 0.670 -> 0.617 s; docs/performance.md, twenty-sixth stop). When the last build of the process
-ends, the thresholds go to what glibc's own rule reaches (32 MB, trim at 64 MB) and the heap's free
-pages go back to the system (malloc_trim), so a server or fleet worker that built a trace holds no more
-than before. glibc only; a user's MALLOC_* or glibc.malloc tunables in the environment are left alone.
+**The freed heap kept** (kept_heap: pipeline.ingest_one, for a small build, from its builder to its end).
+glibc maps every block above its mmap threshold (128 kB, rising to at most 32 MB as such blocks are
+freed) on its own and unmaps it when it is freed, and trims the heap's free top; the next block of that
+size is new memory again, which the kernel faults in a 4 kB page at a time and zeroes. A build frees and
+takes such blocks all the time (read blocks, chunk columns, Arrow takes, DuckDB's buffers): the system
+time was 22-32 % of an ingest's CPU, most of it page faults (MTIA: 134 k faults, 381 ms of system time in
+710 ms). Within a build, blocks up to 1 GB come from the heap and its top is not trimmed, so a freed
+block is reused where it lies (MTIA 106 k faults, viewable 0.670 -> 0.617 s; docs/performance.md,
+twenty-sixth stop). Only a small build (Chrome JSON up to 256 MB, pipeline._small_build) keeps it: blocks
+held in the heap raise the peak (60-100 MB there), and a big build's peak is what its memory bound is
+about (the Nsight bench's 2.5 M slices went 1.36 -> 1.64 GB for 5 % less time). When the last build of
+the process ends, the thresholds go to what glibc's own rule reaches (32 MB, trim at 64 MB) and the
+heap's free pages go back to the system (malloc_trim), so a server or fleet worker that built a trace
+holds no more than before. glibc only; a user's MALLOC_* or glibc.malloc tunables are left alone.
 """
 
 from __future__ import annotations

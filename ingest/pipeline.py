@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -146,13 +147,13 @@ def ingest_one(
     threads: DuckDB threads of the build (a fleet's map runs one per worker process: 1).
     views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published.
     arriving: paths is one upload still being written (ingest/arriving.py): read as it arrives."""
-    with memory.kept_heap():  # freed blocks reused, not faulted in anew (ingest/memory.py)
+    with ExitStack() as heap:  # a small build's freed blocks reused, to the end (ingest/memory.py)
         return _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress, trace_id, tmp_path,
-                           after_publish, threads, views, arriving)
+                           after_publish, threads, views, arriving, heap)
 
 
 def _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress, trace_id, tmp_path,
-                after_publish, threads, views, arriving) -> Result:
+                after_publish, threads, views, arriving, heap: ExitStack) -> Result:
     res = Result(name=label)
     digest = None
     hashing = None  # the hash of a new row, computed beside the ingest (store/content.py: without the GIL)
@@ -208,7 +209,10 @@ def _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress
                 if len(sources) == 1:
                     raise
                 detected.append((src, e))  # one unreadable member of an archive: said below, the rest kept
-        builder = TraceBuilder(tmp_path, threads=threads, small=_small_build(detected, paths, arriving))
+        small = _small_build(detected, paths, arriving)
+        if small:  # (a bigger build keeps glibc's own rule: its peak is what its memory bound is about)
+            heap.enter_context(memory.kept_heap())
+        builder = TraceBuilder(tmp_path, threads=threads, small=small)
         sessions: dict[str, tuple[Importer, ImportSession]] = {}
         for src, imp in detected:
             if isinstance(imp, IngestError):

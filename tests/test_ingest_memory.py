@@ -104,7 +104,13 @@ def test_a_users_malloc_tuning_is_kept():
     assert nested > pages // 2, nested
 
 
-def test_ingest_one_builds_within_the_kept_heap(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sample, kept", [("chrome/kineto/a100-rank0-memcpy.json.gz", True),
+                                           ("atrace/acceltrace-0.1/daemon-python-c.atrace", False),
+                                           ("nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite", False)])
+def test_a_small_build_runs_within_the_kept_heap(tmp_path, monkeypatch, sample, kept):
+    # Chrome JSON of a small build keeps the freed heap from the builder's start to the end of ingest_one;
+    # a native or Nsight file (and Chrome JSON past 256 MB) keeps glibc's own rule: a held heap raised the
+    # Nsight bench's peak by 280-300 MB (1.36 -> 1.64 GB at 2.5 M slices)
     from pathlib import Path
 
     from acceltrace.ingest import memory, pipeline
@@ -121,11 +127,14 @@ def test_ingest_one_builds_within_the_kept_heap(tmp_path, monkeypatch):
     monkeypatch.setattr(TraceBuilder, "finish", watched)
     libc = _Recorder()
     monkeypatch.setattr(memory, "_libc", lambda: libc)
-    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
-    (r,) = pipeline.ingest_paths(Store(tmp_path / "store"), [sample], views=False)
+    path = Path(__file__).resolve().parent.parent / "sample_traces" / sample
+    (r,) = pipeline.ingest_paths(Store(tmp_path / "store"), [path], views=False)
     assert r.error is None, r.error
-    assert seen == [1], seen
+    assert seen == [1 if kept else 0], seen
     assert memory._builds == 0
+    if not kept:
+        assert libc.calls == []
+        return
     assert libc.calls == [("mallopt", memory.M_MMAP_THRESHOLD, memory.KEPT_MMAP_THRESHOLD),
                          ("mallopt", memory.M_TRIM_THRESHOLD, memory.KEPT_TRIM_THRESHOLD),
                          ("mallopt", memory.M_MMAP_THRESHOLD, memory.AFTER_MMAP_THRESHOLD),
