@@ -699,7 +699,10 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     /* Kineto events are 150-400 bytes: one allocation for most chunks, no regrowth copies; the caller's
      * hint (from the chunks before) is closer, and the columns then lie closer together in the outputs */
     sc.first_cap = sc.n / 160 < 4096 ? 4096 : sc.n / 160;
-    if (hint > 0) sc.first_cap = (size_t)hint < 64 ? 64 : (size_t)hint;
+    if (hint > 0) {  /* an event is at least 3 bytes ("{}" and a comma): no more rows than that */
+        size_t most = sc.n / 3 + 64;
+        sc.first_cap = (size_t)hint < 64 ? 64 : (size_t)hint > most ? most : (size_t)hint;
+    }
     PyObject *o[NOUT] = {NULL}, *out = NULL, *sdata = NULL;
     for (int k = 0; k < NOUT; k++) {
         o[k] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)out_size(k, sc.first_cap));
