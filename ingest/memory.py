@@ -20,7 +20,7 @@ glibc maps every block above its mmap threshold (128 kB, rising to at most 32 MB
 freed) on its own and unmaps it when it is freed, and trims the heap's free top; the next block of that
 size is new memory again, which the kernel faults in a 4 kB page at a time and zeroes. A build frees and
 takes such blocks all the time (read blocks, chunk columns, Arrow takes, DuckDB's buffers): the system
-time was 22-32 % of an ingest's CPU, most of it page faults (MTIA: 134 k faults, 381 ms of system time in
+time was 22-35 % of an ingest's CPU, most of it page faults (MTIA: 134 k faults, 381 ms of system time in
 710 ms). Within a build, blocks up to 1 GB come from the heap and its top is not trimmed, so a freed
 block is reused where it lies (MTIA 106 k faults, viewable 0.670 -> 0.617 s; docs/performance.md,
 twenty-sixth stop). Only a small build (Chrome JSON up to 256 MB, pipeline._small_build) keeps it: blocks
