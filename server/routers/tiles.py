@@ -17,14 +17,15 @@ router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
 
 
+GROUPS = "groups"  # the per-trace cache entry of _group_index: (rows per section, deepest depth) per group
+
+
 def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
     """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
-    def build() -> dict:  # group_depths first: a tile request in the event loop takes "group_counts" as both there
+    def build() -> tuple[dict, dict]:
         with h.cursor() as cur:
-            h.cache["group_depths"] = layout.group_depths(cur)
-            return layout.group_counts(cur)
-    counts = h.once("group_counts", build)
-    depths = h.cache["group_depths"]
+            return layout.group_counts(cur), layout.group_depths(cur)
+    counts, depths = h.once(GROUPS, build)
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
         return None, empty_sections(*total), max(depths.values(), default=0)
@@ -56,7 +57,7 @@ def cold_job(state: AppState, trace_id: str, level: int, index: int, group: str 
     loaded, a level it has, a group it has. None for anything else: the route answers it (its errors
     included). The same job as the route's, so the same bytes and cache entries."""
     h = state.open_trace(trace_id)
-    if h is None or h.info is None or "group_counts" not in h.cache or level > h.info.max_level \
+    if h is None or h.info is None or GROUPS not in h.cache or level > h.info.max_level \
             or index > (1 << 40) or page > MAX_PAGE:
         return None
     try:
@@ -101,7 +102,7 @@ async def get_tile(
         raise ApiError(422, "validation_error",
                        f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
                        "covers the whole trace)")
-    if "group_counts" in h.cache:
+    if GROUPS in h.cache:
         grp = _group_index(h, trace_id, group)
     else:
         grp = await run_in_threadpool(_group_index, h, trace_id, group)
