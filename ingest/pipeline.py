@@ -148,12 +148,13 @@ def ingest_one(
     views: build the views' whole-trace aggregates (store/aggregates.py build_side) once published.
     arriving: paths is one upload still being written (ingest/arriving.py): read as it arrives."""
     with ExitStack() as heap:  # a small build's freed blocks reused, to the end (ingest/memory.py)
-        return _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress, trace_id, tmp_path,
-                           after_publish, threads, views, arriving, heap)
+        return _ingest_one(heap, store=store, paths=paths, label=label, merge=merge, skip_existing=skip_existing,
+                           keep_failed=keep_failed, progress=progress, trace_id=trace_id, tmp_path=tmp_path,
+                           after_publish=after_publish, threads=threads, views=views, arriving=arriving)
 
 
-def _ingest_one(store, paths, label, merge, skip_existing, keep_failed, progress, trace_id, tmp_path,
-                after_publish, threads, views, arriving, heap: ExitStack) -> Result:
+def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, keep_failed, progress, trace_id,
+                tmp_path, after_publish, threads, views, arriving) -> Result:
     res = Result(name=label)
     digest = None
     hashing = None  # the hash of a new row, computed beside the ingest (store/content.py: without the GIL)
