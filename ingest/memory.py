@@ -67,11 +67,9 @@ _builds = 0  # builds under way in this process (the server and a fleet worker m
 
 
 @functools.cache
-def _libc():
-    """glibc's malloc tuning (mallopt, malloc_trim), or None: another C library, or the user tunes it."""
+def _glibc():
+    """glibc (mallopt, malloc_trim), or None: another C library."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    if any(k.startswith("MALLOC_") for k in os.environ) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return None
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -79,6 +77,20 @@ def _libc():
         return libc
     except (OSError, AttributeError):
         return None
+
+
+def _libc():
+    """glibc's malloc tuning, or None: another C library, or the user tunes it (MALLOC_*, glibc.malloc)."""
+    if any(k.startswith("MALLOC_") for k in os.environ) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return None
+    return _glibc()
+
+
+def hand_back() -> None:
+    """The heap's free pages back to the system now (a process that lives on after a big ingest)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 @contextmanager

@@ -118,14 +118,12 @@ def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str, expect
 
 def _give_memory_back() -> None:
     """This process lives on for the next upload: return the freed heap of a big ingest to the OS."""
-    import ctypes
     import gc
 
+    from acceltrace.ingest import memory
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    memory.hand_back()
 
 
 def whatif(root: str, trace_id: str) -> bool:

@@ -163,3 +163,16 @@ class _Recorder:
     def malloc_trim(self, pad):
         self.calls.append(("malloc_trim", pad))
         return 1
+
+
+def test_hand_back_trims_even_where_the_user_tunes_malloc(monkeypatch):
+    # the upload process's hand-back after each ingest (server/ingest_child.py) trims whatever the tuning:
+    # only the kept heap's thresholds are the user's to set
+    from acceltrace.ingest import memory
+
+    libc = _Recorder()
+    monkeypatch.setattr(memory, "_glibc", lambda: libc)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    memory.hand_back()
+    assert libc.calls == [("malloc_trim", 0)]
+    assert memory._libc() is None  # ... and the kept heap leaves that process's malloc alone
