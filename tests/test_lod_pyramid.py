@@ -45,6 +45,15 @@ def _assert_same(con: duckdb.DuckDBPyConnection, numpy_file: Path) -> int:
         con.execute("DETACH np_build")
 
 
+def _assert_same_as_sql(path: Path, numpy_file: Path, tmp: Path) -> None:
+    """numpy_file's lod_merged is the SQL pyramid of the trace at `path`, row for row (and not empty)."""
+    twin = _sql_twin(path, tmp)
+    try:
+        assert _assert_same(twin, numpy_file) > 0
+    finally:
+        twin.close()
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["packed-key", "lexsort"])
 @pytest.mark.parametrize("sample", ["mtia-rank0-dma.json.gz", "a100-rank0-memcpy.json.gz",
                                     "mi210-gpu-only.json.gz"])
@@ -77,11 +86,7 @@ def test_numpy_pyramid_equals_the_sql_pyramid_on_the_synthetic_trace(trace_store
     con.execute("DROP TABLE lod_merged")
     pyramid.build_merged(con, base, top)
     con.close()
-    twin = _sql_twin(path, tmp_path)
-    try:
-        assert _assert_same(twin, copy) > 0
-    finally:
-        twin.close()
+    _assert_same_as_sql(path, copy, tmp_path)
 
 
 def test_numpy_pyramid_in_parts_equals_the_sql_pyramid(trace_store, tmp_path):
@@ -106,11 +111,7 @@ def test_numpy_pyramid_in_parts_equals_the_sql_pyramid(trace_store, tmp_path):
     levels = [r[0] for r in con.execute("SELECT level FROM lod_merged").fetchall()]
     assert levels == sorted(levels)  # stored in level order, as the one-part build stores it
     con.close()
-    twin = _sql_twin(path, tmp_path)
-    try:
-        assert _assert_same(twin, copy) > 0
-    finally:
-        twin.close()
+    _assert_same_as_sql(path, copy, tmp_path)
     # the same parts by key filter (lod_slices in another order: a key's rows not in one stretch)
     shuffled = tmp_path / "shuffled.duckdb"
     shutil.copy(path, shuffled)
@@ -130,6 +131,41 @@ def test_numpy_pyramid_in_parts_equals_the_sql_pyramid(trace_store, tmp_path):
         assert _assert_same(twin, shuffled) > 0
     finally:
         twin.close()
+
+
+def test_numpy_pyramid_from_the_rows_in_hand_equals_the_sql_pyramid(trace_store, tmp_path, monkeypatch):
+    # the build hands the pyramid lod_slices' rows as it stored them: its parts are stretches of them, the
+    # same rows as _parts' rowid ranges, and nothing is read back from lod_slices
+    path, copy, con, info = _synthetic_copy(trace_store, tmp_path, threads=1)
+    base, top, chunk_log2 = int(info["base_level"]), int(info["max_level"]), int(info["chunk_log2"])
+    rows = con.sql("SELECT * FROM lod_slices ORDER BY rowid").to_arrow_table()
+    limit = max(1, rows.num_rows // 40)
+    spans = pyramid._spans(rows, top, limit, chunk_log2)
+    ranges = [p for _, p in pyramid._parts(con, top, limit, chunk_log2)]
+    assert len(spans) > 1 and [[a, b - 1] for a, b in spans] == ranges  # rowids are row positions here
+    assert pyramid._spans(rows, top, rows.num_rows, chunk_log2) == [(0, rows.num_rows)]
+    assert pyramid._spans(rows.take(list(range(rows.num_rows))[::-1]), top, limit, chunk_log2) is None  # not in order
+    monkeypatch.setattr(pyramid, "_fetch", lambda *a: pytest.fail("read lod_slices back"))
+    con.execute("DROP TABLE lod_merged")
+    con.execute("SET preserve_insertion_order = true")
+    pyramid.build_merged(con, base, top, limit=limit, chunk_log2=chunk_log2, rows=rows)
+    con.close()
+    _assert_same_as_sql(path, copy, tmp_path)
+
+
+def test_the_build_hands_the_pyramid_the_rows_it_stored(tmp_path, monkeypatch):
+    seen = []
+    spans = pyramid._spans
+    monkeypatch.setattr(pyramid, "_spans", lambda rows, *a: seen.append(rows.num_rows) or spans(rows, *a))
+    monkeypatch.setattr(pyramid, "_fetch", lambda *a: pytest.fail("read lod_slices back"))
+    store = Store(tmp_path / "store")
+    res = ingest_one(store, [SAMPLES / "mtia-rank0-dma.json.gz"], "mtia", views=False)
+    assert res.error is None, res.error
+    con = duckdb.connect(str(store.trace_path(res.id)), read_only=True)
+    try:
+        assert seen == [con.execute("SELECT count(*) FROM lod_slices").fetchone()[0]]
+    finally:
+        con.close()
 
 
 def _synthetic_copy(trace_store, tmp_path: Path, threads: int):
@@ -166,11 +202,7 @@ def test_numpy_pyramid_on_two_threads_equals_the_sql_pyramid(trace_store, tmp_pa
     con.close()
     assert len(threads) == 2 and all(t.startswith("pyramid") for t in threads)  # both parts off the caller's thread
     assert bool(staged) == (held == 1)
-    twin = _sql_twin(path, tmp_path)
-    try:
-        assert _assert_same(twin, copy) > 0
-    finally:
-        twin.close()
+    _assert_same_as_sql(path, copy, tmp_path)
 
 
 def test_a_one_thread_database_builds_the_pyramid_on_one_thread(trace_store, tmp_path, monkeypatch):
@@ -250,11 +282,7 @@ def test_a_one_thread_build_takes_the_second_core_when_the_write_beside_it_ends(
     assert seen[:2] == [me, me], seen  # nothing on a second thread before the write ended
     assert "pyramid-spare" in seen[2:], seen
     assert stored == sorted(stored)  # in part order, though the second thread ended its parts first
-    twin = _sql_twin(path, tmp_path)
-    try:
-        assert _assert_same(twin, copy) > 0
-    finally:
-        twin.close()
+    _assert_same_as_sql(path, copy, tmp_path)
 
 
 @pytest.mark.parametrize("sample", [SAMPLES / "a100-rank0-memcpy.json.gz",

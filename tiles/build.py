@@ -117,7 +117,8 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = 
         con, f"(SELECT t.grp, s.ts - {start_ns} AS ts FROM {slices} s JOIN lod_tracks t USING (track_id) WHERE s.dur > 0)",
         max_level)
     chunk_log2 = _chunk_log2(slice_rate, max_level)
-    if short is None or not short.create(con, chunk_log2):
+    stored = short.create(con, chunk_log2) if short is not None else None  # lod_slices' rows, in memory
+    if stored is None:
         con.execute(
             f"""CREATE TABLE lod_slices AS
             SELECT t.grp, ((s.ts - {start_ns}) >> {chunk_log2})::INTEGER AS chunk, {cls}::TINYINT AS cls,
@@ -146,9 +147,10 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = 
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
     cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
     if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
-        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2, spare=spare)
+        pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2, spare=spare, rows=stored)
     else:
         _build_merged_pyramid(con, base, max_level)
+    del stored
     _build_instant_pyramid(con, ibase, max_level)
     _build_counter_pyramid(con, cbase, max_level)
     (max_cls,) = con.execute("SELECT coalesce(max(cls), 0) FROM lod_slices").fetchone()

@@ -42,16 +42,17 @@ class ShortSlices:
         width = int(bucket.max()) + 1
         return int(np.bincount(self.grp.astype(np.int64) * width + bucket).max()) / float(1 << max_level)
 
-    def create(self, con: duckdb.DuckDBPyConnection, chunk_log2: int) -> bool:
-        """lod_slices, ordered by (grp, chunk, cls, ts); False (nothing made) where that key does not fit
-        63 bits (a span past ~2^50 ns with thousands of groups) or a time is negative, for the SQL to make."""
+    def create(self, con: duckdb.DuckDBPyConnection, chunk_log2: int) -> pa.Table | None:
+        """lod_slices, ordered by (grp, chunk, cls, ts), and its rows as stored (the pyramid reads them here,
+        tiles/pyramid.py); None (nothing made) where that key does not fit 63 bits (a span past ~2^50 ns with
+        thousands of groups) or a time is negative, for the SQL to make."""
         ts, dur = self.ts, self.dur
         if not self.usable:
-            return False
+            return None
         bits_ts = max(chunk_log2, int(ts.max()).bit_length() if len(ts) else 0)
         bits_grp = int(self.grp.max()).bit_length() if len(ts) else 0
         if bits_grp + 6 + bits_ts > 63:
-            return False
+            return None
         # (grp, chunk, cls, ts) as one integer: a chunk is the top bits of ts, so cls goes between them
         cls = dur_class(dur)
         key = self.grp.astype(np.int64) << (bits_ts + 6)
@@ -79,7 +80,7 @@ class ShortSlices:
             con.execute("CREATE TABLE lod_slices AS SELECT * FROM _lod_slices_src")
         finally:
             con.unregister("_lod_slices_src")
-        return True
+        return table
 
 
 def dur_class(dur: np.ndarray) -> np.ndarray:

@@ -67,6 +67,40 @@ def _parts(con: duckdb.DuckDBPyConnection, max_level: int, limit: int,
              [keys[a][0], keys[b][0], keys[a][0], keys[a][1], keys[b][0], keys[b][1]]) for a, b in runs]
 
 
+def _spans(rows: pa.Table, max_level: int, limit: int, chunk_log2: int | None) -> list[tuple[int, int]] | None:
+    """_parts over lod_slices' rows in hand: [(first row, end row)], runs of whole (grp, ts >> shift) keys of at
+    most `limit` rows (a key holding more is a span of its own); None where the rows are not in key order
+    (stored by (grp, chunk, ...), they are: a chunk is the top bits of ts) or the chunk width is unknown."""
+    n = rows.num_rows
+    if chunk_log2 is None:
+        return None
+    if n <= limit:
+        return [(0, n)]
+    shift = max(max_level, chunk_log2)
+    grp = rows.column("grp").to_numpy()
+    tp = rows.column("ts").to_numpy() >> shift
+    same_grp = grp[1:] == grp[:-1]
+    if not np.all((grp[1:] > grp[:-1]) | (same_grp & (tp[1:] >= tp[:-1]))):
+        return None
+    starts = np.flatnonzero(np.concatenate(([True], ~same_grp | (tp[1:] != tp[:-1]))))
+    spans, lo = [], 0
+    for a, b in zip(starts.tolist(), starts[1:].tolist() + [n]):  # key [a, b): closes the span before it
+        if a > lo and b - lo > limit:
+            spans.append((lo, a))
+            lo = a
+    spans.append((lo, n))
+    return spans
+
+
+def _columns(rows: pa.Table) -> dict:
+    """What _fetch returns, from lod_slices' rows in hand (no copy but of `bytes`)."""
+    out = {name: rows.column(name).to_numpy() for name in _COLUMNS.split(", ") if name != "bytes"}
+    by = rows.column("bytes")
+    out["has_bytes"] = by.is_valid().to_numpy()
+    out["bytes"] = by.fill_null(0).to_numpy()
+    return out
+
+
 class _Rows:
     """Rows of one level: keys (grp, b, track, depth) and values, all numpy arrays."""
 
@@ -151,7 +185,7 @@ _CREATE = ("CREATE TABLE {name} (level TINYINT, grp INTEGER, b BIGINT, track_id 
 
 def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
                  limit: int | None = None, chunk_log2: int | None = None,
-                 spare: threading.Event | None = None) -> None:
+                 spare: threading.Event | None = None, rows: pa.Table | None = None) -> None:
     """Create and fill lod_merged (the same table tiles/build.py's SQL pyramid makes); `limit`: the
     most slices read into memory at once (NUMPY_MAX_SLICES by default); `chunk_log2`: lod_slices'
     chunk width, when known (a large trace's parts are then read as row ranges); `spare`: set once the
@@ -162,7 +196,10 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     slices each, built two at a time on two threads where the database may use two (numpy and DuckDB's reads release the GIL; a one-thread
     build, a fleet's worker, stays on one). Each part's levels wait as Arrow batches, up to
     HELD_BYTES of them (past it, in a temp table per level), and each level goes into lod_merged in
-    one append, in part order: lod_merged stays in (level, grp, b, ...) order."""
+    one append, in part order: lod_merged stays in (level, grp, b, ...) order.
+
+    `rows`: lod_slices' rows as the build stored them (tiles/lod_slices.py, with `chunk_log2`): the parts are
+    then stretches of these columns, not read back from the file (2 M slices: 0.23 s of reads)."""
     limit = NUMPY_MAX_SLICES if limit is None else limit
     (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
     con.execute(_CREATE.format(name="lod_merged"))
@@ -174,10 +211,16 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
             threads, gated = 2, True
         # parts of at most limit / threads slices: the parts built at once hold what one part of `limit` would
         limit = min(max(1, limit // threads), -(-n // threads))
-    parts = [("true", ())] if n <= limit else _parts(con, max_level, limit, chunk_log2)
+    spans = _spans(rows, max_level, limit, chunk_log2) if rows is not None and rows.num_rows == n else None
+    if spans is not None:
+        parts = spans
+    else:
+        parts = [("true", ())] if n <= limit else _parts(con, max_level, limit, chunk_log2)
     levels = _Levels(con, range(base, max_level + 1))
 
     def one(part) -> list[pa.RecordBatch]:
+        if spans is not None:  # a stretch of the rows in hand
+            return _levels(_columns(rows.slice(part[0], part[1] - part[0])), base, max_level)
         cur = con.cursor()  # a cursor a thread: reads of lod_slices on both at once
         try:
             return _levels(_fetch(cur, *part), base, max_level)
