@@ -2,8 +2,8 @@
 
 - `trace_store` (session): a Store in a temp dir holding
     * "synthetic": ~40k slices over 24 tracks, nested to depth 8+, counters, built with a small
-      RAW_WINDOW_ROWS so tiles at low levels come from raw windows and at high levels from the
-      LOD pyramid (both paths are tested);
+      RAW_WINDOW_ROWS (and no RAW_TRACE_ROWS) so tiles at low levels come from raw windows and at
+      high levels from the LOD pyramid (both paths are tested);
     * "chain": a handmade trace with one API call -> submission -> DMA + kernel correlation chain
       (plus a dependency flow that must not join it), instants, a long slice and counters.
   `trace_store.ids` maps those names to trace ids; `trace_store.root` is the directory.
@@ -92,13 +92,14 @@ def trace_store(tmp_path_factory) -> TraceStore:
     root = tmp_path_factory.mktemp("store")
     store = Store(root)
     ts = TraceStore(root=root)
-    saved = lod.RAW_WINDOW_ROWS
-    lod.RAW_WINDOW_ROWS = 2_000  # small, so the pyramid starts at a low level in a small trace
+    saved = lod.RAW_WINDOW_ROWS, lod.RAW_TRACE_ROWS
+    # small, so the pyramid starts at a low level in a small trace (which would otherwise have none)
+    lod.RAW_WINDOW_ROWS, lod.RAW_TRACE_ROWS = 2_000, 0
     try:
         ts.ids["synthetic"], _ = build_trace(store, 40_000, name="synthetic", n_tracks=72, seed=7,
                                              n_counter_tracks=2, counter_period_ns=3_000, batch_rows=20_000)
     finally:
-        lod.RAW_WINDOW_ROWS = saved
+        lod.RAW_WINDOW_ROWS, lod.RAW_TRACE_ROWS = saved
     ts.ids["chain"], ts.chain = _build_chain_trace(store)
     return ts
 

@@ -16,6 +16,12 @@ from acceltrace.tiles import pyramid
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto"
 
 
+@pytest.fixture(autouse=True)
+def _pyramids_for_small_traces(monkeypatch):
+    """The samples here are small enough to get no pyramid (tiles/build.py RAW_TRACE_ROWS): these tests build theirs."""
+    monkeypatch.setattr(lod, "RAW_TRACE_ROWS", 0)
+
+
 def _sql_twin(path: Path, tmp: Path) -> duckdb.DuckDBPyConnection:
     """A copy of the trace whose lod_merged is rebuilt by the SQL pyramid."""
     copy = tmp / f"{path.stem}.sql.duckdb"

@@ -326,8 +326,14 @@ def deep(tmp_path_factory):
 
     from acceltrace.server.app import create_app
 
+    from acceltrace.tiles import build as lod
+
     store = Store(tmp_path_factory.mktemp("deep"))
-    tid = build_deep_trace(store)
+    saved, lod.RAW_TRACE_ROWS = lod.RAW_TRACE_ROWS, 0  # a pyramid, small as the trace is: pages from both paths
+    try:
+        tid = build_deep_trace(store)
+    finally:
+        lod.RAW_TRACE_ROWS = saved
     with TestClient(create_app(store.root), raise_server_exceptions=False) as client:
         meta = client.get(f"/api/traces/{tid}").json()
         con = duckdb.connect(str(store.trace_path(tid)), read_only=True)

@@ -21,7 +21,8 @@ A tile at level L covers 1024 buckets of 2^L ns. What it needs, and where it com
   in numpy from one read of lod_slices where it fits in memory (tiles/pyramid.py, the same
   rows), else in SQL. Below base_level a tile aggregates lod_slices of its window
   directly; base_level is chosen so that window holds at most ~RAW_WINDOW_ROWS rows
-  (see _base_level).
+  (see _base_level). A trace none of whose groups holds more than RAW_TRACE_ROWS short slices
+  has no pyramid (base_level = max_level + 1, lod_merged empty): every tile aggregates its window.
 - Instants (`lod_instants`, `lod_instant_merged`) and counter samples (`lod_counters`,
   `lod_counter_merged`) get the same treatment with their own base levels.
 - `lod_names`: the name dictionary (name_id -> name); tiles carry name ids.
@@ -47,6 +48,10 @@ GROUP_MAX_TRACKS = 16
 LANE_ORDER = ("cpu", "driver", "pcie", "eu", "counter")
 # below the pyramid a tile aggregates its raw window: at most about this many rows per group
 RAW_WINDOW_ROWS = 30_000
+# no pyramid where no group holds more short slices than this: any tile, at any level, then aggregates at most this
+# many raw rows (MTIA's group of 109 k: 7-11 ms a cold tile, 5-7 ms from its pyramid, the same bytes), and the build
+# saves the pyramid (MTIA: 312 k rows, 0.16 of its 1.0 CPU-s to viewable; docs/performance.md, twenty-seventh stop)
+RAW_TRACE_ROWS = 250_000
 # about one DuckDB row group (122880 rows)
 CHUNK_ROWS = 100_000
 # lod_long: the slices of at least 2^(chunk_log2 - LONG_BELOW_CHUNK_LOG2) ns, at most this share of them
@@ -144,9 +149,13 @@ def _build(con: duckdb.DuckDBPyConnection, slices: str, rows: pa.Table | None = 
         ORDER BY t.grp, ts, c.track_id"""
     )
     base = _base_level(slice_rate, max_level)
+    if base <= max_level and _densest_group(con, stored) <= RAW_TRACE_ROWS:
+        base = max_level + 1  # no level from the pyramid: each tile aggregates its window's raw rows
     ibase = _base_level(_peak_rate_per_ns(con, "lod_instants", max_level), max_level)
     cbase = _base_level(_peak_rate_per_ns(con, "lod_counters", max_level), max_level)
-    if MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
+    if base > max_level:
+        pyramid.create_table(con, "lod_merged")  # empty: no tile reads it
+    elif MERGED_IN_NUMPY and pyramid.fits(con):  # the same table, without a dozen SQL passes (tiles/pyramid.py)
         pyramid.build_merged(con, base, max_level, chunk_log2=chunk_log2, spare=spare, rows=stored)
     else:
         _build_merged_pyramid(con, base, max_level)
@@ -200,6 +209,15 @@ def _build_groups(con: duckdb.DuckDBPyConnection, slices: str = "slices") -> Non
         FROM lod_tracks l JOIN tracks t USING (track_id) GROUP BY l.grp ORDER BY l.grp"""
     )
     con.execute("DROP TABLE _ordered")
+
+
+def _densest_group(con: duckdb.DuckDBPyConnection, stored: pa.Table | None) -> int:
+    """The most short slices (lod_slices' rows) any group holds: the most raw rows a tile can aggregate."""
+    (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone() if stored is None else (stored.num_rows,)
+    if n <= RAW_TRACE_ROWS:  # no group can hold more
+        return n
+    (most,) = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM lod_slices GROUP BY grp)").fetchone()
+    return int(most)
 
 
 def _peak_rate_per_ns(con, table: str, max_level: int) -> float:

@@ -202,7 +202,7 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     then stretches of these columns, not read back from the file (2 M slices: 0.23 s of reads)."""
     limit = NUMPY_MAX_SLICES if limit is None else limit
     (n,) = con.execute("SELECT count(*) FROM lod_slices").fetchone()
-    con.execute(_CREATE.format(name="lod_merged"))
+    create_table(con, "lod_merged")
     threads, gated = 1, False
     if n >= PARALLEL_MIN_SLICES:
         ((threads,),) = con.execute("SELECT current_setting('threads')").fetchall()  # all: the result is done
@@ -241,6 +241,11 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
         levels.insert_into("lod_merged")
     finally:
         levels.drop()
+
+
+def create_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """An empty lod_merged (the SQL build's columns and types) named `name`."""
+    con.execute(_CREATE.format(name=name))
 
 
 def _second_when_free(one, parts: list, spare: threading.Event, add) -> None:
