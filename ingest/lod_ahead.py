@@ -22,8 +22,18 @@ import duckdb
 
 from acceltrace.ingest import stage
 from acceltrace.ingest.depths import staging_cursor
+from acceltrace.tiles.build import RAW_TRACE_ROWS
 
 MAX_SLICES = 1_000_000
+ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group
+# The rows the write of `slices` inserts are taken into stored order on this thread, before the LOD build, beside
+# the links (the write would take them on the main thread after the links: 30-57 ms on the real traces), for a
+# trace of at least a DuckDB row group of slices and with no pyramid (docs/performance.md, twenty-seventh stop):
+# - no pyramid (tiles/build.py RAW_TRACE_ROWS): the LOD build is then the lighter of the two threads' work;
+# - a row group or more: the insert writes its whole row groups as it goes. Under one, its rows wait for the
+#   commit's checkpoint, which a statement of the LOD build running beside it turns into a WAL write (V100's
+#   44 k slices: 27 MB of WAL, the ingest 0.41 -> 0.45 s).
+TAKE_AHEAD = range(ROW_GROUP_ROWS, RAW_TRACE_ROWS + 1)
 
 
 def finish_rows(con: duckdb.DuckDBPyConnection, depths, held: stage.Held, n_counters: int,
@@ -73,8 +83,11 @@ class LodAhead:
     def _run(self, cur, build_lod: Callable) -> None:
         try:
             prepare, self._prepare = self._prepare, None
-            self._rows = final, span = prepare(cur)
+            final, span = prepare(cur)
             del prepare
+            if final.rows.num_rows in TAKE_AHEAD:  # before rows() answers: the write then finds it made
+                final.take_ahead()
+            self._rows = final, span
             self._ready.set()
             if span is not None:  # none: nothing left to show, finish() says so
                 build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span,

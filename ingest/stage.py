@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.ingest.depths import order_by
+from acceltrace.ingest.gather import Gather, plain, whole
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
 
@@ -81,7 +82,7 @@ class Held(list):
             self._sink = pa.OSFile(str(self._path), "wb")
             self._writer = pa.ipc.new_stream(self._sink, pa.schema([("args", pa.string())]))
         for chunk in args.chunks:
-            self._writer.write_batch(pa.record_batch([_plain(chunk).cast(pa.string())], names=["args"]))
+            self._writer.write_batch(pa.record_batch([plain(chunk).cast(pa.string())], names=["args"]))
 
     def mapped(self) -> None:
         """Every table with its args again: those from the file as arrays over its mapping (no copy;
@@ -168,15 +169,25 @@ class Final:
         # large: the sorted rows are streamed to the write; a smaller trace is sorted whole (DuckDB then
         # scans it on both cores)
         self.large = rows.nbytes + sum(c.nbytes for c in rest.values()) > STREAM_BYTES
+        self._taken: pa.Table | None = None  # in_stored_order's table, made ahead (take_ahead)
 
     def use(self, cur: duckdb.DuckDBPyConnection) -> None:
         cur.register("_slices_final", self.rows)  # a registered view lives on one connection
+
+    def take_ahead(self) -> None:
+        """in_stored_order()'s table made now, on this thread, for the write to take later (not for `large`
+        rows: those are taken as the write reads them)."""
+        if not self.large and self._taken is None:
+            self._taken = self.in_stored_order()
 
     def in_stored_order(self) -> pa.Table | pa.RecordBatchReader:
         """Every column in stored order, once: the rows themselves when they are in it, else batches taken
         as they are read (the sorted copy never exists whole: at 830 MB it would be 700 MB more). `rest`
         then belongs to what this returns, so its columns are freed as soon as the write is done, while
         the level-of-detail build may still run."""
+        if self._taken is not None:  # made ahead
+            taken, self._taken = self._taken, None
+            return taken
         rest, self.rest = self.rest, {}
         cols = [self.rows.column(name) if name in self.rows.column_names else rest.pop(name)
                 for name in _SLICE_TYPES]
@@ -185,10 +196,10 @@ class Final:
         picks = [self.held_order if name in self.held else order for name in _SLICE_TYPES]
         if all(p is None for p in picks):
             return pa.table(cols, names=list(_SLICE_TYPES))
-        if not self.large:  # whole columns: one array's take is faster than a chunked one's (or _Gather's)
-            return pa.table([col if p is None else _whole(col).take(p) for col, p in zip(cols, picks)],
+        if not self.large:  # whole columns: one array's take is faster than a chunked one's (or Gather's)
+            return pa.table([col if p is None else whole(col).take(p) for col, p in zip(cols, picks)],
                             names=list(_SLICE_TYPES))
-        gathers = [_Gather(col) for col in cols]
+        gathers = [Gather(col) for col in cols]
         del cols
         shape = pa.schema([pa.field(name, g.type) for name, g in zip(_SLICE_TYPES, gathers)])
         n = self.rows.num_rows
@@ -271,7 +282,7 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
             mine = have[sid]
             depth[mine] = by_id[sid[mine]]
         order = order_by(staged["track_id"].to_numpy(), staged["ts"].to_numpy(), depth)
-    staged = staged.combine_chunks()  # narrow: one array each, for the fast path of _Gather
+    staged = staged.combine_chunks()  # narrow: one array each, for the fast path of Gather
     columns = {name: staged[name] for name in staged.column_names}
     columns["depth"] = pa.chunked_array([pa.array(depth)])
     # the held row of each staged one where the time check dropped some (slice ids are held positions)
@@ -288,7 +299,7 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
             chunks = [c.cast(typ) for c in chunks]
         col = pa.chunked_array(chunks, type=chunks[0].type if chunks else typ)
         if kept is not None and name in _FOR_LOD:  # the LOD build reads them beside the staged columns
-            col = pa.chunked_array([_Gather(col).take(kept)])
+            col = pa.chunked_array([Gather(col).take(kept)])
         else:
             from_held.add(name)
         columns[name] = col
@@ -302,47 +313,6 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
 _SLICE_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
 # what tiles/build.py and the builder's checks read of the slices
 _FOR_LOD = ("slice_id", "track_id", "ts", "dur", "depth", "name", "bytes")
-
-
-class _Gather:
-    """Rows of a chunked column by position, in any order, without joining its chunks into one array
-    first (a copy of the whole column; Arrow's own take of a chunked array makes it on each call)."""
-
-    def __init__(self, col: pa.ChunkedArray):
-        self.chunks = [c for c in col.chunks if len(c)] or [pa.array([], col.type)]
-        self.starts = np.cumsum([0] + [len(c) for c in self.chunks])
-        # one type for every batch: a dictionary column's values (its chunks may not share a dictionary)
-        self.type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
-
-    def take(self, rows: np.ndarray) -> pa.Array:
-        """The rows at these positions, in this order: each chunk's by one take, put back in order by one more."""
-        if len(self.chunks) == 1:
-            return _plain(self.chunks[0].take(rows))
-        which = np.searchsorted(self.starts, rows, side="right") - 1
-        by_chunk = np.argsort(which, kind="stable")
-        counts = np.bincount(which, minlength=len(self.chunks))
-        parts, lo = [], 0
-        for k, n in enumerate(counts.tolist()):
-            if n:
-                idx = rows[by_chunk[lo:lo + n]] - self.starts[k]
-                parts.append(_plain(self.chunks[k].take(idx)))
-                lo += n
-        back = np.empty(len(rows), dtype=np.int64)
-        back[by_chunk] = np.arange(len(rows))
-        return pa.concat_arrays(parts).take(back)
-
-
-def _plain(arr: pa.Array) -> pa.Array:
-    """A dictionary-encoded array as its values (the batches of one stream share one type)."""
-    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
-
-
-def _whole(col: pa.ChunkedArray) -> pa.Array:
-    """One array of a column's chunks (a dictionary column's decoded: Arrow cannot join dictionaries
-    that hold a null, as the Chrome importer's direction column's can)."""
-    if pa.types.is_dictionary(col.type):
-        col = pa.chunked_array([_plain(c) for c in col.chunks], type=col.type.value_type)
-    return col.combine_chunks()
 
 
 def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod: Callable,

@@ -102,3 +102,32 @@ def test_a_failure_on_either_side_waits_for_the_other_and_publishes_nothing(tmp_
     assert started == [1] and r.error and f"{name} broke" in r.error
     assert not any(t.name == "lod-ahead" and t.is_alive() for t in threading.enumerate())
     assert store.list(status="ready") == []
+
+
+def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkeypatch):
+    """A trace of a row group or more and no pyramid (TAKE_AHEAD): its rows are taken into stored order on the
+    LOD build's thread before the build, and the write finds them made; every table as when the write takes them."""
+    from acceltrace.ingest import stage
+
+    taken = []
+    real = stage.Final.take_ahead
+
+    def spy(self):
+        taken.append((threading.current_thread().name, self.rows.num_rows))
+        real(self)
+        assert self._taken is not None and not self.rest  # made, and the columns only the write reads let go
+
+    monkeypatch.setattr(stage.Final, "take_ahead", spy)
+    ahead_store, ahead = _ingest(tmp_path, "ahead", SAMPLES / "vllm-decode-graph-capture.json.gz")
+    assert ahead.error is None and [t for t, _ in taken] == ["lod-ahead"]
+    assert taken[0][1] in lod_ahead.TAKE_AHEAD and taken[0][1] == ahead.counts["slices"]
+    monkeypatch.setattr(lod_ahead, "TAKE_AHEAD", range(0))
+    after_store, after = _ingest(tmp_path, "after", SAMPLES / "vllm-decode-graph-capture.json.gz")
+    assert after.error is None and len(taken) == 1
+    got, want = _tables(ahead_store, ahead.id), _tables(after_store, after.id)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name] == want[name], name
+    # under a row group (A100's 67 k slices) the write takes them itself, after the links
+    small_store, small = _ingest(tmp_path, "small", SAMPLES / "a100-rank0-memcpy.json.gz")
+    assert small.error is None and len(taken) == 1 and small.counts["slices"] < lod_ahead.ROW_GROUP_ROWS

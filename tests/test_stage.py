@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from acceltrace.ingest import spill, stage
+from acceltrace.ingest import gather, spill, stage
 from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
 from acceltrace.ingest.depths import order_by
 from acceltrace.store.catalog import Store
@@ -175,9 +175,9 @@ def test_gather_takes_rows_across_chunks_in_any_order():
              for lo, n in ((0, 5), (5, 0), (5, 17), (22, 1), (23, 40))]
     col = pa.chunked_array(parts)
     rows = rng.permutation(63)[:50]
-    assert stage._Gather(col).take(rows).to_pylist() == [f"v{i}" for i in rows]
+    assert gather.Gather(col).take(rows).to_pylist() == [f"v{i}" for i in rows]
     enc = pa.chunked_array([pa.array(["a", "b", "a"]).dictionary_encode(), pa.array(["c", "a"]).dictionary_encode()])
-    got = stage._Gather(enc).take(np.array([3, 0, 4, 1]))
+    got = gather.Gather(enc).take(np.array([3, 0, 4, 1]))
     assert got.type == pa.string() and got.to_pylist() == ["c", "a", "a", "b"]
 
 
