@@ -32,7 +32,8 @@ ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group
 # - no pyramid (tiles/build.py RAW_TRACE_ROWS): the LOD build is then the lighter of the two threads' work;
 # - a row group or more: the insert writes its whole row groups as it goes. Under one, its rows wait for the
 #   commit's checkpoint, which a statement of the LOD build running beside it turns into a WAL write (V100's
-#   44 k slices: 27 MB of WAL, the ingest 0.41 -> 0.45 s).
+#   44 k slices: 27 MB of WAL, the ingest 0.41 -> 0.45 s). Such a trace's rows are taken after the LOD build
+#   instead, where the links outlast it (whichever thread comes first takes them: Final.take_ahead).
 TAKE_AHEAD = range(ROW_GROUP_ROWS, RAW_TRACE_ROWS + 1)
 
 
@@ -92,6 +93,7 @@ class LodAhead:
             if span is not None:  # none: nothing left to show, finish() says so
                 build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span,
                           spare=self.spare)
+            final.take_ahead()  # unless the write has begun: the links still run (A100: 23 ms off its end)
         except BaseException as e:  # raised again in the caller's thread
             self._errors.append(e)
         finally:

@@ -170,24 +170,30 @@ class Final:
         # scans it on both cores)
         self.large = rows.nbytes + sum(c.nbytes for c in rest.values()) > STREAM_BYTES
         self._taken: pa.Table | None = None  # in_stored_order's table, made ahead (take_ahead)
+        self._handed = False  # in_stored_order has answered: take_ahead comes too late
+        self._lock = threading.Lock()  # the write's thread waits for a take_ahead under way on another
 
     def use(self, cur: duckdb.DuckDBPyConnection) -> None:
         cur.register("_slices_final", self.rows)  # a registered view lives on one connection
 
     def take_ahead(self) -> None:
-        """in_stored_order()'s table made now, on this thread, for the write to take later (not for `large`
-        rows: those are taken as the write reads them)."""
-        if not self.large and self._taken is None:
-            self._taken = self.in_stored_order()
+        """in_stored_order()'s table made now, on this thread, for the write to take later, unless the write
+        has taken it already (not for `large` rows: those are taken as the write reads them)."""
+        with self._lock:
+            if not self.large and self._taken is None and not self._handed:
+                self._taken = self._in_stored_order()
 
     def in_stored_order(self) -> pa.Table | pa.RecordBatchReader:
         """Every column in stored order, once: the rows themselves when they are in it, else batches taken
         as they are read (the sorted copy never exists whole: at 830 MB it would be 700 MB more). `rest`
         then belongs to what this returns, so its columns are freed as soon as the write is done, while
-        the level-of-detail build may still run."""
-        if self._taken is not None:  # made ahead
+        the level-of-detail build may still run. Made ahead (take_ahead), that table."""
+        with self._lock:
+            self._handed = True
             taken, self._taken = self._taken, None
-            return taken
+            return taken if taken is not None else self._in_stored_order()
+
+    def _in_stored_order(self) -> pa.Table | pa.RecordBatchReader:
         rest, self.rest = self.rest, {}
         cols = [self.rows.column(name) if name in self.rows.column_names else rest.pop(name)
                 for name in _SLICE_TYPES]

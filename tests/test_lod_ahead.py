@@ -113,9 +113,11 @@ def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkey
     real = stage.Final.take_ahead
 
     def spy(self):
-        taken.append((threading.current_thread().name, self.rows.num_rows))
+        before = self._taken
         real(self)
-        assert self._taken is not None and not self.rest  # made, and the columns only the write reads let go
+        if self._taken is not before:  # made here
+            assert not self.rest  # the columns only the write reads are let go
+            taken.append((threading.current_thread().name, self.rows.num_rows))
 
     monkeypatch.setattr(stage.Final, "take_ahead", spy)
     ahead_store, ahead = _ingest(tmp_path, "ahead", SAMPLES / "vllm-decode-graph-capture.json.gz")
@@ -128,6 +130,18 @@ def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkey
     assert got.keys() == want.keys()
     for name in want:
         assert got[name] == want[name], name
-    # under a row group (A100's 67 k slices) the write takes them itself, after the links
+    # under a row group (A100's 67 k slices) not before the LOD build: after it, where the links still run
+    began = []
+    build = lod_ahead.LodAhead._run
+
+    def run(self, cur, build_lod):
+        def timed(*a, **k):
+            began.append(len(taken))  # takes made before the build began
+            return build_lod(*a, **k)
+        return build(self, cur, timed)
+
+    monkeypatch.setattr(lod_ahead.LodAhead, "_run", run)
+    n = len(taken)
     small_store, small = _ingest(tmp_path, "small", SAMPLES / "a100-rank0-memcpy.json.gz")
-    assert small.error is None and len(taken) == 1 and small.counts["slices"] < lod_ahead.ROW_GROUP_ROWS
+    assert small.error is None and small.counts["slices"] < lod_ahead.ROW_GROUP_ROWS and began == [n]
+    assert {t for t, _ in taken[n:]} <= {"lod-ahead"}  # made after the build (the links still ran), or by the write

@@ -217,6 +217,38 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     assert errors and "slices" in str(errors[0])  # no `slices` table to write into
 
 
+def _final(tmp_path, name: str) -> "stage.Final":
+    """Two staged slices out of stored order, their names held: a small Final (its rows taken whole)."""
+    con = duckdb.connect(str(tmp_path / f"{name}.duckdb"))
+    stage.attach(con)
+    con.execute(f"INSERT INTO {stage.NAME}._slices_staging VALUES (0, 1, 10, 5, NULL, NULL), (1, 1, 0, 5, NULL, NULL)")
+    held = stage.Held()
+    held.add(pa.table({"name": ["a", "b"], "args": ['{"x": 1}', None]}))
+    return stage.finalize(con, pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}), held)
+
+
+def test_rows_are_taken_into_stored_order_once_by_whichever_thread_comes_first(tmp_path):
+    ahead = _final(tmp_path, "ahead")  # taken ahead: the write gets that very table, in stored order
+    assert not ahead.large
+    ahead.take_ahead()
+    made = ahead._taken
+    assert made is not None and not ahead.rest  # the columns only the write reads are in it now
+    got = ahead.in_stored_order()
+    assert got is made and got.column("name").to_pylist() == ["b", "a"] and got.column("ts").to_pylist() == [0, 10]
+    late = _final(tmp_path, "late")  # the write first: a take_ahead after it does nothing
+    got = late.in_stored_order()
+    late.take_ahead()
+    assert late._taken is None and got.column("args").to_pylist() == [None, '{"x": 1}']
+    racing = _final(tmp_path, "racing")  # the write waits for a take under way on another thread
+    with racing._lock:
+        t = threading.Thread(target=lambda: out.append(racing.in_stored_order()))
+        out: list = []
+        t.start()
+        racing._taken = made = racing._in_stored_order()  # (as take_ahead does, the lock held)
+    t.join(10)
+    assert out == [made]
+
+
 def _run(errors, con, final, lod):
     try:
         stage.write_slices_and_lod(con, final, lod)
