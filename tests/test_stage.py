@@ -272,3 +272,29 @@ def test_held_rows_meet_their_staged_rows_whatever_order_duckdb_keeps_them_in(tm
     con = store.connect(tid)
     assert con.execute("SELECT count(*), count(*) FILTER (WHERE name <> CAST(slice_id AS VARCHAR)) FROM slices"
                        ).fetchone() == (2 * n, 0)
+
+
+def test_batches_made_ahead_come_in_order_raise_what_the_making_raised_and_stop_with_their_reader():
+    assert list(gather.made_ahead(lambda: iter(range(50)), depth=2)) == list(range(50))
+
+    def failing():
+        yield 1
+        raise ValueError("bad batch")
+
+    got = []
+    with pytest.raises(ValueError, match="bad batch"):
+        for x in gather.made_ahead(failing):
+            got.append(x)
+    assert got == [1]
+    made = []
+
+    def endless():
+        while True:
+            made.append(1)
+            yield len(made)
+
+    reader = gather.made_ahead(endless, depth=2, name="ahead-test")
+    assert [next(reader) for _ in range(3)] == [1, 2, 3]
+    reader.close()  # a reader that stops early (a failed insert): the making stops too
+    assert not [t for t in threading.enumerate() if t.name == "ahead-test"]
+    assert len(made) <= 3 + 2 + 1  # at most `depth` made ahead, and the one it was putting
