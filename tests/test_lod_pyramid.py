@@ -336,3 +336,9 @@ def test_a_failing_part_stops_the_second_thread_too(trace_store, tmp_path, monke
                              chunk_log2=int(info["chunk_log2"]), spare=spare)
     con.close()
     assert seen.count("pyramid-spare") <= 1, seen  # at most the part it had begun before the error
+
+
+def test_runs_of_keys_hold_at_most_the_limit_and_a_bigger_key_alone():
+    assert pyramid._runs([3, 3, 3, 9, 1, 1], 6) == [(0, 1), (2, 2), (3, 3), (4, 5)]
+    assert pyramid._runs([1] * 5, 100) == [(0, 4)]
+    assert pyramid._runs([], 5) == []

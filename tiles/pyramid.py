@@ -49,16 +49,7 @@ def _parts(con: duckdb.DuckDBPyConnection, max_level: int, limit: int,
     shift = max(max_level, chunk_log2 if chunk_log2 is not None else max_level)
     keys = con.execute(f"SELECT grp, ts >> {shift} AS tp, count(*), min(rowid), max(rowid) FROM lod_slices"
                        " GROUP BY ALL ORDER BY ALL").fetchall()
-    runs, lo, n = [], None, 0
-    for i, (g, tp, c, _, _) in enumerate(keys):
-        if lo is not None and n + c > limit:
-            runs.append((lo, i - 1))
-            lo, n = None, 0
-        if lo is None:
-            lo = i
-        n += c
-    if lo is not None:
-        runs.append((lo, len(keys) - 1))
+    runs = _runs([c for _, _, c, _, _ in keys], limit)
     stretch = all(c == hi - lo_ + 1 for _, _, c, lo_, hi in keys) and all(
         a[4] + 1 == b[3] for a, b in zip(keys, keys[1:]))
     if stretch:
@@ -82,18 +73,29 @@ def _spans(rows: pa.Table, max_level: int, limit: int, chunk_log2: int | None) -
     same_grp = grp[1:] == grp[:-1]
     if not np.all((grp[1:] > grp[:-1]) | (same_grp & (tp[1:] >= tp[:-1]))):
         return None
-    starts = np.flatnonzero(np.concatenate(([True], ~same_grp | (tp[1:] != tp[:-1]))))
-    spans, lo = [], 0
-    for a, b in zip(starts.tolist(), starts[1:].tolist() + [n]):  # key [a, b): closes the span before it
-        if a > lo and b - lo > limit:
-            spans.append((lo, a))
-            lo = a
-    spans.append((lo, n))
-    return spans
+    starts = np.flatnonzero(np.concatenate(([True], ~same_grp | (tp[1:] != tp[:-1])))).tolist() + [n]
+    return [(starts[a], starts[b + 1]) for a, b in _runs(np.diff(starts).tolist(), limit)]
+
+
+def _runs(counts: list[int], limit: int) -> list[tuple[int, int]]:
+    """Consecutive keys, given the rows of each, in runs of at most `limit` rows (a key holding more is a run
+    of its own): [(first key, last key)]."""
+    runs, lo, n = [], None, 0
+    for i, c in enumerate(counts):
+        if lo is not None and n + c > limit:
+            runs.append((lo, i - 1))
+            lo, n = None, 0
+        if lo is None:
+            lo = i
+        n += c
+    if lo is not None:
+        runs.append((lo, len(counts) - 1))
+    return runs
 
 
 def _columns(rows: pa.Table) -> dict:
-    """What _fetch returns, from lod_slices' rows in hand (no copy but of `bytes`)."""
+    """Rows of lod_slices' columns the pyramid reads as numpy arrays, `bytes` with a `has_bytes` mask (rows in
+    hand: no copy but of `bytes`)."""
     out = {name: rows.column(name).to_numpy() for name in _COLUMNS.split(", ") if name != "bytes"}
     by = rows.column("bytes")
     out["has_bytes"] = by.is_valid().to_numpy()
@@ -344,13 +346,8 @@ class _Levels:
 def _fetch(con: duckdb.DuckDBPyConnection, where: str, params) -> dict:
     """lod_slices' columns the pyramid reads, of the rows `where` selects, as numpy arrays (`bytes`
     with a `has_bytes` mask); through Arrow, a third of fetchnumpy's time."""
-    sql = f"SELECT {_COLUMNS} FROM lod_slices WHERE {where}"
-    table = con.sql(sql, params=list(params) or None).to_arrow_table()
-    out = {name: table.column(name).to_numpy() for name in table.column_names if name != "bytes"}
-    by = table.column("bytes")
-    out["has_bytes"] = by.is_valid().to_numpy()
-    out["bytes"] = by.fill_null(0).to_numpy()
-    return out
+    return _columns(con.sql(f"SELECT {_COLUMNS} FROM lod_slices WHERE {where}", params=list(params) or None
+                            ).to_arrow_table())
 
 
 def _levels(cols: dict, base: int, max_level: int) -> list[pa.RecordBatch]:
