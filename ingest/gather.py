@@ -3,10 +3,6 @@ ingest/stage.py)."""
 
 from __future__ import annotations
 
-import queue
-import threading
-from typing import Callable, Iterator
-
 import numpy as np
 import pyarrow as pa
 
@@ -50,43 +46,3 @@ def whole(col: pa.ChunkedArray) -> pa.Array:
     if pa.types.is_dictionary(col.type):
         col = pa.chunked_array([plain(c) for c in col.chunks], type=col.type.value_type)
     return col.combine_chunks()
-
-
-def made_ahead(make: Callable[[], Iterator], depth: int = 2, name: str = "made-ahead") -> Iterator:
-    """The items of make(), made on a thread of its own, at most `depth` ahead of the one the caller takes
-    (Arrow's takes and numpy's sorts let go of the GIL: the making runs beside the caller's own work). What
-    the making raises is raised here; a caller that stops early stops it."""
-    items: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run() -> None:
-        try:
-            for item in make():
-                if not put((True, item)):
-                    return
-            put((False, None))
-        except BaseException as e:  # raised again on the caller's thread
-            put((False, e))
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    try:
-        while True:
-            more, item = items.get()
-            if not more:
-                if item is not None:
-                    raise item
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join()

@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.ingest.depths import order_by
-from acceltrace.ingest.gather import Gather, made_ahead, plain, whole
+from acceltrace.ingest.gather import Gather, plain, whole
+from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
 
@@ -222,7 +223,7 @@ class Final:
 
         # taken on a thread of their own, two batches ahead of the insert: beside DuckDB's append, on the core
         # the LOD build leaves when it ends before the write (Nsight 1.5 M slices: 0.36 s of takes in the write)
-        return pa.RecordBatchReader.from_batches(shape, made_ahead(batches, name="slices-take"))
+        return pa.RecordBatchReader.from_batches(shape, MadeAhead(batches(), name="slices-take"))
 
 
 BATCH_ROWS = 30_720  # a quarter of a DuckDB row group: what the stream holds at once stays small

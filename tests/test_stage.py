@@ -11,6 +11,7 @@ import pytest
 from acceltrace.ingest import gather, spill, stage
 from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
 from acceltrace.ingest.depths import order_by
+from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store.catalog import Store
 
 
@@ -275,7 +276,7 @@ def test_held_rows_meet_their_staged_rows_whatever_order_duckdb_keeps_them_in(tm
 
 
 def test_batches_made_ahead_come_in_order_raise_what_the_making_raised_and_stop_with_their_reader():
-    assert list(gather.made_ahead(lambda: iter(range(50)), depth=2)) == list(range(50))
+    assert list(MadeAhead(iter(range(50)), depth=2)) == list(range(50))
 
     def failing():
         yield 1
@@ -283,7 +284,7 @@ def test_batches_made_ahead_come_in_order_raise_what_the_making_raised_and_stop_
 
     got = []
     with pytest.raises(ValueError, match="bad batch"):
-        for x in gather.made_ahead(failing):
+        for x in MadeAhead(failing()):
             got.append(x)
     assert got == [1]
     made = []
@@ -293,7 +294,7 @@ def test_batches_made_ahead_come_in_order_raise_what_the_making_raised_and_stop_
             made.append(1)
             yield len(made)
 
-    reader = gather.made_ahead(endless, depth=2, name="ahead-test")
+    reader = MadeAhead(endless(), depth=2, name="ahead-test")
     assert [next(reader) for _ in range(3)] == [1, 2, 3]
     reader.close()  # a reader that stops early (a failed insert): the making stops too
     assert not [t for t in threading.enumerate() if t.name == "ahead-test"]

@@ -1,10 +1,8 @@
-"""What the Chrome reader does with raw blocks: read them ahead in a thread, scan their structure."""
+"""What the Chrome reader does with raw blocks: read them in its schedule of sizes, scan their structure."""
 
 from __future__ import annotations
 
-import queue
 import re
-import threading
 from typing import BinaryIO, Callable, Iterator
 
 import msgspec
@@ -17,43 +15,13 @@ _LUT[[ord("{"), ord("[")]] = 1
 _LUT[[ord("}"), ord("]")]] = -1
 
 
-class Prefetch:
-    """Reads blocks in a thread so decompression overlaps decoding."""
-
-    def __init__(self, stream: BinaryIO, block):
-        """block: the bytes per read, or a function giving them (read before each read)."""
-        self.q: queue.Queue = queue.Queue(maxsize=2)
-        self.stop = False
-        self.t = threading.Thread(target=self._run, args=(stream, block), daemon=True)
-        self.t.start()
-
-    def _run(self, stream, block):
-        size = block if callable(block) else (lambda: block)
-        try:
-            while not self.stop:
-                data = stream.read(size())
-                self.q.put(data)
-                if not data:
-                    return
-        except BaseException as e:  # handed to the reader, raised there
-            self.q.put(e)
-
-    def read(self) -> bytes:
-        item = self.q.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self):
-        self.stop = True
-        while self.t.is_alive():
-            try:
-                self.q.get(timeout=0.05)
-            except queue.Empty:
-                pass
-
-
 READ_SLACK = 64 << 10  # the first read's bytes beyond the first block, for the document's start
+
+
+def reads(stream: BinaryIO, size: Callable[[], int]) -> Iterator[bytes]:
+    """The stream's reads, each of size() bytes (asked before each read), to its end."""
+    while data := stream.read(size()):
+        yield data
 
 
 def read_sizes(first: int, max_block: int) -> Iterator[int]:

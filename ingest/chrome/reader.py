@@ -6,8 +6,7 @@ block is tried first, and a wrong guess cannot decode (it would leave an event o
 failed decode falls back to an exact structural scan of the block (numpy, string- and escape-aware). The
 top-level keys around "traceEvents" (deviceProperties, baseTimeNanoseconds, distributedInfo, ...) are kept
 and decoded as metadata. A file cut off inside the array yields its whole events and reports the cut.
-While the caller works on a chunk, the next one is already being decoded in a thread (the compiled
-scanner releases the GIL): the same bytes, the same result, on the other core.
+While the caller works on a chunk, the next ones are decoded on another core (the scanner releases the GIL).
 """
 
 from __future__ import annotations
@@ -22,8 +21,9 @@ import numpy as np
 
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.ahead import DEPTH, ChunksAhead
-from acceltrace.ingest.chrome.blocks import (WS as _WS, Prefetch, bracketed, decode_error, fail_if_malformed, final_plan,
-                                            quotes as _quotes, read_sizes, structure, structure_from)
+from acceltrace.ingest.chrome.blocks import (WS as _WS, bracketed, decode_error, fail_if_malformed, final_plan,
+                                            quotes as _quotes, read_sizes, reads, structure, structure_from)
+from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
 # Chunks start at FIRST_BLOCK_BYTES and double up to BLOCK_BYTES (reads too: blocks.read_sizes): a small first
@@ -68,7 +68,7 @@ class ChromeReader:
         if isinstance(guard := getattr(stream, "raw", None), BombGuard):
             guard.lenient_eof = True
         self._guard = guard
-        self.src = Prefetch(stream, read_sizes(self.block, self.max_block).__next__) if prefetch else None
+        self.src = MadeAhead(reads(stream, read_sizes(self.block, self.max_block).__next__)) if prefetch else None
         self.stream = stream
         self.result = ReadResult()
         self.pos = 0  # stream offset of buf[0]
@@ -95,7 +95,7 @@ class ChromeReader:
 
     def _read_source(self) -> tuple[bytes, str | None]:
         try:
-            return (self.src.read() if self.src else self.stream.read(self.block)), None
+            return (next(self.src, b"") if self.src else self.stream.read(self.block)), None
         except TruncatedStream as e:
             return b"", e.detail
 
