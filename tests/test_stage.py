@@ -299,3 +299,9 @@ def test_batches_made_ahead_come_in_order_raise_what_the_making_raised_and_stop_
     reader.close()  # a reader that stops early (a failed insert): the making stops too
     assert not [t for t in threading.enumerate() if t.name == "ahead-test"]
     assert len(made) <= 3 + 2 + 1  # at most `depth` made ahead, and the one it was putting
+    dropped = MadeAhead(endless(), depth=2, name="ahead-dropped")
+    assert next(dropped) > 0
+    del dropped  # a reader let go unclosed (DuckDB dropping the stream of a failed insert): the making stops too
+    assert not [t for t in threading.enumerate() if t.name == "ahead-dropped"]
+    done = MadeAhead(iter([b"a"]))
+    assert list(done) == [b"a"] and next(done, b"") == b""  # past its end: done, not waiting (the reader's reads)
