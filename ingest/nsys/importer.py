@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from acceltrace.ingest.nsys import map as m
 from acceltrace.ingest.nsys import read as r
 from acceltrace.ingest.importer import Importer, per_source
+from acceltrace.store.duck import quote_ident
 
 NAME = "nsys"
 SUFFIXES = (".sqlite", ".nsys.sqlite", ".sqlite3")
@@ -375,7 +376,7 @@ def _rows(ex: r.Export, table: str, limit: int = 256, where: str = "TRUE") -> li
     saved = ex.con.text_factory
     ex.con.text_factory = lambda b: b.decode("utf-8", "replace")  # real exports hold stray bytes here
     try:
-        cur = ex.con.execute(f'SELECT * FROM "{table}" WHERE {where} LIMIT {int(limit)}')
+        cur = ex.con.execute(f'SELECT * FROM {quote_ident(table)} WHERE {where} LIMIT {int(limit)}')
         names = [d[0] for d in cur.description]
         rows = cur.fetchall()
     finally:

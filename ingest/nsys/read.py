@@ -162,7 +162,7 @@ def open_export(path: Path, name: str) -> Export:
             ex.columns[t] = {r[1] for r in con.execute(f'PRAGMA table_info({quote_ident(t)})')}
         for t in list(EVENT_TABLES) + list(NAME_TABLES) + list(CPU_TABLES):
             if t in ex.columns:
-                (ex.rows[t],) = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()
+                (ex.rows[t],) = con.execute(f'SELECT count(*) FROM {quote_ident(t)}').fetchone()
         for meta_table in ("EXPORT_META_DATA", "META_DATA_EXPORT"):  # 2.x name, 3.x name
             if {"name", "value"} <= ex.columns.get(meta_table, set()):
                 ex.meta.update({str(k): str(v) for k, v in con.execute(f"SELECT name, value FROM {meta_table}")})
@@ -234,7 +234,7 @@ def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[s
     for table, (required, optional), as_name in jobs:
         cols = {**required, **optional}
         target = as_name or table
-        stage.execute(f'CREATE TABLE "{target}" ({", ".join(f"{quote_ident(c)} {t}" for c, t in cols.items())})')
+        stage.execute(f'CREATE TABLE {quote_ident(target)} ({", ".join(f"{quote_ident(c)} {t}" for c, t in cols.items())})')
         targets.append((table, target, cols))
     compiled = [j for j in targets if _compiled_takes(ex, j[0], j[2])]
     done: dict[str, int | None | BaseException] = {}
@@ -260,7 +260,7 @@ def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[s
         if isinstance(got, BaseException):
             raise got
         if got is None and target in done:
-            stage.execute(f'DELETE FROM "{target}"')  # a value it reads otherwise: the Python path reads the table
+            stage.execute(f'DELETE FROM {quote_ident(target)}')  # a value it reads otherwise: the Python path reads the table
         if got is None and table in ex.columns:
             got = _copy_python(ex, stage, table, target, cols, batch_rows)
         n += got or 0
@@ -303,7 +303,7 @@ def _copy_python(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, targe
                 arrays = [_column(ex.name, table, c, columns[i], schema.arrow_type(cols[c]), n) for i, c in enumerate(names)]
             stage.register("_copy_batch", pa.table(dict(zip(names, arrays))))
             try:
-                stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
+                stage.execute(f'INSERT INTO {quote_ident(target)} SELECT * FROM _copy_batch')
             finally:
                 stage.unregister("_copy_batch")
             n += len(rows)
@@ -340,7 +340,7 @@ def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, tar
                 arrays[c] = _arrow(*next(it), rows) if c in have else pa.nulls(rows, schema.arrow_type(cols[c]))
             stage.register("_copy_batch", pa.table(arrays))
             try:
-                stage.execute(f'INSERT INTO "{target}" SELECT * FROM _copy_batch')
+                stage.execute(f'INSERT INTO {quote_ident(target)} SELECT * FROM _copy_batch')
             finally:
                 stage.unregister("_copy_batch")
             n += rows
