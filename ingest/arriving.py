@@ -128,6 +128,7 @@ class ArrivingReader(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
+        short_after_mark = False  # a read came back short after the complete mark was seen
         while True:
             n = self.f.readinto(b)
             if n:
@@ -141,6 +142,8 @@ class ArrivingReader(io.RawIOBase):
                 self.arriving.wait(self.pos + 1)
             elif self.pos >= final:
                 return 0
+            elif not short_after_mark:  # the last bytes and the mark may both have come since this read: again
+                short_after_mark = True
             else:  # marked complete at a size its file never reached: never wait on it
                 raise IngestError(self.arriving.path.name, f"the upload was marked complete at {final} bytes"
                                   f" but its file ends at {self.pos}", f"byte {self.pos}")

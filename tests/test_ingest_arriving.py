@@ -168,6 +168,30 @@ def test_a_file_shorter_than_its_complete_mark_fails_instead_of_waiting(tmp_path
         r.readinto(bytearray(100))
 
 
+def test_the_last_bytes_written_between_a_read_and_the_mark_s_check_are_read(tmp_path, monkeypatch):
+    """The writer writes its last bytes and marks the file complete just after a read came back empty, before
+    the reader looks for the mark: the reader reads them (it refused the upload as short, a real drop's race)."""
+    data = bytes(range(256)) * 40
+    path = tmp_path / "race.json"
+    path.write_bytes(data[:5000])
+    arriving = Arriving(path)
+    check = Arriving.check
+
+    def writer_finishes_now(self):
+        if not Path(str(path) + ".complete").exists():
+            with open(path, "ab") as f:
+                f.write(data[5000:])
+            Arriving.complete(path, len(data))
+        return check(self)
+
+    monkeypatch.setattr(Arriving, "check", writer_finishes_now)
+    r = ArrivingReader(arriving)
+    got, buf = bytearray(), bytearray(4096)
+    while n := r.readinto(buf):
+        got += buf[:n]
+    assert bytes(got) == data
+
+
 def test_a_gzip_of_undeclared_size_is_read_once_whole(tmp_path):
     """Its decompression budget goes by its size: the first bytes of a chunked upload would set it far too
     low, so it waits for the whole file (a declared size lets it be read as it arrives)."""
