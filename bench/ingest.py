@@ -16,8 +16,9 @@ its own. Rows:
   acceltrace +LOD      the same plus the level-of-detail tables (tiles/build.py): the time
                        to a viewable trace (published, tiles answerable)
   ... (msgspec path)   the same with the compiled scanner turned off (ACCELTRACE_CHROME_SCANNER=python)
-  acceltrace pipeline  `acceltrace ingest` as a user runs it, analysis passes included
+  acceltrace pipeline  ingest, the views' precompute and the analysis passes, in process
                        (only with --with-analysis: the passes are the analysis part's cost)
+  `acceltrace ingest`  the command as a user runs it, from its start to its exit (with --with-analysis)
   HTA TraceAnalysis    HolisticTraceAnalysis' load, if it is installed in --hta-python
 MB/s are of decompressed JSON, events/s of events in the file; cpu_s is user+sys (with its children) of
 the child (this machine is shared, so wall times are noisy; compare ratios). Then each of issue 14's
@@ -76,6 +77,14 @@ elif mode in ("parse", "lod", "pipeline", "lod_py"):
     if r.error:
         raise SystemExit(r.error)
     n = r.counts["slices"]
+elif mode == "cli":  # the command as a user runs it: the interpreter's start and the imports included
+    import subprocess
+    t0 = time.perf_counter(); c0 = os.times()
+    p = subprocess.run([sys.executable, "-m", "acceltrace", "--store", sys.argv[3], "ingest", "--json", path],
+                       capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit((p.stderr.strip().splitlines() or ["failed"])[-1])
+    n = json.loads(p.stdout.strip().splitlines()[-1])["slices"]
 elif mode == "hta":
     import logging
     logging.disable(logging.CRITICAL)
@@ -85,7 +94,8 @@ elif mode == "hta":
     n = -1
 c1 = os.times()
 print(json.dumps({{"wall_s": time.perf_counter() - t0, "cpu_s": sum(c1[:4]) - sum(c0[:4]),
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "n": n}}))
+                  "rss_mb": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, "n": n}}))
 """
 
 
@@ -167,7 +177,7 @@ def main() -> None:
         for label, path in inputs:
             n_events, nbytes = count_events(path)
             modes = (([] if a.skip_json else ["json"]) + ["orjson", "msgspec", "parse", "lod"]
-                     + ([] if a.no_python_path else ["lod_py"]) + (["pipeline"] if a.with_analysis else [])
+                     + ([] if a.no_python_path else ["lod_py"]) + (["pipeline", "cli"] if a.with_analysis else [])
                      + (["hta"] if hta else []))
             if a.modes:
                 modes = [m for m in a.modes.split(",") if m in NAMES]
@@ -195,6 +205,7 @@ NAMES = {"json": "json.load alone", "orjson": "orjson.loads alone", "msgspec": "
          "parse": "acceltrace parse+store", "lod": "acceltrace viewable (+LOD)",
          "lod_py": "  same, msgspec path",
          "pipeline": "acceltrace +analysis passes",
+         "cli": "`acceltrace ingest` command",
          "hta": "HTA TraceAnalysis load"}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -252,17 +253,41 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
         if not keep_failed:
             res.id = None
         return res
-    if views:  # the views' whole-trace aggregates: a side file, after the trace is already viewable
+    _after_publish(store, trace_id, res, label, views, after_publish, together=threads != 1)
+    return res
+
+
+def _after_publish(store: Store, trace_id: str, res: Result, label: str, views: bool,
+                   after_publish: AfterPublish | None, together: bool) -> None:
+    """The views' whole-trace aggregates (a side file) and the caller's post-step (the analysis) on a published
+    trace; each failure a warning of `res`. `together`: both at once, the views on a thread of their own. Each
+    reads the trace on a connection of its own and writes a side file of its own, and each keeps about one
+    core busy (A100: 0.21 s and 0.42 s; diffusion: 1.2 s and 0.6 s), so the findings come that much sooner."""
+
+    def build_views() -> None:
         try:
             aggregates.build_side(store, trace_id)
         except Exception as e:  # the views then compute from the slices
             res.warnings.append(f"{label}: the views' precompute failed: {type(e).__name__}: {e}")
-    if after_publish is not None:
+
+    def post() -> None:
         try:
             after_publish(store, trace_id)
         except Exception as e:
             res.warnings.append(f"{label}: post-ingest step failed: {type(e).__name__}: {e}")
-    return res
+
+    if views and after_publish is not None and together:
+        beside = threading.Thread(target=build_views, name="views-precompute")
+        beside.start()
+        try:
+            post()
+        finally:
+            beside.join()
+        return
+    if views:
+        build_views()
+    if after_publish is not None:
+        post()
 
 
 def _stem(p: Path) -> str:

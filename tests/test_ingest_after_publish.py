@@ -1,0 +1,81 @@
+"""What runs once a trace is published (ingest/pipeline.py _after_publish): the views' precompute and the
+analysis at once, each on a thread of its own, each failure a warning; one after the other for a one-thread
+build (a fleet's worker)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from acceltrace.ingest import pipeline
+from acceltrace.store import aggregates
+from acceltrace.store.catalog import Store
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
+
+
+def _watched(monkeypatch, views_fail: bool = False):
+    """build_side and an after_publish that each wait (a bounded time) for the other to have begun."""
+    began = {"views": threading.Event(), "after": threading.Event()}
+    seen: dict[str, tuple[str, bool]] = {}
+    real = aggregates.build_side
+
+    def build_side(store, trace_id):
+        began["views"].set()
+        seen["views"] = (threading.current_thread().name, began["after"].wait(5))
+        if views_fail:
+            raise RuntimeError("precompute broke")
+        return real(store, trace_id)
+
+    def after(store, trace_id):
+        began["after"].set()
+        seen["after"] = (threading.current_thread().name, began["views"].wait(5))
+
+    monkeypatch.setattr(aggregates, "build_side", build_side)
+    return seen, after
+
+
+def test_views_and_analysis_run_at_once(tmp_path, monkeypatch):
+    seen, after = _watched(monkeypatch)
+    store = Store(tmp_path)
+    res = pipeline.ingest_one(store, [SAMPLE], SAMPLE.name, after_publish=after)
+    assert res.error is None and res.warnings == []
+    assert seen["views"] == ("views-precompute", True)  # each saw the other begin before it ended
+    assert seen["after"] == (threading.current_thread().name, True)
+    assert store.side_path(res.id, aggregates.VIEWS_SIDE).exists()
+    assert not any(t.name == "views-precompute" for t in threading.enumerate())
+
+
+def test_a_failed_precompute_is_a_warning_and_the_analysis_still_runs(tmp_path, monkeypatch):
+    seen, after = _watched(monkeypatch, views_fail=True)
+    res = pipeline.ingest_one(Store(tmp_path), [SAMPLE], SAMPLE.name, after_publish=after)
+    assert res.error is None
+    assert res.warnings == [f"{SAMPLE.name}: the views' precompute failed: RuntimeError: precompute broke"]
+    assert seen["after"][1] and seen["views"][1]
+
+
+def test_a_failed_analysis_is_a_warning_and_the_views_are_built(tmp_path, monkeypatch):
+    def after(store, trace_id):
+        raise ValueError("pass broke")
+
+    store = Store(tmp_path)
+    res = pipeline.ingest_one(store, [SAMPLE], SAMPLE.name, after_publish=after)
+    assert res.error is None
+    assert res.warnings == [f"{SAMPLE.name}: post-ingest step failed: ValueError: pass broke"]
+    assert store.side_path(res.id, aggregates.VIEWS_SIDE).exists()
+
+
+def test_one_thread_build_runs_them_in_turn(tmp_path, monkeypatch):
+    order = []
+    real = aggregates.build_side
+
+    def build_side(store, trace_id):
+        order.append(("views", threading.current_thread().name))
+        return real(store, trace_id)
+
+    monkeypatch.setattr(aggregates, "build_side", build_side)
+    res = pipeline.ingest_one(Store(tmp_path), [SAMPLE], SAMPLE.name, threads=1,
+                              after_publish=lambda store, tid: order.append(("after", threading.current_thread().name)))
+    assert res.error is None
+    me = threading.current_thread().name
+    assert order == [("views", me), ("after", me)]
