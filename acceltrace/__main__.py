@@ -1,3 +1,3 @@
-from acceltrace.cli import main
+from acceltrace.cli import run
 
-raise SystemExit(main())
+run()
