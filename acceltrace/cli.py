@@ -219,9 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Nothing here multiplies matrices; OpenBLAS (numpy's) would start a thread per core at numpy's import,
-    # which spin first: 0.12 s of CPU and 0.05 s at the start of every command (children inherit it)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
@@ -346,7 +343,6 @@ def cmd_diff(args) -> int:
 
 def cmd_query(args) -> int:
     import csv
-    import os
 
     from acceltrace.store.sandbox import QueryError, run_limited
 
