@@ -408,7 +408,7 @@ def run() -> None:
             stream.flush()
         except (OSError, ValueError):  # a reader gone (a closed pipe): nothing more to say to it
             pass
-    os._exit(rc if isinstance(rc, int) else 1)
+    os._exit(rc)
 
 
 if __name__ == "__main__":

@@ -325,7 +325,6 @@ def deep(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from acceltrace.server.app import create_app
-
     from acceltrace.tiles import build as lod
 
     store = Store(tmp_path_factory.mktemp("deep"))
