@@ -14,6 +14,9 @@ EXTENSIONS = [
     # the builder's greedy depth pass for tracks with partial overlaps (ingest/depths.py)
     Extension("acceltrace.ingest._depths", ["ingest/_depths.c"], extra_compile_args=["-O2", "-std=c99"],
               optional=True),
+    # the write's gather of a chunked string column into stored order (ingest/gather.py)
+    Extension("acceltrace.ingest._gather", ["ingest/_gather.c"], extra_compile_args=["-O2", "-std=c99", "-Wall"],
+              optional=True),
     # the Nsight SQLite reader's compiled path (ingest/nsys/read.py), on the system libsqlite3
     # (Debian: libsqlite3-dev); without it the Python sqlite3 path reads the same rows
     Extension("acceltrace.ingest.nsys._sqlread", ["ingest/nsys/_sqlread.c"], libraries=["sqlite3"],

@@ -73,12 +73,13 @@ print(f"ok {count} inputs, {accepted} accepted")
 """
 
 
-def build(tmp: Path) -> tuple[Path, str] | None:
-    """(the sanitized extension, LD_PRELOAD value), or None when gcc or its sanitizers are missing."""
+def build(tmp: Path, source: Path = ROOT / "ingest" / "chrome" / "_scan.c") -> tuple[Path, str] | None:
+    """(the sanitized extension built from `source` into `tmp`, LD_PRELOAD value), or None when gcc or its
+    sanitizers are missing. (tests/test_gather.py builds ingest/_gather.c with it.)"""
     inc = sysconfig.get_paths()["include"]
-    out = tmp / ("_scan" + sysconfig.get_config_var("EXT_SUFFIX"))
+    out = tmp / (source.stem + sysconfig.get_config_var("EXT_SUFFIX"))
     cmd = ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
-           "-fno-sanitize-recover=undefined", f"-I{inc}", str(ROOT / "ingest" / "chrome" / "_scan.c"), "-o", str(out)]
+           "-fno-sanitize-recover=undefined", f"-I{inc}", str(source), "-o", str(out)]
     try:
         subprocess.run(cmd, check=True, capture_output=True, timeout=180)
         libs = [subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True, text=True,

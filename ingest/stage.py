@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.ingest.depths import order_by
-from acceltrace.ingest.gather import Gather, plain, whole
+from acceltrace.ingest.gather import Gather, plain
 from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
@@ -203,8 +203,8 @@ class Final:
         picks = [self.held_order if name in self.held else order for name in _SLICE_TYPES]
         if all(p is None for p in picks):
             return pa.table(cols, names=list(_SLICE_TYPES))
-        if not self.large:  # whole columns: one array's take is faster than a chunked one's (or Gather's)
-            return pa.table([col if p is None else whole(col).take(p) for col, p in zip(cols, picks)],
+        if not self.large:
+            return pa.table([col if p is None else Gather(col).take(p) for col, p in zip(cols, picks)],
                             names=list(_SLICE_TYPES))
         gathers = [Gather(col) for col in cols]
         del cols
