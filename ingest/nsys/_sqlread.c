@@ -16,7 +16,10 @@
  * or invalid UTF-8 in a text column) raises Mismatch(row, column) and the caller reads the table on
  * the Python path, so its message (or its value) is the Python path's. An SQLite error raises Error
  * with SQLite's message. Every buffer write is bounds-checked; no input can make this write past a
- * buffer, and one Query is used by one thread at a time (a second caller gets RuntimeError).
+ * buffer, and one Query is used by one thread at a time (a second caller gets RuntimeError). So each
+ * Query's own connection is opened in SQLite's multi-thread mode (SQLITE_OPEN_NOMUTEX): the serialized
+ * mode's mutex, taken and released by every sqlite3_column_* call, was a fifth of the read (750 k rows of
+ * 8 columns: 0.296 -> 0.231 s).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -258,7 +261,7 @@ static int Query_init(Query *q, PyObject *args, PyObject *kw) {
     sqlite3 *db = NULL;
     sqlite3_stmt *stmt = NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(db, sql, (int)sql_len, &stmt, NULL);
     Py_END_ALLOW_THREADS
     if (rc != SQLITE_OK || stmt == NULL) {
