@@ -50,7 +50,7 @@ class Gather:
             return self.chunks[0].take(rows)
         which = np.searchsorted(self.starts, rows, side="right") - 1
         if self.strings is not None:
-            return self.strings.take(which, rows - self.starts[which], self.type)
+            return self.strings.take(rows, which, rows - self.starts[which], self.type)
         by_chunk = np.argsort(which, kind="stable")
         counts = np.bincount(which, minlength=len(self.chunks))
         parts, lo = [], 0
@@ -81,10 +81,10 @@ class _Strings:
         self.lengths = np.array([len(c) for c in chunks], dtype=np.int64)
         self.chunks = chunks  # the buffers' owners
         self.valid = np.concatenate([c.is_valid().to_numpy(zero_copy_only=False) for c in chunks]).view(np.uint8)
-        self.starts = np.cumsum([0] + [len(c) for c in chunks])
 
-    def take(self, which: np.ndarray, local: np.ndarray, typ: pa.DataType) -> pa.Array:
-        valid = self.valid[self.starts[which] + local]
+    def take(self, rows: np.ndarray, which: np.ndarray, local: np.ndarray, typ: pa.DataType) -> pa.Array:
+        """The rows at these positions (`which` chunk each, `local` position in it), as an array of `typ`."""
+        valid = self.valid[rows]
         out_wide = pa.types.is_large_string(typ)
         offsets, data = _gather.strings(self.offsets, self.firsts, self.lengths, self.data, self.wide,
                                         which.astype(np.int32), local.astype(np.int64), valid, out_wide)

@@ -69,6 +69,8 @@ def test_dictionary_columns_are_taken_through_one_dictionary():
     got = g.take(rows)
     assert got.type == pa.string() and got.to_pylist() == [flat[i] for i in rows]
     assert g.take(np.array([], np.int64)).to_pylist() == []
+    empty = pa.chunked_array([], pa.dictionary(pa.int32(), pa.string()))
+    assert gather.Gather(empty).take(np.array([], np.int64)).to_pylist() == []
 
 
 def test_fixed_width_columns_take_across_chunks_with_their_nulls():
