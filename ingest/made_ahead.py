@@ -1,7 +1,8 @@
 """Items made on a thread of their own, a few ahead of the one the caller takes: the Chrome reader's reads
-(a gzip member inflated beside the decoding, ingest/chrome/reader.py) and the streamed write's batches
-(Arrow's takes beside DuckDB's append, ingest/stage.py). The making lets go of the GIL for most of its
-time (reads, inflation, Arrow and numpy kernels), so it runs on the other core.
+(a gzip member inflated beside the decoding, ingest/chrome/reader.py), the streamed write's batches
+(Arrow's takes beside DuckDB's append, ingest/stage.py) and the Nsight reader's batches (SQLite stepping
+beside DuckDB's insert, ingest/nsys/read.py). The making lets go of the GIL for most of its time (reads,
+inflation, Arrow and numpy kernels, SQLite), so it runs on the other core.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
 from acceltrace.store.errors import IngestError
@@ -329,12 +330,10 @@ def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, tar
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e.args[0]})",
                           "after row 0") from None
     step = batch_rows or COMPILED_BATCH_ROWS
-    pool = ThreadPoolExecutor(1, thread_name_prefix="nsys-read")  # SQLite steps the next batch (no GIL) while
-    try:                                                          # DuckDB inserts this one
-        ahead = pool.submit(q.fetch, step)
-        while (got := ahead.result()) is not None:
-            ahead = pool.submit(q.fetch, step)
-            rows, buffers = got
+    # SQLite steps the next batches on a thread of their own (no GIL) while DuckDB inserts this one
+    batches = MadeAhead(iter(lambda: q.fetch(step), None), depth=1, name="nsys-read")
+    try:
+        for rows, buffers in batches:
             arrays, it = {}, iter(zip(kinds, buffers))
             for c in names:
                 arrays[c] = _arrow(*next(it), rows) if c in have else pa.nulls(rows, schema.arrow_type(cols[c]))
@@ -350,7 +349,7 @@ def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, tar
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e.args[0]})",
                           f"after row {n}") from None
     finally:
-        pool.shutdown(wait=True)  # the fetch in flight ends before its query is closed
+        batches.close()  # the fetch under way ends before its query is closed
         q.close()
     return n
 
