@@ -1,11 +1,10 @@
 """The one writer every ingester goes through; it enforces the store's invariants.
 
-Ingesters hand over columnar batches (pyarrow Tables, or dicts of equal-length
-columns/numpy arrays); the builder stages them (ingest/stage.py: the columns SQL reads in
-DuckDB, the rest kept as the Arrow batches they came in), and finish() computes nesting
-depths where the input gave none, puts slices in (track_id, ts, depth) order, fills
-trace_meta, builds the level-of-detail tables (tiles/build.py) and leaves a complete file
-that the store then publishes atomically.
+Ingesters hand over columnar batches (pyarrow Tables, or dicts of equal-length columns/numpy
+arrays); the builder stages them (ingest/stage.py: the columns SQL reads in DuckDB, the rest kept
+as the Arrow batches they came in), and finish() computes nesting depths where the input gave
+none, puts slices in (track_id, ts, depth) order, fills trace_meta, builds the level-of-detail
+tables (tiles/build.py) and leaves a complete file that the store then publishes atomically.
 
 Slice ids are assigned in insertion order: add_slices returns the first id of the
 batch, so an ingester knows the id of every slice it added (for flows).
@@ -262,11 +261,13 @@ class TraceBuilder:
         if self._depths_ahead is None and not self._in_order and self._next_slice and not self.spilling:
             self._depths_ahead = Ahead(self.con)
 
-    def lod_ahead(self) -> None:
+    def lod_ahead(self, links_read_staging: bool = True) -> None:
         """Every slice is staged and every track named (the caller's links still to come): the finished
         rows and the level-of-detail build start now, beside the links (ingest/lod_ahead.py: where not).
-        From here the build's own two threads keep both cores busy: DuckDB's worker would only compete."""
-        if self.spilling or self.threads == 1 or self._lod_ahead or not 0 < self._next_slice <= lod_ahead.MAX_SLICES:
+        From here the build's own two threads keep both cores busy: DuckDB's worker would only compete.
+        Links that read `_slices_staging` keep it, up to lod_ahead.MAX_SLICES; others let it go, at any size."""
+        too_many = links_read_staging and self._next_slice > lod_ahead.MAX_SLICES
+        if self.spilling or self.threads == 1 or self._lod_ahead or not self._next_slice or too_many:
             return
         neg, n, _, c = stage.time_problems(self.con, bool(self.n_counters))
         if neg or n or c:  # finish() checks, drops and says so after the links, as before
@@ -279,7 +280,7 @@ class TraceBuilder:
 
         def prepare(cur):
             depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(cur)
-            return lod_ahead.finish_rows(cur, depths, held, n_counters, keep_staging=True)
+            return lod_ahead.finish_rows(cur, depths, held, n_counters, keep_staging=links_read_staging)
         self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod)
         self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)
 
@@ -343,7 +344,7 @@ class TraceBuilder:
             if start_ns is not None:
                 raise ValueError("finish(start_ns=...) after lod_ahead(): its LOD tables start at the first event")
             final, span = early.rows()
-            con.execute(f"DROP TABLE {stage.NAME}._slices_staging")  # the links have read it
+            con.execute(f"DROP TABLE IF EXISTS {stage.NAME}._slices_staging")  # the links have read it
             final.use(con)
         else:
             final, span = self._finished_rows(source_name)

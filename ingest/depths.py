@@ -105,11 +105,28 @@ def depths_of(sid: np.ndarray, track: np.ndarray, ts: np.ndarray, dur: np.ndarra
     (in time order each slice starts at or after the end of the one before it, and later than its
     start) gets depth 0 throughout, as the sweep would give it; only the other tracks' rows go
     through the sweep."""
+    if len(sid) < 2:
+        return np.zeros(len(sid), dtype=np.int32)
+    return _depths_over(order_by(track, ts, np.zeros(len(sid), np.int8)), sid, track, ts, dur, compiled)
+
+
+def depths_and_order(sid: np.ndarray, track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """depths_of's depths, and the order the builder stores the rows in, order_by(track, ts, depth): the depth
+    pass's own sort by (track, ts), its ties then put in depth order by a stable sort of rows nearly in order
+    (a merge of short runs), not a second sort of all of them (2 M native slices, depths and order: 85-130 ->
+    75-105 ms)."""
+    by_time = order_by(track, ts, np.zeros(len(sid), np.int8))
+    depth = _depths_over(by_time, sid, track, ts, dur) if len(sid) > 1 else np.zeros(len(sid), dtype=np.int32)
+    keys = _primary_keys(track, ts, depth)
+    if len(keys) > 1:
+        return depth, np.lexsort(keys)
+    return depth, by_time[np.argsort(keys[0][by_time], kind="stable")]
+
+
+def _depths_over(o: np.ndarray, sid, track, ts, dur, compiled: bool = True) -> np.ndarray:
+    """depths_of, given o = order_by(track, ts, 0)."""
     n = len(sid)
     depth = np.zeros(n, dtype=np.int32)
-    if n < 2:
-        return depth
-    o = order_by(track, ts, np.zeros(n, np.int8))
     if compiled and _depths is not None and _sweepable(ts, dur):  # one pass over that order, in C
         args = (np.ascontiguousarray(a, dtype=np.int64) for a in (track, ts, dur, sid, o))
         return np.frombuffer(_depths.sweep(*args), dtype=np.int32).copy()

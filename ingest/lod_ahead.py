@@ -7,10 +7,15 @@ depths, the tracks, the counter samples. So the builder can start it then (Trace
 on a thread and a cursor of its own, and the links run beside it instead of before it: the build's
 longest chain starts 30-40 ms sooner after the scan (docs/performance.md, the twenty-second stop).
 
+The native importer's links are its flows, joined in numpy on its own columns: it starts the build
+once its slices are staged, and lets the staged slices go with it (TraceBuilder.lod_ahead's
+`links_read_staging`), so the build runs beside the flows' insert (2 M events, docs/performance.md,
+the thirtieth stop).
+
 Where it is not taken, finish() does the same steps in the same order after the links, as before:
-a spilled build, past MAX_SLICES slices (the staged slices are kept for the links while the
-finished rows exist beside them), and any trace the time check would drop slices from (the check
-deletes the flows that touch them, and the links make those).
+a spilled build, past MAX_SLICES slices where the links read the staged slices (they are kept for
+the links while the finished rows exist beside them), and any trace the time check would drop
+slices from (the check deletes the flows that touch them, and the links make those).
 """
 
 from __future__ import annotations

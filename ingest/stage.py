@@ -274,12 +274,17 @@ def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held
     BY on the way into the file) moved every row's args text through a join and a sort: 2.5 of the
     830 MB trace's 4 s of finish."""
     held.mapped()
-    # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel)
-    # narrow (the staged columns): one array each, joined once here, so numpy reads them without a copy
-    staged = con.sql(f"SELECT * FROM {NAME}._slices_staging ORDER BY slice_id").to_arrow_table().combine_chunks()
+    # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel,
+    # and so does its scan). Narrow (the staged columns): one array each, joined once here, so numpy reads them
+    # without a copy. Put in order in numpy: row groups out of place are a few long sorted runs, which a stable
+    # sort merges (2 M native slices: 120-170 ms through DuckDB's ORDER BY, 50-100 so)
+    staged = con.sql(f"SELECT * FROM {NAME}._slices_staging").to_arrow_table().combine_chunks()
     if not keep_staging:
         con.execute(f"DROP TABLE {NAME}._slices_staging")
     sid = staged["slice_id"].to_numpy()
+    if len(sid) > 1 and not (sid[1:] > sid[:-1]).all():
+        staged = staged.take(pa.array(np.argsort(sid, kind="stable")))
+        sid = staged["slice_id"].to_numpy()
     depth = staged["depth"].fill_null(0).to_numpy().astype(np.int32)
     order = None
     if depths is not None:

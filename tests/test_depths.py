@@ -180,3 +180,27 @@ def test_a_failed_finish_leaves_no_depth_thread(tmp_path, monkeypatch):
         b.finish("test", "t")
     b.abort()
     assert not [t for t in threading.enumerate() if t.name == "depths-ahead"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_depths_and_order_is_the_depth_pass_then_the_stored_order(seed):
+    """depths_and_order refines the depth pass's (track, ts) order by depth: the same depths as depths_of
+    and the same permutation as order_by(track, ts, depth), ties in file order; nested rows at one start
+    (children listed before their parents) included, and times too wide to pack into one key (lexsort)."""
+    rng = np.random.default_rng(seed)
+    for wide in (False, True):
+        unpacked = 0
+        for _ in range(100):
+            n = int(rng.integers(1, 200))
+            track = rng.integers(0, int(rng.integers(1, 6)), n).astype(np.int64)
+            ts = rng.integers(0, int(rng.integers(1, 20)), n).astype(np.int64)
+            if wide:
+                ts = ts * (1 << 58) // 20 - (1 << 57)
+            dur = np.where(rng.random(n) < 0.2, 0, rng.integers(1, 25, n)).astype(np.int64)
+            sid = np.arange(n, dtype=np.int64)
+            depth, order = depths.depths_and_order(sid, track, ts, dur)
+            want = depths.depths_of(sid, track, ts, dur)
+            assert depth.tolist() == want.tolist()
+            assert order.tolist() == depths.order_by(track, ts, want).tolist()
+            unpacked += len(depths._primary_keys(track, ts, want)) > 1
+        assert (unpacked > 0) == wide  # the wide times took lexsort's way, the others the refined sort

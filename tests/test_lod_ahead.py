@@ -1,6 +1,6 @@
-"""The finished rows and the level-of-detail build started before the Chrome importer's links
-(ingest/lod_ahead.py): the same trace as when they wait for the links, and no thread left behind
-when either side fails."""
+"""The finished rows and the level-of-detail build started before an importer's links (ingest/lod_ahead.py):
+the Chrome importer's SQL links, the native importer's flows. The same trace as when they wait for the
+links, and no thread left behind when either side fails."""
 
 import json
 import threading
@@ -145,3 +145,32 @@ def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkey
     small_store, small = _ingest(tmp_path, "small", SAMPLES / "a100-rank0-memcpy.json.gz")
     assert small.error is None and small.counts["slices"] < lod_ahead.ROW_GROUP_ROWS and began == [n]
     assert {t for t, _ in taken[n:]} <= {"lod-ahead"}  # made after the build (the links still ran), or by the write
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+@pytest.mark.parametrize("sample", ["atrace/acceltrace-0.1/daemon-python-c.atrace",
+                                    "run/acceltrace-sim-0.1/pcie-saturation-seed5/run.atrace"])
+def test_a_native_file_builds_its_lod_beside_its_flows_and_gives_the_same_trace(tmp_path, monkeypatch, started,
+                                                                                 threaded, sample):
+    """A lone .atrace file starts its finished rows and LOD build once its slices are staged, before its flows
+    are joined and inserted (ingest/native/handover.py), at any size (its flows read no staged slice, so the
+    staging is let go then): every table and row as when the build waits for the flows. `threaded`: the
+    slices staged on a thread of their own, as a large file's are."""
+    from acceltrace.ingest.builder import TraceBuilder
+    from acceltrace.ingest.native import handover
+
+    if threaded:
+        monkeypatch.setattr(handover, "PARALLEL_MIN_SLICES", 1)
+    monkeypatch.setattr(lod_ahead, "MAX_SLICES", 0)  # the Chrome importer's bound: not the native one's
+    src = tmp_path / "lone.atrace"  # a run directory's events file alone: the lone-file path
+    src.write_bytes((SAMPLES.parent.parent / sample).read_bytes())
+    ahead_store, ahead = _ingest(tmp_path, "ahead", src)
+    assert ahead.error is None and started == [1]
+    monkeypatch.setattr(TraceBuilder, "lod_ahead", lambda self, **k: None)
+    after_store, after = _ingest(tmp_path, "after", src)
+    assert after.error is None and started == [1]
+    assert ahead.counts == after.counts and ahead.counts["slices"] > 0 and ahead.counts["flows"] > 0
+    got, want = _tables(ahead_store, ahead.id), _tables(after_store, after.id)
+    assert got.keys() == want.keys() and "lod_slices" in got
+    for name in want:
+        assert got[name] == want[name], name

@@ -22,8 +22,10 @@ from acceltrace.formats import record as R
 from acceltrace.formats.atrace.layout import MAGIC, AtraceError
 from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.formats.atrace.clock import domain_maps
+from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.ingest.native.flows import FlowEnds
 from acceltrace.ingest.native.handover import hand_over, slice_columns
+from acceltrace.ingest.native.header import distributed_meta, sane_meta
 from acceltrace.ingest.native.tracks import Tracks
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.sources import Source
@@ -95,7 +97,7 @@ def ingest_atrace(src: Source | Path, builder, group: str | None = None, label: 
 class _Ingest:
     def __init__(self, reader: AtraceReader, builder, label: str, group: str | None):
         self.r, self.b, self.label = reader, builder, label
-        self.meta = _sane_meta(reader.merged_metadata(), builder, label)
+        self.meta = sane_meta(reader.merged_metadata(), builder, label)
         self.first_slice = builder.n_slices
         self._strings()
         devices = [d for d in self.meta.get("devices", []) if isinstance(d, dict)]
@@ -167,9 +169,16 @@ class _Ingest:
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self, alone: bool = False) -> dict:
-        for recs, streams in self.r.iter_events(READ_BATCH_EVENTS):
-            self._batch(recs, streams)
-            self.order += len(recs)
+        batches = self.r.iter_events(READ_BATCH_EVENTS)
+        if getattr(self.b, "threads", None) != 1:  # the next batch read (checksums, joins) beside this one's columns
+            batches = MadeAhead(batches, depth=1, name="atrace-read")
+        try:
+            for recs, streams in batches:
+                self._batch(recs, streams)
+                self.order += len(recs)
+        finally:
+            if isinstance(batches, MadeAhead):  # (an error mid-file: the reads end before the file is closed)
+                batches.close()
         lost_to_damage = [p for p in self.r.problems if p.dropped_events]
         if (alone and lost_to_damage and not self.n_pending and self.b.n_slices == self.first_slice
                 and self.b.n_counters == 0):
@@ -180,8 +189,8 @@ class _Ingest:
         for p in self.r.problems:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()
-        self._flush()
         self.tracks.apply_names()
+        self._flush(last=alone)
         for why, n in self.dropped.items():
             self.b.warn(self.label, f"{n} events dropped: {why}", dropped=n)
         self._meta()
@@ -277,11 +286,12 @@ class _Ingest:
                 (streams[idx].astype(np.uint64) << np.uint64(32)) | s["flow"][idx].astype(np.uint64),
                 (flags[idx] & R.FLAG_FLOW_OUT) != 0, s["flow_kind"][idx], first + idx.astype(np.int64))
 
-    def _flush(self) -> None:
-        """The file's slices and flows to the builder at once (ingest/native/handover.py)."""
+    def _flush(self, last: bool) -> None:
+        """The file's slices and flows to the builder at once (ingest/native/handover.py); `last`: nothing
+        is added to the trace after them (a lone file, not a run directory's first part)."""
         if self.pending:
             hand_over(self.b, self.label, self.pending, self.n_pending, self.flow_ends, self.corr_targets > 0,
-                      self.dict_arr, self.empty)
+                      self.dict_arr, self.empty, last)
             self.pending = []
 
     # -- begin/end pairs ------------------------------------------------------------------------
@@ -345,31 +355,13 @@ class _Ingest:
             first = False
         if isinstance(self.meta.get("switch"), dict):
             b.set_meta("switch", json.dumps(self.meta["switch"], sort_keys=True))
-        self._meta_distributed()
+        distributed_meta(self.meta, b, self.label)
         # domain 255 is the daemon's wall clock (NTP may step it): not an event clock, no residual
         res = [m.residual_ns() for dom, m in self.maps.items() if dom != 255]
         res = [x for x in res if x is not None]
         if res:
             b.set_meta("clock_sync_residual_ns", str(max(res)))
         b.set_meta("clock_sync_pairs", str(int(len(r.sync))))
-
-    def _meta_distributed(self) -> None:
-        """A launcher's facts about the process: its rank, world size and job (header `distributed`),
-        and the host name, as trace_meta rank / world_size / job / hostname (fleets tag traces by them)."""
-        b = self.b
-        dist = self.meta.get("distributed")
-        if isinstance(dist, dict):
-            for key in ("rank", "world_size"):
-                v = dist.get(key)
-                if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                    b.set_meta(key, str(v))
-                elif v is not None:
-                    b.warn(self.label, f"header/distributed.{key} is {v!r}, expected a non-negative integer; ignored")
-            if isinstance(dist.get("job"), str) and dist["job"]:
-                b.set_meta("job", dist["job"][:200])
-        host = self.meta.get("host")
-        if isinstance(host, dict) and isinstance(host.get("hostname"), str) and host["hostname"]:
-            b.set_meta("hostname", host["hostname"][:200])
 
     def _clock_pairs_by_device(self) -> dict:
         """{device name: (ticks, host_ns)} for the counters ingest (same mapping for both files)."""
@@ -383,33 +375,6 @@ class _Ingest:
             for key in self.tracks.device_names(dom["device"]):
                 out[key] = (m.ticks, m.host)
         return out
-
-
-def _sane_meta(meta: dict, builder, label: str) -> dict:
-    """The header's devices and clock domains in the shape ingest relies on; entries of another
-    shape (a damaged or crafted file) are left out with a warning instead of failing deep inside."""
-    for key in ("devices", "clock_domains"):
-        entries = meta.get(key, [])
-        if not isinstance(entries, list):
-            builder.warn(label, f"header/metadata '{key}' is not a list; ignored")
-            entries = []
-        good = [e for e in entries if isinstance(e, dict) and _sane_entry(key, e)]
-        if len(good) != len(entries):
-            builder.warn(label, f"{len(entries) - len(good)} '{key}' entries of the wrong shape ignored")
-        meta[key] = good
-    return meta
-
-
-def _sane_entry(key: str, e: dict) -> bool:
-    def small_int(v, hi):
-        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi
-
-    if key == "clock_domains":
-        hz = e.get("hz")
-        return (small_int(e.get("id"), 255) and (e.get("device") is None or small_int(e["device"], 255))
-                and (hz is None or (isinstance(hz, (int, float)) and not isinstance(hz, bool) and hz > 0)))
-    dev = e.get("id", e.get("index"))
-    return dev is None or small_int(dev, 255)
 
 
 _BE_DTYPE = np.dtype([("kind", "u1"), ("lane", "u1"), ("flags", "u1"), ("direction", "u1"), ("mem", "u1"), ("flow_kind", "u1"),

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from acceltrace.formats import record as R
 from acceltrace.ingest.builder import TIME_LIMIT_NS
-from acceltrace.ingest.depths import depths_of
+from acceltrace.ingest.depths import depths_and_order, depths_of, order_by
 from acceltrace.ingest.native.flows import FlowEnds, corr_flows
 
 BATCH_EVENTS = 1 << 20  # slices per batch handed to the builder
@@ -30,12 +30,13 @@ _HOST_MEM = pa.array([None, "pageable", "pinned", None, None], pa.string())
 
 
 def hand_over(b, label: str, parts: list[dict], n: int, flow_ends: FlowEnds, corr: bool,
-              dict_arr: pa.Array, empty: np.ndarray) -> None:
+              dict_arr: pa.Array, empty: np.ndarray, last: bool = False) -> None:
     """Stage `parts` (column dicts in file order, n slices in all) into builder `b`, then their flows.
 
     `corr`: whether correlation flows may exist (some slice could be a target); `dict_arr`: the
     global string table the name / category / args indices point into; `empty`: which of its
-    strings are empty (a category or args that is none)."""
+    strings are empty (a category or args that is none). `last`: the trace's last slices, its tracks
+    named: the level-of-detail build starts once they are staged, beside the flows (b.lod_ahead)."""
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     parts.clear()
     pid = np.arange(n, dtype=np.int64)
@@ -43,23 +44,33 @@ def hand_over(b, label: str, parts: list[dict], n: int, flow_ends: FlowEnds, cor
     lim = TIME_LIMIT_NS
     end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
     ok = (ts >= -lim) & (ts <= lim) & (end >= ts) & (end <= lim)  # the builder's range check
-    depth = np.zeros(n, np.int32)
     if ok.all():
-        depth = depths_of(pid, track.astype(np.int64), ts, dur)
+        depth, order = depths_and_order(pid, track.astype(np.int64), ts, dur)
     else:
         r = np.flatnonzero(ok)
+        depth = np.zeros(n, np.int32)
         depth[r] = depths_of(pid[r], track[r].astype(np.int64), ts[r], dur[r])
-    keys = _sort_keys(track, ts, depth)
-    order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys)
+        order = order_by(track, ts, depth)
+    del end, ok, dur, track
     first = b.n_slices
     ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
     ids[order] = first + pid
+    # what the flows read of the columns; the rest is the staging's alone, let go once staged (the LOD
+    # build starts then: it need not share the memory with them)
+    has_corr, lane, corr_id = cols["has_corr"], cols["lane"], cols["corr"]
+    work = [cols, order, depth]
+    del cols, order, depth
 
     def stage_slices() -> None:
+        cols, order, depth = work
         for lo in range(0, n, BATCH_EVENTS):
             got = b.add_slices(_slice_table(cols, order[lo:lo + BATCH_EVENTS], depth, dict_arr, empty))
             if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
                 raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
+        work.clear()
+        del cols, order, depth
+        if last:  # the flows read no staged slice: the staging goes with the LOD build's finished rows
+            b.lod_ahead(links_read_staging=False)
 
     # the builder's connection is the staging thread's alone until it is done; a one-thread build (a
     # fleet's worker, a live segment) stays on one core
@@ -74,8 +85,8 @@ def hand_over(b, label: str, parts: list[dict], n: int, flow_ends: FlowEnds, cor
             flows.append((pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
                           _repeat("atrace", len(dst))))
         if corr:
-            c = np.flatnonzero(cols["has_corr"] & (cols["lane"] <= 3))
-            csrc, cdst, ckind = corr_flows(pid[c], cols["corr"][c], ts[c], cols["lane"][c], taken=dst)
+            c = np.flatnonzero(has_corr & (lane <= 3))
+            csrc, cdst, ckind = corr_flows(pid[c], corr_id[c], ts[c], lane[c], taken=dst)
             if len(cdst):
                 flows.append((ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst))))
     finally:
@@ -141,14 +152,3 @@ class _Background:
 
 def _repeat(text: str, n: int) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([text], pa.string()))
-
-
-def _sort_keys(track: np.ndarray, ts: np.ndarray, depth: np.ndarray) -> tuple:
-    """lexsort keys for (track, ts, depth): one packed int64 where the three fit in 63 bits."""
-    if len(ts):
-        t0, span = int(ts.min()), int(ts.max()) - int(ts.min())
-        top, dtop = int(track.max()), int(depth.max())
-        tb, db = span.bit_length(), max(1, dtop.bit_length())
-        if int(track.min()) >= 0 and top.bit_length() + tb + db <= 63:
-            return ((track.astype(np.int64) << (tb + db)) | ((ts - t0) << db) | depth.astype(np.int64),)
-    return (depth, ts, track)
