@@ -74,6 +74,7 @@ class TraceBuilder:
         # scratch space for ingesters needing real files (decompressed SQLite, spills): swept with the temp file
         self.work_dir = Path(str(self.path) + ".work")
         self.threads, self._duck_threads = threads, threads or (1 if small else None)
+        self.sole_source = False  # the trace is one source (the pipeline says): its importer's end is the trace's
         self._con, self._opening = None, Opening(self.path, memory_limit, self._duck_threads)  # ingest/opening.py
         self._new_state()
 
@@ -154,6 +155,8 @@ class TraceBuilder:
         n = table.num_rows
         if n == 0:
             return self._next_slice
+        if self._lod_ahead is not None:  # an importer's bug, not the input's: never a trace missing slices
+            raise RuntimeError("add_slices after lod_ahead(): the LOD build has begun without these slices")
         for col in ("track_id", "ts", "dur", "name"):
             if col not in table.column_names:
                 raise ValueError(f"add_slices: missing column {col}")
@@ -393,15 +396,9 @@ class TraceBuilder:
             self._duck_threads = 1
 
     def counts(self) -> dict:
-        q = self.con.execute
-        return {
-            "tracks": q("SELECT count(*) FROM tracks").fetchone()[0],
-            "slices": q("SELECT count(*) FROM slices").fetchone()[0],
-            "flows": q("SELECT count(*) FROM flows").fetchone()[0],
-            "counters": q("SELECT count(*) FROM counters").fetchone()[0],
-            "warnings": self.warnings.total,
-            "dropped_events": self.warnings.dropped_events,
-        }
+        counted = {t: self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                   for t in ("tracks", "slices", "flows", "counters")}
+        return {**counted, "warnings": self.warnings.total, "dropped_events": self.warnings.dropped_events}
 
     def abort(self) -> None:
         if self._lod_ahead is not None:  # its thread uses the connection: it ends first

@@ -215,6 +215,7 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
         if small:  # (a bigger build keeps glibc's own rule: its peak is what its memory bound is about)
             heap.enter_context(memory.kept_heap())
         builder = TraceBuilder(tmp_path, threads=threads, small=small)
+        builder.sole_source = sum(not isinstance(imp, IngestError) for _, imp in detected) == 1
         sessions: dict[str, tuple[Importer, ImportSession]] = {}
         for src, imp in detected:
             if isinstance(imp, IngestError):

@@ -149,20 +149,22 @@ def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkey
 
 @pytest.mark.parametrize("threaded", [False, True])
 @pytest.mark.parametrize("sample", ["atrace/acceltrace-0.1/daemon-python-c.atrace",
-                                    "run/acceltrace-sim-0.1/pcie-saturation-seed5/run.atrace"])
-def test_a_native_file_builds_its_lod_beside_its_flows_and_gives_the_same_trace(tmp_path, monkeypatch, started,
-                                                                                 threaded, sample):
-    """A lone .atrace file starts its finished rows and LOD build once its slices are staged, before its flows
-    are joined and inserted (ingest/native/handover.py), at any size (its flows read no staged slice, so the
-    staging is let go then): every table and row as when the build waits for the flows. `threaded`: the
-    slices staged on a thread of their own, as a large file's are."""
+                                    "run/acceltrace-sim-0.1/pcie-saturation-seed5/run.atrace",
+                                    "nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite"])
+def test_native_and_nsight_files_build_their_lod_beside_their_flows_and_give_the_same_trace(
+        tmp_path, monkeypatch, started, threaded, sample):
+    """A lone .atrace file or Nsight export starts its finished rows and LOD build once its slices (and
+    counters) are in, before its flows are joined and inserted (ingest/native/handover.py, ingest/nsys/
+    importer.py), at any size (its flows read no staged slice, so the staging is let go then): every table
+    and row as when the build waits for the flows. `threaded`: an .atrace file's slices staged on a thread
+    of their own, as a large file's are."""
     from acceltrace.ingest.builder import TraceBuilder
     from acceltrace.ingest.native import handover
 
     if threaded:
         monkeypatch.setattr(handover, "PARALLEL_MIN_SLICES", 1)
     monkeypatch.setattr(lod_ahead, "MAX_SLICES", 0)  # the Chrome importer's bound: not the native one's
-    src = tmp_path / "lone.atrace"  # a run directory's events file alone: the lone-file path
+    src = tmp_path / ("lone" + Path(sample).suffix)  # a run directory's events file alone: the lone-file path
     src.write_bytes((SAMPLES.parent.parent / sample).read_bytes())
     ahead_store, ahead = _ingest(tmp_path, "ahead", src)
     assert ahead.error is None and started == [1]
@@ -174,3 +176,36 @@ def test_a_native_file_builds_its_lod_beside_its_flows_and_gives_the_same_trace(
     assert got.keys() == want.keys() and "lod_slices" in got
     for name in want:
         assert got[name] == want[name], name
+
+
+def test_native_files_in_one_archive_wait_for_the_last_before_the_lod_build(tmp_path, started):
+    """Two lone .atrace files in one zip are one trace: the first file's end is not the trace's, so neither
+    starts the LOD build early (the second's slices would come after it); the trace holds both files."""
+    import zipfile
+
+    from acceltrace.ingest.builder import TraceBuilder
+
+    data = (SAMPLES.parent.parent / "atrace/acceltrace-0.1/daemon-python-c.atrace").read_bytes()
+    one_store, one = _ingest(tmp_path, "one", _write(tmp_path / "one.atrace", data))
+    assert one.error is None and started == [1]
+    z = tmp_path / "two.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr("rank0.atrace", data)
+        f.writestr("rank1.atrace", data)
+    two_store, two = _ingest(tmp_path, "two", z)
+    assert two.error is None and started == [1], two.error
+    assert two.counts["slices"] == 2 * one.counts["slices"] and two.counts["flows"] == 2 * one.counts["flows"]
+    # and a builder refuses slices once its LOD build has begun, rather than publish a trace without them
+    b = TraceBuilder(tmp_path / "b.duckdb")
+    t = b.track("cpu", "t")
+    b.add_slices({"track_id": [t], "ts": [0], "dur": [5], "name": ["a"]})
+    b.lod_ahead(links_read_staging=False)
+    assert started == [1, 1]
+    with pytest.raises(RuntimeError, match="after lod_ahead"):
+        b.add_slices({"track_id": [t], "ts": [9], "dur": [5], "name": ["b"]})
+    b.abort()
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

@@ -17,16 +17,15 @@ class DomainMap:
         self.hz = hz
         if len(self.ticks) == 1 and not hz:
             raise ValueError("one clock-sync pair and no nominal frequency (hz): cannot map ticks to ns")
+        self._slope = np.diff(self.host) / np.diff(self.ticks)  # ns per tick of each segment, float64
 
     def __call__(self, dev_ticks: np.ndarray) -> np.ndarray:
         t = np.asarray(dev_ticks, dtype=np.int64)
         if len(self.ticks) == 1:
             return self.host[0] + np.rint((t - self.ticks[0]) * (1e9 / self.hz)).astype(np.int64)
         seg = np.clip(np.searchsorted(self.ticks, t, side="right") - 1, 0, len(self.ticks) - 2)
-        k0, h0 = self.ticks[seg], self.host[seg]
-        slope = (self.host[seg + 1] - h0) / (self.ticks[seg + 1] - k0)  # ns per tick, float64
         # integer base + float offset: precise even for epoch-sized host times
-        return h0 + np.rint((t - k0) * slope).astype(np.int64)
+        return self.host[seg] + np.rint((t - self.ticks[seg]) * self._slope[seg]).astype(np.int64)
 
     def residual_ns(self) -> int | None:
         """Largest leave-one-out error: each interior pair predicted from its two neighbours."""

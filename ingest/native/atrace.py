@@ -190,7 +190,7 @@ class _Ingest:
             self.b.warn(self.label, p.message, f"byte {p.offset}", dropped=p.dropped_events)
         self._begin_end()
         self.tracks.apply_names()
-        self._flush(last=alone)
+        self._flush(last=alone and self.b.sole_source)  # (an archive's next member may add slices)
         for why, n in self.dropped.items():
             self.b.warn(self.label, f"{n} events dropped: {why}", dropped=n)
         self._meta()
@@ -218,8 +218,8 @@ class _Ingest:
             return
         name, bad_name = self._gid(recs["name"], streams)
         self._drop("name string id not defined in the file", bad_name.sum())
-        ts, ok_clock = self._host_ns(recs["clock"], recs["ts"])
-        end, _ = self._host_ns(recs["clock"], recs["ts"] + np.where(recs["kind"] == R.COMPLETE, recs["dur"], 0))
+        ts, end, ok_clock = self._host_ns(recs["clock"], recs["ts"],
+                                          recs["ts"] + np.where(recs["kind"] == R.COMPLETE, recs["dur"], 0))
         self._drop("clock domain without clock-sync pairs", (~ok_clock & ~bad_name).sum())
         good = ~bad_name & ok_clock
         neg = good & (recs["kind"] == R.COMPLETE) & (recs["dur"] < 0)
@@ -251,11 +251,12 @@ class _Ingest:
             self._add_slices(recs[sl], streams[sl], track[sl], ts[sl], np.maximum(end[sl] - ts[sl], 0), name[sl],
                              cat[sl], args[sl])
 
-    def _host_ns(self, clock: np.ndarray, ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        out = ticks.astype(np.int64, copy=True)
+    def _host_ns(self, clock: np.ndarray, ticks: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Starts and ends in host ns (each record's clock domain), and which records had a mapped domain."""
+        out, out_end = ticks.astype(np.int64, copy=True), ends.astype(np.int64, copy=True)
         ok = np.ones(len(ticks), dtype=bool)
         if not clock.any():
-            return out, ok
+            return out, out_end, ok
         for dom in np.flatnonzero(np.bincount(clock, minlength=1)).tolist():  # O(n): no sort of the clocks
             if dom == 0:
                 continue
@@ -264,8 +265,8 @@ class _Ingest:
             if fn is None:
                 ok[m] = False
             else:
-                out[m] = fn(ticks[m])
-        return out, ok
+                out[m], out_end[m] = fn(ticks[m]), fn(ends[m])
+        return out, out_end, ok
 
     def _add_slices(self, s, streams, track, ts, dur, name, cat, args) -> None:
         """Keep slices for _flush (handover.slice_columns); a slice's provisional id (pid), on which

@@ -101,8 +101,12 @@ class _Ingest:
                     m.memcpy_sql(self.off), m.memset_sql(self.off)):
             self._add_slices(sql)
         self._cpu_tables()
-        self._flows()
         self._counters()
+        # every slice, track and counter sample is in: the LOD build starts beside the flows, which are joined
+        # in this importer's own database, not from the builder's staged slices (ingest/lod_ahead.py)
+        if self.b.sole_source:
+            self.b.lod_ahead(links_read_staging=False)
+        self._flows()
         self._not_present()
 
     def _cpu_tables(self) -> None:

@@ -325,6 +325,7 @@ def sched_sql(off: int, end_ns: int) -> str:
            NULL::BIGINT AS gpid, NULL AS role
     FROM e JOIN _thread_map t ON t.gtid = e.gtid AND t.lane = 'sched'
     WHERE e.sin AND (e.next_in IS NULL OR NOT e.next_in)
+    ORDER BY t.track_id, e.start, e.cpu
     """
 
 
@@ -357,4 +358,5 @@ def samples_sql(off: int) -> str:
     JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'samples'
     LEFT JOIN st ON st.id = x.id
     WHERE x.start IS NOT NULL
+    ORDER BY t.track_id, x.start, x.id
     """
