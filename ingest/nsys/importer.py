@@ -93,6 +93,7 @@ class _Ingest:
         self._meta(start_utc)
         self._enums()
         self.q(m.calls_table_sql(*self._event_classes(), has_driver_table=True))
+        self.q(m.API_NAMES_SQL)
         self._warn_invalid()
         self._thread_tracks()
         self._queue_tracks()
