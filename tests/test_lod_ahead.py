@@ -147,10 +147,11 @@ def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkey
     assert {t for t, _ in taken[n:]} <= {"lod-ahead"}  # made after the build (the links still ran), or by the write
 
 
-@pytest.mark.parametrize("threaded", [False, True])
-@pytest.mark.parametrize("sample", ["atrace/acceltrace-0.1/daemon-python-c.atrace",
-                                    "run/acceltrace-sim-0.1/pcie-saturation-seed5/run.atrace",
-                                    "nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite"])
+@pytest.mark.parametrize("sample, threaded", [
+    ("atrace/acceltrace-0.1/daemon-python-c.atrace", False), ("atrace/acceltrace-0.1/daemon-python-c.atrace", True),
+    ("run/acceltrace-sim-0.1/pcie-saturation-seed5/run.atrace", False),
+    ("run/acceltrace-sim-0.1/pcie-saturation-seed5/run.atrace", True),
+    ("nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite", False)])
 def test_native_and_nsight_files_build_their_lod_beside_their_flows_and_give_the_same_trace(
         tmp_path, monkeypatch, started, threaded, sample):
     """A lone .atrace file or Nsight export starts its finished rows and LOD build once its slices (and

@@ -4,7 +4,9 @@ Vectorised: event chunks are numpy structured arrays (formats.record.RECORD_DTYP
 in batches of ~128 k records; strings become Arrow dictionary columns, device ticks are mapped
 to host ns per clock domain with numpy. The file's slices are kept as columns until it is read,
 then given depths, sorted as the store keeps them and handed to the builder in that order, while
-explicit and correlation flows are joined in numpy (both cores: the builder stages on a thread).
+explicit and correlation flows are joined in numpy (both cores: the builder stages on a thread, and
+the LOD build of a one-source trace starts beside the flows). Each batch is read, and its times mapped,
+on a thread of its own ahead of the one being made into columns.
 Python runs per batch, per track and per clock domain, never per event. docs/formats.md ("How
 ingest reads records") is the contract this module implements.
 """
