@@ -210,3 +210,26 @@ def test_native_files_in_one_archive_wait_for_the_last_before_the_lod_build(tmp_
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_a_native_file_with_a_time_out_of_range_waits_for_its_flows_and_drops_it(tmp_path, started):
+    """The time check drops a slice past 2^62 ns and the flows that touch it: a native file with one is built
+    after its flows, as before, and the drop is said (the LOD build ahead starts only where nothing is dropped)."""
+    from acceltrace.collect import client
+
+    p = tmp_path / "far.atrace"
+    t = client.connect(file=p, header={"devices": [{"id": 0, "name": "dev0"}], "host_clock": "virtual"}, pid=1)
+    for i in range(50):
+        t.complete(f"call {i}", 1000 + 100 * i, 50, lane="cpu", tid=1, corr=i + 1)
+        t.complete(f"submit {i}", 1010 + 100 * i, 20, lane="driver", device=0, tid=0, corr=i + 1)
+    t.complete("far away", (1 << 62) + 5, 10, lane="cpu", tid=1, corr=999)  # dropped, and its flow with it
+    t.complete("submit far", 9000, 20, lane="driver", device=0, tid=0, corr=999)
+    t.close()
+    store, res = _ingest(tmp_path, "far", p)
+    assert res.error is None and started == []
+    assert res.counts["slices"] == 101 and res.counts["dropped_events"] == 1, res.counts
+    assert any("2^62" in w for w in res.warnings), res.warnings
+    con = store.connect(res.id)
+    assert con.execute("SELECT count(*) FROM flows f LEFT JOIN slices s ON s.slice_id = f.src_slice "
+                       "WHERE s.slice_id IS NULL AND f.src_slice IS NOT NULL").fetchall() == [(0,)]
+    assert con.execute("SELECT count(*) FROM flows").fetchall()[0][0] == 50
