@@ -135,7 +135,7 @@ def test_tiny_read_batches_give_the_same_trace(tmp_path, monkeypatch):
 def test_two_ingests_of_one_export_number_its_slices_alike(tmp_path, a100):
     """Slice ids are part of what a shared URL names: the same export gives the same ids in any store.
     Scheduling slices come from a window per thread and samples from a join, whose rows DuckDB returns in
-    any order without an ORDER BY (the A100 export's 7,000 sched slices were numbered differently each time)."""
+    any order without an ORDER BY (two ingests of the A100 export gave up to 7,070 of its 7,169 slices other ids)."""
     store, res = a100
     want = store.connect(res.id).execute("SELECT * FROM slices ORDER BY slice_id").fetchall()
     assert sum(r[6] == "sched" for r in want) > 1000
