@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from acceltrace.formats import record as R  # noqa: E402
+from bench._floor import stored_tables_floor  # noqa: E402
 from acceltrace.formats.atrace.reader import AtraceReader
 from acceltrace.formats.atrace.writer import AtraceWriter, default_header
 from acceltrace.ingest.native.atrace import ingest_atrace  # noqa: E402
@@ -91,37 +92,6 @@ def anchor_insert(tmp: Path, n: int) -> float:
     elapsed = time.perf_counter() - t0
     b.abort()
     return elapsed
-
-
-def anchor_stored_tables(trace: Path, tmp: Path) -> tuple[float, float, int]:
-    """The floor under any ingester that stores what this one does: DuckDB writing the trace's own `slices`,
-    `lod_slices` and `flows` rows (read back from the finished file as Arrow) into a fresh database file, each
-    table by one statement on a thread of its own, at once (both cores), and checkpointed. (wall s, CPU s, rows)"""
-    import threading
-
-    import duckdb
-
-    src = duckdb.connect(str(trace), read_only=True)
-    tables = {t: src.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("slices", "lod_slices", "flows")}
-    src.close()
-    con = duckdb.connect(str(tmp / "floor.duckdb"))
-
-    def write(t):
-        cur = con.cursor()
-        cur.register("_rows", tables[t])
-        cur.execute(f"CREATE TABLE {t} AS SELECT * FROM _rows")
-        cur.close()
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    threads = [threading.Thread(target=write, args=(t,)) for t in tables]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    con.execute("CHECKPOINT")
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    con.close()
-    return wall, cpu, sum(t.num_rows for t in tables.values())
 
 
 class Phases:
@@ -225,7 +195,7 @@ def main() -> int:
     c0 = time.process_time()
     anchor_s = anchor_insert(tmp, n)
     anchor_cpu = time.process_time() - c0
-    floor_s, floor_cpu, floor_rows = anchor_stored_tables(tmp / "trace.duckdb", tmp)
+    floor_s, floor_cpu, floor_rows = stored_tables_floor(tmp / "trace.duckdb", tmp)
     pub = None if args.no_store else published_s(path, tmp)
 
     # wall time and CPU time (all threads): on a shared machine the CPU figure is the steadier one
