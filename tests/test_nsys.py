@@ -133,9 +133,9 @@ def test_tiny_read_batches_give_the_same_trace(tmp_path, monkeypatch):
 
 
 def test_two_ingests_of_one_export_number_its_slices_alike(tmp_path, a100):
-    """Slice ids are part of what a shared URL names: the same export gives the same ids in any store.
-    Scheduling slices come from a window per thread and samples from a join, whose rows DuckDB returns in
-    any order without an ORDER BY (two ingests of the A100 export gave up to 7,070 of its 7,169 slices other ids)."""
+    """The A100 export gives the same slice ids in every ingest. Its scheduling slices come from a window per
+    thread and its samples from a join, whose rows DuckDB returns in any order without an ORDER BY (two ingests
+    gave up to 7,070 of its 7,169 slices other ids). docs/nsys.md says where larger exports still differ."""
     store, res = a100
     want = store.connect(res.id).execute("SELECT * FROM slices ORDER BY slice_id").fetchall()
     assert sum(r[6] == "sched" for r in want) > 1000
