@@ -112,6 +112,9 @@ class WindowReader(AtraceReader):
         for lo in range(0, len(self._recs), batch_events):
             yield self._recs[lo:lo + batch_events], self._streams[lo:lo + batch_events]
 
+    def event_records(self) -> int:
+        return len(self._recs)
+
     def close(self) -> None:
         pass
 

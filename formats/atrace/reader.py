@@ -230,6 +230,10 @@ class AtraceReader(ChunkContents):
     def event_chunks(self) -> list[Chunk]:
         return [c for c in self.chunks if c.type == EVENTS]
 
+    def event_records(self) -> int:
+        """The most records iter_events() can yield (its whole event chunks' records)."""
+        return sum(c.length // RECORD_SIZE for c in self.event_chunks())
+
     def iter_events(self, batch_events: int = 1 << 20, check_crc: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(records, stream per record) in batches of about batch_events, in file order.
 

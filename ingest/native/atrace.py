@@ -109,7 +109,7 @@ class _Ingest:
             builder.warn(label, p)
         self.flow_ends = FlowEnds()
         self.corr_targets = 0
-        self.pending = Pending(sum(c.length for c in reader.event_chunks()) // R.RECORD_SIZE)  # until _flush
+        self.pending = Pending(reader.event_records())  # the file's slices until _flush
         self.be_parts: list[np.ndarray] = []
         self.be_order: list[np.ndarray] = []
         self.order = 0

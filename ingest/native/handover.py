@@ -58,18 +58,15 @@ def hand_over(b, label: str, cols: dict, flow_ends: FlowEnds, corr: bool,
     # what the flows read of the columns; the rest is the staging's alone, let go once staged (the LOD
     # build starts then: it need not share the memory with them)
     has_corr, lane, corr_id = cols["has_corr"], cols["lane"], cols["corr"]
-    work = [cols, order, depth]
-    del cols, order, depth
 
     def stage_slices() -> None:
-        cols, order, depth = work
+        nonlocal order, depth
         for lo in range(0, n, BATCH_EVENTS):
             got = b.add_slices(_slice_table(cols, order[lo:lo + BATCH_EVENTS], depth, dict_arr, empty))
             if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
                 raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
         cols.clear()  # (the caller's dict too: its columns go now, but for those the flows still read)
-        work.clear()
-        del cols, order, depth
+        order = depth = None
         if last:  # the flows read no staged slice: the staging goes with the LOD build's finished rows
             b.lod_ahead(links_read_staging=False)
 
@@ -114,8 +111,8 @@ class Pending:
         """One batch's slices (`s` their records; name / cat / args global string indices, the empty
         string meaning none); returns the first one's position."""
         a, b = self.n, self.n + len(ts)
-        if b > len(self.cols["ts"]):  # (more slices than records: never, but not to be lost if it were)
-            self.cols = {k: np.concatenate([v[:a], np.empty(max(b, 2 * a) - a, v.dtype)]) for k, v in self.cols.items()}
+        if b > len(self.cols["ts"]):  # each slice is a record or two: the reader's count was wrong, said so
+            raise RuntimeError(f"{b} slices from a reader of at most {len(self.cols['ts'])} event records")
         flags, c = s["flags"], self.cols
         c["track"][a:b], c["ts"][a:b], c["dur"][a:b] = track, ts, dur
         c["name"][a:b], c["cat"][a:b], c["args"][a:b] = name, cat, args
