@@ -239,3 +239,22 @@ def test_follower_reads_a_chunk_bigger_than_one_polls_read(tmp_path, monkeypatch
     tail = follower.AtraceTail(p)
     got = [tail.poll()[0] for _ in range(20)]
     assert sum(len(x) for x in got) == 300 and tail.trailer is not None
+
+
+def test_event_records_bounds_what_iter_events_yields_for_files_and_live_windows():
+    """The native importer sizes its columns by event_records() (ingest/native/handover.Pending): whole files,
+    cut and corrupt ones, and a live capture's window reader (no chunks: its own records) all yield at most that."""
+    from acceltrace.formats.atrace.window import Context
+    from acceltrace.server.live_build import WindowReader
+
+    whole = _write()
+    corrupt = bytearray(whole)
+    corrupt[AtraceReader.from_bytes(whole).event_chunks()[3].offset + CHUNK_HEADER.size + 100] ^= 0xFF
+    for data, n in ((whole, 1000), (whole[:len(whole) // 2], None), (bytes(corrupt), 900)):
+        r = AtraceReader.from_bytes(data)
+        got = sum(len(recs) for recs, _ in r.iter_events(64))
+        assert got <= r.event_records() and (n is None or got == n), (got, r.event_records())
+    r = AtraceReader.from_bytes(whole)
+    recs, streams = r.read_all()
+    win = WindowReader(Context(r.header, r.metadata, r.strings, r.sync), recs[:300], streams[:300], "window")
+    assert win.event_records() == 300 == sum(len(x) for x, _ in win.iter_events(64))
