@@ -28,7 +28,7 @@ from acceltrace.ingest.batch import all_in, as_table
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
 from acceltrace.ingest.memory import use_small_pages
-from acceltrace.ingest.opening import Opening
+from acceltrace.ingest.opening import SMALL_ROW_GROUP_ROWS, Opening
 from acceltrace.tiles.build import build as build_lod
 
 MAX_WARNINGS_KEPT = 200
@@ -75,7 +75,8 @@ class TraceBuilder:
         self.work_dir = Path(str(self.path) + ".work")
         self.threads, self._duck_threads = threads, threads or (1 if small else None)
         self.sole_source = False  # the trace is one source (the pipeline says): its importer's end is the trace's
-        self._con, self._opening = None, Opening(self.path, memory_limit, self._duck_threads)  # ingest/opening.py
+        self._con, self._opening = None, Opening(self.path, memory_limit, self._duck_threads,  # ingest/opening.py
+                                                 SMALL_ROW_GROUP_ROWS if small else None)
         self._new_state()
 
     @property

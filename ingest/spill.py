@@ -157,8 +157,7 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, build_lod: Callable) ->
         build_lod(con, slices="slices", keep_order_setting=True)
     finally:
         con.execute("SET preserve_insertion_order = false")
-    con.execute("RESET search_path")
-    con.execute(f"DETACH {stage.NAME}")
+    stage.detach(con)
 
 
 def _track_runs(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, int]]:

@@ -24,13 +24,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from acceltrace.ingest.depths import order_by
+from acceltrace.ingest.depths import order_by, staging_cursor
 from acceltrace.ingest.gather import Gather, plain
 from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
 
 NAME = "_stage"
+BUILD_DB = "trace"  # the build's file, attached under this name (ingest/opening.py)
 # the columns of a slice the staging table holds: what ingesters' SQL (links), the builder's time check
 # and the depth pass read. The others are held as the Arrow batches they came in (append).
 STAGED = ("slice_id", "track_id", "ts", "dur", "depth", "corr_id")
@@ -376,7 +377,12 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
         con.execute("SET preserve_insertion_order = false")
         con.unregister("_slices_final")
         con.unregister("_slices_sorted")
-    con.execute("RESET search_path")
+    detach(con)
+
+
+def detach(con: duckdb.DuckDBPyConnection) -> None:
+    """The staging database let go: the connection names the build's file alone again."""
+    con.execute(f"USE {BUILD_DB}")
     con.execute(f"DETACH {NAME}")
 
 
@@ -385,8 +391,7 @@ def _in_parallel(first, second, con: duckdb.DuckDBPyConnection) -> None:
     error of either is raised once both are done."""
     errors: list[BaseException] = []
 
-    def run(job):
-        cur = con.cursor()
+    def run(job, cur):
         try:
             job(cur)
         except BaseException as e:  # re-raised below, in the caller's thread
@@ -394,10 +399,12 @@ def _in_parallel(first, second, con: duckdb.DuckDBPyConnection) -> None:
         finally:
             cur.close()
 
-    t = threading.Thread(target=run, args=(first,), name="slices-write")
+    # a cursor is a new connection: made here, both, as it reads `con`'s search path to name tables as `con` does
+    curs = staging_cursor(con), staging_cursor(con)
+    t = threading.Thread(target=run, args=(first, curs[0]), name="slices-write")
     t.start()
     try:
-        run(second)
+        run(second, curs[1])
     finally:
         t.join()
     if errors:

@@ -273,6 +273,31 @@ def test_a_small_build_runs_duckdb_at_one_thread_from_its_start_and_never_relaun
     assert [q for q in seen if q.startswith("SET threads")] == sets
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_a_small_build_writes_its_tables_in_small_row_groups_that_a_plain_connect_reads(tmp_path, small):
+    """A small build's file is attached with ROW_GROUP_SIZE (ingest/opening.py): its tables are stored in groups
+    of SMALL_ROW_GROUP_ROWS rows, any other build's in DuckDB's own; the published file opens with a plain
+    connect and holds the same rows either way, in the same order."""
+    from acceltrace.ingest.opening import SMALL_ROW_GROUP_ROWS
+
+    b = TraceBuilder(tmp_path / "t.duckdb", small=small)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    n = 50_000
+    b.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [5] * n,
+                  "name": [f"s{i % 7}" for i in range(n)], "args": [f'{{"i": {i}}}' for i in range(n)]})
+    b.add_flows(list(range(0, n - 1, 2)), list(range(1, n, 2)), ["dependency"] * (n // 2))
+    counts = b.finish("test", "t")
+    assert counts["slices"] == n and counts["flows"] == n // 2
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    for table in ("slices", "flows", "lod_slices"):
+        sizes = [r for (r,) in con.execute(
+            f"SELECT max(count) FROM pragma_storage_info('{table}') GROUP BY row_group_id").fetchall()]
+        assert sum(sizes) == con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+        assert max(sizes) == (SMALL_ROW_GROUP_ROWS if small else sum(sizes)), table
+    got = con.execute("SELECT slice_id, ts, name, args FROM slices").fetchall()
+    assert got == [(i, 10 * i, f"s{i % 7}", f'{{"i": {i}}}') for i in range(n)]
+
+
 def test_the_pipeline_calls_a_build_small_for_chrome_json_up_to_256_mb(tmp_path, monkeypatch):
     """Chrome JSON of at most 256 MB (a gzip file's trailer says how much once inflated) builds small;
     a bigger one, or another format, does not."""
