@@ -30,7 +30,7 @@ from acceltrace.store.duck import unsynced
 
 # A small build's tables in row groups of this many rows, not DuckDB's 122,880: `slices` of A100 (67 k rows)
 # and V100 (44 k) were one partial row group, compressed whole at the commit; in 16 k groups their writes took
-# 119 -> 90 ms (V100) and the ingests 9 % less; larger traces level (docs/performance.md, thirty-first stop)
+# 119 -> 90 ms (V100), the ingests 6 and 12 % sooner; larger traces level (docs/performance.md, thirty-first stop)
 SMALL_ROW_GROUP_ROWS = 16_384
 
 
