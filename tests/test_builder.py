@@ -277,10 +277,13 @@ def test_a_small_build_runs_duckdb_at_one_thread_from_its_start_and_never_relaun
 def test_a_small_build_writes_its_tables_in_small_row_groups_that_a_plain_connect_reads(tmp_path, small):
     """A small build's file is attached with ROW_GROUP_SIZE (ingest/opening.py): its tables are stored in groups
     of SMALL_ROW_GROUP_ROWS rows, any other build's in DuckDB's own; the published file opens with a plain
-    connect and holds the same rows either way, in the same order."""
+    connect and holds the same rows either way, in the same order. (A quote in its path is not the end of
+    the ATTACH's string.)"""
     from acceltrace.ingest.opening import SMALL_ROW_GROUP_ROWS
 
-    b = TraceBuilder(tmp_path / "t.duckdb", small=small)
+    folder = tmp_path / "it's here"
+    folder.mkdir()
+    b = TraceBuilder(folder / "t.duckdb", small=small)
     cpu = b.track("cpu", "thread 1", group_name="proc")
     n = 50_000
     b.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [5] * n,
@@ -288,7 +291,7 @@ def test_a_small_build_writes_its_tables_in_small_row_groups_that_a_plain_connec
     b.add_flows(list(range(0, n - 1, 2)), list(range(1, n, 2)), ["dependency"] * (n // 2))
     counts = b.finish("test", "t")
     assert counts["slices"] == n and counts["flows"] == n // 2
-    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    con = duckdb.connect(str(folder / "t.duckdb"), read_only=True)
     for table in ("slices", "flows", "lod_slices"):
         sizes = [r for (r,) in con.execute(  # the rows of each row group, as its first column's segments count them
             f"SELECT sum(count) FROM pragma_storage_info('{table}') WHERE column_id = 0"
