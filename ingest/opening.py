@@ -32,6 +32,7 @@ from acceltrace.store.duck import unsynced
 # and V100 (44 k) were one partial row group, compressed whole at the commit; in 16 k groups their writes took
 # 119 -> 90 ms (V100), the ingests 6 and 12 % sooner; larger traces level (docs/performance.md, thirty-first stop)
 SMALL_ROW_GROUP_ROWS = 16_384
+BUILD_DB = "trace"  # the build's file, attached under this name and made the connection's default
 
 
 def open_build_file(path: Path, memory_limit: str, threads: int | None,
@@ -39,12 +40,12 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
     """A new trace file at `path` with every table but `slices` (finish() writes it) and the staged
     slices' in-memory database attached (ingest/stage.py); DuckDB at `threads` (None: its default), the
     file's tables in row groups of `row_group_rows` (None: DuckDB's 122,880). The file is attached as
-    stage.BUILD_DB, the connection's default database (a cursor starts elsewhere: depths.staging_cursor)."""
+    BUILD_DB, the connection's default database (a cursor starts elsewhere: depths.staging_cursor)."""
     con = duckdb.connect()
     try:
         size = f" (ROW_GROUP_SIZE {int(row_group_rows)})" if row_group_rows else ""
-        con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {stage.BUILD_DB}{size}")
-        con.execute(f"USE {stage.BUILD_DB}")
+        con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {BUILD_DB}{size}")
+        con.execute(f"USE {BUILD_DB}")
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET preserve_insertion_order = false")
         unsynced(con)  # synced once, by the builder's close_synced()

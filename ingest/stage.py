@@ -31,7 +31,6 @@ from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
 
 NAME = "_stage"
-BUILD_DB = "trace"  # the build's file, attached under this name (ingest/opening.py)
 # the columns of a slice the staging table holds: what ingesters' SQL (links), the builder's time check
 # and the depth pass read. The others are held as the Arrow batches they came in (append).
 STAGED = ("slice_id", "track_id", "ts", "dur", "depth", "corr_id")
@@ -381,8 +380,11 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
 
 
 def detach(con: duckdb.DuckDBPyConnection) -> None:
-    """The staging database let go: the connection names the build's file alone again."""
-    con.execute(f"USE {BUILD_DB}")
+    """The staging database let go (attach's undoing): the connection names the database it named before
+    attach, the first of the search path attach set, alone again (a RESET would name the connection's own
+    catalog, where the build's file may be attached beside it: ingest/opening.py)."""
+    ((db,),) = con.execute("SELECT current_database()").fetchall()
+    con.execute(f"USE {quote_ident(db)}")
     con.execute(f"DETACH {NAME}")
 
 

@@ -192,6 +192,26 @@ def test_stored_order_packs_or_falls_back_to_lexsort():
         assert [(track[i], t[i], d[i]) for i in got] == sorted(zip(track, t, d))
 
 
+@pytest.mark.parametrize("attached", [False, True])
+def test_detach_names_the_database_attach_found(tmp_path, attached):
+    """detach undoes attach on any connection: a plain file connection, or the builder's, whose file is attached
+    beside the in-memory catalog (ingest/opening.py); afterwards bare table names are the file's again."""
+    from acceltrace.ingest.opening import open_build_file
+
+    path = tmp_path / "t.duckdb"
+    con = open_build_file(path, "100MB", 1) if attached else duckdb.connect(str(path))
+    if not attached:
+        stage.attach(con)
+    (db,) = con.execute("SELECT current_database()").fetchone()
+    con.execute("CREATE TABLE mine AS SELECT 7 AS x")  # in the file: the search path's first database
+    stage.detach(con)
+    assert con.execute("SELECT current_database()").fetchone()[0] == db
+    assert stage.NAME not in [r[0] for r in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()]
+    assert con.execute("SELECT x FROM mine").fetchall() == [(7,)]
+    con.close()
+    assert duckdb.connect(str(path), read_only=True).execute("SELECT x FROM mine").fetchall() == [(7,)]
+
+
 def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     """The write and the LOD build run at once; a write that fails neither stops the LOD build nor hides its
     error."""
