@@ -253,6 +253,9 @@ def _resolve(store, trace_id: str) -> dict:
 
 
 def cmd_ingest(args) -> int:
+    from acceltrace.ingest.opening import make_spare
+
+    make_spare()  # the first build's DuckDB instance, made on a thread while the rest is imported
     from acceltrace.analysis.runner import after_publish
     from acceltrace.ingest.pipeline import ingest_paths
 

@@ -15,10 +15,18 @@ DuckDB's worker only competed with them; a big trace's staging appends and link 
 (docs/performance.md, the twenty-first and twenty-third stops). The count is chosen once, at the
 open: each change relaunches DuckDB's pool, which trims the whole heap (`malloc_trim`), so a switch
 midway cost what it won (8-10 ms on the main thread at the write; at 830 MB, 0.2 s at 1 M slices).
+
+A process that ingests again (an upload's ingest process, docs/operations.md) or knows an ingest is coming
+(the `ingest` command, while it imports the rest) makes the instance ahead: make_spare() starts
+`duckdb.connect()` on a thread (DuckDB releases the GIL there), at one thread as a small build runs, and the
+next open attaches its file to that instance. The open itself then takes a few ms: on a small trace it ran
+40-100 ms beside the scan (17-25 ms alone), and the writer waited for it (docs/performance.md,
+thirty-second stop).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -41,7 +49,10 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
     slices' in-memory database attached (ingest/stage.py); DuckDB at `threads` (None: its default), the
     file's tables in row groups of `row_group_rows` (None: DuckDB's 122,880). The file is attached as
     BUILD_DB, the connection's default database (a cursor starts elsewhere: depths.staging_cursor)."""
-    con = duckdb.connect()
+    con = _take_spare()
+    spare_threads = SPARE_THREADS if con is not None else None
+    if con is None:
+        con = duckdb.connect()
     try:
         size = f" (ROW_GROUP_SIZE {int(row_group_rows)})" if row_group_rows else ""
         con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {BUILD_DB}{size}")
@@ -49,8 +60,8 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET preserve_insertion_order = false")
         unsynced(con)  # synced once, by the builder's close_synced()
-        if threads:
-            con.execute(f"SET threads = {int(threads)}")
+        if threads != spare_threads:  # (the spare's count: a relaunch of DuckDB's pool only where it differs)
+            con.execute(f"SET threads = {int(threads)}" if threads else "RESET threads")
         stage.attach(con)
         for table in schema.TABLES:
             if table != "slices":
@@ -59,6 +70,48 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
         con.close()
         raise
     return con
+
+
+SPARE_THREADS = 1  # a spare instance's DuckDB threads: a small build's (the builds whose open is felt)
+
+
+class _Spare:
+    def __init__(self):
+        self.pid = os.getpid()  # an instance is this process's alone (a forked child makes its own)
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._thread = threading.Thread(target=self._run, name="duckdb-spare", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._con = duckdb.connect(config={"threads": SPARE_THREADS})
+        except Exception:  # the open makes its own instance, and meets the error there if it is lasting
+            self._con = None
+
+    def take(self) -> duckdb.DuckDBPyConnection | None:
+        self._thread.join()
+        return self._con
+
+
+_spare: _Spare | None = None
+_spare_lock = threading.Lock()
+
+
+def make_spare() -> None:
+    """Start making an in-memory DuckDB instance for this process's next build to open its file in (see the
+    module's comment); one at a time. Call it where nothing else needs the cores: before an ingest, or
+    after one in a process that lives on."""
+    global _spare
+    with _spare_lock:
+        if _spare is None or _spare.pid != os.getpid():
+            _spare = _Spare()
+
+
+def _take_spare() -> duckdb.DuckDBPyConnection | None:
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    return spare.take() if spare is not None and spare.pid == os.getpid() else None
 
 
 class Opening:

@@ -39,6 +39,10 @@ def _init(nice: int) -> None:
         pass
     import acceltrace.analysis.runner  # noqa: F401  (imported once, before the first upload)
     import acceltrace.ingest.pipeline  # noqa: F401
+    import numpy.ma  # noqa: F401  (Arrow and DuckDB import it at an ingest's first chunk: 15 ms there)
+    from acceltrace.ingest.opening import make_spare
+
+    make_spare()  # the first upload's DuckDB instance (ingest/opening.py); each ingest makes the next one's
 
 
 def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
@@ -114,6 +118,9 @@ def ingest(root: str, path: str, name: str, trace_id: str, tmp_path: str, expect
         return res.error
     finally:
         _give_memory_back()
+        from acceltrace.ingest.opening import make_spare
+
+        make_spare()  # the next upload's DuckDB instance, made now rather than inside its ingest
 
 
 def _give_memory_back() -> None:

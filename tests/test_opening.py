@@ -1,0 +1,103 @@
+"""The build's DuckDB instance made ahead (ingest/opening.py make_spare): taken by the next build of the
+same process, at the thread count that build asks for, and the same trace as a build that opens its own."""
+
+import os
+
+import duckdb
+import pytest
+
+from acceltrace.ingest import opening
+from acceltrace.ingest.builder import TraceBuilder
+
+
+@pytest.fixture(autouse=True)
+def no_spare_left():
+    opening._take_spare()  # none from another test
+    yield
+    opening._take_spare()
+
+
+def _threads(con) -> int:
+    return con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+
+
+def _build(path, small):
+    b = TraceBuilder(path, small=small)
+    con = b.con
+    threads = _threads(con)
+    cpu = b.track("cpu", "thread 1", group_name="proc")
+    n = 2_000
+    b.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [30] * n,
+                  "name": [f"s{i % 7}" for i in range(n)], "args": [f'{{"i": {i}}}' for i in range(n)]})
+    b.add_flows(list(range(0, n - 1, 2)), list(range(1, n, 2)), ["dependency"] * (n // 2))
+    counts = b.finish("test", "t")
+    return con, threads, counts
+
+
+def _tables(path) -> dict:
+    con = duckdb.connect(str(path), read_only=True)
+    names = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+    return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in names if t != "lod_info"}
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_the_next_build_opens_its_file_in_the_spare_at_its_own_thread_count(tmp_path, small):
+    default = _threads(duckdb.connect())
+    opening.make_spare()
+    spare = opening._spare.take()
+    con, threads, counts = _build(tmp_path / "spare.duckdb", small)
+    assert con is spare  # the instance made ahead, not a new one
+    assert opening._spare is None  # taken once
+    assert threads == (1 if small else default)
+    _, own_threads, own_counts = _build(tmp_path / "own.duckdb", small)
+    assert (threads, counts) == (own_threads, own_counts)
+    assert _tables(tmp_path / "spare.duckdb") == _tables(tmp_path / "own.duckdb")
+
+
+def test_a_spare_is_made_once_and_never_taken_by_another_process(tmp_path):
+    opening.make_spare()
+    first = opening._spare
+    opening.make_spare()
+    assert opening._spare is first  # one at a time
+    first.pid = os.getpid() + 1  # as if made before a fork: the child's build opens its own instance
+    con, _, counts = _build(tmp_path / "t.duckdb", True)
+    assert con is not first.take() and counts["slices"] == 2_000
+    assert opening._spare is None
+
+
+def test_a_spare_that_failed_leaves_the_build_to_open_its_own(tmp_path, monkeypatch):
+    real = duckdb.connect
+
+    def failing(*a, config=None, **k):
+        if config is not None:  # the spare's instance
+            raise duckdb.IOException("no memory for another instance")
+        return real(*a, **k)
+
+    monkeypatch.setattr(opening.duckdb, "connect", failing)
+    opening.make_spare()
+    assert opening._spare.take() is None
+    con, threads, counts = _build(tmp_path / "t.duckdb", True)
+    assert threads == 1 and counts["slices"] == 2_000
+
+
+def test_an_upload_process_makes_the_next_uploads_instance_after_each_ingest(tmp_path, monkeypatch):
+    """server/ingest_child.py: the pool process makes a spare at its start and after every ingest, so an
+    upload's build attaches its file to an instance already made (the first upload's too)."""
+    from pathlib import Path
+
+    from acceltrace.server import ingest_child
+    from acceltrace.store.catalog import Store
+
+    monkeypatch.setattr(ingest_child, "set_priority", lambda idle: None)  # (this is the test's own process)
+    monkeypatch.setattr(ingest_child, "_exit_with_parent", lambda parent: None)
+    monkeypatch.setattr(os, "nice", lambda n: 0)
+    monkeypatch.setattr(ingest_child.signal, "signal", lambda *a: None)  # pytest's handlers stay
+    ingest_child._init(0)
+    made = opening._spare
+    assert made is not None and made.take() is not None
+    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+    store = Store(tmp_path / "store")
+    tid, tmp = store.begin("a100", sample.stat().st_size, None)
+    assert ingest_child.ingest(str(tmp_path / "store"), str(sample), "a100", tid, str(tmp)) is None
+    assert store.get(tid)["status"] == "ready"
+    assert opening._spare is not None and opening._spare is not made  # the first taken, the next made
