@@ -75,8 +75,9 @@ class TraceBuilder:
         self.work_dir = Path(str(self.path) + ".work")
         self.threads, self._duck_threads = threads, threads or (1 if small else None)
         self.sole_source = False  # the trace is one source (the pipeline says): its importer's end is the trace's
+        self._group_rows = SMALL_ROW_GROUP_ROWS if small else None  # the file's rows per row group (None: DuckDB's)
         self._con, self._opening = None, Opening(self.path, memory_limit, self._duck_threads,  # ingest/opening.py
-                                                 SMALL_ROW_GROUP_ROWS if small else None)
+                                                 self._group_rows)
         self._new_state()
 
     @property
@@ -285,7 +286,7 @@ class TraceBuilder:
         def prepare(cur):
             depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(cur)
             return lod_ahead.finish_rows(cur, depths, held, n_counters, keep_staging=links_read_staging)
-        self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod)
+        self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod, self._group_rows)
         self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)
 
     def _finished_rows(self, source_name: str) -> tuple[stage.Final | None, tuple[int, int] | None]:

@@ -37,9 +37,18 @@ ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group
 # - no pyramid (tiles/build.py RAW_TRACE_ROWS): the LOD build is then the lighter of the two threads' work;
 # - a row group or more: the insert writes its whole row groups as it goes. Under one, its rows wait for the
 #   commit's checkpoint, which a statement of the LOD build running beside it turns into a WAL write (V100's
-#   44 k slices: 27 MB of WAL, the ingest 0.41 -> 0.45 s). Such a trace's rows are taken after the LOD build
-#   instead, where the links outlast it (whichever thread comes first takes them: Final.take_ahead).
-TAKE_AHEAD = range(ROW_GROUP_ROWS, RAW_TRACE_ROWS + 1)
+#   44 k slices in DuckDB's groups: 27 MB of WAL, the ingest 0.41 -> 0.45 s). Such a trace's rows are taken after
+#   the LOD build instead, where the links outlast it (whichever thread comes first takes them: Final.take_ahead).
+#   The row group is the build's own: a small build's is 16,384 rows (ingest/opening.py), so A100's 67 k slices
+#   and V100's 44 k are taken ahead (0.307 -> 0.295 s and 0.321 -> 0.289 s; docs/performance.md, thirty-second
+#   stop), only what is left past their last whole group waiting for the commit.
+TAKE_AHEAD = range(ROW_GROUP_ROWS, RAW_TRACE_ROWS + 1)  # for a build in DuckDB's own row groups
+
+
+def takes_ahead(rows: int, group_rows: int | None = None) -> bool:
+    """Whether a trace of `rows` finished slices has them taken before the LOD build, in a build whose row groups
+    hold `group_rows` rows (None: DuckDB's own)."""
+    return min(TAKE_AHEAD.start, group_rows or TAKE_AHEAD.start) <= rows < TAKE_AHEAD.stop
 
 
 def finish_rows(con: duckdb.DuckDBPyConnection, depths, held: stage.Held, n_counters: int,
@@ -75,8 +84,10 @@ class LodAhead:
     thread and a cursor of their own. finish() takes the rows with rows() (the write of `slices` needs them)
     and waits for the build with join(); either raises what the thread raised."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, prepare: Callable, build_lod: Callable):
+    def __init__(self, con: duckdb.DuckDBPyConnection, prepare: Callable, build_lod: Callable,
+                 group_rows: int | None = None):
         self._errors: list[BaseException] = []
+        self._group_rows = group_rows  # the build's rows per row group (None: DuckDB's own)
         self._ready = threading.Event()
         self.spare = threading.Event()  # set by the write of `slices` beside the build when it ends
         self._rows: tuple[stage.Final, tuple[int, int] | None] | None = None
@@ -91,7 +102,7 @@ class LodAhead:
             prepare, self._prepare = self._prepare, None
             final, span = prepare(cur)
             del prepare
-            if final.rows.num_rows in TAKE_AHEAD:  # before rows() answers: the write then finds it made
+            if takes_ahead(final.rows.num_rows, self._group_rows):  # before rows() answers: the write finds it made
                 final.take_ahead()
             self._rows = final, span
             self._ready.set()
