@@ -40,7 +40,7 @@ ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group
 #   44 k slices in DuckDB's groups: 27 MB of WAL, the ingest 0.41 -> 0.45 s). Such a trace's rows are taken after
 #   the LOD build instead, where the links outlast it (whichever thread comes first takes them: Final.take_ahead).
 #   The row group is the build's own: a small build's is 16,384 rows (ingest/opening.py), so A100's 67 k slices
-#   and V100's 44 k are taken ahead (0.307 -> 0.295 s and 0.321 -> 0.289 s; docs/performance.md, thirty-second
+#   and V100's 44 k are taken ahead (0.303 -> 0.294 s and 0.327 -> 0.298 s; docs/performance.md, thirty-second
 #   stop), only what is left past their last whole group waiting for the commit.
 TAKE_AHEAD = range(ROW_GROUP_ROWS, RAW_TRACE_ROWS + 1)  # for a build in DuckDB's own row groups
 
