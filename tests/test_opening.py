@@ -95,7 +95,8 @@ def test_an_upload_process_makes_the_next_uploads_instance_after_each_ingest(tmp
     ingest_child._init(0)
     made = opening._spare
     assert made is not None and made.take() is not None
-    sample = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+    kineto = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto"
+    sample = kineto / "a100-rank0-memcpy.json.gz"
     store = Store(tmp_path / "store")
     tid, tmp = store.begin("a100", sample.stat().st_size, None)
     assert ingest_child.ingest(str(tmp_path / "store"), str(sample), "a100", tid, str(tmp)) is None
