@@ -42,13 +42,10 @@ ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group
 #   The row group is the build's own: a small build's is 16,384 rows (ingest/opening.py), so A100's 67 k slices
 #   and V100's 44 k are taken ahead (0.303 -> 0.294 s and 0.327 -> 0.298 s; docs/performance.md, thirty-second
 #   stop), only what is left past their last whole group waiting for the commit.
-TAKE_AHEAD = range(ROW_GROUP_ROWS, RAW_TRACE_ROWS + 1)  # for a build in DuckDB's own row groups
-
-
 def takes_ahead(rows: int, group_rows: int | None = None) -> bool:
     """Whether a trace of `rows` finished slices has them taken before the LOD build, in a build whose row groups
     hold `group_rows` rows (None: DuckDB's own)."""
-    return min(TAKE_AHEAD.start, group_rows or TAKE_AHEAD.start) <= rows < TAKE_AHEAD.stop
+    return (group_rows or ROW_GROUP_ROWS) <= rows <= RAW_TRACE_ROWS
 
 
 def finish_rows(con: duckdb.DuckDBPyConnection, depths, held: stage.Held, n_counters: int,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 
@@ -72,29 +73,43 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
     return con
 
 
-SPARE_THREADS = 1  # a spare instance's DuckDB threads: a small build's (the builds whose open is felt)
+class OnThread:
+    """fn(*args) on a thread of its own, started at once; get() waits for it and returns what it returned or
+    raises what it raised (the build's open, and the instance made ahead for the next one)."""
 
-
-class _Spare:
-    def __init__(self):
-        self.pid = os.getpid()  # an instance is this process's alone (a forked child makes its own)
-        self._con: duckdb.DuckDBPyConnection | None = None
-        self._thread = threading.Thread(target=self._run, name="duckdb-spare", daemon=True)
+    def __init__(self, fn: Callable, *args, name: str):
+        self._result, self._error = None, None
+        self.pid = os.getpid()  # (a forked child has the object but not the thread, nor what it made)
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, fn: Callable, args: tuple) -> None:
         try:
-            self._con = duckdb.connect(config={"threads": SPARE_THREADS})
-        except Exception:  # the open makes its own instance, and meets the error there if it is lasting
-            self._con = None
+            self._result = fn(*args)
+        except BaseException as e:  # raised again by get(), in the caller's thread
+            self._error = e
 
-    def take(self) -> duckdb.DuckDBPyConnection | None:
+    def get(self):
         self._thread.join()
-        return self._con
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
-_spare: _Spare | None = None
+class Opening(OnThread):
+    """open_build_file(...) on a thread; get() waits for the connection and raises what opening raised."""
+
+    def __init__(self, path: Path, memory_limit: str, threads: int | None, row_group_rows: int | None = None):
+        super().__init__(open_build_file, path, memory_limit, threads, row_group_rows, name="duckdb-open")
+
+
+SPARE_THREADS = 1  # a spare instance's DuckDB threads: a small build's (the builds whose open is felt)
+_spare: OnThread | None = None
 _spare_lock = threading.Lock()
+
+
+def _new_instance() -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(config={"threads": SPARE_THREADS})
 
 
 def make_spare() -> None:
@@ -104,34 +119,18 @@ def make_spare() -> None:
     global _spare
     with _spare_lock:
         if _spare is None or _spare.pid != os.getpid():
-            _spare = _Spare()
+            _spare = OnThread(_new_instance, name="duckdb-spare")
 
 
 def _take_spare() -> duckdb.DuckDBPyConnection | None:
+    """The spare, if one was made in this process and the making worked; else None (the open makes its own
+    instance, and meets the error there if it is lasting)."""
     global _spare
     with _spare_lock:
         spare, _spare = _spare, None
-    return spare.take() if spare is not None and spare.pid == os.getpid() else None
-
-
-class Opening:
-    """open_build_file(...) on a thread; get() waits for the connection and raises what opening raised."""
-
-    def __init__(self, path: Path, memory_limit: str, threads: int | None, row_group_rows: int | None = None):
-        self._con: duckdb.DuckDBPyConnection | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(path, memory_limit, threads, row_group_rows),
-                                        name="duckdb-open", daemon=True)
-        self._thread.start()
-
-    def _run(self, path: Path, memory_limit: str, threads: int | None, row_group_rows: int | None) -> None:
-        try:
-            self._con = open_build_file(path, memory_limit, threads, row_group_rows)
-        except BaseException as e:  # raised again by get(), in the caller's thread
-            self._error = e
-
-    def get(self) -> duckdb.DuckDBPyConnection:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._con
+    if spare is None or spare.pid != os.getpid():
+        return None
+    try:
+        return spare.get()
+    except Exception:
+        return None

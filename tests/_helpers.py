@@ -60,3 +60,12 @@ def check_snapshot(path: Path, text: str) -> None:
         if missing and not UPDATE_SNAPSHOTS:
             pytest.fail(f"wrote missing snapshot {path.name}; review and commit it")
     assert text == path.read_text(), f"{path.name} differs (ACCELTRACE_UPDATE_SNAPSHOTS=1 to accept)"
+
+
+def numbered_slices(builder, n: int, dur: int = 5) -> None:
+    """n slices on one thread track of `builder`, 10 ns apart (names s0..s6 in turn, args {"i": i}), and a
+    dependency flow from each even slice to the next: a build's tables without an importer."""
+    cpu = builder.track("cpu", "thread 1", group_name="proc")
+    builder.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [dur] * n,
+                        "name": [f"s{i % 7}" for i in range(n)], "args": [f'{{"i": {i}}}' for i in range(n)]})
+    builder.add_flows(list(range(0, n - 1, 2)), list(range(1, n, 2)), ["dependency"] * (n // 2))

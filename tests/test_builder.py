@@ -7,6 +7,7 @@ import sys
 import duckdb
 import numpy as np
 import pytest
+from _helpers import numbered_slices
 
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.store.errors import IngestError
@@ -284,11 +285,8 @@ def test_a_small_build_writes_its_tables_in_small_row_groups_that_a_plain_connec
     folder = tmp_path / "it's here"
     folder.mkdir()
     b = TraceBuilder(folder / "t.duckdb", small=small)
-    cpu = b.track("cpu", "thread 1", group_name="proc")
     n = 50_000
-    b.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [5] * n,
-                  "name": [f"s{i % 7}" for i in range(n)], "args": [f'{{"i": {i}}}' for i in range(n)]})
-    b.add_flows(list(range(0, n - 1, 2)), list(range(1, n, 2)), ["dependency"] * (n // 2))
+    numbered_slices(b, n)
     counts = b.finish("test", "t")
     assert counts["slices"] == n and counts["flows"] == n // 2
     con = duckdb.connect(str(folder / "t.duckdb"), read_only=True)

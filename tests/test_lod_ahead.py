@@ -128,7 +128,7 @@ def test_rows_taken_ahead_on_the_lod_thread_give_the_same_trace(tmp_path, monkey
     assert ahead.error is None and [t for t, _ in taken] == ["lod-ahead"]
     assert lod_ahead.takes_ahead(taken[0][1], SMALL_ROW_GROUP_ROWS) and taken[0][1] == ahead.counts["slices"]
     assert SMALL_ROW_GROUP_ROWS <= taken[0][1]
-    monkeypatch.setattr(lod_ahead, "TAKE_AHEAD", range(0))
+    monkeypatch.setattr(lod_ahead, "takes_ahead", lambda rows, group_rows=None: False)
     after_store, after = _ingest(tmp_path, "after", SAMPLES / sample)
     assert after.error is None  # (its rows taken after the build, on whichever thread comes first)
     got, want = _tables(ahead_store, ahead.id), _tables(after_store, after.id)

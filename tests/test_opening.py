@@ -5,6 +5,7 @@ import os
 
 import duckdb
 import pytest
+from _helpers import numbered_slices
 
 from acceltrace.ingest import opening
 from acceltrace.ingest.builder import TraceBuilder
@@ -25,11 +26,7 @@ def _build(path, small):
     b = TraceBuilder(path, small=small)
     con = b.con
     threads = _threads(con)
-    cpu = b.track("cpu", "thread 1", group_name="proc")
-    n = 2_000
-    b.add_slices({"track_id": [cpu] * n, "ts": list(range(0, 10 * n, 10)), "dur": [30] * n,
-                  "name": [f"s{i % 7}" for i in range(n)], "args": [f'{{"i": {i}}}' for i in range(n)]})
-    b.add_flows(list(range(0, n - 1, 2)), list(range(1, n, 2)), ["dependency"] * (n // 2))
+    numbered_slices(b, 2_000, dur=30)
     counts = b.finish("test", "t")
     return con, threads, counts
 
@@ -44,7 +41,7 @@ def _tables(path) -> dict:
 def test_the_next_build_opens_its_file_in_the_spare_at_its_own_thread_count(tmp_path, small):
     default = _threads(duckdb.connect())
     opening.make_spare()
-    spare = opening._spare.take()
+    spare = opening._spare.get()
     con, threads, counts = _build(tmp_path / "spare.duckdb", small)
     assert con is spare  # the instance made ahead, not a new one
     assert opening._spare is None  # taken once
@@ -61,7 +58,7 @@ def test_a_spare_is_made_once_and_never_taken_by_another_process(tmp_path):
     assert opening._spare is first  # one at a time
     first.pid = os.getpid() + 1  # as if made before a fork: the child's build opens its own instance
     con, _, counts = _build(tmp_path / "t.duckdb", True)
-    assert con is not first.take() and counts["slices"] == 2_000
+    assert con is not first.get() and counts["slices"] == 2_000
     assert opening._spare is None
 
 
@@ -75,7 +72,8 @@ def test_a_spare_that_failed_leaves_the_build_to_open_its_own(tmp_path, monkeypa
 
     monkeypatch.setattr(opening.duckdb, "connect", failing)
     opening.make_spare()
-    assert opening._spare.take() is None
+    with pytest.raises(duckdb.IOException):
+        opening._spare.get()
     con, threads, counts = _build(tmp_path / "t.duckdb", True)
     assert threads == 1 and counts["slices"] == 2_000
 
@@ -94,7 +92,7 @@ def test_an_upload_process_makes_the_next_uploads_instance_after_each_ingest(tmp
     monkeypatch.setattr(ingest_child.signal, "signal", lambda *a: None)  # pytest's handlers stay
     ingest_child._init(0)
     made = opening._spare
-    assert made is not None and made.take() is not None
+    assert made is not None and made.get() is not None
     kineto = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto"
     sample = kineto / "a100-rank0-memcpy.json.gz"
     store = Store(tmp_path / "store")
