@@ -12,12 +12,6 @@ import os
 import sys
 from pathlib import Path
 
-# numpy's OpenBLAS starts a thread for each further core when numpy is imported, and each spins for about
-# 0.1 s of CPU (its wait for work, 2^28 cycles) before it sleeps: at every start of this command, and of the
-# server's upload processes and a fleet's workers (they inherit the setting), on the two cores the ingest
-# and the tiles share. No part of acceltrace multiplies matrices. A user's own setting is kept.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 
 # Handlers of the commands whose part is heavy to import: each imports its part only when
 # its command runs, so `acceltrace --help` and every other command start fast.

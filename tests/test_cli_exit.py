@@ -5,7 +5,6 @@ thread is left running."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,16 +51,3 @@ cli.run()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert p.returncode == 3 and p.stdout == "main done\n"
     assert out.read_text() == "done"
-
-
-def test_openblas_runs_one_thread_unless_the_user_chose():
-    """The command sets OPENBLAS_NUM_THREADS=1 before numpy is imported (its threads spin ~0.1 s of CPU each at
-    every start), for itself and the processes it starts; a user's own count is kept."""
-    code = "import os, acceltrace.cli, numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    for given, expected in ((None, "1"), ("3", "3")):
-        if given:
-            env["OPENBLAS_NUM_THREADS"] = given
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-        assert p.returncode == 0, p.stderr[-2000:]
-        assert p.stdout.strip() == expected
