@@ -186,7 +186,7 @@ def readers(paths, repeat: int, work: Path) -> None:
                     key = f"ingester (importer + builder finish), {'Python path' if python else 'compiled'}"
                     best[key] = min(best.get(key, (9e9, 0, 0)), (d, time.process_time() - c0, rows))
                     c0 = time.process_time()
-                    d, _ = ingest_s(path, work)
+                    d, _, _ = ingest_s(path, work)
                     key = f"acceltrace ingest, published, {'Python path' if python else 'compiled'}"
                     best[key] = min(best.get(key, (9e9, 0, 0)), (d, time.process_time() - c0, rows))
                 finally:
