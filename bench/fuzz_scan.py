@@ -64,6 +64,16 @@ for k in range(count):
         a = array.array("q"); a.frombytes(ev)
         starts = array.array("q", a[0::2]); lens = array.array("q", [e - s for s, e in zip(a[0::2], a[1::2])])
         _scan.gather(data, starts.tobytes(), lens.tobytes(), b",")
+    # the reader's join (the copy without the GIL): parts of every buffer kind, and a part that is not one
+    cut = rng.randrange(len(data) + 1)
+    parts = [data[:cut], memoryview(data)[cut:], bytearray(data[:3]), b""]
+    if _scan.join(parts) != b"".join(parts) or _scan.join([]) != b"":
+        raise SystemExit("join differs from b''.join")
+    try:
+        _scan.join([data, cut])
+        raise SystemExit("join took an int")
+    except TypeError:
+        pass
     try:  # slices outside the buffer must be refused, not read
         _scan.gather(data, (len(data)).to_bytes(8, "little", signed=True), (1).to_bytes(8, "little"), b"")
         raise SystemExit("gather read outside its buffer")

@@ -277,6 +277,23 @@ def test_mutated_chunks_never_disagree():
     assert 50 < accepted < 2000  # some mutations stay valid, most do not
 
 
+def test_the_readers_join_is_bytes_join_compiled_or_not(monkeypatch):
+    # blocks.joined: the compiled join copies without the GIL; without the extension, b"".join; the same bytes
+    from acceltrace.ingest.chrome import blocks
+
+    data = bytes(range(256)) * 40
+    cases = [[], [b""], [data], [b"[", memoryview(data)[7:900], b"]"], [data[:5], bytearray(b"xyz"), data]]
+    for compiled in ([True, False] if blocks._join is not None else [False]):
+        if not compiled:
+            monkeypatch.setattr(blocks, "_join", None)
+        for parts in cases:
+            got = blocks.joined(parts)
+            assert type(got) is bytes and got == b"".join(parts)
+        assert blocks.bracketed(b"  {1},{2}, ", 2, 9) == b"[{1},{2}]"
+        with pytest.raises(TypeError):
+            blocks.joined([b"a", 3])
+
+
 # -- the C code under AddressSanitizer -------------------------------------------------
 def test_scanner_under_address_sanitizer():
     # bench/fuzz_scan.py builds _scan.c with ASan + UBSan and feeds it mutations of the bad-input

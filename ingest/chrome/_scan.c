@@ -822,9 +822,48 @@ done:
     return out;
 }
 
+/* join(parts) -> bytes: the bytes-like parts one after another, as b"".join gives them, but copied with
+ * the GIL released. b"".join holds it for the whole copy wherever a part is not exact bytes (a memoryview
+ * slice), and bytes' + always does: the Chrome reader's joins of its reads (8 MB at a time, into fresh pages)
+ * held the GIL for ~0.9 s of an 830 MB ingest, while the scan threads waited to hand over their chunks. */
+static PyObject *py_join(PyObject *self, PyObject *parts) {
+    PyObject *seq = PySequence_Fast(parts, "join() takes a sequence of bytes-like objects");
+    if (!seq) return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), got = 0;
+    PyObject *out = NULL;
+    Py_buffer *views = PyMem_Calloc(k ? (size_t)k : 1, sizeof(Py_buffer));
+    if (!views) { PyErr_NoMemory(); goto done; }
+    size_t total = 0;
+    for (; got < k; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got], PyBUF_SIMPLE) < 0) goto done;
+        if ((size_t)views[got].len > (size_t)PY_SSIZE_T_MAX - total) {
+            got++;
+            PyErr_SetString(PyExc_OverflowError, "join() result too long");
+            goto done;
+        }
+        total += (size_t)views[got].len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out && total) {
+        char *o = PyBytes_AS_STRING(out);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < k; j++) {
+            memcpy(o, views[j].buf, (size_t)views[j].len);
+            o += views[j].len;
+        }
+        Py_END_ALLOW_THREADS
+    }
+done:
+    for (Py_ssize_t j = 0; j < got; j++) PyBuffer_Release(&views[j]);
+    PyMem_Free(views);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef METHODS[] = {
     {"scan", py_scan, METH_VARARGS, "Columns of a chunk of whole Chrome events, or None (see the file's header)."},
     {"gather", py_gather, METH_VARARGS, "gather(raw, starts, lens, sep) -> the slices joined by sep."},
+    {"join", py_join, METH_O, "join(parts) -> the bytes-like parts joined, copied without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,8 +21,9 @@ import numpy as np
 
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.ahead import DEPTH, ChunksAhead
-from acceltrace.ingest.chrome.blocks import (WS as _WS, bracketed, decode_error, fail_if_malformed, final_plan,
-                                            quotes as _quotes, read_sizes, reads, structure, structure_from)
+from acceltrace.ingest.chrome.blocks import (WS as _WS, WS_COMMA as _WS_COMMA, bracketed, candidate, decode_error,
+                                            fail_if_malformed, final_plan, joined, quotes as _quotes, read_sizes, reads,
+                                            structure, structure_from)
 from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
@@ -32,7 +33,6 @@ BLOCK_BYTES = 8 << 20
 FIRST_BLOCK_BYTES = 2 << 20
 MAX_EVENT_BYTES = 512 << 20
 MAX_META_BYTES = 64 << 20
-_WS_COMMA = re.compile(rb"[ \t\r\n,]*")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOM = b"\xef\xbb\xbf"
 
@@ -171,8 +171,8 @@ class ChromeReader:
             self.close()
 
     def _events(self, buf: bytes) -> Iterator[Chunk]:
-        # Each read is copied twice on the usual path: onto the tail of the last chunk (once: _look_ahead's
-        # join is taken again), then into its chunk "[...]"; the leading comma is skipped by index.
+        # Each read is copied twice on the usual path, without the GIL (blocks.joined): onto the tail of the last
+        # chunk (once: _look_ahead's join is taken again), then into its chunk "[...]"; the leading comma skipped.
         checked = None  # the stream offset whose unfinished event was checked for bad JSON
         while True:
             if not self.eof and len(buf) < self.block:
@@ -239,27 +239,13 @@ class ChromeReader:
         except (msgspec.DecodeError, RecursionError):
             return None
 
-    @staticmethod
-    def _candidate(buf: bytes, start: int, end: int) -> int | None:
-        """Where the fast cut tries first: the last '}' before `end` (the block: so a chunk ends where the
-        bytes put it, not where a read happened to stop) that is followed by ','."""
-        p = min(end, len(buf))
-        for _ in range(16):
-            p = buf.rfind(b"}", start, p)
-            if p < 0:
-                return None
-            nxt = _WS_COMMA.match(buf, p + 1)
-            if b"," in buf[p + 1:nxt.end()]:
-                break
-        return p
-
     def _chunk_raw(self, buf: bytes, start: int, end: int) -> bytes:
         """ "[" + buf[start:end] + "]" in one copy; the speculated chunk's own bytes when it is that one."""
         ahead = self._ahead.raw(self.pos + start, end - start + 2)
         return ahead if ahead is not None else bracketed(buf, start, end)
 
     def _fast_cut(self, buf: bytes, lead: int = 0):
-        p = self._candidate(buf, lead, self.block)
+        p = candidate(buf, lead, self.block)
         if p is None:
             return None, buf
         c = self._try(self._chunk_raw(buf, lead, p + 1), self.pos + lead)
@@ -288,7 +274,7 @@ class ChromeReader:
             if self._final[2] is not None and self._final[2][2] is not None:
                 self._ahead.submit(self.pos + lead, self._final[2][2])
             return rest
-        p = self._candidate(rest, lead, self.block)
+        p = candidate(rest, lead, self.block)
         if p is not None:
             self._ahead.submit(self.pos + lead, self._chunk_raw(rest, lead, p + 1))
             self._look_ahead(rest[p + 1:], self.pos + p + 1)
@@ -301,8 +287,8 @@ class ChromeReader:
         if len(self._ahead) >= DEPTH or self._ahead.stash:
             return
         block = min(self.max_block, self.block * 2)
-        reads = []
-        while len(tail) < block:
+        reads, size = [], len(tail)
+        while size < block:
             try:
                 data, truncated = self._read_source()
             except Exception as e:  # bad bytes in a compressed stream: raised where _read meets them
@@ -310,11 +296,12 @@ class ChromeReader:
             self._ahead.stash.append((data, truncated))
             if not isinstance(data, bytes) or not data:
                 return
-            tail += data
             reads.append(data)
+            size += len(data)
+        tail = joined([tail, *reads]) if reads else tail  # one copy, without the GIL (blocks.joined)
         self._ahead.joined = (at, tail, reads)  # taken again by _speculate (ChunksAhead.take_joined)
         lead = _WS_COMMA.match(tail).end()
-        p = self._candidate(tail, lead, block) if tail[lead:lead + 1] != b"]" else None
+        p = candidate(tail, lead, block) if tail[lead:lead + 1] != b"]" else None
         if p is not None:
             self._ahead.submit(at + lead, bracketed(tail, lead, p + 1))
 
