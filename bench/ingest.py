@@ -16,6 +16,10 @@ its own. Rows:
   acceltrace +LOD      the same plus the level-of-detail tables (tiles/build.py): the time
                        to a viewable trace (published, tiles answerable)
   ... (msgspec path)   the same with the compiled scanner turned off (ACCELTRACE_CHROME_SCANNER=python)
+  floor                the compiled scanner alone over the file's chunks (one core), then DuckDB writing the
+                       trace's own slices, lod_slices and flows (bench/_floor.py): the write is what no
+                       ingester storing these tables beats on this machine; each target's line says how far
+                       the viewable row is from it
   acceltrace pipeline  ingest, the views' precompute and the analysis passes, in process
                        (only with --with-analysis: the passes are the analysis part's cost)
   `acceltrace ingest`  the command as a user runs it, from its start to its exit (with --with-analysis)
