@@ -265,7 +265,7 @@ class ChromeReader:
             return rest
         rest = self._ahead.take_joined(self.pos, rest)
         while not self.eof and len(rest) < self.block:
-            rest = joined((rest, self._read()))
+            rest = joined((rest, data)) if (data := self._read()) else rest
         lead = _WS_COMMA.match(rest).end()
         if rest[lead:lead + 1] == b"]":
             return rest
