@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from acceltrace.ingest.made_ahead import OnThread
 
 try:  # built by `pip install` (setup.py); optional: the Python loop below gives the same depths
     from acceltrace.ingest import _depths
@@ -62,30 +62,20 @@ def staging_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return cur
 
 
-class Ahead:
+class Ahead(OnThread):
     """assign_depths on a cursor of its own, in a thread: started once every slice is staged, it runs
     beside the importer's link queries (DuckDB and the sweep release the GIL); result() joins it."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self._cur = staging_cursor(con)
-        self._out: dict = {}
-        self._t = threading.Thread(target=self._run, name="depths-ahead", daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        try:
-            self._out["depths"] = assign_depths(self._cur)
-        except BaseException as e:  # raised again by result(), in the caller's thread
-            self._out["error"] = e
+        super().__init__(assign_depths, self._cur, name="depths-ahead")
 
     def result(self) -> pa.Table:
         self.close()
-        if "error" in self._out:
-            raise self._out["error"]
-        return self._out["depths"]
+        return self.get()
 
     def close(self) -> None:
-        self._t.join()
+        self.join()
         try:
             self._cur.close()
         except duckdb.Error:

@@ -1,4 +1,6 @@
-"""Items made on a thread of their own, a few ahead of the one the caller takes: the Chrome reader's reads
+"""Work done on a thread of its own while the caller goes on. OnThread: one call, its result taken later (the
+build's open and the instance made ahead for the next one, ingest/opening.py; the depths beside the links,
+ingest/depths.py). MadeAhead: items made a few ahead of the one the caller takes: the Chrome reader's reads
 (a gzip member inflated beside the decoding, ingest/chrome/reader.py), the streamed write's batches
 (Arrow's takes beside DuckDB's append, ingest/stage.py) and the Nsight reader's batches (SQLite stepping
 beside DuckDB's insert, ingest/nsys/read.py). The making lets go of the GIL for most of its time (reads,
@@ -7,9 +9,36 @@ inflation, Arrow and numpy kernels, SQLite), so it runs on the other core.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
+
+
+class OnThread:
+    """fn(*args) on a thread of its own, started at once; get() waits for it and returns what it returned or
+    raises what it raised, in the caller's thread; join() only waits."""
+
+    def __init__(self, fn: Callable, *args, name: str):
+        self._result, self._error = None, None
+        self.pid = os.getpid()  # (a forked child has the object but not the thread, nor what it made)
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable, args: tuple) -> None:
+        try:
+            self._result = fn(*args)
+        except BaseException as e:  # raised again by get(), in the caller's thread
+            self._error = e
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def get(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class MadeAhead:

@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Callable
 
 import duckdb
 
 from acceltrace.ingest import stage
+from acceltrace.ingest.made_ahead import OnThread
 from acceltrace.store import schema
 from acceltrace.store.duck import unsynced
 
@@ -71,29 +71,6 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
         con.close()
         raise
     return con
-
-
-class OnThread:
-    """fn(*args) on a thread of its own, started at once; get() waits for it and returns what it returned or
-    raises what it raised (the build's open, and the instance made ahead for the next one)."""
-
-    def __init__(self, fn: Callable, *args, name: str):
-        self._result, self._error = None, None
-        self.pid = os.getpid()  # (a forked child has the object but not the thread, nor what it made)
-        self._thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable, args: tuple) -> None:
-        try:
-            self._result = fn(*args)
-        except BaseException as e:  # raised again by get(), in the caller's thread
-            self._error = e
-
-    def get(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result
 
 
 class Opening(OnThread):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -204,3 +205,23 @@ def test_depths_and_order_is_the_depth_pass_then_the_stored_order(seed):
             assert order.tolist() == depths.order_by(track, ts, want).tolist()
             unpacked += len(depths._primary_keys(track, ts, want)) > 1
         assert (unpacked > 0) == wide  # the wide times took lexsort's way, the others the refined sort
+
+
+def test_the_depths_ahead_raise_the_threads_error_in_the_caller_and_close_their_cursor(tmp_path, monkeypatch):
+    # depths.Ahead is an OnThread (ingest/made_ahead.py): what the pass raised comes out of result(), after the
+    # thread has ended and its cursor is closed; join() and close() only wait
+    from acceltrace.ingest.builder import TraceBuilder
+
+    def failing(cur):
+        raise RuntimeError("the depth pass failed")
+
+    monkeypatch.setattr(depths, "assign_depths", failing)
+    b = TraceBuilder(tmp_path / "t.duckdb")
+    b.add_slices({"track_id": [b.track("cpu", "t")] * 2, "ts": [5, 1], "dur": [3, 2], "name": ["a", "b"]})
+    ahead = depths.Ahead(b.con)
+    ahead.join()  # waits, raises nothing
+    with pytest.raises(RuntimeError, match="the depth pass failed"):
+        ahead.result()
+    with pytest.raises(duckdb.Error):
+        ahead._cur.execute("SELECT 1")  # closed
+    b.abort()
