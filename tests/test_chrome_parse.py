@@ -396,6 +396,35 @@ def test_a_stray_quote_anywhere_is_an_error_at_its_byte_not_a_cut_off_array(tmp_
     assert Store(tmp_path / "store").list() == []
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_stray_quote_in_the_last_event_of_a_closed_array_is_an_error_not_a_cut(tmp_path, monkeypatch, compiled):
+    """The error of a stray quote a few bytes before the file's end looks like a cut inside a token, except that
+    the array's ']' and the object's '}' still follow it: it once loaded the events before it and said "cut off
+    (no closing ']')" of a file that ends in "]}"."""
+    from acceltrace.ingest.chrome import columns
+
+    monkeypatch.setattr(columns, "USE_COMPILED", compiled)
+    bad = ('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1},'
+           ' {"ph": "X", "name": "b", "ts": 3, "dur": "oops, "pid": 1}]}')
+    path = tmp_path / "t.json"
+    path.write_text(bad)
+    res = pipeline.ingest_paths(Store(tmp_path / "store"), [path])[0]
+    at = bad.index('pid": 1}]}')
+    assert res.error == f"t.json: byte {at}: invalid JSON near {bad[at:].encode()!r}; expected a JSON value"
+    assert Store(tmp_path / "store").list() == []
+
+
+@pytest.mark.parametrize("token", ['"flag": tr', '"n": 12.', '"s": "\\u00e', '"n": -'])
+def test_a_file_cut_inside_its_last_token_is_still_a_cut_off_array(tmp_path, token):
+    """...and a file cut inside a literal, a number or an escape, with no bracket after the cut, still loads its
+    whole events with the cut-off warning."""
+    text = json.dumps({"traceEvents": [ev("X", f"e{i}", i, dur=1) for i in range(5)]})
+    cut = text[: text.rindex("]")] + ", {" + token
+    con, res = ingest_text(tmp_path, cut)
+    assert rows(con, "SELECT count(*) FROM slices")[0][0] == 5
+    assert any("cut off" in w and "dropped the partial last one" in w for w in res.warnings), res.warnings
+
+
 def test_an_event_longer_than_many_blocks_is_checked_for_bad_json_once():
     """The check for a stray quote decodes the whole unfinished buffer: once per event, not once per read
     while an event of many blocks arrives (that made a large event's reading quadratic twice over)."""

@@ -155,13 +155,16 @@ def bracketed(buf: bytes, start: int, end: int) -> bytes:
 
 def fail_if_malformed(label: str, text: bytes, offset: int, first_index: int) -> None:
     """Raises the error of `text` (events from stream byte `offset` on, never closed) when it is bad
-    JSON before its last few bytes: the structural scan reads a stray quote as the start of a string
-    and would take all that follows for one unfinished event (a cut-off array, the rest dropped)."""
+    JSON, not JSON cut short: the structural scan reads a stray quote as the start of a string and would
+    take all that follows for one unfinished event (a cut-off array, the rest dropped). A cut inside a
+    token (a number, a literal, an escape) fails at the very end, with no bracket after the failing byte;
+    bad JSON fails before its last few bytes, or with a '}' or ']' still to come (a stray quote in the
+    last event of a file that does close its array)."""
     try:
         msgspec.json.decode(b"[" + text)
     except msgspec.DecodeError as e:
-        at = _error_byte(e)
-        if at is not None and at < len(text) - 16:  # a cut inside a number fails at the very end
+        at = _error_byte(e)  # in "[" + text
+        if at is not None and (at < len(text) - 16 or any(c in text[max(0, at - 1):] for c in (b"}", b"]"))):
             raise decode_error(label, e, text, offset, first_index) from None
     except RecursionError:  # too deep to tell here; the chunk's own decode says so
         pass
