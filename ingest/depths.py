@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.ingest.made_ahead import OnThread
+from acceltrace.store.duck import cursor_like
 
 try:  # built by `pip install` (setup.py); optional: the Python loop below gives the same depths
     from acceltrace.ingest import _depths
@@ -54,20 +55,12 @@ def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true") -> pa.Tab
     return pa.table({"slice_id": sid[fix], "depth": depth[fix]})
 
 
-def staging_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """A cursor of con's that names tables as con does (its search path: the staging tables too)."""
-    ((path,),) = con.execute("SELECT current_setting('search_path')").fetchall()
-    cur = con.cursor()
-    cur.execute("SET search_path = " + "'" + path.replace("'", "''") + "'")
-    return cur
-
-
 class Ahead(OnThread):
     """assign_depths on a cursor of its own, in a thread: started once every slice is staged, it runs
     beside the importer's link queries (DuckDB and the sweep release the GIL); result() joins it."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        self._cur = staging_cursor(con)
+        self._cur = cursor_like(con)
         super().__init__(assign_depths, self._cur, name="depths-ahead")
 
     def result(self) -> pa.Table:

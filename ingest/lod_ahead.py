@@ -26,7 +26,7 @@ from typing import Callable
 import duckdb
 
 from acceltrace.ingest import stage
-from acceltrace.ingest.depths import staging_cursor
+from acceltrace.store.duck import cursor_like
 from acceltrace.tiles.build import RAW_TRACE_ROWS
 
 MAX_SLICES = 1_000_000
@@ -91,7 +91,7 @@ class LodAhead:
         # held here, not in the thread's arguments: let go once called, with what it holds (the depth
         # pass's result, the held columns), rather than kept until the build ends
         self._prepare: Callable | None = prepare
-        self._thread = threading.Thread(target=self._run, args=(staging_cursor(con), build_lod), name="lod-ahead")
+        self._thread = threading.Thread(target=self._run, args=(cursor_like(con), build_lod), name="lod-ahead")
         self._thread.start()
 
     def _run(self, cur, build_lod: Callable) -> None:

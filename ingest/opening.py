@@ -49,7 +49,7 @@ def open_build_file(path: Path, memory_limit: str, threads: int | None,
     """A new trace file at `path` with every table but `slices` (finish() writes it) and the staged
     slices' in-memory database attached (ingest/stage.py); DuckDB at `threads` (None: its default), the
     file's tables in row groups of `row_group_rows` (None: DuckDB's 122,880). The file is attached as
-    BUILD_DB, the connection's default database (a cursor starts elsewhere: depths.staging_cursor)."""
+    BUILD_DB, the connection's default database (a cursor starts elsewhere: store/duck.py cursor_like)."""
     con = _take_spare()
     spare_threads = SPARE_THREADS if con is not None else None
     if con is None:

@@ -24,11 +24,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from acceltrace.ingest.depths import order_by, staging_cursor
+from acceltrace.ingest.depths import order_by
 from acceltrace.ingest.gather import Gather, plain
 from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store import schema
-from acceltrace.store.duck import quote_ident
+from acceltrace.store.duck import cursor_like, quote_ident
 
 NAME = "_stage"
 # the columns of a slice the staging table holds: what ingesters' SQL (links), the builder's time check
@@ -402,7 +402,7 @@ def _in_parallel(first, second, con: duckdb.DuckDBPyConnection) -> None:
             cur.close()
 
     # a cursor is a new connection: made here, both, as it reads `con`'s search path to name tables as `con` does
-    curs = staging_cursor(con), staging_cursor(con)
+    curs = cursor_like(con), cursor_like(con)
     t = threading.Thread(target=run, args=(first, curs[0]), name="slices-write")
     t.start()
     try:

@@ -53,6 +53,22 @@ def memory_connection(tmp_dir: Path, memory_limit: str | None = None) -> duckdb.
     return duckdb.connect(":memory:", config=settings(tmp_dir, memory_limit))
 
 
+def search_path(con: duckdb.DuckDBPyConnection) -> str:
+    ((path,),) = con.execute("SELECT current_setting('search_path')").fetchall()
+    return path
+
+
+def cursor_like(con: duckdb.DuckDBPyConnection, path: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A cursor of con's that names tables as con does. A new cursor starts in the instance's default
+    database, and a build's file is attached to an in-memory instance (ingest/opening.py): con's search path
+    (the build's file, then the staged slices) is copied, so an unqualified name means the same table.
+    `path`: con's search_path(), read beforehand, where con may be busy on another thread meanwhile."""
+    path = search_path(con) if path is None else path
+    cur = con.cursor()
+    cur.execute("SET search_path = " + "'" + path.replace("'", "''") + "'")
+    return cur
+
+
 def unsynced(con: duckdb.DuckDBPyConnection) -> None:
     """For a file built in a temp path and thrown away if the build fails (the store sweeps it after
     a crash): its commits are not synced to the disk one by one (a build's dozens of fdatasyncs:

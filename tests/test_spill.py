@@ -12,6 +12,7 @@ from acceltrace.ingest import pipeline, spill, stage
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.chrome import reader, state
 from acceltrace.store.catalog import Store
+from acceltrace.tiles import build as lod, pyramid
 from tests.canonical import canonical_summary
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -84,6 +85,25 @@ def test_an_nsight_report_past_the_threshold_is_the_same_trace(tmp_path, monkeyp
     keys = "SELECT track_id, ts, depth FROM slices ORDER BY rowid"
     got = bounded.execute(keys).fetchall()
     assert got == sorted(got), "not stored in (track_id, ts, depth) order"
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_trace_past_the_threshold_gets_its_pyramid(tmp_path, monkeypatch, parts):
+    """A big trace (past the threshold) whose densest group needs a pyramid: the pyramid reads lod_slices back
+    from the file, a part at a time, on cursors of its own. Those named lod_slices in the instance's default
+    database, not the build's file: every such trace failed ("Table with name lod_slices does not exist")."""
+    _small_pieces(monkeypatch)
+    monkeypatch.setattr(lod, "RAW_TRACE_ROWS", 0)  # a pyramid, small as the sample is
+    if parts > 1:  # several parts, two at a time on two cursors (a trace of millions of slices)
+        monkeypatch.setattr(pyramid, "NUMPY_MAX_SLICES", 1_000)
+        monkeypatch.setattr(pyramid, "PARALLEL_MIN_SLICES", 1_000)
+    fast, bounded = _both(tmp_path, monkeypatch, SAMPLES / "chrome/kineto/sampled-rank0-small.json.gz")
+    (levels,) = bounded.execute("SELECT count(DISTINCT level) FROM lod_merged").fetchone()
+    assert levels > 1
+    a, b = _tables(fast), _tables(bounded)
+    assert sorted(a) == sorted(b)
+    for table in a:
+        assert a[table] == b[table], f"{table} differs"
 
 
 @pytest.mark.parametrize("threads", [None, 1])  # a fleet's workers build on one thread

@@ -27,6 +27,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from acceltrace.store.duck import cursor_like, search_path
+
 NUMPY_MAX_SLICES = 1_500_000
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -219,11 +221,12 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     else:
         parts = [("true", ())] if n <= limit else _parts(con, max_level, limit, chunk_log2)
     levels = _Levels(con, range(base, max_level + 1))
+    path = search_path(con)  # (con is busy on this thread while the parts are read)
 
     def one(part) -> list[pa.RecordBatch]:
         if spans is not None:  # a stretch of the rows in hand
             return _levels(_columns(rows.slice(part[0], part[1] - part[0])), base, max_level)
-        cur = con.cursor()  # a cursor a thread: reads of lod_slices on both at once
+        cur = cursor_like(con, path)  # a cursor a thread: reads of lod_slices on both at once
         try:
             return _levels(_fetch(cur, *part), base, max_level)
         finally:
