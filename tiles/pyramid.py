@@ -221,7 +221,9 @@ def build_merged(con: duckdb.DuckDBPyConnection, base: int, max_level: int,
     else:
         parts = [("true", ())] if n <= limit else _parts(con, max_level, limit, chunk_log2)
     levels = _Levels(con, range(base, max_level + 1))
-    path = search_path(con)  # (con is busy on this thread while the parts are read)
+    # the parts' cursors name tables as con does; con's path is read here, as this thread keeps con busy
+    # (levels.add) while they read
+    path = search_path(con) if spans is None else None
 
     def one(part) -> list[pa.RecordBatch]:
         if spans is not None:  # a stretch of the rows in hand
