@@ -63,37 +63,40 @@ SELECT CASE
         THEN 'no device work is linked to the queue or stream it was submitted on'
     END AS reason;
 
--- per queue in order: the previous item's end; a chain breaks where an item starts more
--- than serial_max_gap_ns after the previous one ended; a copy sits between computations
--- when its chain has a kernel before it and one after it
+-- per queue in order (ts, slice_id), numbered pos: a chain breaks (brk) where an item starts
+-- more than serial_max_gap_ns after the previous one ended, or has no previous one; a copy
+-- sits between computations when its chain has a kernel before it (the last kernel at or after
+-- the chain's start) and one after it (the next kernel before the next break). The windows
+-- carry only keys and positions, the copies' own columns are joined back for the few rows
+-- kept: a window's sort holds every column it is given, for every item of the queue. The
+-- next kernel and break are found in descending order, a frame that streams (a frame running
+-- to UNBOUNDED FOLLOWING does not: 8x slower at 800 k items).
 CREATE OR REPLACE TEMP TABLE _serial_rows AS
 WITH q AS (
-    SELECT *, lag(end_ns) OVER (PARTITION BY queue_key ORDER BY ts, slice_id) AS prev_end
+    SELECT queue_key, slice_id, lane = 'eu' AS eu,
+           coalesce(ts - lag(end_ns) OVER w > ${serial_max_gap_ns}, true) AS brk,
+           row_number() OVER w AS pos
     FROM _queued_work WHERE queue_key IN (SELECT queue_key FROM _mixed_queues)
+    WINDOW w AS (PARTITION BY queue_key ORDER BY ts, slice_id)
 ),
 c AS (
-    SELECT *,
-           max(CASE WHEN prev_end IS NULL OR ts - prev_end > ${serial_max_gap_ns} THEN ts END)
-             OVER (PARTITION BY queue_key ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS chain_start,
-           max(CASE WHEN lane = 'eu' THEN ts END)
-             OVER (PARTITION BY queue_key ORDER BY ts, slice_id ROWS UNBOUNDED PRECEDING) AS last_kernel_ts
+    SELECT slice_id, eu, brk,
+           max(CASE WHEN brk THEN pos END) OVER before AS chain_pos,
+           max(CASE WHEN eu THEN pos END) OVER before AS last_kernel_pos,
+           min(CASE WHEN eu THEN pos END) OVER after AS next_kernel_pos,
+           min(CASE WHEN brk THEN pos END) OVER after AS next_break_pos
     FROM q
-),
-a AS (
-    SELECT *,
-           max(CASE WHEN lane = 'eu' THEN 1 ELSE 0 END)
-             OVER (PARTITION BY queue_key, chain_start ORDER BY ts DESC, slice_id DESC ROWS UNBOUNDED PRECEDING)
-             AS kernel_after
-    FROM c
+    WINDOW before AS (PARTITION BY queue_key ORDER BY pos ROWS UNBOUNDED PRECEDING),
+           after AS (PARTITION BY queue_key ORDER BY pos DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
-SELECT * FROM a
-WHERE lane = 'pcie'
-  AND last_kernel_ts >= chain_start
-  AND kernel_after = 1
-  AND ts - prev_end <= ${serial_max_gap_ns}
+SELECT w.*
+FROM c JOIN _queued_work w ON w.slice_id = c.slice_id
+WHERE w.lane = 'pcie' AND NOT c.brk
+  AND c.last_kernel_pos >= c.chain_pos
+  AND c.next_kernel_pos < coalesce(c.next_break_pos, 9223372036854775807)
   -- a device-to-host copy reads finished results; a host-to-device copy must have been
   -- ready while it waited
-  AND (direction <> 'h2d' OR ts - ready_ns >= ${serial_min_wait_ns});
+  AND (w.direction <> 'h2d' OR w.ts - w.ready_ns >= ${serial_min_wait_ns});
 
 SELECT ts,
        dur,
