@@ -200,6 +200,7 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         table = _allocate(con, specs, ran, values)
         phase_ms["_allocate"] = (time.perf_counter() - t_phase) * 1e3
         t_phase = time.perf_counter()
+        _drop_helpers(con, keep=impact.REPLAY_READS)
         table, wi, path = impact.with_impacts(con, table, values)
         if wi.get("skipped"):
             carried = impact.carry_over(store, trace_id, table, values)
@@ -255,6 +256,13 @@ def _run_one(con, spec: PassSpec, values: dict[str, float]) -> PassStatus:
         return PassStatus(spec.id, "ran", None, n_candidates=int(n), elapsed_ms=(time.perf_counter() - t0) * 1e3)
     except (duckdb.Error, AnalysisError) as e:
         return PassStatus(spec.id, "failed", f"{type(e).__name__}: {e}", elapsed_ms=(time.perf_counter() - t0) * 1e3)
+
+
+def _drop_helpers(con, keep: tuple[str, ...]) -> None:
+    """The run's helper tables but those in keep dropped: the passes' and the allocation's, done with."""
+    for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall():
+        if name not in keep:
+            con.execute(f'DROP TABLE "{name}"')
 
 
 _ALLOCATED = [c for c, _ in schema.FINDINGS if c not in ("impact_ns", "impact_basis")] + ["local_ns"]

@@ -33,15 +33,15 @@ holds no more than before. glibc only; a user's MALLOC_* or glibc.malloc tunable
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import platform
 import threading
 from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
+
+from acceltrace.store import heap
 
 
 @functools.cache  # once a process (two threads at once would only set the same values twice)
@@ -66,31 +66,11 @@ _lock = threading.Lock()
 _builds = 0  # builds under way in this process (the server and a fleet worker may run several)
 
 
-@functools.cache
-def _glibc():
-    """glibc (mallopt, malloc_trim), or None: another C library."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt.argtypes, libc.malloc_trim.argtypes = [ctypes.c_int, ctypes.c_int], [ctypes.c_size_t]
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
 def _libc():
     """glibc's malloc tuning, or None: another C library, or the user tunes it (MALLOC_*, glibc.malloc)."""
     if any(k.startswith("MALLOC_") for k in os.environ) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return None
-    return _glibc()
-
-
-def hand_back() -> None:
-    """The heap's free pages back to the system now (a process that lives on after a big ingest)."""
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
+    return heap.glibc()
 
 
 @contextmanager

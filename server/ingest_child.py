@@ -127,10 +127,10 @@ def _give_memory_back() -> None:
     """This process lives on for the next upload: return the freed heap of a big ingest to the OS."""
     import gc
 
-    from acceltrace.ingest import memory
+    from acceltrace.store import heap
 
     gc.collect()
-    memory.hand_back()
+    heap.hand_back()
 
 
 def whatif(root: str, trace_id: str) -> bool:

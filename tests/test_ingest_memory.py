@@ -169,10 +169,11 @@ def test_hand_back_trims_even_where_the_user_tunes_malloc(monkeypatch):
     # the upload process's hand-back after each ingest (server/ingest_child.py) trims whatever the tuning:
     # only the kept heap's thresholds are the user's to set
     from acceltrace.ingest import memory
+    from acceltrace.store import heap
 
     libc = _Recorder()
-    monkeypatch.setattr(memory, "_glibc", lambda: libc)
+    monkeypatch.setattr(heap, "glibc", lambda: libc)
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
-    memory.hand_back()
+    heap.hand_back()
     assert libc.calls == [("malloc_trim", 0)]
     assert memory._libc() is None  # ... and the kept heap leaves that process's malloc alone
