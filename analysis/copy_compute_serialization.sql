@@ -40,15 +40,17 @@ FROM _ready r JOIN _dev_work w ON w.slice_id = r.slice_id JOIN slices s ON s.sli
 WHERE r.kind = 'launch'
 GROUP BY 1 HAVING count(DISTINCT w.lane) = 2;
 
+-- the device work of those queues, narrow (the windows below sort all of it; the kept copies'
+-- other columns come from _dev_work)
 CREATE OR REPLACE TEMP TABLE _queued_work AS
-SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction,
-       least(r.ready_ns, w.ts) AS ready_ns, 'queue:' || CAST(r.src_track_id AS VARCHAR) AS queue_key
+SELECT w.slice_id, w.lane = 'eu' AS eu, w.ts, w.end_ns, least(r.ready_ns, w.ts) AS ready_ns,
+       'queue:' || CAST(r.src_track_id AS VARCHAR) AS queue_key
 FROM _ready r
 JOIN _dev_work w ON w.slice_id = r.slice_id
 WHERE r.kind IN ('dma', 'exec') AND r.src_track_id IN (SELECT src_track_id FROM _mixed_queues)
 UNION ALL
-SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction,
-       least(r.ready_ns, w.ts), 'stream:' || w.dev || ':' || json_extract_string(s.args, '$.stream')
+SELECT w.slice_id, w.lane = 'eu', w.ts, w.end_ns, least(r.ready_ns, w.ts),
+       'stream:' || w.dev || ':' || json_extract_string(s.args, '$.stream')
 FROM _ready r
 JOIN _dev_work w ON w.slice_id = r.slice_id
 JOIN slices s ON s.slice_id = r.slice_id
@@ -73,7 +75,7 @@ SELECT CASE
 -- to UNBOUNDED FOLLOWING does not: 8x slower at 800 k items).
 CREATE OR REPLACE TEMP TABLE _serial_rows AS
 WITH q AS (
-    SELECT queue_key, slice_id, lane = 'eu' AS eu,
+    SELECT queue_key, slice_id, eu,
            coalesce(ts - lag(end_ns) OVER w > ${serial_max_gap_ns}, true) AS brk,
            row_number() OVER w AS pos
     FROM _queued_work WHERE queue_key IN (SELECT queue_key FROM _mixed_queues)
@@ -89,14 +91,16 @@ c AS (
     WINDOW before AS (PARTITION BY queue_key ORDER BY pos ROWS UNBOUNDED PRECEDING),
            after AS (PARTITION BY queue_key ORDER BY pos DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
-SELECT w.*
-FROM c JOIN _queued_work w ON w.slice_id = c.slice_id
-WHERE w.lane = 'pcie' AND NOT c.brk
+SELECT w.slice_id, w.track_id, w.dev, w.lane, w.ts, w.end_ns, w.dur, w.bytes, w.direction, q.ready_ns
+FROM c
+JOIN _queued_work q ON q.slice_id = c.slice_id
+JOIN _dev_work w ON w.slice_id = c.slice_id
+WHERE NOT c.eu AND NOT c.brk
   AND c.last_kernel_pos >= c.chain_pos
   AND c.next_kernel_pos < coalesce(c.next_break_pos, 9223372036854775807)
   -- a device-to-host copy reads finished results; a host-to-device copy must have been
   -- ready while it waited
-  AND (w.direction <> 'h2d' OR w.ts - w.ready_ns >= ${serial_min_wait_ns});
+  AND (w.direction <> 'h2d' OR w.ts - q.ready_ns >= ${serial_min_wait_ns});
 
 SELECT ts,
        dur,

@@ -73,9 +73,13 @@ def test_the_pass_keeps_the_copies_the_rule_names_on_random_queues():
     for seed in range(150):
         rows = random_queues(random.Random(seed))
         work = pa.table({name: list(col) for name, col in zip(NAMES, zip(*rows))})  # noqa: F841 (read by name)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _queued_work ({COLUMNS})")
-        con.execute("INSERT INTO _queued_work SELECT * FROM work")
-        con.execute("CREATE OR REPLACE TEMP TABLE _mixed_queues AS SELECT DISTINCT queue_key FROM _queued_work")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _work ({COLUMNS})")
+        con.execute("INSERT INTO _work SELECT * FROM work")
+        # what the pass's earlier statements make of a trace: the device work, and its queues' items
+        con.execute("CREATE OR REPLACE TEMP TABLE _dev_work AS SELECT * EXCLUDE (ready_ns, queue_key) FROM _work")
+        con.execute("CREATE OR REPLACE TEMP TABLE _queued_work AS SELECT slice_id, lane = 'eu' AS eu, ts, end_ns,"
+                    " ready_ns, queue_key FROM _work")
+        con.execute("CREATE OR REPLACE TEMP TABLE _mixed_queues AS SELECT DISTINCT queue_key FROM _work")
         con.execute(stmt)
         got = [r[0] for r in con.execute("SELECT slice_id FROM _serial_rows").fetchall()]
         assert sorted(got) == sorted(by_the_rule(rows)), f"seed {seed}"
