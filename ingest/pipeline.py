@@ -5,18 +5,18 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from acceltrace.ingest import memory, registry
+from acceltrace.ingest import memory, registry, spill
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.importer import Importer, ImportSession
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.arriving import Arriving
 from acceltrace.ingest.sources import Source, open_sources
-from acceltrace.store import aggregates, content
+from acceltrace.store import aggregates, content, duck
 from acceltrace.store.catalog import Store
 
 # What runs after a trace is published (the analysis passes): the caller passes it in, so
@@ -254,7 +254,12 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
         if not keep_failed:
             res.id = None
         return res
-    _after_publish(store, trace_id, res, label, views, after_publish, together=threads != 1)
+    # past the spill threshold each post-publish step keeps both cores busy on its own and their DuckDB memory
+    # adds up: at 6 M slices 2.28 GB at once, 1.57-1.64 GB one after the other in the same time, and 1.22 GB
+    # (the ingest's own peak) with DuckDB at AFTER_MEMORY, 6 % slower (docs/performance.md)
+    big = res.counts.get("slices", 0) >= spill.threshold()
+    with duck.memory_limit_here(spill.AFTER_MEMORY) if big else nullcontext():
+        _after_publish(store, trace_id, res, label, views, after_publish, together=threads != 1 and not big)
     return res
 
 
@@ -263,7 +268,8 @@ def _after_publish(store: Store, trace_id: str, res: Result, label: str, views: 
     """The views' whole-trace aggregates (a side file) and the caller's post-step (the analysis) on a published
     trace; each failure a warning of `res`. `together`: both at once, the views on a thread of their own. Each
     reads the trace on a connection of its own and writes a side file of its own, and each keeps about one
-    core busy (A100: 0.21 s and 0.42 s; diffusion: 1.2 s and 0.6 s), so the findings come that much sooner."""
+    core busy (A100: 0.21 s and 0.42 s; diffusion: 1.2 s and 0.6 s), so the findings come that much sooner.
+    In turn (views first, the shorter) for a one-thread build and past the spill threshold."""
 
     def build_views() -> None:
         try:

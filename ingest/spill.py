@@ -36,6 +36,7 @@ from acceltrace.store import schema
 # 1.48-1.66 GB for Nsight's 2.5 M; switching at 2.3 M keeps both paths under 1.5 GB
 SPILL_FROM_SLICES = 2_300_000
 SPILL_MEMORY = "500MB"  # DuckDB's limit once spilling (the in-memory path's: 900 MB, ingest/builder.py)
+AFTER_MEMORY = "1GB"  # ... and for such a trace's views precompute and analysis, one after the other (pipeline.py)
 DEPTH_PART_SLICES = 1_000_000  # the depth pass reads whole tracks, about this many slices at a time
 BATCH_ROWS = 122_880  # the switch moves the staged and held rows this many at a time
 

@@ -14,10 +14,12 @@ ACCELTRACE_DUCKDB_THREADS (default: DuckDB's, one per core).
 from __future__ import annotations
 
 import atexit
+import contextvars
 import itertools
 import os
 import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -28,6 +30,18 @@ DEFAULT_TEMP_MAX = "16GB"
 _seq = itertools.count()
 _roots: set[Path] = set()  # this process's spill roots, one per store tmp/ it used
 _lock = threading.Lock()
+_memory_here: contextvars.ContextVar[str | None] = contextvars.ContextVar("duckdb_memory_here", default=None)
+
+
+@contextmanager
+def memory_limit_here(limit: str):
+    """The connections this thread opens in the body get this memory limit instead of the default (the operator's
+    ACCELTRACE_DUCKDB_MEMORY still wins; a limit a caller names for one connection too)."""
+    token = _memory_here.set(limit)
+    try:
+        yield
+    finally:
+        _memory_here.reset(token)
 
 
 def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
@@ -39,7 +53,8 @@ def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
             atexit.register(_cleanup)
         _roots.add(root)
     cfg = {
-        "memory_limit": memory_limit or os.environ.get("ACCELTRACE_DUCKDB_MEMORY", DEFAULT_MEMORY),
+        "memory_limit": (memory_limit or os.environ.get("ACCELTRACE_DUCKDB_MEMORY") or _memory_here.get()
+                         or DEFAULT_MEMORY),
         "temp_directory": str(root / str(next(_seq))),
         "max_temp_directory_size": os.environ.get("ACCELTRACE_DUCKDB_TEMP_MAX", DEFAULT_TEMP_MAX),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,31 @@ def test_a_connection_has_a_memory_limit_and_a_spill_directory_in_the_store(tmp_
     tdir = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
     assert tdir.parent.parent == tmp_path and tdir.parent.name == f"duck.{os.getpid()}.spill"
     con.close()
+
+
+def test_a_limit_for_this_thread_applies_to_its_connections_only_and_the_operators_wins(tmp_path, monkeypatch):
+    def limit() -> str:
+        con = duck.memory_connection(tmp_path)
+        try:
+            return con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        finally:
+            con.close()
+
+    monkeypatch.delenv("ACCELTRACE_DUCKDB_MEMORY", raising=False)
+    default = limit()
+    with duck.memory_limit_here("300MB"):
+        here = limit()
+        elsewhere = []
+        t = threading.Thread(target=lambda: elsewhere.append(limit()))
+        t.start()
+        t.join()
+        monkeypatch.setenv("ACCELTRACE_DUCKDB_MEMORY", "400MB")
+        operators = limit()
+    assert here.replace(" ", "").upper() in ("286.1MIB", "300.0MB"), here
+    assert elsewhere == [default] and here != default
+    assert operators.replace(" ", "").upper() in ("381.4MIB", "400.0MB"), operators
+    monkeypatch.delenv("ACCELTRACE_DUCKDB_MEMORY")
+    assert limit() == default  # the body's end restores the default
 
 
 def test_a_big_sort_spills_into_the_store_not_the_working_directory(tmp_path):

@@ -1,14 +1,17 @@
 """What runs once a trace is published (ingest/pipeline.py _after_publish): the views' precompute and the
 analysis at once, each on a thread of its own, each failure a warning; one after the other for a one-thread
-build (a fleet's worker)."""
+build (a fleet's worker) and for a trace past the spill threshold."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from acceltrace.ingest import pipeline
-from acceltrace.store import aggregates
+import duckdb
+import pytest
+
+from acceltrace.ingest import pipeline, spill
+from acceltrace.store import aggregates, duck
 from acceltrace.store.catalog import Store
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "chrome" / "kineto" / "mi250-rocm-minitoy.json.gz"
@@ -79,3 +82,41 @@ def test_one_thread_build_runs_them_in_turn(tmp_path, monkeypatch):
     assert res.error is None
     me = threading.current_thread().name
     assert order == [("views", me), ("after", me)]
+
+
+def _limit_of(con) -> str:
+    return con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+
+@pytest.mark.parametrize("threshold", [100, None])
+def test_a_trace_past_the_spill_threshold_runs_them_in_turn_with_less_duckdb_memory(tmp_path, monkeypatch,
+                                                                                     threshold):
+    # each keeps both cores busy on its own there, and their DuckDB memory would add up
+    monkeypatch.delenv("ACCELTRACE_DUCKDB_MEMORY", raising=False)
+    if threshold is not None:
+        monkeypatch.setenv("ACCELTRACE_SPILL_SLICES", str(threshold))  # the sample has 115 slices
+    seen = []
+    real = aggregates.build_side
+
+    def build_side(store, trace_id):
+        seen.append(("views", threading.current_thread().name))
+        return real(store, trace_id)
+
+    def after(store, trace_id):
+        con = store.connect(trace_id)
+        try:
+            seen.append(("after", threading.current_thread().name, _limit_of(con)))
+        finally:
+            con.close()
+
+    monkeypatch.setattr(aggregates, "build_side", build_side)
+    res = pipeline.ingest_one(Store(tmp_path), [SAMPLE], SAMPLE.name, after_publish=after)
+    assert res.error is None and res.counts["slices"] == 115
+    me = threading.current_thread().name
+    default, less = (_limit_of(duckdb.connect(config={"memory_limit": limit}))
+                     for limit in (duck.DEFAULT_MEMORY, spill.AFTER_MEMORY))
+    if threshold is None:  # the small trace's two steps at once, with the default limit
+        assert sorted(seen) == [("after", me, default), ("views", "views-precompute")]
+    else:
+        assert seen == [("views", me), ("after", me, less)]
+        assert less != default
