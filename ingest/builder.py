@@ -175,6 +175,13 @@ class TraceBuilder:
             self._spill()
         return first
 
+    def expect_slices(self, n: int) -> bool:
+        """An importer that knows about how many slices it is about to add (an Nsight export's rows) says so: past
+        the spill threshold the bounded regime starts now, with nothing held yet to move. True: the build is in it."""
+        if not self.spilling and self._next_slice + n > self._spill_from:
+            self._spill()
+        return self.spilling
+
     def _spill(self) -> None:  # the bounded-memory regime from here on (ingest/spill.py)
         spill.start(self.con, self._held)
         self.spilling = True

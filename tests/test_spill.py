@@ -11,6 +11,7 @@ import pytest
 from acceltrace.ingest import pipeline, spill, stage
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.chrome import reader, state
+from acceltrace.ingest.nsys import importer as nsys_importer
 from acceltrace.store.catalog import Store
 from acceltrace.tiles import build as lod, pyramid
 from tests.canonical import canonical_summary
@@ -58,7 +59,7 @@ def _both(tmp_path, monkeypatch, path: Path, part_way: bool = True):
     bounded, r = _ingest(tmp_path, path, "bounded")
     assert len(switched) == 1
     assert switched[0] < r.counts["slices"] or not part_way, "the switch must come part way"
-    return fast, bounded
+    return fast, bounded, switched[0]
 
 
 @pytest.mark.parametrize("sample", [
@@ -68,7 +69,7 @@ def _both(tmp_path, monkeypatch, path: Path, part_way: bool = True):
 ])
 def test_a_trace_past_the_threshold_is_the_same_trace(tmp_path, monkeypatch, sample):
     _small_pieces(monkeypatch)
-    fast, bounded = _both(tmp_path, monkeypatch, SAMPLES / sample, part_way=not sample.endswith(".atrace"))
+    fast, bounded, _ = _both(tmp_path, monkeypatch, SAMPLES / sample, part_way=not sample.endswith(".atrace"))
     a, b = _tables(fast), _tables(bounded)
     assert sorted(a) == sorted(b)
     for table in a:
@@ -77,8 +78,21 @@ def test_a_trace_past_the_threshold_is_the_same_trace(tmp_path, monkeypatch, sam
 
 def test_an_nsight_report_past_the_threshold_is_the_same_trace(tmp_path, monkeypatch):
     """Nsight's rows come from queries run two at a time, so their slice ids differ from run to run on
-    either path: the same summary, and the same slices but for their ids."""
-    fast, bounded = _both(tmp_path, monkeypatch, SAMPLES / "nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite")
+    either path: the same summary, and the same slices but for their ids. An export's row counts say it is
+    past the threshold before any slice is added: the bounded regime from the first (builder.expect_slices)."""
+    sample = SAMPLES / "nsys/nsys-2022.2/a100-saxpy-nsys2022.sqlite"
+    stages = []  # each ingest's staging database's memory limit: less beside the bounded regime
+    real_connect = duckdb.connect
+
+    def connect(database=":memory:", *a, config=None, **k):
+        if config and "nsys-stage" in str(config.get("temp_directory", "")):
+            stages.append(config["memory_limit"])
+        return real_connect(database, *a, config=config, **k) if config else real_connect(database, *a, **k)
+
+    monkeypatch.setattr(nsys_importer.duckdb, "connect", connect)
+    fast, bounded, switched_at = _both(tmp_path, monkeypatch, sample)
+    assert switched_at == 0
+    assert stages == [nsys_importer.STAGE_MEMORY, nsys_importer.BOUNDED_STAGE_MEMORY]
     assert canonical_summary(fast) == canonical_summary(bounded)
     rows = "SELECT * EXCLUDE (slice_id) FROM slices ORDER BY ALL"
     assert fast.execute(rows).fetchall() == bounded.execute(rows).fetchall()
@@ -97,7 +111,7 @@ def test_a_trace_past_the_threshold_gets_its_pyramid(tmp_path, monkeypatch, part
     if parts > 1:  # several parts, two at a time on two cursors (a trace of millions of slices)
         monkeypatch.setattr(pyramid, "NUMPY_MAX_SLICES", 1_000)
         monkeypatch.setattr(pyramid, "PARALLEL_MIN_SLICES", 1_000)
-    fast, bounded = _both(tmp_path, monkeypatch, SAMPLES / "chrome/kineto/sampled-rank0-small.json.gz")
+    fast, bounded, _ = _both(tmp_path, monkeypatch, SAMPLES / "chrome/kineto/sampled-rank0-small.json.gz")
     (levels,) = bounded.execute("SELECT count(DISTINCT level) FROM lod_merged").fetchone()
     assert levels > 1
     a, b = _tables(fast), _tables(bounded)

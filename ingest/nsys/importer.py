@@ -34,6 +34,12 @@ SLICE_COLUMNS = ["track_id", "ts", "dur", "name", "category", "corr_id", "bytes"
 # batch (2.83 M-row export: ingest 5.0-6.0 s at 131 k, 4.2-4.3 s at 512 k and at 1 M; the peak no higher)
 BATCH_ROWS = 524_288
 STAGE_MEMORY = "1GB"
+# an export with more rows in these tables than the spill threshold: its build in the bounded regime from the first
+# slice and its stage held to less memory beside it (4 M rows: peak 1.71 -> 1.43 GB, 5 % slower; docs/performance.md)
+SLICE_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_KERNEL",
+                "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API", "SCHED_EVENTS",
+                "COMPOSITE_EVENTS")  # about a slice a row (a scheduling pair is two rows, one slice)
+BOUNDED_STAGE_MEMORY = "500MB"
 
 
 def sniff(head: bytes) -> bool:
@@ -47,10 +53,12 @@ def ingest(source, builder) -> None:
     path = source.materialize(work)
     ex = r.open_export(path, source.name)
     try:
+        bounded = builder.expect_slices(sum(ex.rows.get(t, 0) for t in SLICE_TABLES))
         # in memory (no WAL, no checkpoint on close) but spilling to the work directory past the limit
         spill = work / f"nsys-stage-{len(list(work.glob('nsys-stage-*')))}"
         stage = duckdb.connect(":memory:", config={
-            "temp_directory": str(spill), "memory_limit": STAGE_MEMORY, "preserve_insertion_order": "true"})
+            "temp_directory": str(spill), "memory_limit": BOUNDED_STAGE_MEMORY if bounded else STAGE_MEMORY,
+            "preserve_insertion_order": "true"})
         try:
             _Ingest(ex, stage, builder, source).run()
         finally:
