@@ -35,7 +35,7 @@ SLICE_COLUMNS = ["track_id", "ts", "dur", "name", "category", "corr_id", "bytes"
 BATCH_ROWS = 524_288
 STAGE_MEMORY = "1GB"
 # an export with more rows in these tables than the spill threshold: its build in the bounded regime from the first
-# slice and its stage held to less memory beside it (4 M rows: peak 1.71 -> 1.43 GB, 5 % slower; docs/performance.md)
+# slice and its stage held to less memory beside it (4 M rows: peak 1.71 -> 1.43 GB, time level; docs/performance.md)
 SLICE_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_KERNEL",
                 "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API", "SCHED_EVENTS",
                 "COMPOSITE_EVENTS")  # about a slice a row (a scheduling pair is two rows, one slice)
