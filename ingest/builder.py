@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -29,31 +28,14 @@ from acceltrace.store.errors import IngestError
 from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
 from acceltrace.ingest.memory import use_small_pages
 from acceltrace.ingest.opening import SMALL_ROW_GROUP_ROWS, Opening
+from acceltrace.ingest.warned import Warnings
 from acceltrace.tiles.build import build as build_lod
-
-MAX_WARNINGS_KEPT = 200
 
 _SLICE_TYPES = {
     "track_id": pa.int32(), "ts": pa.int64(), "dur": pa.int64(), "depth": pa.int32(), "name": pa.string(),
     "category": pa.string(), "corr_id": pa.int64(), "bytes": pa.int64(), "direction": pa.string(),
     "host_mem": pa.string(), "args": pa.string(),
 }
-
-
-@dataclass
-class Warnings:
-    """Warnings with file and position; all are counted, the first MAX_WARNINGS_KEPT kept verbatim."""
-
-    total: int = 0
-    kept: list[str] = field(default_factory=list)
-    dropped_events: int = 0
-
-    def add(self, file: str, message: str, position: str | None = None, dropped: int = 0) -> None:
-        self.total += 1
-        self.dropped_events += dropped
-        if len(self.kept) < MAX_WARNINGS_KEPT:
-            where = f"{file}: {position}" if position else file
-            self.kept.append(f"{where}: {message}")
 
 
 # args JSON in zstd, not dictionary + FSST: 830 MB 9.2-9.7 -> 8.7-8.9 s, 1.5 CPU-s less, file 122 -> 70 MB
