@@ -90,6 +90,9 @@ class WhatIf:
 # the run's helper tables the what-if step reads (graph.build, with_impacts); the run drops the others before
 # it (analysis/runner.py): at 830 MB of Kineto the passes' own 800 k-row tables held ~200 MB beside the graph
 REPLAY_READS = ("_run", "_track_dev", "_dev_work", "_ready", "_sync_calls", "_sat_members")
+# ... and its DuckDB held to this from then on: the graph is numpy, outside DuckDB's limit, and the run's tables went
+# to the spill files (a 4 M-slice Nsight trace: 1.09 GB -> 0.50 GB before the build, its command 1.84 -> 1.60 GB)
+REPLAY_DUCKDB_MEMORY = "300MB"
 PARALLEL_WHATIFS = 2  # what-ifs replayed at once (two cores)
 PARALLEL_FROM_NODES = 1_000_000  # smaller graphs replay one what-if at a time (each takes milliseconds)
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from acceltrace.analysis import impact
 from acceltrace.analysis import params as P
-from acceltrace.store import schema
+from acceltrace.store import duck, schema
 
 SQL_DIR = Path(__file__).parent
 SIDE = "findings"
@@ -201,6 +201,7 @@ def run_passes(store, trace_id: str, passes: list[str] | None = None, params: di
         phase_ms["_allocate"] = (time.perf_counter() - t_phase) * 1e3
         t_phase = time.perf_counter()
         _drop_helpers(con, keep=impact.REPLAY_READS)
+        duck.give_up_memory(con, impact.REPLAY_DUCKDB_MEMORY)
         table, wi, path = impact.with_impacts(con, table, values)
         if wi.get("skipped"):
             carried = impact.carry_over(store, trace_id, table, values)

@@ -44,6 +44,13 @@ def memory_limit_here(limit: str):
         _memory_here.reset(token)
 
 
+def give_up_memory(con: duckdb.DuckDBPyConnection, limit: str) -> None:
+    """con's memory limit lowered to `limit` for what follows (what it holds past it goes to its spill files), for a
+    step whose memory is its own (numpy, not DuckDB's); unless the operator set ACCELTRACE_DUCKDB_MEMORY."""
+    if not os.environ.get("ACCELTRACE_DUCKDB_MEMORY"):
+        con.execute(f"SET memory_limit = '{limit}'")
+
+
 def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
     """The config of one new connection: a fresh spill directory under tmp_dir and the limits."""
     root = Path(tmp_dir) / f"duck.{os.getpid()}.spill"

@@ -97,3 +97,18 @@ def test_a_dead_process_spill_root_is_swept_by_the_store(tmp_path):
     (root / "duckdb_temp_block-1.block").write_bytes(b"x" * 10)
     Store(store.root)
     assert not root.parent.exists()
+
+
+def test_a_step_gives_up_its_connections_memory_unless_the_operator_set_it(tmp_path, monkeypatch):
+    def limit_after_giving_up() -> str:
+        con = duck.memory_connection(tmp_path)
+        try:
+            duck.give_up_memory(con, "300MB")
+            return con.execute("SELECT current_setting('memory_limit')").fetchone()[0].replace(" ", "").upper()
+        finally:
+            con.close()
+
+    monkeypatch.delenv("ACCELTRACE_DUCKDB_MEMORY", raising=False)
+    assert limit_after_giving_up() in ("286.1MIB", "300.0MB")
+    monkeypatch.setenv("ACCELTRACE_DUCKDB_MEMORY", "400MB")
+    assert limit_after_giving_up() in ("381.4MIB", "400.0MB")
