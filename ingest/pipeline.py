@@ -254,10 +254,11 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
         if not keep_failed:
             res.id = None
         return res
-    # past the spill threshold each post-publish step keeps both cores busy on its own and their DuckDB memory
-    # adds up: at 6 M slices 2.28 GB at once, 1.57-1.64 GB one after the other in the same time, and 1.24-1.27 GB
-    # (the ingest's own peak) with DuckDB at AFTER_MEMORY, the command's time level (docs/performance.md)
-    big = res.counts.get("slices", 0) >= spill.threshold()
+    # a trace the builder built in its bounded regime (past the spill threshold): each post-publish step keeps both
+    # cores busy on its own and their DuckDB memory adds up: at 6 M slices 2.28 GB at once, 1.57-1.64 GB one after
+    # the other in the same time, 1.24-1.27 GB (the ingest's own peak) with DuckDB at AFTER_MEMORY, the command's
+    # time level (docs/performance.md)
+    big = builder.spilling
     with duck.memory_limit_here(spill.AFTER_MEMORY) if big else nullcontext():
         _after_publish(store, trace_id, res, label, views, after_publish, together=threads != 1 and not big)
     return res
