@@ -47,8 +47,13 @@ def memory_limit_here(limit: str):
 def give_up_memory(con: duckdb.DuckDBPyConnection, limit: str) -> None:
     """con's memory limit lowered to `limit` for what follows (what it holds past it goes to its spill files), for a
     step whose memory is its own (numpy, not DuckDB's); unless the operator set ACCELTRACE_DUCKDB_MEMORY."""
-    if not os.environ.get("ACCELTRACE_DUCKDB_MEMORY"):
+    if not _operators_memory():
         con.execute(f"SET memory_limit = '{limit}'")
+
+
+def _operators_memory() -> str | None:
+    """ACCELTRACE_DUCKDB_MEMORY: the operator's limit, over any the product picks for a step."""
+    return os.environ.get("ACCELTRACE_DUCKDB_MEMORY") or None
 
 
 def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
@@ -60,8 +65,7 @@ def settings(tmp_dir: Path, memory_limit: str | None = None) -> dict:
             atexit.register(_cleanup)
         _roots.add(root)
     cfg = {
-        "memory_limit": (memory_limit or os.environ.get("ACCELTRACE_DUCKDB_MEMORY") or _memory_here.get()
-                         or DEFAULT_MEMORY),
+        "memory_limit": memory_limit or _operators_memory() or _memory_here.get() or DEFAULT_MEMORY,
         "temp_directory": str(root / str(next(_seq))),
         "max_temp_directory_size": os.environ.get("ACCELTRACE_DUCKDB_TEMP_MAX", DEFAULT_TEMP_MAX),
     }

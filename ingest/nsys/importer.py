@@ -36,9 +36,9 @@ BATCH_ROWS = 524_288
 STAGE_MEMORY = "1GB"
 # an export with more rows in these tables than the spill threshold: its build in the bounded regime from the first
 # slice and its stage held to less memory beside it (4 M rows: peak 1.71 -> 1.43 GB, time level; docs/performance.md)
-SLICE_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_KERNEL",
-                "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API", "SCHED_EVENTS",
-                "COMPOSITE_EVENTS")  # about a slice a row (a scheduling pair is two rows, one slice)
+# (the reader's event and CPU tables but the counters and the samples' call stacks: about a slice a row, a
+# scheduling pair two rows for one)
+SLICE_TABLES = tuple(t for t in {**r.EVENT_TABLES, **r.CPU_TABLES} if t not in ("GPU_METRICS", "SAMPLING_CALLCHAINS"))
 BOUNDED_STAGE_MEMORY = "500MB"
 
 
