@@ -41,21 +41,24 @@ def calls_table_sql(driver_class: int, backtrace_class: int, has_driver_table: b
     Nsight writes CUDA runtime and driver calls into the RUNTIME table (eventClass tells them
     apart) and adds, for calls with a captured stack, a second "backtrace" row with the same
     thread and correlation id. That row is not a call: its stack id joins the call it belongs to;
-    only a backtrace row whose call is missing stands in for it.
+    only a backtrace row whose call is missing stands in for it. `src_row` is the row's place in
+    the export (RUNTIME's rows, then DRIVER's): the order calls_sql gives them in, so that every
+    ingest numbers them alike.
     """
     union = (
-        " UNION ALL BY NAME SELECT 'driver' AS lane, * FROM CUPTI_ACTIVITY_KIND_DRIVER" if has_driver_table else ""
+        f" UNION ALL BY NAME SELECT 'driver' AS lane, rowid + {1 << 48} AS src_row, *"
+        " FROM CUPTI_ACTIVITY_KIND_DRIVER" if has_driver_table else ""
     )
     return f"""
     CREATE TABLE _calls AS
     WITH allc AS (
-        SELECT CASE WHEN eventClass = {driver_class} THEN 'driver' ELSE 'cpu' END AS lane, *
+        SELECT CASE WHEN eventClass = {driver_class} THEN 'driver' ELSE 'cpu' END AS lane, rowid AS src_row, *
         FROM CUPTI_ACTIVITY_KIND_RUNTIME{union}
     ),
     bt AS (SELECT * FROM allc WHERE eventClass = {backtrace_class}),
     calls AS (SELECT * FROM allc WHERE eventClass IS DISTINCT FROM {backtrace_class}),
     bt_chain AS (
-        SELECT globalTid, correlationId, any_value(callchainId) AS bt_chain FROM bt GROUP BY ALL
+        SELECT globalTid, correlationId, min(callchainId) AS bt_chain FROM bt GROUP BY ALL
     )
     SELECT c.*, b.bt_chain FROM calls c LEFT JOIN bt_chain b USING (globalTid, correlationId)
     UNION ALL BY NAME
@@ -77,11 +80,11 @@ FROM (
     UNION SELECT DISTINCT coalesce(globalTid, -1), 'sched' FROM SCHED_EVENTS
     UNION SELECT DISTINCT coalesce(globalTid, -1), 'samples' FROM COMPOSITE_EVENTS
 ) h
-LEFT JOIN (SELECT t.globalTid, any_value(s.value) AS name FROM ThreadNames t
+LEFT JOIN (SELECT t.globalTid, arg_min(s.value, t.rowid) AS name FROM ThreadNames t
            JOIN StringIds s ON s.id = t.nameId GROUP BY ALL) tn ON tn.globalTid = h.gtid
-LEFT JOIN (SELECT globalTid, any_value(text) AS name FROM NVTX_EVENTS
+LEFT JOIN (SELECT globalTid, arg_min(text, rowid) AS name FROM NVTX_EVENTS
            WHERE eventType = {thread_name} AND text IS NOT NULL GROUP BY ALL) nv ON nv.globalTid = h.gtid
-LEFT JOIN (SELECT globalPid, any_value(name) AS name FROM PROCESSES GROUP BY ALL) p
+LEFT JOIN (SELECT globalPid, arg_min(name, rowid) AS name FROM PROCESSES GROUP BY ALL) p
        ON p.globalPid = h.gtid & -16777216  -- the pid part: clear the low 24 (thread) bits; a shift fails on negatives
 ORDER BY pid, tid, lane
 """
@@ -130,6 +133,17 @@ _VALID_DEV = _VALID + " AND x.deviceId IS NOT NULL AND x.streamId IS NOT NULL"
 _DEV_ARGS = [("device", "x.deviceId"), ("context", "x.contextId"), ("stream", "x.streamId")]
 
 
+def _in_export_order(source: str, joins: str, where: str, looked_up: dict[str, str], key: str = "x.rowid") -> str:
+    """A FROM clause: the rows of `source` that pass `where`, in their order in the export (`key`), each with
+    the values its `joins` look up (x.lk_<name>). The builder numbers slices as they come, so this order is
+    what makes every ingest of an export give its slices the same ids: a DuckDB join hands its rows on in
+    whatever order its threads finish them. Only the rows and the looked-up values are sorted; the args text
+    and the names are made from them afterwards, on the way out (a sort of the finished rows, args
+    included, cost a 4 M-slice export 1.8 s: docs/performance.md, thirty-seventh stop)."""
+    cols = ", ".join(f"{expr} AS lk_{name}" for name, expr in looked_up.items())
+    return f"(SELECT x.*, {cols} FROM {source} x {joins} WHERE {where} ORDER BY {key}) x"
+
+
 def _args(pairs: list[tuple[str, str]]) -> str:
     """The args JSON object of (key, SQL value) pairs, leaving out the members whose value is NULL, so
     args only list what the export recorded. Written as text: each member '"key":' || to_json(value)
@@ -158,19 +172,20 @@ FROM StringIds WHERE id IN (SELECT DISTINCT nameId FROM _calls)
 
 
 def calls_sql(off: int) -> str:
+    src = _in_export_order(
+        "_calls", """JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = x.lane
+                     LEFT JOIN _api_names s ON s.id = x.nameId""", _VALID,
+        {"track": "t.track_id", "label": "s.label", "full": 's."full"'}, key="x.src_row")
     return f"""
-    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           coalesce(s.label, 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)')) AS name,
+    SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           coalesce(x.lk_label, 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)')) AS name,
            CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args([("full name", 's."full"'), ("return value", "x.returnValue"),
+           {_args([("full name", "x.lk_full"), ("return value", "x.returnValue"),
                    ("callchain id", "coalesce(x.callchainId, x.bt_chain)")])} AS args,
            coalesce(x.globalTid, -1) & -16777216 AS gpid,
            CASE x.lane WHEN 'driver' THEN 'drv' ELSE 'api' END AS role
-    FROM _calls x
-    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = x.lane
-    LEFT JOIN _api_names s ON s.id = x.nameId
-    WHERE {_VALID}
+    FROM {src}
     """
 
 
@@ -178,64 +193,68 @@ def kernels_sql(off: int) -> str:
     grid = "CASE WHEN x.gridX IS NULL THEN NULL ELSE [x.gridX, x.gridY, x.gridZ] END"
     block = "CASE WHEN x.blockX IS NULL THEN NULL ELSE [x.blockX, x.blockY, x.blockZ] END"
     pairs = [
-        ("full name", "coalesce(dn.value, mn.value)"), ("short name", "sn.value"), ("demangled name", "dn.value"),
-        ("mangled name", "mn.value"), *_DEV_ARGS, ("grid", grid), ("block", block),
+        ("full name", "coalesce(x.lk_dn, x.lk_mn)"), ("short name", "x.lk_sn"), ("demangled name", "x.lk_dn"),
+        ("mangled name", "x.lk_mn"), *_DEV_ARGS, ("grid", grid), ("block", block),
         ("registers per thread", "x.registersPerThread"), ("static shared memory", "x.staticSharedMemory"),
         ("dynamic shared memory", "x.dynamicSharedMemory"), ("local memory total", "x.localMemoryTotal"),
         ("graph node id", "x.graphNodeId"),
     ]
+    src = _in_export_order(
+        "CUPTI_ACTIVITY_KIND_KERNEL", """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                                                           AND t.streamId = x.streamId AND t.lane = 'eu'
+                                          LEFT JOIN StringIds dn ON dn.id = x.demangledName
+                                          LEFT JOIN StringIds sn ON sn.id = x.shortName
+                                          LEFT JOIN StringIds mn ON mn.id = x.mangledName""", _VALID_DEV,
+        {"track": "t.track_id", "dn": "dn.value", "sn": "sn.value", "mn": "mn.value"})
     return f"""
-    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           coalesce(sn.value, dn.value, mn.value, 'kernel') AS name, 'kernel' AS category,
+    SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           coalesce(x.lk_sn, x.lk_dn, x.lk_mn, 'kernel') AS name, 'kernel' AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args(pairs)} AS args, x.globalPid AS gpid, 'exec' AS role
-    FROM CUPTI_ACTIVITY_KIND_KERNEL x
-    JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
-                     AND t.streamId = x.streamId AND t.lane = 'eu'
-    LEFT JOIN StringIds dn ON dn.id = x.demangledName
-    LEFT JOIN StringIds sn ON sn.id = x.shortName
-    LEFT JOIN StringIds mn ON mn.id = x.mangledName
-    WHERE {_VALID_DEV}
+    FROM {src}
     """
 
 
 def memcpy_sql(off: int) -> str:
     pairs = [
-        *_DEV_ARGS, ("copy kind", "k.short"), ("src kind", "src.label"), ("dst kind", "dst.label"),
+        *_DEV_ARGS, ("copy kind", "x.lk_short"), ("src kind", "x.lk_src"), ("dst kind", "x.lk_dst"),
         ("src device", "x.srcDeviceId"), ("dst device", "x.dstDeviceId"), ("graph node id", "x.graphNodeId"),
         ("memory bandwidth (GB/s)", 'CASE WHEN x."end" > x.start THEN round(x.bytes / (x."end" - x.start), 3) END'),
     ]
+    src = _in_export_order(
+        "CUPTI_ACTIVITY_KIND_MEMCPY", """JOIN _copykind k ON k.id = x.copyKind
+            JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                             AND t.streamId = x.streamId AND t.lane = k.lane
+                             AND t.direction IS NOT DISTINCT FROM (CASE WHEN k.lane = 'pcie' THEN k.direction END)
+            LEFT JOIN _memkind src ON src.id = x.srcKind
+            LEFT JOIN _memkind dst ON dst.id = x.dstKind""", _VALID_DEV,
+        {"track": "t.track_id", "short": "k.short", "direction": "k.direction", "src": "src.label",
+         "dst": "dst.label", "src_host": "src.host_mem", "dst_host": "dst.host_mem"})
     return f"""
-    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           'Memcpy ' || k.short || ' (' || coalesce(src.label, 'Unknown') || ' -> '
-               || coalesce(dst.label, 'Unknown') || ')' AS name,
-           'gpu_memcpy' AS category, x.correlationId AS corr_id, x.bytes, k.direction,
-           CASE k.direction WHEN 'h2d' THEN src.host_mem WHEN 'd2h' THEN dst.host_mem END AS host_mem,
+    SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           'Memcpy ' || x.lk_short || ' (' || coalesce(x.lk_src, 'Unknown') || ' -> '
+               || coalesce(x.lk_dst, 'Unknown') || ')' AS name,
+           'gpu_memcpy' AS category, x.correlationId AS corr_id, x.bytes, x.lk_direction AS direction,
+           CASE x.lk_direction WHEN 'h2d' THEN x.lk_src_host WHEN 'd2h' THEN x.lk_dst_host END AS host_mem,
            {_args(pairs)} AS args, x.globalPid AS gpid,
            'dma' AS role
-    FROM CUPTI_ACTIVITY_KIND_MEMCPY x
-    JOIN _copykind k ON k.id = x.copyKind
-    JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
-                     AND t.streamId = x.streamId AND t.lane = k.lane
-                     AND t.direction IS NOT DISTINCT FROM (CASE WHEN k.lane = 'pcie' THEN k.direction END)
-    LEFT JOIN _memkind src ON src.id = x.srcKind
-    LEFT JOIN _memkind dst ON dst.id = x.dstKind
-    WHERE {_VALID_DEV}
+    FROM {src}
     """
 
 
 def memset_sql(off: int) -> str:
-    pairs = [*_DEV_ARGS, ("value", "x.value"), ("memory kind", "mk.label"), ("graph node id", "x.graphNodeId")]
+    pairs = [*_DEV_ARGS, ("value", "x.value"), ("memory kind", "x.lk_kind"), ("graph node id", "x.graphNodeId")]
+    src = _in_export_order(
+        "CUPTI_ACTIVITY_KIND_MEMSET", """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                                                           AND t.streamId = x.streamId AND t.lane = 'eu'
+                                          LEFT JOIN _memkind mk ON mk.id = x.memKind""", _VALID_DEV,
+        {"track": "t.track_id", "kind": "mk.label"})
     return f"""
-    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           'Memset (' || coalesce(mk.label, 'Device') || ')' AS name, 'gpu_memset' AS category,
+    SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           'Memset (' || coalesce(x.lk_kind, 'Device') || ')' AS name, 'gpu_memset' AS category,
            x.correlationId AS corr_id, x.bytes, NULL AS direction, NULL AS host_mem,
            {_args(pairs)} AS args, x.globalPid AS gpid, 'exec' AS role
-    FROM CUPTI_ACTIVITY_KIND_MEMSET x
-    JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
-                     AND t.streamId = x.streamId AND t.lane = 'eu'
-    LEFT JOIN _memkind mk ON mk.id = x.memKind
-    WHERE {_VALID_DEV}
+    FROM {src}
     """
 
 
@@ -243,26 +262,28 @@ def nvtx_sql(off: int) -> str:
     ranges = ", ".join(str(t) for t in NVTX_RANGES)
     kind = "CASE x.eventType " + " ".join(f"WHEN {t} THEN '{k}'" for t, k in NVTX_RANGES.items()) + " ELSE 'mark' END"
     pairs = [
-        ("nvtx", kind), ("domain", "d.name"), ("nvtx category", "x.category"),
+        ("nvtx", kind), ("domain", "x.lk_domain"), ("nvtx category", "x.category"),
         ("color", "CASE WHEN x.color IS NULL THEN NULL ELSE printf('#%06x', x.color & 16777215) END"),
         ("range id", "x.rangeId"),
         ("end thread", "CASE WHEN x.endGlobalTid <> x.globalTid THEN x.endGlobalTid & 16777215 END"),
         ("unterminated", f'CASE WHEN x.eventType IN ({ranges}) AND x."end" IS NULL THEN true END'),
     ]
+    src = _in_export_order(
+        "NVTX_EVENTS", f"""JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'annotation'
+            LEFT JOIN StringIds s ON s.id = x.textId
+            LEFT JOIN (SELECT domainId, arg_min(coalesce(n.text, s2.value), n.rowid) AS name FROM NVTX_EVENTS n
+                       LEFT JOIN StringIds s2 ON s2.id = n.textId
+                       WHERE n.eventType = {NVTX_DOMAIN_CREATE} GROUP BY domainId) d ON d.domainId = x.domainId""",
+        f"""x.eventType IN ({NVTX_MARK}, {ranges}) AND x.start IS NOT NULL
+            AND (x."end" IS NULL OR x."end" >= x.start OR x.eventType = {NVTX_MARK})""",
+        {"track": "t.track_id", "text": "s.value", "domain": "d.name"})
     return f"""
-    SELECT t.track_id, x.start + {off} AS ts,
+    SELECT x.lk_track AS track_id, x.start + {off} AS ts,
            CASE WHEN x.eventType IN ({ranges}) AND x."end" IS NOT NULL THEN x."end" - x.start ELSE 0 END AS dur,
-           coalesce(x.text, s.value, '(unnamed NVTX range)') AS name, 'user_annotation' AS category,
+           coalesce(x.text, x.lk_text, '(unnamed NVTX range)') AS name, 'user_annotation' AS category,
            NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args(pairs)} AS args, NULL::BIGINT AS gpid, NULL AS role
-    FROM NVTX_EVENTS x
-    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'annotation'
-    LEFT JOIN StringIds s ON s.id = x.textId
-    LEFT JOIN (SELECT domainId, any_value(coalesce(n.text, s2.value)) AS name FROM NVTX_EVENTS n
-               LEFT JOIN StringIds s2 ON s2.id = n.textId
-               WHERE n.eventType = {NVTX_DOMAIN_CREATE} GROUP BY domainId) d ON d.domainId = x.domainId
-    WHERE x.eventType IN ({NVTX_MARK}, {ranges}) AND x.start IS NOT NULL
-      AND (x."end" IS NULL OR x."end" >= x.start OR x.eventType = {NVTX_MARK})
+    FROM {src}
     """
 
 
@@ -287,22 +308,23 @@ UNION ALL
 SELECT a.slice_id, g.slice_id, 'launch', 'correlationId'
 FROM api a JOIN dev g ON g.corr = a.corr AND (g.gpid IS NULL OR g.gpid = a.gpid)
 WHERE NOT EXISTS (SELECT 1 FROM drv d WHERE d.corr = g.corr AND (g.gpid IS NULL OR g.gpid = d.gpid))
+ORDER BY src, dst, kind
 """
 
 
 def osrt_sql(off: int) -> str:
     """OS runtime library calls (pthread, poll, ioctl, ...) on the thread's "OS runtime" track."""
+    src = _in_export_order(
+        "OSRT_API", """JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'osrt'
+                        LEFT JOIN StringIds s ON s.id = x.nameId""", _VALID, {"track": "t.track_id", "name": "s.value"})
     return f"""
-    SELECT t.track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
-           coalesce(s.value, 'OS runtime call ' || x.nameId::VARCHAR) AS name, 'osrt' AS category,
+    SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
+           coalesce(x.lk_name, 'OS runtime call ' || x.nameId::VARCHAR) AS name, 'osrt' AS category,
            NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
            {_args([("return value", "x.returnValue"), ("nesting level", "x.nestingLevel"),
                    ("callchain id", "x.callchainId")])}
                AS args, NULL::BIGINT AS gpid, NULL AS role
-    FROM OSRT_API x
-    JOIN _thread_map t ON t.gtid = coalesce(x.globalTid, -1) AND t.lane = 'osrt'
-    LEFT JOIN StringIds s ON s.id = x.nameId
-    WHERE {_VALID}
+    FROM {src}
     """
 
 
@@ -315,7 +337,7 @@ def sched_sql(off: int, end_ns: int) -> str:
     """
     return f"""
     WITH e AS (
-        SELECT coalesce(globalTid, -1) AS gtid, start, cpu, isSchedIn <> 0 AS sin,
+        SELECT coalesce(globalTid, -1) AS gtid, start, cpu, isSchedIn <> 0 AS sin, rowid AS src_row,
                lead(start) OVER w AS next_start, lead(isSchedIn <> 0) OVER w AS next_in
         FROM SCHED_EVENTS WHERE start IS NOT NULL
         WINDOW w AS (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn))
@@ -327,7 +349,7 @@ def sched_sql(off: int, end_ns: int) -> str:
            NULL::BIGINT AS gpid, NULL AS role
     FROM e JOIN _thread_map t ON t.gtid = e.gtid AND t.lane = 'sched'
     WHERE e.sin AND (e.next_in IS NULL OR NOT e.next_in)
-    ORDER BY t.track_id, e.start, e.cpu
+    ORDER BY t.track_id, e.start, e.cpu, e.src_row
     """
 
 
