@@ -140,6 +140,7 @@ def correlation_flows(state) -> int:
                CASE WHEN d.sid IS NULL THEN 'launch' WHEN v.lane = 'pcie' THEN 'dma' ELSE 'exec' END,
                'correlation', src, corr_id
         FROM dev v LEFT JOIN drv d USING (src, corr_id) LEFT JOIN cpu c USING (src, corr_id)
+        ORDER BY src_slice, dst_slice, kind  -- the flows' ids alike in every ingest (the joins' order is their threads')
     """).to_arrow_table()  # as Arrow, not a temp table: DuckDB materialises those more slowly
     state.builder.add_flows(corr["src_slice"], corr["dst_slice"], corr["kind"], corr["raw_kind"])
     if "flow_raw" in state.staged:
