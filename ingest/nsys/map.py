@@ -200,11 +200,12 @@ def kernels_sql(off: int) -> str:
         ("graph node id", "x.graphNodeId"),
     ]
     src = _in_export_order(
-        "CUPTI_ACTIVITY_KIND_KERNEL", """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
-                                                           AND t.streamId = x.streamId AND t.lane = 'eu'
-                                          LEFT JOIN StringIds dn ON dn.id = x.demangledName
-                                          LEFT JOIN StringIds sn ON sn.id = x.shortName
-                                          LEFT JOIN StringIds mn ON mn.id = x.mangledName""", _VALID_DEV,
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                            AND t.streamId = x.streamId AND t.lane = 'eu'
+            LEFT JOIN StringIds dn ON dn.id = x.demangledName
+            LEFT JOIN StringIds sn ON sn.id = x.shortName
+            LEFT JOIN StringIds mn ON mn.id = x.mangledName""", _VALID_DEV,
         {"track": "t.track_id", "dn": "dn.value", "sn": "sn.value", "mn": "mn.value"})
     return f"""
     SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
@@ -245,9 +246,10 @@ def memcpy_sql(off: int) -> str:
 def memset_sql(off: int) -> str:
     pairs = [*_DEV_ARGS, ("value", "x.value"), ("memory kind", "x.lk_kind"), ("graph node id", "x.graphNodeId")]
     src = _in_export_order(
-        "CUPTI_ACTIVITY_KIND_MEMSET", """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
-                                                           AND t.streamId = x.streamId AND t.lane = 'eu'
-                                          LEFT JOIN _memkind mk ON mk.id = x.memKind""", _VALID_DEV,
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
+                            AND t.streamId = x.streamId AND t.lane = 'eu'
+            LEFT JOIN _memkind mk ON mk.id = x.memKind""", _VALID_DEV,
         {"track": "t.track_id", "kind": "mk.label"})
     return f"""
     SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
@@ -340,7 +342,7 @@ def sched_sql(off: int, end_ns: int) -> str:
         SELECT coalesce(globalTid, -1) AS gtid, start, cpu, isSchedIn <> 0 AS sin, rowid AS src_row,
                lead(start) OVER w AS next_start, lead(isSchedIn <> 0) OVER w AS next_in
         FROM SCHED_EVENTS WHERE start IS NOT NULL
-        WINDOW w AS (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn))
+        WINDOW w AS (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn, rowid))
     SELECT t.track_id, e.start + {off} AS ts,
            CASE WHEN e.next_start IS NULL THEN greatest(0, {end_ns} - e.start) ELSE e.next_start - e.start END AS dur,
            'on CPU ' || e.cpu AS name, 'sched' AS category,
@@ -355,8 +357,8 @@ def sched_sql(off: int, end_ns: int) -> str:
 
 SCHED_UNPAIRED_SQL = """
 WITH e AS (SELECT isSchedIn <> 0 AS sin, lead(isSchedIn <> 0) OVER (
-               PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn) AS next_in,
-           lag(isSchedIn <> 0) OVER (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn) AS prev_in
+               PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn, rowid) AS next_in,
+           lag(isSchedIn <> 0) OVER (PARTITION BY coalesce(globalTid, -1) ORDER BY start, isSchedIn, rowid) AS prev_in
            FROM SCHED_EVENTS WHERE start IS NOT NULL)
 SELECT count(*) FILTER (WHERE sin AND next_in), count(*) FILTER (WHERE NOT sin AND NOT coalesce(prev_in, false))
 FROM e
