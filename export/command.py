@@ -14,6 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import duckdb
+
 from acceltrace.export.chrome import chrome_chunks
 from acceltrace.export.parquet import ExportError, write_parquet
 from acceltrace.store.catalog import Store
@@ -118,5 +120,10 @@ def export_command(args) -> int:
         return 1
     except OSError as e:
         print(f"acceltrace: export failed: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except duckdb.OutOfMemoryException as e:  # no file is left: the output is written beside it, then renamed
+        print(f"acceltrace: export failed: {args.id}: DuckDB ran out of the export's memory even at one thread"
+              f" ({str(e).splitlines()[0]}); " + ("the output above is cut short" if str(args.out) == "-"
+                                                   else f"{args.out} was not written"), file=sys.stderr)
         return 1
     return 0

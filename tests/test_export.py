@@ -387,3 +387,50 @@ def test_chrome_times_are_exact_for_any_nanosecond_value(tmp_path):
     _, doc = chrome_doc(store.connect(tid))
     got = {e["name"]: (int(e["ts"] * 1000), int(e["dur"] * 1000)) for e in doc["traceEvents"] if e["ph"] == "X"}
     assert got == {f"e{i}": (offsets[i], durs[i]) for i in range(len(offsets))}
+
+
+class _TightAtTwoThreads:
+    """A read connection whose queries run out of memory while DuckDB has more than one thread (as the 830 MB trace's
+    flow lines did at two threads and 1 GB); everything else is the real connection's."""
+
+    def __init__(self, con, fail_at_one=False):
+        self.con, self.fail_at_one, self.refused = con, fail_at_one, 0
+
+    def execute(self, *a, **k):
+        return self.con.execute(*a, **k)
+
+    def sql(self, *a, **k):
+        (threads,) = self.con.execute("SELECT current_setting('threads')").fetchall()[0]
+        if int(threads) > 1 or self.fail_at_one:
+            self.refused += 1
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block (test)")
+        return self.con.sql(*a, **k)
+
+
+def test_chrome_export_runs_a_query_again_at_one_thread_when_it_runs_out_of_memory_at_two(traces):
+    store, a100, _ = traces
+    con = store.connect(a100)
+    con.execute("SET threads = 2")
+    want = b"".join(chrome_chunks(con))
+    tight = _TightAtTwoThreads(con)
+    assert b"".join(chrome_chunks(tight)) == want
+    assert tight.refused == 3  # the slices', flows' and counters' lines, each once
+    assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 2  # set back
+    with pytest.raises(duckdb.OutOfMemoryException):  # out of memory at one thread too: the error, not a cut file
+        b"".join(chrome_chunks(_TightAtTwoThreads(con, fail_at_one=True)))
+
+
+def test_export_command_out_of_memory_at_one_thread_is_a_message_and_no_file(traces, tmp_path, capsys, monkeypatch):
+    store, a100, _ = traces
+    from acceltrace.export import command
+
+    def tight(con, batch_rows=None):
+        yield b'{"traceEvents": [\n'
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB (test)")
+
+    monkeypatch.setattr(command, "chrome_chunks", tight)
+    out = tmp_path / "big.json"
+    assert export_command(argparse.Namespace(store=str(store.root), id=a100, format="chrome", out=out)) == 1
+    err = capsys.readouterr().err
+    assert "export failed" in err and "ran out of the export's memory" in err and f"{out} was not written" in err
+    assert not out.exists() and not list(tmp_path.glob(".big.json.tmp-*"))
