@@ -35,6 +35,8 @@ import pyarrow as pa
 from acceltrace.store import schema
 
 BATCH_ROWS = 65_536
+# flows per query where all of a trace's flow lines do not sort in the export's memory at once (_flow_parts)
+FLOW_PART = 262_144
 # trace_meta keys an ingest computes itself, so an export does not carry them
 META_DERIVED = frozenset({"format", "start_ns", "end_ns", "ingest_version", "warning_count", "dropped_events",
                           "warnings"})
@@ -137,7 +139,7 @@ def _slices_sql(start_ns: int) -> str:
     """
 
 
-def _v1_flows_sql(start_ns: int) -> str:
+def _v1_flows_sql(start_ns: int, ids: tuple[int, int] | None = None) -> str:
     # args: the flow's kind and its two slices as ordinals of the X events in the file (null for a
     # missing end), so acceltrace's reader (ingest/acceltrace_chrome/importer.py) rebuilds every flow exactly;
     # viewers ignore flow args and bind by time
@@ -150,7 +152,7 @@ def _v1_flows_sql(start_ns: int) -> str:
                          WHEN f.kind = 'dependency' THEN '{DEPENDENCY_CAT}' ELSE 'other' END AS cat,
                oa.k AS src_k, ob.k AS dst_k
         FROM flows f LEFT JOIN ord oa ON oa.slice_id = f.src_slice LEFT JOIN ord ob ON ob.slice_id = f.dst_slice
-        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2)
+        WHERE f.flow_id NOT IN (SELECT flow_id FROM v2){'' if ids is None else f' AND f.flow_id BETWEEN {ids[0]} AND {ids[1]}'}
     ),
     ends AS (
         SELECT *, 's' AS ph, src_slice AS slice_id FROM v1 WHERE src_slice IS NOT NULL
@@ -180,28 +182,44 @@ def _counters_sql(start_ns: int) -> str:
     """
 
 
-def _lines(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int) -> Iterator[bytes]:
-    """The query's lines in order. Its sort runs before the first line: where it runs out of DuckDB's memory there
-    at two threads (an 830 MB Kineto trace's 1.6 M flows at the CLI's 1 GB: their sorted runs did not spill), the
-    query runs again at one, which fits (1.6 M flows: 5.4 s), and the DuckDB threads are set back after it."""
-    yielded = False
+def _lines(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int, parts=None) -> Iterator[bytes]:
+    """The query's lines in order. Its sort runs before the first line; where it runs out of DuckDB's memory there
+    (an 830 MB Kineto trace's 1.6 M flows at the CLI's 1 GB and two threads: the sorted runs did not spill), the same
+    lines come from `parts()`, queries over consecutive parts of the rows (each sort small), else from the query again
+    at one thread; a part that runs out of memory runs again at one thread. The DuckDB threads are set back after."""
     try:
-        for chunk in _query_lines(con, sql, batch_rows):
-            yielded = True
-            yield chunk
+        reader = con.sql(sql).to_arrow_reader(batch_rows)  # the sort runs here, before any line is yielded
     except duckdb.OutOfMemoryException:
-        (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
-        if yielded or int(threads) == 1:
-            raise
-        con.execute("SET threads = 1")
-        try:
-            yield from _query_lines(con, sql, batch_rows)
-        finally:
-            con.execute(f"SET threads = {int(threads)}")
+        if parts is None:
+            yield from _at_one_thread(con, sql, batch_rows)
+            return
+        for part in parts():
+            try:
+                part_reader = con.sql(part).to_arrow_reader(batch_rows)
+            except duckdb.OutOfMemoryException:
+                yield from _at_one_thread(con, part, batch_rows)
+            else:
+                yield from _reader_lines(part_reader)
+        return
+    yield from _reader_lines(reader)
+
+
+def _at_one_thread(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int) -> Iterator[bytes]:
+    (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
+    if int(threads) == 1:
+        raise duckdb.OutOfMemoryException("the export's lines do not fit its DuckDB memory limit even at one thread")
+    con.execute("SET threads = 1")
+    try:
+        yield from _query_lines(con, sql, batch_rows)
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
 
 
 def _query_lines(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int) -> Iterator[bytes]:
-    reader = con.sql(sql).to_arrow_reader(batch_rows)
+    yield from _reader_lines(con.sql(sql).to_arrow_reader(batch_rows))
+
+
+def _reader_lines(reader) -> Iterator[bytes]:
     for batch in reader:
         if batch.num_rows:
             yield _string_bytes(batch.column(0))
@@ -221,12 +239,20 @@ def _string_bytes(arr: pa.Array) -> bytes:
     return data[start:end].to_pybytes()
 
 
+def _flow_parts(con: duckdb.DuckDBPyConnection, start_ns: int) -> list[str]:
+    """The flow lines' query over consecutive flow_id ranges of FLOW_PART flows: the same lines in the same order."""
+    lo, hi = con.execute("SELECT min(flow_id), max(flow_id) FROM flows").fetchall()[0]
+    if lo is None:
+        return []
+    return [_v1_flows_sql(start_ns, (a, min(a + FLOW_PART - 1, hi))) for a in range(lo, hi + 1, FLOW_PART)]
+
+
 def chrome_chunks(con: duckdb.DuckDBPyConnection, batch_rows: int | None = None) -> Iterator[bytes]:
     """The whole Chrome JSON document as a sequence of byte chunks (bounded memory)."""
     n = batch_rows or BATCH_ROWS
     (start_ns,) = con.execute("SELECT value::BIGINT FROM trace_meta WHERE key = 'start_ns'").fetchall()[0]
     yield from _header(con, start_ns)
     yield from _lines(con, _slices_sql(start_ns), n)
-    yield from _lines(con, _v1_flows_sql(start_ns), n)
+    yield from _lines(con, _v1_flows_sql(start_ns), n, parts=lambda: _flow_parts(con, start_ns))
     yield from _lines(con, _counters_sql(start_ns), n)
     yield b"\n]}\n"

@@ -414,10 +414,37 @@ def test_chrome_export_runs_a_query_again_at_one_thread_when_it_runs_out_of_memo
     want = b"".join(chrome_chunks(con))
     tight = _TightAtTwoThreads(con)
     assert b"".join(chrome_chunks(tight)) == want
-    assert tight.refused == 3  # the slices', flows' and counters' lines, each once
+    assert tight.refused == 4  # the slices', the flows' (whole, then their one part) and the counters' lines
     assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 2  # set back
     with pytest.raises(duckdb.OutOfMemoryException):  # out of memory at one thread too: the error, not a cut file
         b"".join(chrome_chunks(_TightAtTwoThreads(con, fail_at_one=True)))
+
+
+
+def test_chrome_export_sorts_its_flow_lines_in_parts_when_all_of_them_do_not_fit(traces, monkeypatch):
+    store, a100, _ = traces
+    from acceltrace.export import chrome
+
+    con = store.connect(a100)
+    con.execute("SET threads = 2")
+    want = b"".join(chrome_chunks(con))
+    assert want.count(b'"ph":"s"') == 20  # the A100 export's flows, each a start and a finish line
+
+    class FlowsTooBig(_TightAtTwoThreads):
+        """Refuses the query of all the flow lines (at any thread count); its parts fit."""
+        def sql(self, query, *a, **k):
+            whole_flows = "'ac2g'" in query and "BETWEEN" not in query
+            self.refused += whole_flows
+            if whole_flows:
+                raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block (test)")
+            self.threads.append(self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+            return self.con.sql(query, *a, **k)
+
+    monkeypatch.setattr(chrome, "FLOW_PART", 7)
+    tight = FlowsTooBig(con)
+    tight.threads = []
+    assert b"".join(chrome_chunks(tight)) == want  # the same lines in the same order
+    assert tight.refused == 1 and tight.threads == [2] * 5  # slices, flows in parts of 7, 7 and 6, counters
 
 
 def test_export_command_out_of_memory_at_one_thread_is_a_message_and_no_file(traces, tmp_path, capsys, monkeypatch):
