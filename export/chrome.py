@@ -185,38 +185,25 @@ def _counters_sql(start_ns: int) -> str:
 def _lines(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int, parts=None) -> Iterator[bytes]:
     """The query's lines in order. Its sort runs before the first line; where it runs out of DuckDB's memory there
     (an 830 MB Kineto trace's 1.6 M flows at the CLI's 1 GB and two threads: the sorted runs did not spill), the same
-    lines come from `parts()`, queries over consecutive parts of the rows (each sort small), else from the query again
-    at one thread; a part that runs out of memory runs again at one thread. The DuckDB threads are set back after."""
+    lines come from `parts()`, queries over consecutive parts of the rows (each sort small, each part itself run this
+    way), else from the query again at one thread, the DuckDB threads set back after it."""
     try:
         reader = con.sql(sql).to_arrow_reader(batch_rows)  # the sort runs here, before any line is yielded
     except duckdb.OutOfMemoryException:
-        if parts is None:
-            yield from _at_one_thread(con, sql, batch_rows)
+        if parts is not None:
+            for part in parts():
+                yield from _lines(con, part, batch_rows)
             return
-        for part in parts():
-            try:
-                part_reader = con.sql(part).to_arrow_reader(batch_rows)
-            except duckdb.OutOfMemoryException:
-                yield from _at_one_thread(con, part, batch_rows)
-            else:
-                yield from _reader_lines(part_reader)
+        (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
+        if int(threads) == 1:
+            raise
+        con.execute("SET threads = 1")
+        try:
+            yield from _reader_lines(con.sql(sql).to_arrow_reader(batch_rows))
+        finally:
+            con.execute(f"SET threads = {int(threads)}")
         return
     yield from _reader_lines(reader)
-
-
-def _at_one_thread(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int) -> Iterator[bytes]:
-    (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
-    if int(threads) == 1:
-        raise duckdb.OutOfMemoryException("the export's lines do not fit its DuckDB memory limit even at one thread")
-    con.execute("SET threads = 1")
-    try:
-        yield from _query_lines(con, sql, batch_rows)
-    finally:
-        con.execute(f"SET threads = {int(threads)}")
-
-
-def _query_lines(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int) -> Iterator[bytes]:
-    yield from _reader_lines(con.sql(sql).to_arrow_reader(batch_rows))
 
 
 def _reader_lines(reader) -> Iterator[bytes]:
