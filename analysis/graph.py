@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from acceltrace.analysis.arrays import order_by, scatter_max, stable_order
+from acceltrace.analysis.arrays import NodeIndex, order_by, scatter_max, stable_order
 from acceltrace.analysis.threads import THREAD_OF_TRACK_SQL, chain_edges
+from acceltrace.store import duck
 
 HOST, DEVICE = 0, 1
 # a synchronising call returns this soon after the work it waited for: what ended earlier inside it
@@ -25,49 +26,8 @@ AFTER_END, AFTER_START, WAIT = 0, 1, 2  # edge kinds: start >= end(src)+w, start
 # a node's lane as a code (Graph.lane): LANES[code]; any other lane of the trace is OTHER
 LANES = ("cpu", "driver", "eu", "pcie", "other")
 CPU, DRIVER, EU, PCIE, OTHER = range(5)
-
-
-class NodeIndex:
-    """slice_id -> node, over sorted arrays (a dict of millions of ints costs more than the graph)."""
-
-    def __init__(self, slice_ids: np.ndarray):
-        self.lut = None
-        lo = int(slice_ids.min()) if len(slice_ids) else 0
-        span = int(slice_ids.max()) - lo + 1 if len(slice_ids) else 0
-        if 0 < span <= 4 * len(slice_ids) + 1024:  # ids nearly dense (as the builder numbers them): a table
-            self.lo, self.lut = lo, np.full(span, -1, np.int64)
-            self.lut[slice_ids - lo] = np.arange(len(slice_ids))
-            self.order = self.sorted = None
-            return
-        self.order = np.argsort(slice_ids, kind="stable")
-        self.sorted = slice_ids[self.order]
-
-    def nodes(self, ids) -> np.ndarray:
-        """The node of each id, -1 where the graph has none."""
-        ids = np.asarray(ids, np.int64)
-        if self.lut is not None:
-            k = ids - self.lo
-            inside = (k >= 0) & (k < len(self.lut))
-            return np.where(inside, self.lut[np.where(inside, k, 0)], -1)
-        if not len(self.sorted) or not len(ids):
-            return np.full(len(ids), -1, np.int64)
-        pos = np.minimum(np.searchsorted(self.sorted, ids), len(self.sorted) - 1)
-        return np.where(self.sorted[pos] == ids, self.order[pos], -1)
-
-    def get(self, sid, default=None):
-        if sid is None:
-            return default
-        v = int(self.nodes([int(sid)])[0])
-        return default if v < 0 else v
-
-    def __contains__(self, sid) -> bool:
-        return self.get(sid) is not None
-
-    def __getitem__(self, sid) -> int:
-        v = self.get(sid)
-        if v is None:
-            raise KeyError(sid)
-        return v
+# DuckDB's memory once the build's queries are done (the caller reads little after it; docs/analysis.md)
+ARRAYS_DUCKDB_MEMORY = "64MB"
 
 
 @dataclass
@@ -178,7 +138,10 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         JOIN (SELECT dev, row_number() OVER (ORDER BY dev) AS dev_code
               FROM (SELECT DISTINCT coalesce(dev, '') AS dev FROM _dev_work)) d ON d.dev = coalesce(w.dev, '')
         ORDER BY w.ts, w.slice_id""").fetchnumpy()
-    queue = np.asarray(dev["q_track"], np.int64)
+    # each column of a query's result is taken out of it where it is used, so that it goes once copied
+    # (the Nsight 4 M-slice command: its peak 1.63-1.72 -> 1.37-1.41 GB, docs/performance.md)
+    col = lambda d, k, t: np.asarray(d.pop(k), dtype=t)  # noqa: E731
+    queue, dtrack = col(dev, "q_track", np.int64), col(dev, "track_id", np.int64)
     unqueued = queue < 0
     if unqueued.any():  # the same rows in the same order: their stream, numbered per device
         streams = con.execute(f"""
@@ -187,10 +150,10 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
                   USING (slice_id)) w LEFT JOIN _ready r USING (slice_id)
             WHERE NOT {queued} ORDER BY w.ts, w.slice_id""").fetchnumpy()
         code = np.asarray(streams["code"], np.int64)
-        track = np.asarray(dev["track_id"], np.int64)[unqueued]
+        track = dtrack[unqueued]
         # a queue key per row: the driver queue's track, else the stream, else the work's own track
         # (three ranges of small numbers, so a counting sort orders them)
-        top = int(max(queue.max(initial=0), np.asarray(dev["track_id"], np.int64).max(initial=0))) + 1
+        top = int(max(queue.max(initial=0), dtrack.max(initial=0))) + 1
         queue[unqueued] = np.where(code > 0, top + code, top + int(code.max(initial=0)) + 1 + track)
     # host items by chain (a thread's, its driver calls in it: analysis/threads.py; a driver queue's), time
     host = con.execute(f"""
@@ -203,7 +166,6 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
                              UNION ALL SELECT src_slice FROM flows WHERE kind = 'submit' AND src_slice IS NOT NULL
                              UNION ALL SELECT slice_id FROM _sync_calls)
         ORDER BY chain, s.ts, s.slice_id""").fetchnumpy()
-    col = lambda d, k, t: np.asarray(d[k], dtype=t)  # noqa: E731
     nh, nd = len(host["slice_id"]), len(dev["slice_id"])
     n = nh + nd
     sid = np.concatenate([col(host, "slice_id", np.int64), col(dev, "slice_id", np.int64)])
@@ -254,7 +216,7 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     m = k >= 0
     E.add(k[m], dn[m], AFTER_START, np.minimum(ts[dn[m]], ts[k[m]] + dur[k[m]]) - ts[k[m]])
     queue_prev, queue_next = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    for codes in (queue, col(dev, "track_id", np.int64)):
+    for codes in (queue, dtrack):
         # device rows are in time order: a stable order by key keeps it per key
         o = stable_order(codes)
         same = codes[o][1:] == codes[o][:-1]
@@ -274,15 +236,18 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
     kind = np.concatenate([np.zeros(nh, np.int8), np.ones(nd, np.int8)])
     empty = np.zeros(0, np.int64)
     g = Graph(sid, kind, lane, ts, dur, dur.copy(), np.zeros(n, np.int64), empty, empty, empty.astype(np.int8), empty,
-              index, track=np.concatenate([htrack, col(dev, "track_id", np.int64)]), corr=corr,
+              index, track=np.concatenate([htrack, dtrack]), corr=corr,
               direction=np.concatenate([np.zeros(nh, np.int8), col(dev, "direction", np.int8)]),
               queue_prev=queue_prev, queue_next=queue_next,
               device=np.concatenate([np.full(nh, -1, np.int64), col(dev, "dev_code", np.int64)]),
               queue=np.concatenate([np.full(nh, -1, np.int64), queue]),
               thread=np.concatenate([hthread, np.full(nd, -1, np.int64)]))
+    del queue, dtrack, htrack, hthread  # (copied into g)
     # waits: a sync call waits for the device work that was submitted before it and ended inside it
     # (its last SYNC_RETURN_NS); a blocking copy call for its own DMAs when it returned after they ended
     sync = index.nodes(col(con.execute("SELECT slice_id FROM _sync_calls").fetchnumpy(), "slice_id", np.int64))
+    # the build's queries are done: the tables DuckDB holds go to its spill files while the arrays grow
+    duck.give_up_memory(con, ARRAYS_DUCKDB_MEMORY)
     sync = sync[sync >= 0]
     sub_node = np.full(n, -1, np.int64)
     sub_node[dn] = k  # each device work's submitter (-1: none known)
@@ -308,7 +273,8 @@ def build(con: duckdb.DuckDBPyConnection) -> Graph:
         _earliest(g, earliest, *E.parts[-1])
         _slack(g, earliest)
     # edges by source (stable): the replay then walks each node's edges in memory order
-    del dev, host  # these, the parts and each unsorted column once sorted let go: 3.6 M nodes' peak +850 -> +310 MB
+    del earliest, sub_node, k, dn  # these, the parts and each unsorted column once sorted let go (3.6 M nodes'
+    # peak +850 -> +310 MB)
     cols = list(E.arrays())
     E.parts.clear()
     o = order_by(cols[0], n)
