@@ -53,7 +53,7 @@ def test_the_build_holds_at_most_three_quarters_of_the_graph_beside_it(analysed,
     # the query results held to the build's end and copied beside their columns made it 2.07x at 45 k
     # nodes (2.2 GB at 3.6 M nodes, 1.6 GB of the process); each taken out where it is used, 1.68x
     assert peak <= 1.8 * size, f"peak {peak >> 20} MB traced beside a graph of {size >> 20} MB"
-    (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    ((limit,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
     assert limit == "61.0 MiB", limit  # G.ARRAYS_DUCKDB_MEMORY: 64 MB
     con.close()
 
@@ -64,6 +64,6 @@ def test_the_operators_duckdb_memory_is_kept(analysed, monkeypatch):
     con = store.connect(trace_id, sides=())
     runner._exec_file(con, runner.SQL_DIR / "_common.sql", P.resolve(None))
     R.build(con)
-    (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    ((limit,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
     assert limit == "667.5 MiB", limit
     con.close()

@@ -90,9 +90,18 @@ def test_an_nsight_report_past_the_threshold_is_the_same_trace(tmp_path, monkeyp
         return real_connect(database, *a, config=config, **k) if config else real_connect(database, *a, **k)
 
     monkeypatch.setattr(nsys_importer.duckdb, "connect", connect)
+    files = []  # where each ingest's correlation links went: held in memory, or a file past the threshold
+    real_links = nsys_importer.Links.__init__
+    monkeypatch.setattr(nsys_importer.Links, "__init__",
+                        lambda self, spill_to=None: (files.append(spill_to), real_links(self, spill_to))[1])
     fast, bounded, switched_at = _both(tmp_path, monkeypatch, sample)
     assert switched_at == 0
     assert stages == [nsys_importer.STAGE_MEMORY, nsys_importer.BOUNDED_STAGE_MEMORY]
+    assert files[0] is None and files[1].suffix == ".arrows" and not files[1].exists()
+    ends = """SELECT f.kind, a.track_id, a.ts, a.name, b.track_id, b.ts, b.name FROM flows f
+              JOIN slices a ON a.slice_id = f.src_slice JOIN slices b ON b.slice_id = f.dst_slice ORDER BY ALL"""
+    flows = fast.execute(ends).fetchall()
+    assert len(flows) == 20 and flows == bounded.execute(ends).fetchall()
     assert canonical_summary(fast) == canonical_summary(bounded)
     rows = "SELECT * EXCLUDE (slice_id) FROM slices ORDER BY ALL"
     assert fast.execute(rows).fetchall() == bounded.execute(rows).fetchall()

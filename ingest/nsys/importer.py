@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from acceltrace.ingest.nsys import map as m
 from acceltrace.ingest.nsys import read as r
+from acceltrace.ingest.nsys.links import Links
 from acceltrace.ingest.importer import Importer, per_source
 from acceltrace.store.duck import quote_ident
 
@@ -60,7 +61,11 @@ def ingest(source, builder) -> None:
             "temp_directory": str(spill), "memory_limit": BOUNDED_STAGE_MEMORY if bounded else STAGE_MEMORY,
             "preserve_insertion_order": "true"})
         try:
-            _Ingest(ex, stage, builder, source).run()
+            links = Links(work / f"{spill.name}-links.arrows" if bounded else None)
+            try:
+                _Ingest(ex, stage, builder, source, links).run()
+            finally:
+                links.close()
         finally:
             stage.close()
     finally:
@@ -70,13 +75,10 @@ def ingest(source, builder) -> None:
 
 
 class _Ingest:
-    def __init__(self, ex: r.Export, stage: duckdb.DuckDBPyConnection, builder, source):
+    def __init__(self, ex: r.Export, stage: duckdb.DuckDBPyConnection, builder, source, links: Links):
         self.ex, self.stage, self.b, self.source = ex, stage, builder, source
         self.prefix = f"{source.group}: " if getattr(source, "group", None) else ""
-        # (slice_id, corr, gpid, role) of each slice with a correlation id, as the queries gave them: held here and
-        # read by the flows query as `_links`, not inserted into the staging database, where the inserts came
-        # after each query and, with the bounded regime's spilled tables, cost up to 0.85 s at 4 M slices
-        self.links: list[pa.Table] = []
+        self.links = links  # the slices' correlation links, for the flows query (ingest/nsys/links.py)
         self.off = 0
         self.unreadable: set[str] = set()
 
@@ -306,30 +308,20 @@ class _Ingest:
             if batch.num_rows == 0:
                 continue
             tbl = pa.Table.from_batches([batch])
-            first = self.b.add_slices(tbl.select(SLICE_COLUMNS))
-            role, corr = tbl["role"], tbl["corr_id"]
-            if role.null_count < tbl.num_rows:
-                link = pa.table({"slice_id": pa.array(np.arange(first, first + tbl.num_rows, dtype=np.int64)),
-                                 "corr": corr, "gpid": tbl["gpid"], "role": pc.dictionary_encode(role)})
-                self.links.append(link.filter(pc.and_(pc.is_valid(role), pc.not_equal(corr, 0))))  # a null corr: out
+            self.links.add(self.b.add_slices(tbl.select(SLICE_COLUMNS)), tbl)
 
     def _flows(self) -> None:
         """The correlation flows; and how many device ops none reached (trace_meta), from the flows themselves:
         a device op is linked exactly when it is the far end of an exec, dma or launch flow (a second join
         of the links for the count cost 0.2 s of a 2.5 M-slice export)."""
-        self.stage.register("_links", pa.concat_tables(self.links) if self.links else pa.table({
-            "slice_id": pa.array([], pa.int64()), "corr": pa.array([], pa.int64()), "gpid": pa.array([], pa.int64()),
-            "role": pa.array([], pa.string())}))
-        reader = self.stage.sql(m.FLOWS_SQL).to_arrow_reader(BATCH_ROWS)
         reached = []
-        for batch in reader:
-            if batch.num_rows:
-                self.b.add_flows(batch.column(0), batch.column(1), batch.column(2), batch.column(3))
-                to_op = pc.not_equal(batch.column(2), "submit")
-                reached.append(batch.column(1).filter(to_op).to_numpy(zero_copy_only=False))
-        (ops,) = self.q("SELECT count(*) FROM _links WHERE role IN ('exec', 'dma')").fetchall()[0]
-        self.stage.unregister("_links")
-        self.links.clear()
+        with self.links.viewed(self.stage):
+            for batch in self.stage.sql(m.FLOWS_SQL).to_arrow_reader(BATCH_ROWS):
+                if batch.num_rows:
+                    self.b.add_flows(batch.column(0), batch.column(1), batch.column(2), batch.column(3))
+                    to_op = pc.not_equal(batch.column(2), "submit")
+                    reached.append(batch.column(1).filter(to_op).to_numpy(zero_copy_only=False))
+            (ops,) = self.q("SELECT count(*) FROM _links WHERE role IN ('exec', 'dma')").fetchall()[0]
         unlinked = ops - _distinct(np.concatenate(reached)) if reached else ops
         if unlinked:
             self.b.set_meta("nsys_unlinked_device_ops", str(unlinked))
