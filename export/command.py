@@ -18,6 +18,7 @@ import duckdb
 
 from acceltrace.export.chrome import chrome_chunks
 from acceltrace.export.parquet import ExportError, write_parquet
+from acceltrace.store import duck
 from acceltrace.store.catalog import Store
 
 FORMATS = ("chrome", "parquet")
@@ -63,7 +64,7 @@ def connect_for_export(store: Store, trace_id: str, memory_limit: str = "1GB", t
     con = store.connect(trace_id)
     spill = store.tmp_dir / f"{trace_id}.{os.getpid()}.export-spill-{secrets.token_hex(4)}"
     con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
-    con.execute(f"SET memory_limit = '{memory_limit}'")
+    duck.give_up_memory(con, memory_limit)  # an operator's ACCELTRACE_DUCKDB_MEMORY wins (docs/operations.md)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con, spill

@@ -4,6 +4,7 @@ import argparse
 import gzip
 import json
 import re
+import shutil
 from decimal import Decimal
 from pathlib import Path
 
@@ -461,3 +462,21 @@ def test_export_command_out_of_memory_at_one_thread_is_a_message_and_no_file(tra
     err = capsys.readouterr().err
     assert "export failed" in err and "ran out of the export's memory" in err and f"{out} was not written" in err
     assert not out.exists() and not list(tmp_path.glob(".big.json.tmp-*"))
+
+
+@pytest.mark.parametrize("operators", [None, "700MB"])
+def test_the_exports_duckdb_memory_is_the_operators_where_set(traces, monkeypatch, operators):
+    from acceltrace.export.command import connect_for_export
+
+    store, a100, _ = traces
+    if operators:
+        monkeypatch.setenv("ACCELTRACE_DUCKDB_MEMORY", operators)
+    else:
+        monkeypatch.delenv("ACCELTRACE_DUCKDB_MEMORY", raising=False)
+    con, spill = connect_for_export(store, a100, memory_limit="512MB")
+    try:
+        ((limit,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+    assert limit == ("667.5 MiB" if operators else "488.2 MiB")
