@@ -4,10 +4,10 @@ gpid, role) of each slice with a correlation id. The flows query (map.FLOWS_SQL)
 They are not inserted into the staging database after each query: with the sort's memory in the bounded regime's
 500 MB stage, those inserts cost up to 0.85 s at 4 M slices (docs/performance.md, thirty-seventh stop). Below the
 spill threshold they are held as Arrow. Past it they go to an Arrow file in the ingest's work directory as they
-come, so what the ingest holds does not grow with them (8 M slices: 170 MB of links held in memory, the ingest's
-peak 1.47 -> 1.34 GB; docs/performance.md, thirty-eighth stop), and the flows query reads the file mapped into
-memory: its pages are the page cache's, which the kernel can drop, not the process's own. (A Parquet file took
-0.3-0.8 s of CPU to write for 7.3 M links, an Arrow file 0.23 s.)
+come, so what the ingest holds does not grow with them (8 M slices: 170 MB of links; the ingest's peak 1.48-1.52
+-> 1.38-1.42 GB, docs/performance.md, thirty-eighth stop), and the flows query reads the file mapped into memory:
+its pages are the page cache's, resident while the query reads them but the kernel's to drop, not the heap's. (A
+Parquet file took 0.3-0.8 s of CPU to write for 7.3 M links, an Arrow file 0.23 s.)
 """
 
 from __future__ import annotations
