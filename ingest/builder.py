@@ -25,7 +25,8 @@ from acceltrace.store.duck import close_synced, insert_rows
 from acceltrace.ingest import lod_ahead, spill, stage
 from acceltrace.ingest.batch import all_in, as_table
 from acceltrace.store.errors import IngestError
-from acceltrace.ingest.depths import Ahead, assign_depths as _assign_depths
+from acceltrace.ingest import ordered
+from acceltrace.ingest.depths import Ahead
 from acceltrace.ingest.memory import use_small_pages
 from acceltrace.ingest.opening import SMALL_ROW_GROUP_ROWS, Opening
 from acceltrace.ingest.warned import Warnings
@@ -253,7 +254,7 @@ class TraceBuilder:
     def start_depths(self) -> None:
         """Every slice is staged: compute their depths now, beside what the importer still does (its links)."""
         if self._depths_ahead is None and not self._in_order and self._next_slice and not self.spilling:
-            self._depths_ahead = Ahead(self.con)
+            self._depths_ahead = Ahead(self.con, ordered.made)  # and the rows finish() makes of them
 
     def lod_ahead(self, links_read_staging: bool = True) -> None:
         """Every slice is staged and every track named (the caller's links still to come): the finished
@@ -273,8 +274,8 @@ class TraceBuilder:
         ahead, held, in_order, n_counters = self._depths_ahead, self._held, self._in_order, self.n_counters
 
         def prepare(cur):
-            depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(cur)
-            return lod_ahead.finish_rows(cur, depths, held, n_counters, keep_staging=links_read_staging)
+            rows = ahead.result() if ahead is not None else ordered.made(cur, depths=not in_order)
+            return lod_ahead.finish_rows(cur, rows, held, n_counters, keep_staging=links_read_staging)
         self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod, self._group_rows)
         self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)
 
@@ -283,7 +284,7 @@ class TraceBuilder:
         bounds, after the caller's links: what lod_ahead() starts before them, in the same order."""
         con = self.con
         ahead = self._depths_ahead  # (abort() joins it if the check raises)
-        if self._check_times(source_name) and ahead is not None:  # slices dropped: their depths again
+        if self._check_times(source_name) and ahead is not None:  # slices dropped: their depths and order again
             ahead.close()
             ahead = None
         self._depths_ahead = None
@@ -291,9 +292,9 @@ class TraceBuilder:
         con.execute(schema.create_sql("slices", _SLICES_STORED))
         if not self.spilling:
             in_order = self._in_order and self._next_slice > 0
-            depths = None if in_order else ahead.result() if ahead is not None else _assign_depths(con)
+            rows = ahead.result() if ahead is not None else ordered.made(con, depths=not in_order)
             held, self._held = self._held, stage.Held()  # finalize frees each column as it goes
-            return lod_ahead.finish_rows(con, depths, held, self.n_counters)
+            return lod_ahead.finish_rows(con, rows, held, self.n_counters)
         spill.fill_depths(con)  # every slice in DuckDB: depths a part at a time, no array of all of them
         if self.n_counters:
             lod_ahead.sort_counters(con)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -15,7 +17,7 @@ except ImportError:  # pragma: no cover - depends on the install
     _depths = None
 
 
-def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true") -> pa.Table:
+def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true", staged: pa.Table | None = None) -> pa.Table:
     """Nesting depth for every slice whose ingester gave none: a table (slice_id, depth).
 
     A sweep over start/end events per track, in numpy: at equal times ends come before
@@ -26,22 +28,31 @@ def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true") -> pa.Tab
     slices; tracks where partial overlaps make two slices collide at one depth get a
     first-free-depth pass (those tracks only), so every slice stays visible.
 
-    `where`: the staged slices to read, whole tracks (the bounded regime's parts, ingest/spill.py).
+    `where`: the staged slices to read, whole tracks (the bounded regime's parts, ingest/spill.py); `staged`:
+    every staged row, read already (ingest/ordered.py: finish() reads the same columns), in place of `where`.
     """
     empty = pa.table({"slice_id": pa.array([], pa.int64()), "depth": pa.array([], pa.int32())})
-    ((todo,),) = con.execute(f"SELECT count(*) FROM _slices_staging WHERE depth IS NULL AND ({where})").fetchall()
-    if not todo:
-        return empty
-    cols = con.execute(f"SELECT slice_id, track_id, ts, dur, depth FROM _slices_staging WHERE {where}").fetchnumpy()
+    if staged is not None:
+        if not staged["depth"].null_count:
+            return empty
+        cols = {c: staged[c].to_numpy() for c in ("slice_id", "track_id", "ts", "dur")}
+        known = staged["depth"].is_valid().to_numpy()
+        given = staged["depth"].fill_null(0).to_numpy()
+    else:
+        ((todo,),) = con.execute(f"SELECT count(*) FROM _slices_staging WHERE depth IS NULL AND ({where})").fetchall()
+        if not todo:
+            return empty
+        cols = con.execute(f"SELECT slice_id, track_id, ts, dur, depth FROM _slices_staging WHERE {where}").fetchnumpy()
+        known = ~np.ma.getmaskarray(cols["depth"])
+        given = np.ma.getdata(cols["depth"])
     sid = np.asarray(cols["slice_id"], dtype=np.int64)
     track = np.asarray(cols["track_id"], dtype=np.int64)
     ts = np.asarray(cols["ts"], dtype=np.int64)
     dur = np.asarray(cols["dur"], dtype=np.int64)
-    given = cols["depth"]
-    known = ~np.ma.getmaskarray(given)
+    del cols
     if not known.any():  # no depth given (most importers): the numpy entry point, flat tracks skipped
         return pa.table({"slice_id": sid, "depth": depths_of(sid, track, ts, dur)})
-    depth = np.where(known, np.ma.getdata(given), 0).astype(np.int32)
+    depth = np.where(known, given, 0).astype(np.int32)
     bad_tracks = _sweep(sid, track, ts, dur, depth, known)
     if not len(bad_tracks):
         return pa.table({"slice_id": sid[~known], "depth": depth[~known]})
@@ -56,14 +67,15 @@ def assign_depths(con: duckdb.DuckDBPyConnection, where: str = "true") -> pa.Tab
 
 
 class Ahead(OnThread):
-    """assign_depths on a cursor of its own, in a thread: started once every slice is staged, it runs
-    beside the importer's link queries (DuckDB and the sweep release the GIL); result() joins it."""
+    """work(cursor) on a cursor of its own, in a thread: started once every slice is staged, it runs beside
+    the importer's link queries (DuckDB and the sweep release the GIL); result() joins it. `work`: by default
+    assign_depths; the builder's is ordered.made, the depth pass and what finish() makes of it."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection, work: Callable | None = None):
         self._cur = cursor_like(con)
-        super().__init__(assign_depths, self._cur, name="depths-ahead")
+        super().__init__(work or assign_depths, self._cur, name="depths-ahead")
 
-    def result(self) -> pa.Table:
+    def result(self):
         self.close()
         return self.get()
 

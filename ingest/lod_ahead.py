@@ -48,12 +48,12 @@ def takes_ahead(rows: int, group_rows: int | None = None) -> bool:
     return (group_rows or ROW_GROUP_ROWS) <= rows <= RAW_TRACE_ROWS
 
 
-def finish_rows(con: duckdb.DuckDBPyConnection, depths, held: stage.Held, n_counters: int,
+def finish_rows(con: duckdb.DuckDBPyConnection, ordered, held: stage.Held, n_counters: int,
                 keep_staging: bool = False) -> tuple[stage.Final, tuple[int, int] | None]:
-    """The finished rows (stage.finalize) named `_slices_final` on `con`, the counters in order, and the
-    bounds of both."""
-    final = stage.finalize(con, depths, held, keep_staging)
-    del depths, held  # the depths are in `final` now; finalize freed each held column as it went
+    """The finished rows (stage.finalize of `ordered`, ingest/ordered.py) named `_slices_final` on `con`, the
+    counters in order, and the bounds of both."""
+    final = stage.finalize(con, ordered, held, keep_staging)
+    del ordered, held  # the depths are in `final` now; finalize freed each held column as it went
     final.use(con)
     if n_counters:  # re-sorting an empty table still costs a table rewrite
         sort_counters(con)

@@ -24,7 +24,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from acceltrace.ingest.depths import order_by
 from acceltrace.ingest.gather import Gather, plain
 from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.store import schema
@@ -258,45 +257,25 @@ def drop_out_of_range(con: duckdb.DuckDBPyConnection, slices: bool, counters: bo
         con.execute(f"DELETE FROM counters WHERE {_COUNTER_OUT}")
 
 
-def finalize(con: duckdb.DuckDBPyConnection, depths: pa.Table | None, held: Held,
-             keep_staging: bool = False) -> Final:
+def finalize(con: duckdb.DuckDBPyConnection, ordered, held: Held, keep_staging: bool = False) -> Final:
     """The slices with their depths filled in, and the order they are stored in (track_id, ts, depth);
     the staging table is dropped (`keep_staging`: later, by the caller, once the links have read it).
 
-    The staging table holds the columns SQL reads before this (STAGED); it decides which
-    slices are left (the time check deletes some) and their times. `held`: the other columns, one table
-    per batch the builder was given, whose rows are slice_ids 0, 1, ... in turn. `depths` None: the
-    staged rows came in stored order with their depths (the builder checked as they came); otherwise
-    `depths` (slice_id, depth) fill the depths and one argsort of a packed key gives the order (depths.order_by).
+    `ordered` (ingest/ordered.py): the staged rows in slice_id order, the order of the held rows, with their
+    depths and that order. The staging table holds the columns SQL reads before this (STAGED); it decides
+    which slices are left (the time check deletes some) and their times. `held`: the other columns, one table
+    per batch the builder was given, whose rows are slice_ids 0, 1, ... in turn.
 
     No column is sorted here: the write takes each column's rows in that order (Final.in_stored_order,
     in the write's own thread). Sorting in DuckDB instead (all columns staged there, an UPDATE of the depths, then ORDER
     BY on the way into the file) moved every row's args text through a join and a sort: 2.5 of the
     830 MB trace's 4 s of finish."""
     held.mapped()
-    # in slice_id order, the order of the held rows (the staging's own order is not: appends run in parallel,
-    # and so does its scan). Narrow (the staged columns): one array each, joined once here, so numpy reads them
-    # without a copy. Put in order in numpy: row groups out of place are a few long sorted runs, which a stable
-    # sort merges (2 M native slices: 120-170 ms through DuckDB's ORDER BY, 50-100 so)
-    staged = con.sql(f"SELECT * FROM {NAME}._slices_staging").to_arrow_table().combine_chunks()
     if not keep_staging:
         con.execute(f"DROP TABLE {NAME}._slices_staging")
+    staged, depth, order = ordered.staged, ordered.depth, ordered.order
+    del ordered
     sid = staged["slice_id"].to_numpy()
-    if len(sid) > 1 and not (sid[1:] > sid[:-1]).all():
-        staged = staged.take(pa.array(np.argsort(sid, kind="stable")))
-        sid = staged["slice_id"].to_numpy()
-    depth = staged["depth"].fill_null(0).to_numpy().astype(np.int32)
-    order = None
-    if depths is not None:
-        if depths.num_rows:
-            have = np.zeros(int(sid.max()) + 1, dtype=bool)
-            by_id = np.zeros(len(have), dtype=np.int32)
-            dsid = depths["slice_id"].to_numpy()
-            have[dsid] = True
-            by_id[dsid] = depths["depth"].to_numpy()
-            mine = have[sid]
-            depth[mine] = by_id[sid[mine]]
-        order = order_by(staged["track_id"].to_numpy(), staged["ts"].to_numpy(), depth)
     columns = {name: staged[name] for name in staged.column_names}
     columns["depth"] = pa.chunked_array([pa.array(depth)])
     # the held row of each staged one where the time check dropped some (slice ids are held positions)

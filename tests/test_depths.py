@@ -173,7 +173,7 @@ def test_a_failed_finish_leaves_no_depth_thread(tmp_path, monkeypatch):
     from acceltrace.store.errors import IngestError
 
     slow = depths.assign_depths
-    monkeypatch.setattr(depths, "assign_depths", lambda con: (time.sleep(0.5), slow(con))[1])  # still running
+    monkeypatch.setattr(depths, "assign_depths", lambda con, **kw: (time.sleep(0.5), slow(con, **kw))[1])  # still running
     b = TraceBuilder(tmp_path / "t.duckdb")
     b.add_slices({"track_id": [b.track("cpu", "t")] * 2, "ts": [5, 1], "dur": [-3, 2], "name": ["a", "b"]})
     b.start_depths()
@@ -225,3 +225,61 @@ def test_the_depths_ahead_raise_the_threads_error_in_the_caller_and_close_their_
     with pytest.raises(duckdb.Error):
         ahead._cur.execute("SELECT 1")  # closed
     b.abort()
+
+
+def _staged_con(seed: int) -> duckdb.DuckDBPyConnection:
+    """A staging database as the builder keeps one (ingest/stage.py): slices of four tracks in an order that is
+    not slice_id's, some given a depth and some not, tracks nested, partly overlapping and flat."""
+    from acceltrace.ingest import stage
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    con = duckdb.connect()
+    con.execute("CREATE TABLE slices (x INTEGER)")  # the build's own catalog, beside the staging one
+    stage.attach(con)
+    given = rng.random(n) < 0.3
+    con.register("b", {"slice_id": rng.permutation(n).astype(np.int64), "track_id": rng.integers(0, 4, n).astype(np.int32),
+                       "ts": rng.integers(0, 5000, n).astype(np.int64), "dur": rng.integers(0, 60, n).astype(np.int64),
+                       "depth": np.where(given, rng.integers(0, 3, n), -1).astype(np.int32),
+                       "corr_id": rng.integers(0, 50, n).astype(np.int64)})
+    con.execute(f"INSERT INTO {stage.NAME}._slices_staging SELECT slice_id, track_id, ts, dur,"
+                " CASE WHEN depth < 0 THEN NULL ELSE depth END, corr_id FROM b")
+    return con
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_depth_pass_on_the_read_rows_gives_the_depths_of_its_own_read(seed):
+    """ordered.made reads the staging table once for the depth pass and finish(): assign_depths on those rows
+    gives what it gives reading the table itself, given depths and the tracks it re-places included."""
+    from acceltrace.ingest import ordered
+
+    a, b = _staged_con(seed), _staged_con(seed)
+    staged = ordered.read_staged(a)
+    assert staged["slice_id"].to_pylist() == list(range(3000))  # in slice_id order, whatever the table's
+    got = depths.assign_depths(a, staged=staged).sort_by("slice_id")
+    want = depths.assign_depths(b).sort_by("slice_id")
+    assert got.equals(want) and got.num_rows > 900  # the unknown depths and every row of a re-placed track
+    made, by_hand = ordered.made(_staged_con(seed)), ordered.in_order(staged, want)
+    assert made.depth.tolist() == by_hand.depth.tolist()
+    assert made.order.tolist() == by_hand.order.tolist()
+    keys = list(zip(staged["track_id"].to_pylist(), staged["ts"].to_pylist(), made.depth.tolist()))
+    assert [keys[i] for i in made.order] == sorted(keys)  # stored order: (track_id, ts, depth)
+
+
+def test_finish_takes_the_rows_the_depth_pass_made_beside_the_links(tmp_path, monkeypatch):
+    """A trace past the LOD build's head start (a Chrome trace of over lod_ahead.MAX_SLICES slices): its
+    staging table is read once, on the depth pass's thread, while the links run; finish() reads it no more."""
+    import threading
+
+    from acceltrace.ingest import lod_ahead, ordered
+    from acceltrace.ingest.pipeline import ingest_paths
+    from acceltrace.store.catalog import Store
+
+    monkeypatch.setattr(lod_ahead, "MAX_SLICES", 5)  # so the links run before finish(), not beside the LOD build
+    reads = []
+    real = ordered.read_staged
+    monkeypatch.setattr(ordered, "read_staged", lambda con: (reads.append(threading.current_thread().name),
+                                                             real(con))[1])
+    (r,) = ingest_paths(Store(tmp_path / "s"), [_nested_trace(tmp_path / "t.json")], views=False)
+    assert r.error is None, r.error
+    assert reads == ["depths-ahead"]

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from acceltrace.ingest import gather, spill, stage
+from acceltrace.ingest import gather, ordered, spill, stage
 from acceltrace.ingest.builder import TIME_LIMIT_NS, TraceBuilder
 from acceltrace.ingest.depths import order_by
 from acceltrace.ingest.made_ahead import MadeAhead
@@ -221,7 +221,7 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     con.execute(f"INSERT INTO {stage.NAME}._slices_staging VALUES (0, 1, 10, 5, NULL, NULL), (1, 1, 0, 5, NULL, NULL)")
     held = stage.Held()
     held.add(pa.table({"name": ["a", "b"]}))
-    final = stage.finalize(con, pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}), held)
+    final = stage.finalize(con, _ordered(con), held)
     assert final.large and final.order.tolist() == [1, 0]
     seen = []
 
@@ -238,6 +238,11 @@ def test_a_failed_write_still_lets_the_lod_build_finish(tmp_path, monkeypatch):
     assert errors and "slices" in str(errors[0])  # no `slices` table to write into
 
 
+def _ordered(con) -> ordered.Ordered:
+    """The two staged slices below at depth 0, the depth pass's result given."""
+    return ordered.in_order(ordered.read_staged(con), pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}))
+
+
 def _final(tmp_path, name: str) -> "stage.Final":
     """Two staged slices out of stored order, their names held: a small Final (its rows taken whole)."""
     con = duckdb.connect(str(tmp_path / f"{name}.duckdb"))
@@ -245,7 +250,7 @@ def _final(tmp_path, name: str) -> "stage.Final":
     con.execute(f"INSERT INTO {stage.NAME}._slices_staging VALUES (0, 1, 10, 5, NULL, NULL), (1, 1, 0, 5, NULL, NULL)")
     held = stage.Held()
     held.add(pa.table({"name": ["a", "b"], "args": ['{"x": 1}', None]}))
-    return stage.finalize(con, pa.table({"slice_id": [0, 1], "depth": pa.array([0, 0], pa.int32())}), held)
+    return stage.finalize(con, _ordered(con), held)
 
 
 def test_rows_are_taken_into_stored_order_once_by_whichever_thread_comes_first(tmp_path):
