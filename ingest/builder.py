@@ -256,11 +256,12 @@ class TraceBuilder:
         if self._depths_ahead is None and not self._in_order and self._next_slice and not self.spilling:
             self._depths_ahead = Ahead(self.con, ordered.made)  # and the rows finish() makes of them
 
-    def lod_ahead(self, links_read_staging: bool = True) -> None:
+    def lod_ahead(self, links_read_staging: bool = True, write_ahead: bool = False) -> None:
         """Every slice is staged and every track named (the caller's links still to come): the finished
         rows and the level-of-detail build start now, beside the links (ingest/lod_ahead.py: where not).
         From here the build's own two threads keep both cores busy: DuckDB's worker would only compete.
-        Links that read `_slices_staging` keep it, up to lod_ahead.MAX_SLICES; others let it go, at any size."""
+        Links that read `_slices_staging` keep it, up to lod_ahead.MAX_SLICES; others let it go, at any size.
+        `write_ahead`: the write of `slices` begins beside the build too, as soon as the rows are made."""
         too_many = links_read_staging and self._next_slice > lod_ahead.MAX_SLICES
         if self.spilling or self.threads == 1 or self._lod_ahead or not self._next_slice or too_many:
             return
@@ -276,7 +277,8 @@ class TraceBuilder:
         def prepare(cur):
             rows = ahead.result() if ahead is not None else ordered.made(cur, depths=not in_order)
             return lod_ahead.finish_rows(cur, rows, held, n_counters, keep_staging=links_read_staging)
-        self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod, self._group_rows)
+        self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod, self._group_rows,
+                                             write=stage.write_slices if write_ahead else None)
         self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)
 
     def _finished_rows(self, source_name: str) -> tuple[stage.Final | None, tuple[int, int] | None]:

@@ -12,6 +12,13 @@ once its slices are staged, and lets the staged slices go with it (TraceBuilder.
 `links_read_staging`), so the build runs beside the flows' insert (2 M events, docs/performance.md,
 the thirtieth stop).
 
+An Nsight export's flows run in the importer's own staging database after its slices, and outlast the
+rows' making: its write of `slices` begins with the LOD build, on a third thread (TraceBuilder.lod_ahead's
+`write_ahead`). Begun by finish() after the flows, it ran alone once the LOD build was done: 0.42 s of a
+1.5 M-slice export's 3.25 s on one core (docs/performance.md, the thirty-ninth stop). Elsewhere the write
+waits for finish(): a Chrome trace's links read the staged slices DuckDB would be writing beside them, and
+the native importer's flows are done before its rows.
+
 Where it is not taken, finish() does the same steps in the same order after the links, as before:
 a spilled build, past MAX_SLICES slices where the links read the staged slices (they are kept for
 the links while the finished rows exist beside them), and any trace the time check would drop
@@ -82,8 +89,15 @@ class LodAhead:
     and waits for the build with join(); either raises what the thread raised."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, prepare: Callable, build_lod: Callable,
-                 group_rows: int | None = None):
+                 group_rows: int | None = None, write: Callable | None = None):
         self._errors: list[BaseException] = []
+        # write(cursor, rows, spare): the write of `slices` (stage.write_slices), begun on a thread of its own as
+        # soon as the rows are made, beside the build and whatever the importer still does (its flows), rather
+        # than by finish() after them (the module's docstring)
+        self.writes = write is not None
+        self._write_cur = cursor_like(con) if write is not None else None
+        self._writer = threading.Thread(target=self._write, args=(write,), name="slices-write",
+                                        daemon=True) if write is not None else None
         self._group_rows = group_rows  # the build's rows per row group (None: DuckDB's own)
         self._ready = threading.Event()
         self.spare = threading.Event()  # set by the write of `slices` beside the build when it ends
@@ -99,19 +113,30 @@ class LodAhead:
             prepare, self._prepare = self._prepare, None
             final, span = prepare(cur)
             del prepare
-            if takes_ahead(final.rows.num_rows, self._group_rows):  # before rows() answers: the write finds it made
-                final.take_ahead()
+            if not self.writes and takes_ahead(final.rows.num_rows, self._group_rows):  # before rows() answers:
+                final.take_ahead()  # the write finds it made
             self._rows = final, span
             self._ready.set()
+            if self.writes and span is not None:
+                self._writer.start()
             if span is not None:  # none: nothing left to show, finish() says so
                 build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span,
                           spare=self.spare)
-            final.take_ahead()  # unless the write has begun: where the links still run (A100: ~8 ms off its end)
+            if not self.writes:
+                final.take_ahead()  # unless the write has begun: where the links still run (A100: ~8 ms off its end)
         except BaseException as e:  # raised again in the caller's thread
             self._errors.append(e)
         finally:
             self._ready.set()
             cur.close()
+
+    def _write(self, write: Callable) -> None:
+        try:
+            write(self._write_cur, self._rows[0], self.spare)
+        except BaseException as e:  # raised again in the caller's thread
+            self._errors.append(e)
+        finally:
+            self._write_cur.close()
 
     def rows(self) -> tuple[stage.Final, tuple[int, int] | None]:
         self._ready.wait()
@@ -120,7 +145,13 @@ class LodAhead:
         return self._rows
 
     def join(self, quiet: bool = False) -> None:
-        """Waits for the thread; raises its error unless `quiet` (an abort, already raising its own)."""
+        """Waits for the thread (and the write's); raises the first error unless `quiet` (an abort, already raising
+        its own)."""
         self._thread.join()
+        if self._writer is not None:
+            if self._writer.ident is not None:  # started (by the build's thread, ended above)
+                self._writer.join()
+            else:
+                self._write_cur.close()
         if self._errors and not quiet:
             raise self._errors[0]

@@ -308,6 +308,26 @@ _SLICE_TYPES = {c: schema.arrow_type(t) for c, t in schema.TABLES["slices"]}
 _FOR_LOD = ("slice_id", "track_id", "ts", "dur", "depth", "name", "bytes")
 
 
+def write_slices(cur: duckdb.DuckDBPyConnection, final: Final, spare: threading.Event | None) -> None:
+    """`slices` from the finished rows in stored order, on `cur`; `spare` set at its end (a core for the LOD
+    build: tiles/pyramid.py). write_slices_and_lod's write, or the one an LOD build's head start begins beside
+    an importer's flows (ingest/lod_ahead.py)."""
+    cur.register("_slices_sorted", final.in_stored_order())
+    # Under one row group (122,880 rows) `slices` went to the WAL at its commit, then close_synced's
+    # checkpoint compressed it: written twice (A100: 21 MB of WAL). A commit of over 100 kB (DuckDB's
+    # auto_checkpoint_skip_wal_threshold) past this threshold checkpoints instead, where no other write
+    # is under way (else the WAL, as before): A100 and V100 10 ms sooner.
+    cur.execute("SET checkpoint_threshold = '1KB'")
+    try:
+        cur.execute("INSERT INTO slices SELECT * FROM _slices_sorted")
+    finally:
+        cur.execute("RESET checkpoint_threshold")
+    cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
+    pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
+    if spare is not None:
+        spare.set()
+
+
 def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod: Callable,
                          parallel: bool = True, ahead=None) -> None:
     """`slices` from the finished rows in stored order, and build_lod over the same rows (in any
@@ -316,24 +336,12 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
     Each runs on a cursor of its own in a thread of its own (DuckDB releases the GIL; the write's batches
     are taken in its thread), and the write's end frees a core for the build (`spare`, tiles/pyramid.py);
     without `parallel` (a one-thread build: a fleet runs one per core) one after the other. `ahead`: the
-    build already running (ingest/lod_ahead.py): the write runs here beside it, then waits for it."""
+    build already running (ingest/lod_ahead.py): the write runs here beside it, unless it runs already
+    too (LodAhead.writes), then waits for it."""
     spare = ahead.spare if ahead is not None else threading.Event() if parallel else None
 
     def write(cur):
-        cur.register("_slices_sorted", final.in_stored_order())
-        # Under one row group (122,880 rows) `slices` went to the WAL at its commit, then close_synced's
-        # checkpoint compressed it: written twice (A100: 21 MB of WAL). A commit of over 100 kB (DuckDB's
-        # auto_checkpoint_skip_wal_threshold) past this threshold checkpoints instead, where no other write
-        # is under way (else the WAL, as before): A100 and V100 10 ms sooner.
-        cur.execute("SET checkpoint_threshold = '1KB'")
-        try:
-            cur.execute("INSERT INTO slices SELECT * FROM _slices_sorted")
-        finally:
-            cur.execute("RESET checkpoint_threshold")
-        cur.unregister("_slices_sorted")  # the last reference to the columns only the write reads
-        pa.default_memory_pool().release_unused()  # ... which the allocator would keep otherwise
-        if spare is not None:
-            spare.set()
+        write_slices(cur, final, spare)
 
     def lod(cur):  # the numpy pyramid beside the write: it holds at most a bounded part of the slices
         final.use(cur)
@@ -343,7 +351,8 @@ def write_slices_and_lod(con: duckdb.DuckDBPyConnection, final: Final, build_lod
     try:
         if ahead is not None:  # the LOD build runs already (ingest/lod_ahead.py): the write here, beside it
             try:
-                write(con)
+                if not ahead.writes:
+                    write(con)
             finally:
                 ahead.join()
         elif parallel:

@@ -240,3 +240,45 @@ def test_a_native_file_with_a_time_out_of_range_waits_for_its_flows_and_drops_it
     assert con.execute("SELECT count(*) FROM flows f LEFT JOIN slices s ON s.slice_id = f.src_slice "
                        "WHERE s.slice_id IS NULL AND f.src_slice IS NOT NULL").fetchall() == [(0,)]
     assert con.execute("SELECT count(*) FROM flows").fetchall()[0][0] == 50
+
+
+NSIGHT_A100 = SAMPLES.parent.parent / "nsys" / "nsys-2022.2" / "a100-saxpy-nsys2022.sqlite"
+
+
+def test_an_nsight_export_writes_its_slices_beside_its_flows(tmp_path, monkeypatch, started):
+    """The Nsight importer's flows run while the write of `slices` does (LodAhead's `write`): here its flows wait
+    until the write has begun, which they never would if the write waited for finish(). Nothing of the export's
+    copied tables is left in its staging database by then: the flows read the links alone."""
+    from acceltrace.ingest import stage
+    from acceltrace.ingest.nsys import importer as nsys
+
+    began, left = threading.Event(), []
+    real_write, real_flows = stage.write_slices, nsys._Ingest._flows
+
+    def write(cur, final, spare):
+        began.set()
+        real_write(cur, final, spare)
+
+    def flows(self):
+        left.extend(self.q("SELECT table_name FROM duckdb_tables()").fetchall())
+        assert began.wait(60), "the write of `slices` did not begin beside the flows"
+        real_flows(self)
+
+    monkeypatch.setattr(stage, "write_slices", write)
+    monkeypatch.setattr(nsys._Ingest, "_flows", flows)
+    store, r = _ingest(tmp_path, "s", NSIGHT_A100)
+    assert r.error is None and started == [1] and r.counts["flows"] > 0
+    assert left == []
+
+
+def test_a_failed_write_beside_the_flows_is_the_ingests_error_and_leaves_no_thread(tmp_path, monkeypatch, started):
+    from acceltrace.ingest import stage
+
+    def broken(cur, final, spare):
+        raise RuntimeError("the write broke")
+
+    monkeypatch.setattr(stage, "write_slices", broken)
+    store, r = _ingest(tmp_path, "s", NSIGHT_A100)
+    assert started == [1] and r.error and "the write broke" in r.error
+    assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
+    assert store.list(status="ready") == []

@@ -116,12 +116,21 @@ class _Ingest:
             self._add_slices(sql)
         self._cpu_tables()
         self._counters()
-        # every slice, track and counter sample is in: the LOD build starts beside the flows, which are joined
-        # in this importer's own database, not from the builder's staged slices (ingest/lod_ahead.py)
+        self._drop_tables()  # the flows read the links alone
+        # every slice, track and counter sample is in: the LOD build and the write of `slices` start beside the
+        # flows, which are joined in this importer's own database, not from the builder's staged slices
+        # (ingest/lod_ahead.py)
         if self.b.sole_source:
-            self.b.lod_ahead(links_read_staging=False)
+            self.b.lod_ahead(links_read_staging=False, write_ahead=True)
         self._flows()
         self._not_present()
+
+    def _drop_tables(self) -> None:
+        """The export's copied tables and the mapping's own, let go once every slice and sample is out of them,
+        before the flows, so their memory is not held beside the write of `slices` that runs with the flows."""
+        for (name,) in self.q("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+                              ).fetchall():
+            self.q(f"DROP TABLE {quote_ident(name)}")
 
     def _cpu_tables(self) -> None:
         """OS runtime calls, scheduling and CPU samples (docs/nsys.md), when the export has them."""
