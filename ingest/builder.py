@@ -261,7 +261,8 @@ class TraceBuilder:
         rows and the level-of-detail build start now, beside the links (ingest/lod_ahead.py: where not).
         From here the build's own two threads keep both cores busy: DuckDB's worker would only compete.
         Links that read `_slices_staging` keep it, up to lod_ahead.MAX_SLICES; others let it go, at any size.
-        `write_ahead`: the write of `slices` begins beside the build too, as soon as the rows are made."""
+        `write_ahead`: the write of `slices` begins beside the build too, as soon as the rows are made (for a
+        row group of slices or more)."""
         too_many = links_read_staging and self._next_slice > lod_ahead.MAX_SLICES
         if self.spilling or self.threads == 1 or self._lod_ahead or not self._next_slice or too_many:
             return
@@ -277,6 +278,8 @@ class TraceBuilder:
         def prepare(cur):
             rows = ahead.result() if ahead is not None else ordered.made(cur, depths=not in_order)
             return lod_ahead.finish_rows(cur, rows, held, n_counters, keep_staging=links_read_staging)
+        # not under a row group: the write's commit would go to the WAL beside the flows' (stage.write_slices)
+        write_ahead = write_ahead and self._next_slice >= (self._group_rows or lod_ahead.ROW_GROUP_ROWS)
         self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod, self._group_rows,
                                              write=stage.write_slices if write_ahead else None)
         self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)

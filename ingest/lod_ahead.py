@@ -14,10 +14,11 @@ the thirtieth stop).
 
 An Nsight export's flows run in the importer's own staging database after its slices, and outlast the
 rows' making: its write of `slices` begins with the LOD build, on a third thread (TraceBuilder.lod_ahead's
-`write_ahead`). Begun by finish() after the flows, it ran alone once the LOD build was done: 0.42 s of a
-1.5 M-slice export's 3.25 s on one core (docs/performance.md, the thirty-ninth stop). Elsewhere the write
-waits for finish(): a Chrome trace's links read the staged slices DuckDB would be writing beside them, and
-the native importer's flows are done before its rows.
+`write_ahead`), for a row group of slices or more (under one, its commit would go to the WAL beside the
+flows'). Begun by finish() after the flows, it ran alone once the LOD build was done: 0.42 s of a 1.5 M-slice
+export's 3.25 s on one core (docs/performance.md, the thirty-ninth stop). The native importer's write waits
+for finish(): its flows are done about when its rows are, and a third thread there only competed (2 M events
+1.77 -> 1.87 s). Nor is it tried beside the Chrome importer's links.
 
 Where it is not taken, finish() does the same steps in the same order after the links, as before:
 a spilled build, past MAX_SLICES slices where the links read the staged slices (they are kept for

@@ -266,6 +266,7 @@ def test_an_nsight_export_writes_its_slices_beside_its_flows(tmp_path, monkeypat
 
     monkeypatch.setattr(stage, "write_slices", write)
     monkeypatch.setattr(nsys._Ingest, "_flows", flows)
+    monkeypatch.setattr(lod_ahead, "ROW_GROUP_ROWS", 1000)  # its 7,169 slices: past "a row group" here
     store, r = _ingest(tmp_path, "s", NSIGHT_A100)
     assert r.error is None and started == [1] and r.counts["flows"] > 0
     assert left == []
@@ -278,6 +279,7 @@ def test_a_failed_write_beside_the_flows_is_the_ingests_error_and_leaves_no_thre
         raise RuntimeError("the write broke")
 
     monkeypatch.setattr(stage, "write_slices", broken)
+    monkeypatch.setattr(lod_ahead, "ROW_GROUP_ROWS", 1000)
     store, r = _ingest(tmp_path, "s", NSIGHT_A100)
     assert started == [1] and r.error and "the write broke" in r.error
     assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
