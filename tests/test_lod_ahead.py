@@ -284,3 +284,28 @@ def test_a_failed_write_beside_the_flows_is_the_ingests_error_and_leaves_no_thre
     assert started == [1] and r.error and "the write broke" in r.error
     assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
     assert store.list(status="ready") == []
+
+
+def test_flows_that_fail_while_the_write_runs_wait_for_it_and_publish_nothing(tmp_path, monkeypatch, started):
+    """The importer failing beside the write of `slices` (its flows): the builder's abort waits for the write and the
+    LOD build before it closes the file; the flows' error is the ingest's."""
+    from acceltrace.ingest import stage
+    from acceltrace.ingest.nsys import importer as nsys
+
+    began, real_write = threading.Event(), stage.write_slices
+
+    def write(cur, final, spare):
+        began.set()
+        real_write(cur, final, spare)
+
+    def flows(self):
+        assert began.wait(60)
+        raise RuntimeError("the flows broke")
+
+    monkeypatch.setattr(stage, "write_slices", write)
+    monkeypatch.setattr(nsys._Ingest, "_flows", flows)
+    monkeypatch.setattr(lod_ahead, "ROW_GROUP_ROWS", 1000)
+    store, r = _ingest(tmp_path, "s", NSIGHT_A100)
+    assert started == [1] and r.error and "the flows broke" in r.error
+    assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
+    assert store.list(status="ready") == []
