@@ -174,6 +174,20 @@ def _quick_count(raw: bytes) -> int:
     return len(msgspec.json.decode(raw, type=list[_Any]))
 
 
+def _bytecode() -> None:
+    """The package's modules compiled, as a user's are from their first run on. With PYTHONDONTWRITEBYTECODE set
+    (this build machine's shell sets it) a checkout's stale or missing .pyc files are never rewritten, and each
+    child would compile every module changed since, and the `cli` row timed that too (A100 from a checkout with no
+    .pyc at all: 1.13-1.19 s, against 1.08-1.14 s compiled, best of three, one run each: docs/performance.md,
+    the thirty-ninth stop)."""
+    import compileall
+    import tomllib
+
+    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    for d in sorted(set(dirs)):
+        compileall.compile_dir(ROOT / d, quiet=2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=2_000_000, help="size of the generated trace (default 2M)")
@@ -188,6 +202,7 @@ def main() -> None:
     ap.add_argument("--modes", help="only these rows, comma-separated (e.g. lod: a 2.5 GB file without the"
                     " anchors, whose Python objects would not fit in memory)")
     a = ap.parse_args()
+    _bytecode()
 
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
