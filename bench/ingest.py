@@ -176,10 +176,10 @@ def _quick_count(raw: bytes) -> int:
 
 def _bytecode() -> None:
     """The package's modules compiled, as a user's are from their first run on. With PYTHONDONTWRITEBYTECODE set
-    (this build machine's shell sets it) a checkout's stale or missing .pyc files are never rewritten, and each
-    child would compile every module changed since, and the `cli` row timed that too (A100 from a checkout with no
-    .pyc at all: 1.13-1.19 s, against 1.08-1.14 s compiled, best of three, one run each: docs/performance.md,
-    the thirty-ninth stop)."""
+    (this build machine's shell sets it) a checkout's stale or missing .pyc files are never rewritten: each child
+    would compile every module changed since, and the `cli` row would time it (A100 from a checkout with no .pyc
+    at all: 1.13-1.19 s, against 1.08-1.14 s compiled, best of three, one run each: docs/performance.md, the
+    thirty-ninth stop)."""
     import compileall
     import tomllib
 

@@ -278,8 +278,6 @@ class TraceBuilder:
         def prepare(cur):
             rows = ahead.result() if ahead is not None else ordered.made(cur, depths=not in_order)
             return lod_ahead.finish_rows(cur, rows, held, n_counters, keep_staging=links_read_staging)
-        # not under a row group: the write's commit would go to the WAL beside the flows' (stage.write_slices)
-        write_ahead = write_ahead and self._next_slice >= (self._group_rows or lod_ahead.ROW_GROUP_ROWS)
         self._lod_ahead = lod_ahead.LodAhead(self.con, prepare, build_lod, self._group_rows,
                                              write=stage.write_slices if write_ahead else None)
         self._depths_ahead, self._held = None, stage.Held()  # the thread's now (abort() waits for it)

@@ -53,7 +53,13 @@ ROW_GROUP_ROWS = 122_880  # DuckDB's rows per row group
 def takes_ahead(rows: int, group_rows: int | None = None) -> bool:
     """Whether a trace of `rows` finished slices has them taken before the LOD build, in a build whose row groups
     hold `group_rows` rows (None: DuckDB's own)."""
-    return (group_rows or ROW_GROUP_ROWS) <= rows <= RAW_TRACE_ROWS
+    return a_row_group(rows, group_rows) and rows <= RAW_TRACE_ROWS
+
+
+def a_row_group(rows: int, group_rows: int | None = None) -> bool:
+    """Whether `rows` fill a row group of a build whose groups hold `group_rows` (None: DuckDB's own): under one,
+    the write's commit waits for a checkpoint, which another statement beside it turns into a WAL write."""
+    return rows >= (group_rows or ROW_GROUP_ROWS)
 
 
 def finish_rows(con: duckdb.DuckDBPyConnection, ordered, held: stage.Held, n_counters: int,
@@ -94,8 +100,9 @@ class LodAhead:
         self._errors: list[BaseException] = []
         # write(cursor, rows, spare): the write of `slices` (stage.write_slices), begun on a thread of its own as
         # soon as the rows are made, beside the build and whatever the importer still does (its flows), rather
-        # than by finish() after them (the module's docstring)
-        self.writes = write is not None
+        # than by finish() after them, for a row group of rows or more (the module's docstring). `writes`: it
+        # was begun (set before rows() answers; finish() then leaves the write to it)
+        self.writes = False
         self._write_cur = cursor_like(con) if write is not None else None
         self._writer = threading.Thread(target=self._write, args=(write,), name="slices-write",
                                         daemon=True) if write is not None else None
@@ -114,11 +121,13 @@ class LodAhead:
             prepare, self._prepare = self._prepare, None
             final, span = prepare(cur)
             del prepare
-            if not self.writes and takes_ahead(final.rows.num_rows, self._group_rows):  # before rows() answers:
-                final.take_ahead()  # the write finds it made
+            rows = final.rows.num_rows
+            self.writes = self._writer is not None and span is not None and a_row_group(rows, self._group_rows)
+            if not self.writes and takes_ahead(rows, self._group_rows):  # before rows() answers: the write finds
+                final.take_ahead()  # it made
             self._rows = final, span
             self._ready.set()
-            if self.writes and span is not None:
+            if self.writes:
                 self._writer.start()
             if span is not None:  # none: nothing left to show, finish() says so
                 build_lod(cur, slices="_slices_final", keep_order_setting=True, rows=final.rows, bounds=span,

@@ -309,3 +309,15 @@ def test_flows_that_fail_while_the_write_runs_wait_for_it_and_publish_nothing(tm
     assert started == [1] and r.error and "the flows broke" in r.error
     assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
     assert store.list(status="ready") == []
+
+
+def test_an_export_under_a_row_group_writes_its_slices_in_finish(tmp_path, monkeypatch, started):
+    """Under a row group the write's commit would go to the WAL beside the flows': finish() writes, after them."""
+    from acceltrace.ingest import stage
+
+    threads, real_write = [], stage.write_slices
+    monkeypatch.setattr(stage, "write_slices", lambda cur, final, spare: (
+        threads.append(threading.current_thread().name), real_write(cur, final, spare))[1])
+    store, r = _ingest(tmp_path, "s", NSIGHT_A100)
+    assert r.error is None and started == [1] and r.counts["slices"] < lod_ahead.ROW_GROUP_ROWS
+    assert threads == ["MainThread"]
