@@ -19,7 +19,7 @@ EXTENSIONS = [
               optional=True),
     # the Nsight SQLite reader's compiled path (ingest/nsys/read.py), on the system libsqlite3
     # (Debian: libsqlite3-dev); without it the Python sqlite3 path reads the same rows
-    Extension("acceltrace.ingest.nsys._sqlread", ["ingest/nsys/_sqlread.c"], libraries=["sqlite3"],
+    Extension("acceltrace.ingest.nsys._sqlread", ["ingest/nsys/_sqlread.c", "ingest/nsys/_btree.c"], libraries=["sqlite3"],
               extra_compile_args=["-O2", "-std=c99", "-Wall"], optional=True),
     # the what-if replay's list scheduling and critical-path walk (analysis/replay.py)
     Extension("acceltrace.analysis._replay", ["analysis/_replay.c"], extra_compile_args=["-O2", "-std=c99"],

@@ -27,13 +27,17 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_btree.h"
+
 #define TIME_LIMIT ((int64_t)1 << 62)
 #define MAX_ROWS_PER_FETCH (1 << 22)
 #define MAX_COLUMNS 64
+#define MAX_POSITIONS 2000 /* SQLite's default limit on a table's columns */
 #define EXACT_DOUBLE ((int64_t)1 << 53)
 
 static PyObject *ReadError;    /* SQLite failed: (message, rows before this fetch) */
 static PyObject *MismatchError; /* a value the Python path reads differently: (row, column) */
+static PyObject *UnsupportedError; /* the file read directly holds what _btree.c does not take: (rows before) */
 
 typedef struct {
     PyObject_HEAD
@@ -44,6 +48,11 @@ typedef struct {
     int64_t rows_done;  /* rows returned by earlier fetches */
     int done;
     int busy;
+    /* table=: the rows read from the file's b-tree (_btree.c), not by SQLite */
+    int direct;
+    BtCursor cursor;
+    int slot_of[MAX_POSITIONS]; /* record position -> result column, or -1 */
+    int npos, alias;
 } Query;
 
 /* per fetch: one column's buffers */
@@ -54,7 +63,7 @@ typedef struct {
     size_t data_len, data_cap;
 } Col;
 
-enum { OK = 0, END = 1, SQL_ERR = 2, MISMATCH = 3, NOMEM = 4 };
+enum { OK = 0, END = 1, SQL_ERR = 2, MISMATCH = 3, NOMEM = 4, UNSUPPORTED = 5 };
 
 static int utf8_valid(const unsigned char *s, size_t n) {
     size_t i = 0;
@@ -96,61 +105,92 @@ static int text_append(Col *c, const void *p, size_t n) {
     return 1;
 }
 
-/* Steps up to max_rows rows into cols (capacity max_rows each). Runs without the GIL. */
+/* One value into its column at row r, as its kind reads it; MISMATCH where the Python path reads it otherwise. */
+static int put_value(Col *c, char kind, const BtValue *v, Py_ssize_t r) {
+    if (kind == 's') {
+        int64_t *off = (int64_t *)c->values;
+        if (v->type == BT_NULL) {
+            c->valid[r] = 0;
+        } else if (v->type == BT_TEXT) {
+            if (v->n < 0 || (v->n > 0 && v->s == NULL)) return NOMEM;
+            if (!utf8_valid(v->s, (size_t)v->n)) return MISMATCH;
+            if (!text_append(c, v->s, (size_t)v->n)) return NOMEM;
+            c->valid[r] = 1;
+        } else {
+            return MISMATCH;
+        }
+        off[r + 1] = (int64_t)c->data_len;
+        return OK;
+    }
+    if (v->type == BT_NULL) {
+        c->valid[r] = 0;
+        ((int64_t *)c->values)[r] = 0;
+        return OK;
+    }
+    if (kind == 'f') {
+        double d;
+        if (v->type == BT_FLOAT) {
+            d = v->f;
+        } else if (v->type == BT_INTEGER) {
+            if (v->i > EXACT_DOUBLE || v->i < -EXACT_DOUBLE) return MISMATCH;
+            d = (double)v->i;
+        } else {
+            return MISMATCH;
+        }
+        ((double *)c->values)[r] = d;
+        c->valid[r] = 1;
+        return OK;
+    }
+    if (v->type != BT_INTEGER) return MISMATCH;
+    int ok = v->i != INT64_MIN && (kind != 't' || (v->i >= -TIME_LIMIT && v->i <= TIME_LIMIT));
+    ((int64_t *)c->values)[r] = ok ? v->i : 0;
+    c->valid[r] = (unsigned char)ok;
+    return OK;
+}
+
+/* The current SQLite row's values, typed as sqlite3_column_type gives them. */
+static int sqlite_row(Query *q, BtValue *vals) {
+    for (int j = 0; j < q->ncols; j++) {
+        BtValue *v = &vals[j];
+        switch (sqlite3_column_type(q->stmt, j)) {
+        case SQLITE_INTEGER: v->type = BT_INTEGER; v->i = sqlite3_column_int64(q->stmt, j); break;
+        case SQLITE_FLOAT: v->type = BT_FLOAT; v->f = sqlite3_column_double(q->stmt, j); break;
+        case SQLITE_TEXT:
+            v->type = BT_TEXT;
+            v->s = sqlite3_column_text(q->stmt, j);
+            v->n = sqlite3_column_bytes(q->stmt, j);
+            break;
+        case SQLITE_BLOB: v->type = BT_BLOB; break;
+        default: v->type = BT_NULL;
+        }
+    }
+    return OK;
+}
+
+/* Steps up to max_rows rows into cols (capacity max_rows each), from SQLite or the b-tree. Runs without the GIL. */
 static int step_rows(Query *q, Col *cols, Py_ssize_t max_rows, Py_ssize_t *got, int *bad_col) {
+    BtValue vals[MAX_COLUMNS];
     Py_ssize_t r = 0;
     int status = OK;
     while (r < max_rows) {
-        int rc = sqlite3_step(q->stmt);
-        if (rc == SQLITE_DONE) { status = END; break; }
-        if (rc != SQLITE_ROW) { status = SQL_ERR; break; }
-        if (sqlite3_column_count(q->stmt) != q->ncols) { *bad_col = 0; status = MISMATCH; break; }
-        for (int j = 0; j < q->ncols; j++) {
-            Col *c = &cols[j];
-            int type = sqlite3_column_type(q->stmt, j);
-            char kind = q->kinds[j];
-            if (kind == 's') {
-                int64_t *off = (int64_t *)c->values;
-                if (type == SQLITE_NULL) {
-                    c->valid[r] = 0;
-                } else if (type == SQLITE_TEXT) {
-                    const unsigned char *t = sqlite3_column_text(q->stmt, j);
-                    int n = sqlite3_column_bytes(q->stmt, j);
-                    if (n < 0 || (n > 0 && t == NULL)) { status = NOMEM; break; }
-                    if (!utf8_valid(t, (size_t)n)) { *bad_col = j; status = MISMATCH; break; }
-                    if (!text_append(c, t, (size_t)n)) { status = NOMEM; break; }
-                    c->valid[r] = 1;
-                } else {
-                    *bad_col = j; status = MISMATCH; break;
-                }
-                off[r + 1] = (int64_t)c->data_len;
-                continue;
-            }
-            if (type == SQLITE_NULL) {
-                c->valid[r] = 0;
-                ((int64_t *)c->values)[r] = 0;
-                continue;
-            }
-            if (kind == 'f') {
-                double v;
-                if (type == SQLITE_FLOAT) {
-                    v = sqlite3_column_double(q->stmt, j);
-                } else if (type == SQLITE_INTEGER) {
-                    int64_t iv = sqlite3_column_int64(q->stmt, j);
-                    if (iv > EXACT_DOUBLE || iv < -EXACT_DOUBLE) { *bad_col = j; status = MISMATCH; break; }
-                    v = (double)iv;
-                } else {
-                    *bad_col = j; status = MISMATCH; break;
-                }
-                ((double *)c->values)[r] = v;
-                c->valid[r] = 1;
-                continue;
-            }
-            if (type != SQLITE_INTEGER) { *bad_col = j; status = MISMATCH; break; }
-            int64_t v = sqlite3_column_int64(q->stmt, j);
-            int ok = v != INT64_MIN && (kind != 't' || (v >= -TIME_LIMIT && v <= TIME_LIMIT));
-            ((int64_t *)c->values)[r] = ok ? v : 0;
-            c->valid[r] = (unsigned char)ok;
+        if (q->direct) {
+            int64_t rowid, len;
+            const unsigned char *payload;
+            int rc = bt_next(&q->cursor, &rowid, &payload, &len);
+            if (rc == BT_END) { status = END; break; }
+            if (rc == BT_ROW)
+                rc = bt_record(payload, len, q->slot_of, q->npos, q->alias, rowid, vals, q->ncols);
+            if (rc != BT_ROW) { status = rc == BT_NOMEM ? NOMEM : UNSUPPORTED; break; }
+        } else {
+            int rc = sqlite3_step(q->stmt);
+            if (rc == SQLITE_DONE) { status = END; break; }
+            if (rc != SQLITE_ROW) { status = SQL_ERR; break; }
+            if (sqlite3_column_count(q->stmt) != q->ncols) { *bad_col = 0; status = MISMATCH; break; }
+            sqlite_row(q, vals);
+        }
+        for (int j = 0; j < q->ncols && status == OK; j++) {
+            status = put_value(&cols[j], q->kinds[j], &vals[j], r);
+            if (status == MISMATCH) *bad_col = j;
         }
         if (status != OK) break;
         r++;
@@ -174,7 +214,7 @@ static PyObject *Query_fetch(Query *q, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "max_rows must be 1..%d", MAX_ROWS_PER_FETCH);
         return NULL;
     }
-    if (q->stmt == NULL) { PyErr_SetString(PyExc_ValueError, "query is closed"); return NULL; }
+    if (q->stmt == NULL && !q->direct) { PyErr_SetString(PyExc_ValueError, "query is closed"); return NULL; }
     if (q->done) Py_RETURN_NONE;
     if (q->busy) { PyErr_SetString(PyExc_RuntimeError, "query in use by another thread"); return NULL; }
     Col cols[MAX_COLUMNS];
@@ -206,6 +246,13 @@ static PyObject *Query_fetch(Query *q, PyObject *args) {
         q->done = 1;
         return NULL;
     }
+    if (status == UNSUPPORTED) {
+        PyObject *e = Py_BuildValue("(L)", (long long)q->rows_done);
+        cols_free(cols, q->ncols);
+        if (e) { PyErr_SetObject(UnsupportedError, e); Py_DECREF(e); }
+        q->done = 1;
+        return NULL;
+    }
     if (status == NOMEM) { cols_free(cols, q->ncols); q->done = 1; return PyErr_NoMemory(); }
     if (status == END) q->done = 1;
     if (got == 0) { cols_free(cols, q->ncols); Py_RETURN_NONE; }
@@ -230,6 +277,7 @@ static PyObject *Query_fetch(Query *q, PyObject *args) {
 }
 
 static void query_close(Query *q) {
+    if (q->direct) { bt_close(&q->cursor); q->direct = 0; }
     if (q->stmt) { sqlite3_finalize(q->stmt); q->stmt = NULL; }
     if (q->db) { sqlite3_close_v2(q->db); q->db = NULL; }
 }
@@ -240,11 +288,55 @@ static PyObject *Query_close(Query *q, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* table=(path, root page, positions, alias): the rows are read from the file's table b-tree (_btree.c), one
+ * record position per result column, in rowid order, not by running `sql` (which says what they are) */
+static int open_direct(Query *q, PyObject *table) {
+    const char *path;
+    unsigned int root;
+    PyObject *positions;
+    int alias;
+    if (!PyArg_ParseTuple(table, "sIO!i", &path, &root, &PyTuple_Type, &positions, &alias)) return -1;
+    if (PyTuple_GET_SIZE(positions) != q->ncols) {
+        PyErr_SetString(PyExc_ValueError, "table: one record position per result column");
+        return -1;
+    }
+    q->npos = 0;
+    for (int k = 0; k < MAX_POSITIONS; k++) q->slot_of[k] = -1;
+    for (int j = 0; j < q->ncols; j++) {
+        long k = PyLong_AsLong(PyTuple_GET_ITEM(positions, j));
+        if (k == -1 && PyErr_Occurred()) return -1;
+        if (k < 0 || k >= MAX_POSITIONS || q->slot_of[k] >= 0) {
+            PyErr_Format(PyExc_ValueError, "table: positions are distinct, 0..%d", MAX_POSITIONS - 1);
+            return -1;
+        }
+        q->slot_of[k] = j;
+        if (k + 1 > q->npos) q->npos = (int)k + 1;
+    }
+    if (alias >= MAX_POSITIONS) { PyErr_SetString(PyExc_ValueError, "table: alias past the positions"); return -1; }
+    q->alias = alias;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bt_open(&q->cursor, path, root);
+    Py_END_ALLOW_THREADS
+    if (rc != BT_ROW) {
+        bt_close(&q->cursor);
+        if (rc == BT_NOMEM) { PyErr_NoMemory(); return -1; }
+        PyObject *e = Py_BuildValue("(L)", 0LL);
+        if (e) { PyErr_SetObject(UnsupportedError, e); Py_DECREF(e); }
+        return -1;
+    }
+    q->direct = 1;
+    return 0;
+}
+
 static int Query_init(Query *q, PyObject *args, PyObject *kw) {
+    static char *names[] = {"uri", "sql", "kinds", "table", NULL};
     const char *uri, *sql, *kinds;
     Py_ssize_t sql_len, nk;
-    if (!PyArg_ParseTuple(args, "ss#s#", &uri, &sql, &sql_len, &kinds, &nk)) return -1;
-    if (q->db || q->stmt) { PyErr_SetString(PyExc_RuntimeError, "Query already open"); return -1; }
+    PyObject *table = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss#s#|$O", names, &uri, &sql, &sql_len, &kinds, &nk, &table))
+        return -1;
+    if (q->db || q->stmt || q->direct) { PyErr_SetString(PyExc_RuntimeError, "Query already open"); return -1; }
     if (nk < 1 || nk > MAX_COLUMNS) { PyErr_Format(PyExc_ValueError, "1..%d columns", MAX_COLUMNS); return -1; }
     for (Py_ssize_t j = 0; j < nk; j++) {
         if (!strchr("itfs", kinds[j]) || kinds[j] == 0) {
@@ -257,6 +349,7 @@ static int Query_init(Query *q, PyObject *args, PyObject *kw) {
     q->rows_done = 0;
     q->done = 0;
     q->busy = 0;
+    if (table != Py_None) return open_direct(q, table);
     int rc;
     sqlite3 *db = NULL;
     sqlite3_stmt *stmt = NULL;
@@ -315,8 +408,10 @@ PyMODINIT_FUNC PyInit__sqlread(void) {
     if (!m) return NULL;
     ReadError = PyErr_NewException("acceltrace.ingest.nsys._sqlread.Error", NULL, NULL);
     MismatchError = PyErr_NewException("acceltrace.ingest.nsys._sqlread.Mismatch", NULL, NULL);
-    if (!ReadError || !MismatchError || PyModule_AddObjectRef(m, "Error", ReadError) < 0
-        || PyModule_AddObjectRef(m, "Mismatch", MismatchError) < 0) {
+    UnsupportedError = PyErr_NewException("acceltrace.ingest.nsys._sqlread.Unsupported", NULL, NULL);
+    if (!ReadError || !MismatchError || !UnsupportedError || PyModule_AddObjectRef(m, "Error", ReadError) < 0
+        || PyModule_AddObjectRef(m, "Mismatch", MismatchError) < 0
+        || PyModule_AddObjectRef(m, "Unsupported", UnsupportedError) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,16 +1,15 @@
-"""Reading an Nsight Systems SQLite export: what it holds, and copying its tables into a DuckDB staging file.
+"""Reading an Nsight Systems SQLite export: what it holds, and copying its tables into a DuckDB staging database.
 
-Nsight's export schema changes between versions (2.x from Nsight 2022, 3.x from 2023 on):
-tables are created lazily, columns come and go, and the metadata table was renamed. So we
-inventory tables and columns first, check each event table we use has the columns we need
-(refusing the file with the table and column named otherwise), and copy only the columns
-present, filling absent optional ones with NULL. Rows cross in bounded batches, as Arrow columns:
-read by the compiled reader (`_sqlread.c`, on the system libsqlite3: sqlite3_step straight into
-column buffers, the GIL released) where it is built, else by Python's sqlite3 (DuckDB's SQLite
-extension cannot be installed offline). Both give the same rows: the compiled reader hands a table
-whose values it would read differently (text in a number column, say) back to the Python path,
-which then reads or refuses it as it always did. ACCELTRACE_NSYS_READER=python (or USE_COMPILED =
-False) forces the Python path.
+Nsight's export schema changes between versions (2.x from Nsight 2022, 3.x from 2023 on): tables are created
+lazily, columns come and go, and the metadata table was renamed. So we inventory tables and columns first, check
+each event table we use has the columns we need (refusing the file with the table and column named otherwise),
+and copy only the columns present, filling absent optional ones with NULL. Rows cross in bounded batches, as Arrow
+columns, read by the compiled reader (`_sqlread.c`, the GIL released: straight from the file's table b-trees
+where direct.py says that gives what SQLite gives, else sqlite3_step on the system libsqlite3) where it is built,
+else by Python's sqlite3 (DuckDB's SQLite extension cannot be installed offline). All give the same rows: the
+compiled reader hands a table whose values it would read differently (text in a number column, say) back to the
+Python path, which then reads or refuses it as it always did. ACCELTRACE_NSYS_READER=python (or USE_COMPILED =
+False) forces the Python path; =sqlite, the compiled reader through SQLite only.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from acceltrace.ingest.made_ahead import MadeAhead
+from acceltrace.ingest.nsys import direct
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
 from acceltrace.store.errors import IngestError
@@ -137,6 +137,7 @@ class Export:
     name: str
     con: sqlite3.Connection
     uri: str | None = None  # the read-only URI `con` was opened with (the compiled reader opens its own)
+    path: Path | None = None  # the file (the compiled reader reads its b-trees straight from it where it can)
     columns: dict[str, set[str]] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
@@ -156,7 +157,7 @@ def open_export(path: Path, name: str) -> Export:
     # immutable=1: no locks, no journal lookups; the file must not change while we read (it is ours or the user's input)
     uri = f"file:{quote(str(path))}?mode=ro&immutable=1"
     con = sqlite3.connect(uri, uri=True)
-    ex = Export(name=name, con=con, uri=uri)
+    ex = Export(name=name, con=con, uri=uri, path=path)
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for t in tables:
@@ -201,11 +202,8 @@ def _check_columns(ex: Export, table: str, required: dict[str, str]) -> None:
     missing = [c for c in required if c not in ex.columns[table]]
     if missing:
         ex.con.close()
-        raise IngestError(
-            ex.name,
-            f"table {table} lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
-            f" (export schema {ex.meta.get('EXPORT_SCHEMA_VERSION', 'unknown')}); cannot read it",
-        )
+        raise IngestError(ex.name, f"table {table} lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+                          f" (export schema {ex.meta.get('EXPORT_SCHEMA_VERSION', 'unknown')}); cannot read it")
 
 
 def session_start_utc_ns(ex: Export) -> int | None:
@@ -240,11 +238,14 @@ def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[s
     compiled = [j for j in targets if _compiled_takes(ex, j[0], j[2])]
     done: dict[str, int | None | BaseException] = {}
     if compiled:
+        # which tables the reader takes from the file's b-tree, asked of SQLite here (`ex.con` is this thread's)
+        layouts = {target: _layout(ex, table, cols) for table, target, cols in compiled}
+
         def run(job):
             table, target, cols = job
             cur = stage.cursor()
             try:
-                return _copy_compiled(ex, cur, table, target, cols, ex.columns.get(table, set()), batch_rows)
+                return _copy_compiled(ex, cur, table, target, cols, batch_rows, layouts[target])
             finally:
                 cur.close()
         order = sorted(compiled, key=lambda j: -ex.rows.get(j[0], 0))  # the biggest first: the two end together
@@ -314,18 +315,41 @@ def _copy_python(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, targe
     return n
 
 
+def _kinds(cols: dict, present: list[str]) -> str:  # the compiled reader's letter for each column's staging type
+    return "".join(("t" if c in _TIME_COLUMNS else "i") if cols[c] == I else "f" if cols[c] == F else "s"
+                   for c in present)
+
+
+def _layout(ex: Export, table: str, cols: dict) -> tuple | None:
+    present = [c for c in cols if c in ex.columns.get(table, set())]
+    if ex.path is None or not present or os.environ.get(READER_ENV, "").lower() == "sqlite":
+        return None
+    return direct.layout(ex.con, ex.path, table, present, _kinds(cols, present))
+
+
 def _copy_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, target: str, cols: dict,
-                   have: set, batch_rows: int | None) -> int | None:
-    """copy_table's rows through the compiled reader; None when a value needs the Python path."""
-    names = list(cols)
+                   batch_rows: int | None, layout: tuple | None = None) -> int | None:
+    """copy_table's rows through the compiled reader; None when a value needs the Python path. With a
+    `layout` (direct.py) it reads the file's b-tree; what that read does not take, SQLite reads again."""
+    if layout is not None:
+        try:
+            return _read_compiled(ex, stage, table, target, cols, batch_rows, layout)
+        except _sqlread.Unsupported:
+            stage.execute(f'DELETE FROM {quote_ident(target)}')
+    return _read_compiled(ex, stage, table, target, cols, batch_rows, None)
+
+
+def _read_compiled(ex: Export, stage: duckdb.DuckDBPyConnection, table: str, target: str, cols: dict,
+                   batch_rows: int | None, layout: tuple | None) -> int | None:
+    names, have = list(cols), ex.columns.get(table, set())
     present = [c for c in names if c in have]
     if not present:
         return None
-    kinds = "".join(("t" if c in _TIME_COLUMNS else "i") if cols[c] == I else "f" if cols[c] == F else "s"
-                    for c in present)
+    kinds = _kinds(cols, present)
     n = 0
     try:
-        q = _sqlread.Query(ex.uri, f'SELECT {", ".join(map(quote_ident, present))} FROM {quote_ident(table)}', kinds)
+        q = _sqlread.Query(ex.uri, f'SELECT {", ".join(map(quote_ident, present))} FROM {quote_ident(table)}', kinds,
+                           table=layout)
     except _sqlread.Error as e:
         raise IngestError(ex.name, f"damaged SQLite database while reading table {table} ({e.args[0]})",
                           "after row 0") from None
