@@ -130,7 +130,22 @@ INVALID_SQL = {
 
 _VALID = 'x.start IS NOT NULL AND x."end" IS NOT NULL AND x."end" >= x.start'
 _VALID_DEV = _VALID + " AND x.deviceId IS NOT NULL AND x.streamId IS NOT NULL"
-_DEV_ARGS = [("device", "x.deviceId"), ("context", "x.contextId"), ("stream", "x.streamId")]
+
+
+class _Int(str):
+    """An integer (BIGINT) value of args: its JSON text is its decimal text, so it is cast, not printed by
+    to_json (the same text, without building a JSON value a row: 1.5 M-slice export's kernels 0.51 -> 0.40 s)."""
+
+
+def _int(*exprs: str) -> _Int:
+    """One BIGINT expression, or a list of them ([x, y, z], NULL when the first is: a grid or block)."""
+    if len(exprs) == 1:
+        return _Int(f"CAST({exprs[0]} AS VARCHAR)")
+    items = " || ',' || ".join(f"coalesce(CAST({e} AS VARCHAR), 'null')" for e in exprs)
+    return _Int(f"CASE WHEN {exprs[0]} IS NULL THEN NULL ELSE '[' || {items} || ']' END")
+
+
+_DEV_ARGS = [("device", _int("x.deviceId")), ("context", _int("x.contextId")), ("stream", _int("x.streamId"))]
 
 
 def _in_export_order(source: str, joins: str, where: str, looked_up: dict[str, str], key: str = "x.rowid") -> str:
@@ -147,11 +162,12 @@ def _in_export_order(source: str, joins: str, where: str, looked_up: dict[str, s
 def _args(pairs: list[tuple[str, str]]) -> str:
     """The args JSON object of (key, SQL value) pairs, leaving out the members whose value is NULL, so
     args only list what the export recorded. Written as text: each member '"key":' || to_json(value)
-    is NULL with its value, and concat_ws skips it. The same text json_merge_patch('{}', json_object(...))
-    gave (tests/test_nsys.py), for less: that built the object, printed it, parsed it
-    and the empty one, merged and printed again (2.5 M slices of a synthetic export: the mapping
-    queries' CPU 3.4 -> 2.2 s, docs/performance.md, fifteenth stop)."""
-    members = ", ".join("'" + json.dumps(key).replace("'", "''") + f":' || to_json({value})" for key, value in pairs)
+    (an _Int's own text) is NULL with its value, and concat_ws skips it. The same text
+    json_merge_patch('{}', json_object(...)) gave (tests/test_nsys.py), for less: that built the object,
+    printed it, parsed it and the empty one, merged and printed again (2.5 M slices of a synthetic export:
+    the mapping queries' CPU 3.4 -> 2.2 s, docs/performance.md, fifteenth stop)."""
+    members = ", ".join("'" + json.dumps(key).replace("'", "''") + ":' || "
+                        + (value if isinstance(value, _Int) else f"to_json({value})") for key, value in pairs)
     return f"('{{' || concat_ws(',', {members}) || '}}')"
 
 
@@ -181,8 +197,8 @@ def calls_sql(off: int) -> str:
            coalesce(x.lk_label, 'API call ' || coalesce(x.nameId::VARCHAR, '(no name)')) AS name,
            CASE x.lane WHEN 'driver' THEN 'cuda_driver' ELSE 'cuda_runtime' END AS category,
            x.correlationId AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args([("full name", "x.lk_full"), ("return value", "x.returnValue"),
-                   ("callchain id", "coalesce(x.callchainId, x.bt_chain)")])} AS args,
+           {_args([("full name", "x.lk_full"), ("return value", _int("x.returnValue")),
+                   ("callchain id", _int("coalesce(x.callchainId, x.bt_chain)"))])} AS args,
            coalesce(x.globalTid, -1) & -16777216 AS gpid,
            CASE x.lane WHEN 'driver' THEN 'drv' ELSE 'api' END AS role
     FROM {src}
@@ -190,14 +206,13 @@ def calls_sql(off: int) -> str:
 
 
 def kernels_sql(off: int) -> str:
-    grid = "CASE WHEN x.gridX IS NULL THEN NULL ELSE [x.gridX, x.gridY, x.gridZ] END"
-    block = "CASE WHEN x.blockX IS NULL THEN NULL ELSE [x.blockX, x.blockY, x.blockZ] END"
+    grid, block = _int("x.gridX", "x.gridY", "x.gridZ"), _int("x.blockX", "x.blockY", "x.blockZ")
     pairs = [
         ("full name", "coalesce(x.lk_dn, x.lk_mn)"), ("short name", "x.lk_sn"), ("demangled name", "x.lk_dn"),
         ("mangled name", "x.lk_mn"), *_DEV_ARGS, ("grid", grid), ("block", block),
-        ("registers per thread", "x.registersPerThread"), ("static shared memory", "x.staticSharedMemory"),
-        ("dynamic shared memory", "x.dynamicSharedMemory"), ("local memory total", "x.localMemoryTotal"),
-        ("graph node id", "x.graphNodeId"),
+        ("registers per thread", _int("x.registersPerThread")), ("static shared memory", _int("x.staticSharedMemory")),
+        ("dynamic shared memory", _int("x.dynamicSharedMemory")), ("local memory total", _int("x.localMemoryTotal")),
+        ("graph node id", _int("x.graphNodeId")),
     ]
     src = _in_export_order(
         "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -219,7 +234,7 @@ def kernels_sql(off: int) -> str:
 def memcpy_sql(off: int) -> str:
     pairs = [
         *_DEV_ARGS, ("copy kind", "x.lk_short"), ("src kind", "x.lk_src"), ("dst kind", "x.lk_dst"),
-        ("src device", "x.srcDeviceId"), ("dst device", "x.dstDeviceId"), ("graph node id", "x.graphNodeId"),
+        ("src device", _int("x.srcDeviceId")), ("dst device", _int("x.dstDeviceId")), ("graph node id", _int("x.graphNodeId")),
         ("memory bandwidth (GB/s)", 'CASE WHEN x."end" > x.start THEN round(x.bytes / (x."end" - x.start), 3) END'),
     ]
     src = _in_export_order(
@@ -244,7 +259,7 @@ def memcpy_sql(off: int) -> str:
 
 
 def memset_sql(off: int) -> str:
-    pairs = [*_DEV_ARGS, ("value", "x.value"), ("memory kind", "x.lk_kind"), ("graph node id", "x.graphNodeId")]
+    pairs = [*_DEV_ARGS, ("value", _int("x.value")), ("memory kind", "x.lk_kind"), ("graph node id", _int("x.graphNodeId"))]
     src = _in_export_order(
         "CUPTI_ACTIVITY_KIND_MEMSET",
         """JOIN _queue_map t ON t.deviceId = x.deviceId AND t.gpid = coalesce(x.globalPid, 0)
@@ -264,10 +279,10 @@ def nvtx_sql(off: int) -> str:
     ranges = ", ".join(str(t) for t in NVTX_RANGES)
     kind = "CASE x.eventType " + " ".join(f"WHEN {t} THEN '{k}'" for t, k in NVTX_RANGES.items()) + " ELSE 'mark' END"
     pairs = [
-        ("nvtx", kind), ("domain", "x.lk_domain"), ("nvtx category", "x.category"),
+        ("nvtx", kind), ("domain", "x.lk_domain"), ("nvtx category", _int("x.category")),
         ("color", "CASE WHEN x.color IS NULL THEN NULL ELSE printf('#%06x', x.color & 16777215) END"),
-        ("range id", "x.rangeId"),
-        ("end thread", "CASE WHEN x.endGlobalTid <> x.globalTid THEN x.endGlobalTid & 16777215 END"),
+        ("range id", _int("x.rangeId")),
+        ("end thread", _int("CASE WHEN x.endGlobalTid <> x.globalTid THEN x.endGlobalTid & 16777215 END")),
         ("unterminated", f'CASE WHEN x.eventType IN ({ranges}) AND x."end" IS NULL THEN true END'),
     ]
     src = _in_export_order(
@@ -323,8 +338,8 @@ def osrt_sql(off: int) -> str:
     SELECT x.lk_track AS track_id, x.start + {off} AS ts, x."end" - x.start AS dur,
            coalesce(x.lk_name, 'OS runtime call ' || x.nameId::VARCHAR) AS name, 'osrt' AS category,
            NULL::BIGINT AS corr_id, NULL::BIGINT AS bytes, NULL AS direction, NULL AS host_mem,
-           {_args([("return value", "x.returnValue"), ("nesting level", "x.nestingLevel"),
-                   ("callchain id", "x.callchainId")])}
+           {_args([("return value", _int("x.returnValue")), ("nesting level", _int("x.nestingLevel")),
+                   ("callchain id", _int("x.callchainId"))])}
                AS args, NULL::BIGINT AS gpid, NULL AS role
     FROM {src}
     """
