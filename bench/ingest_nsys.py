@@ -14,7 +14,8 @@ the pipeline runs after every publish.
 
 --readers prints, per input, the reading stage alone next to its anchors (issue 14): the rows the
 importer copies (its columns of every table it reads) read into DuckDB staging by the compiled
-reader (ingest/nsys/_sqlread.c) and by the Python sqlite3 path, next to Python sqlite3 fetching
+reader (ingest/nsys/_sqlread.c: the file's b-trees read directly, ingest/nsys/_btree.c, and through
+SQLite alone) and by the Python sqlite3 path, next to Python sqlite3 fetching
 the same columns (fetchmany, nothing else) and DuckDB inserting the same rows from Arrow; and the
 ingester (importer + builder finish) and `acceltrace ingest` to a published trace on each reader (no
 analysis and no views' precompute: both come after publication; before the eighteenth stop this row
@@ -98,9 +99,10 @@ def _read_spec(path: Path):
     return ex, tables
 
 
-def copy_rows_s(path: Path, python: bool) -> tuple[float, float, int]:
+def copy_rows_s(path: Path, reader: str) -> tuple[float, float, int]:
     """The importer's copy of every table it reads into an in-memory DuckDB staging database:
-    (wall s, CPU s, rows), on the compiled reader or the Python sqlite3 path."""
+    (wall s, CPU s, rows), on `reader`: "" the compiled reader (the file's b-trees read directly where it
+    can), "sqlite" the compiled reader through SQLite only, "python" the Python sqlite3 path."""
     import os
 
     import duckdb
@@ -108,7 +110,7 @@ def copy_rows_s(path: Path, python: bool) -> tuple[float, float, int]:
     ex, tables = _read_spec(path)
     stage = duckdb.connect(":memory:")
     saved = os.environ.get(nsys_read.READER_ENV)
-    os.environ[nsys_read.READER_ENV] = "python" if python else ""
+    os.environ[nsys_read.READER_ENV] = reader
     try:
         t, c = time.perf_counter(), time.process_time()
         rows = sum(nsys_read.copy_table(ex, stage, tb, spec, as_name=a) for tb, spec, a in tables)
@@ -169,9 +171,10 @@ def readers(paths, repeat: int, work: Path) -> None:
     for label, path in paths:
         best = {}
         for _ in range(repeat):
-            for python in (False, True):
-                w, c, rows = copy_rows_s(path, python)
-                key = f"copy into staging, {'Python sqlite3 path' if python else 'compiled reader'}"
+            for reader, what in (("", "compiled reader, b-trees read directly"),
+                                 ("sqlite", "compiled reader through SQLite"), ("python", "Python sqlite3 path")):
+                w, c, rows = copy_rows_s(path, reader)
+                key = f"copy into staging, {what}"
                 best[key] = min(best.get(key, (9e9, 0, 0)), (w, c, rows))
             fw, fc, iw, ic = anchors_s(path)
             best["anchor: Python sqlite3 fetchmany of the same columns"] = min(

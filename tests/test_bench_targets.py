@@ -66,3 +66,4 @@ def test_the_nsight_readers_bench_runs_to_its_last_row():
                         "--repeat", "1"], capture_output=True, text=True, timeout=300, cwd=root)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count("acceltrace ingest, published") == 4  # two inputs, compiled and Python paths
+    assert p.stdout.count("b-trees read directly") == 2 and p.stdout.count("through SQLite") == 2
