@@ -177,9 +177,10 @@ def test_a_file_in_wal_mode_is_read_by_sqlite(tmp_path, monkeypatch):
     assert _copy(path, monkeypatch) == _copy(path, monkeypatch, "sqlite")
 
 
-def _damage_a_leaf(path: Path, table: str) -> None:
+def _damage_a_leaf(path: Path, table: str, empty: bool = False) -> None:
     """Point a cell of a leaf in the middle of `table`'s b-tree past the page's end (its header and the interior
-    pages intact, so the count of rows when the export is opened does not see it; reading the rows does)."""
+    pages intact, so the count of rows when the export is opened does not see it; reading the rows does); or,
+    `empty`, set the leaf's cell count to 0."""
     con = sqlite3.connect(path)
     (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
     (page_size,) = con.execute("PRAGMA page_size").fetchone()
@@ -192,7 +193,10 @@ def _damage_a_leaf(path: Path, table: str) -> None:
     leaf = int.from_bytes(page[cell:cell + 4], "big")
     at = (leaf - 1) * page_size
     assert data[at] == 13, "expected a table leaf"
-    data[at + 8 + 6:at + 8 + 8] = (page_size + 40).to_bytes(2, "big")  # its fourth cell
+    if empty:
+        data[at + 3:at + 5] = b"\0\0"
+    else:
+        data[at + 8 + 6:at + 8 + 8] = (page_size + 40).to_bytes(2, "big")  # its fourth cell
     path.write_bytes(bytes(data))
 
 
@@ -207,6 +211,19 @@ def test_damage_met_midway_hands_the_table_to_sqlite_which_names_it(tmp_path, mo
         got[reader] = res.error
     assert got[""] is not None and got[""] == got["sqlite"]
     assert "damaged.sqlite" in got[""] and "CUPTI_ACTIVITY_KIND_KERNEL" in got[""], got[""]
+
+
+def test_a_child_page_without_cells_is_handed_back_as_sqlite_would_refuse_it(tmp_path):
+    path = tmp_path / "empty-leaf.sqlite"
+    nsys_synth.write(path, iterations=4000, metric_samples=20)
+    _damage_a_leaf(path, "CUPTI_ACTIVITY_KIND_KERNEL", empty=True)
+    uri = f"file:{path}?mode=ro&immutable=1"
+    with sqlite3.connect(uri, uri=True) as con:
+        layout = direct.layout(con, path, "CUPTI_ACTIVITY_KIND_KERNEL", ["start", "end"], "tt")
+        with pytest.raises(sqlite3.DatabaseError):  # SQLite's own scan calls the file malformed
+            con.execute('SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchall()
+    with pytest.raises(nsys_read._sqlread.Unsupported):
+        _fetched(uri, 'SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL', "tt", layout, 1000)
 
 
 def test_unsupported_midway_drops_the_rows_read_and_sqlite_reads_the_table_again(tmp_path, monkeypatch):

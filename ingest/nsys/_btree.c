@@ -186,6 +186,7 @@ int bt_next(BtCursor *c, int64_t *rowid, const unsigned char **payload, int64_t 
         if (c->depth == BT_MAX_DEPTH) return BT_UNSUPPORTED;
         int rc = load(c, &c->stack[c->depth], child);
         if (rc != BT_ROW) return rc;
+        if (c->stack[c->depth].ncell == 0) return BT_UNSUPPORTED; /* a child without cells: SQLite's corruption */
         c->depth++;
     }
     return BT_END;

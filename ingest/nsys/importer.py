@@ -42,8 +42,8 @@ STAGE_MEMORY = "1GB"
 SLICE_TABLES = tuple(t for t in {**r.EVENT_TABLES, **r.CPU_TABLES} if t not in ("GPU_METRICS", "SAMPLING_CALLCHAINS"))
 BOUNDED_STAGE_MEMORY = "500MB"
 # An in-memory DuckDB checkpoints too, past checkpoint_threshold (16 MB of inserts): each compresses the tables,
-# 0.3-0.6 s at a time, several times in a 1.5 M-slice export's copy and mapping (4.9 -> 4.7 s, the peak level).
-# Not bounded: uncompressed, its stage spills more (4 M slices: 16.5-17.7 -> 17.1-18.3 s).
+# 0.3-0.6 s at a time, several times in a 1.5 M-slice export's copy and mapping (medians 4.87-5.23 -> 4.77-5.03 s,
+# the peak level). Not bounded: uncompressed, its stage spills more (4 M slices: 16.5-17.7 -> 17.1-18.3 s).
 STAGE_CHECKPOINT = "1TB"
 
 
