@@ -326,7 +326,7 @@ def test_randomly_damaged_exports_read_direct_are_refused_or_read_as_sqlite_read
     nsys_synth.write(src, iterations=600, metric_samples=20)
     data = src.read_bytes()
     rng = random.Random(27)
-    for i in range(16):
+    for i in range(10):
         buf = bytearray(data)
         for _ in range(rng.choice([1, 8, 64])):
             pos = rng.randrange(100, len(buf))
