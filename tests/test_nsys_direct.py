@@ -130,19 +130,22 @@ def test_tables_the_direct_read_cannot_answer_are_left_to_sqlite(tmp_path, schem
         assert direct.layout(con, path, "t", columns, kinds) is None, why
 
 
-def test_an_integer_primary_key_reads_the_rowid_unless_it_is_declared_desc(tmp_path):
+def test_an_integer_primary_key_reads_the_rowid_where_sqlite_takes_it_for_the_rowid(tmp_path):
     path = tmp_path / "keys.sqlite"
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE alias (id INTEGER PRIMARY KEY, v TEXT)")
-    con.execute("CREATE TABLE notalias (id INTEGER PRIMARY KEY DESC, v TEXT)")  # SQLite's quirk: a real column
-    for t in ("alias", "notalias"):
-        con.executemany(f"INSERT INTO {t} VALUES (?, ?)", [(i * 3, f"v{i}") for i in range(3000)])
+    tables = {"alias": "id INTEGER PRIMARY KEY, v TEXT",
+              "notalias": "id INTEGER PRIMARY KEY DESC, v TEXT",  # SQLite's quirk: a column of its own
+              "int": "id INT PRIMARY KEY, v TEXT",  # INT, not INTEGER: a column of its own too
+              "tablekey": "v TEXT, id integer, PRIMARY KEY (id DESC)"}  # ... but DESC here is the rowid's alias
+    for t, cols in tables.items():
+        con.execute(f"CREATE TABLE {t} ({cols})")
+        con.executemany(f"INSERT INTO {t} (id, v) VALUES (?, ?)", [(i * 3, f"v{i}") for i in range(3000)])
     con.commit()
     with con:
-        assert direct.layout(con, path, "alias", ["v", "id"], "si")[3] == 0
-        assert direct.layout(con, path, "notalias", ["v", "id"], "si")[3] == -1
+        aliases = {t: direct.layout(con, path, t, ["v", "id"], "si")[3] for t in tables}
     con.close()
-    for t in ("alias", "notalias"):
+    assert aliases == {"alias": 0, "notalias": -1, "int": -1, "tablekey": 1}
+    for t in tables:
         fast, slow = _reads(path, t, ["v", "id"], "si")
         assert fast is not None and fast == slow, t
 

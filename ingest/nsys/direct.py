@@ -9,8 +9,9 @@ that follows from the file format alone, so every table that could read otherwis
 - a column of REAL affinity read as an integer or text (SQLite turns an integer it stored there back
   into a float);
 - a query SQLite would answer from an index (its rows come in the index's order).
-An INTEGER PRIMARY KEY is the rowid (SQLite's rule, DESC excepted); the reader checks that its stored
-value is NULL, as an alias's is, and hands the table back to SQLite where it is not. The reader hands
+A column SQLite reads as the rowid (an INTEGER PRIMARY KEY, its quirks included: SQLite's own EXPLAIN says
+which) reads the rowid; the reader checks that its stored value is NULL, as an alias's is, and hands the table
+back to SQLite where it is not. The reader hands
 back any file it does not take the same way (docs/nsys.md "Reading speed").
 """
 
@@ -21,9 +22,7 @@ import sqlite3
 
 from acceltrace.store.duck import quote_ident
 
-_COMMENTS = re.compile(r"--[^\n]*|/\*.*?(\*/|$)", re.DOTALL)
-_DESC_KEY = re.compile(r"\bPRIMARY\s+KEY\s+DESC\b", re.IGNORECASE)
-_WITHOUT_ROWID = re.compile(r"\bWITHOUT\s+ROWID\b", re.IGNORECASE)
+_WITHOUT_ROWID = re.compile(r"\bWITHOUT\s+ROWID\b", re.IGNORECASE)  # (in a comment too: left to SQLite)
 
 
 def affinity(declared: str) -> str:
@@ -49,20 +48,20 @@ def layout(con: sqlite3.Connection, path, table: str, columns: list[str], kinds:
         if len(found) != 1 or not isinstance(found[0][0], int) or found[0][0] < 1:
             return None
         root, sql = found[0]
-        sql = _COMMENTS.sub(" ", sql or "")
-        if _WITHOUT_ROWID.search(sql):
+        if _WITHOUT_ROWID.search(sql or ""):
             return None
         info = con.execute(f"PRAGMA table_xinfo({quote_ident(table)})").fetchall()
         plan = con.execute(f"EXPLAIN QUERY PLAN SELECT {', '.join(map(quote_ident, columns))}"
                            f" FROM {quote_ident(table)}").fetchall()
+        keys = [row[1] for row in info if row[5]]
+        # the rowid's alias: the one key column SQLite's program reads with Rowid, not Column
+        alias = keys[0] if len(keys) == 1 and any(op[1] == "Rowid" for op in con.execute(
+            f"EXPLAIN SELECT {quote_ident(keys[0])} FROM {quote_ident(table)}")) else None
     except sqlite3.DatabaseError:
         return None  # SQLite reads it, and names what is wrong
     if any(hidden for *_, hidden in info) or any("INDEX" in str(row[-1]).upper() for row in plan):
         return None
     position = {name: k for k, (_, name, *_rest) in enumerate(info)}
-    keys = [row for row in info if row[5]]
-    alias = (keys[0][1] if len(keys) == 1 and str(keys[0][2]).upper() == "INTEGER" and not _DESC_KEY.search(sql)
-             else None)
     declared = {row[1]: row for row in info}
     for c, kind in zip(columns, kinds):
         row = declared.get(c)
