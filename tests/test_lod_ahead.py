@@ -279,9 +279,15 @@ def test_a_failed_write_beside_the_flows_is_the_ingests_error_and_leaves_no_thre
         raise RuntimeError("the write broke")
 
     monkeypatch.setattr(stage, "write_slices", broken)
+    _fails_beside_the_write(tmp_path, monkeypatch, started, "the write broke")
+
+
+def _fails_beside_the_write(tmp_path, monkeypatch, started, message: str) -> None:
+    """The A100 export ingested with its write of `slices` ahead (a row group of 1,000): it fails with `message`,
+    leaves no build thread behind and publishes nothing."""
     monkeypatch.setattr(lod_ahead, "ROW_GROUP_ROWS", 1000)
     store, r = _ingest(tmp_path, "s", NSIGHT_A100)
-    assert started == [1] and r.error and "the write broke" in r.error
+    assert started == [1] and r.error and message in r.error
     assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
     assert store.list(status="ready") == []
 
@@ -304,11 +310,7 @@ def test_flows_that_fail_while_the_write_runs_wait_for_it_and_publish_nothing(tm
 
     monkeypatch.setattr(stage, "write_slices", write)
     monkeypatch.setattr(nsys._Ingest, "_flows", flows)
-    monkeypatch.setattr(lod_ahead, "ROW_GROUP_ROWS", 1000)
-    store, r = _ingest(tmp_path, "s", NSIGHT_A100)
-    assert started == [1] and r.error and "the flows broke" in r.error
-    assert not any(t.name in ("lod-ahead", "slices-write") and t.is_alive() for t in threading.enumerate())
-    assert store.list(status="ready") == []
+    _fails_beside_the_write(tmp_path, monkeypatch, started, "the flows broke")
 
 
 def test_an_export_under_a_row_group_writes_its_slices_in_finish(tmp_path, monkeypatch, started):

@@ -149,7 +149,7 @@ static int put_value(Col *c, char kind, const BtValue *v, Py_ssize_t r) {
 }
 
 /* The current SQLite row's values, typed as sqlite3_column_type gives them. */
-static int sqlite_row(Query *q, BtValue *vals) {
+static void sqlite_row(Query *q, BtValue *vals) {
     for (int j = 0; j < q->ncols; j++) {
         BtValue *v = &vals[j];
         switch (sqlite3_column_type(q->stmt, j)) {
@@ -164,7 +164,6 @@ static int sqlite_row(Query *q, BtValue *vals) {
         default: v->type = BT_NULL;
         }
     }
-    return OK;
 }
 
 /* Steps up to max_rows rows into cols (capacity max_rows each), from SQLite or the b-tree. Runs without the GIL. */
