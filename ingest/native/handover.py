@@ -5,7 +5,7 @@ get their depths (ingest/depths.py's, on the columns in hand), are sorted as `sl
 (track, ts, depth) and staged in that order, so the builder's finish neither computes depths nor
 sorts (it checks the order as the batches arrive). Flows are joined in numpy on provisional ids
 (a slice's position in the file, ingest/native/flows.py) and mapped to the builder's ids. Both cores:
-the builder stages the slices on a thread (DuckDB releases the GIL) while the flows are joined.
+the flows are joined on a thread (numpy releases the GIL) beside the depth pass and the staging.
 Slices with times out of the store's range get depth 0 here and are dropped, with a warning, by the
 builder as before.
 """
@@ -41,57 +41,73 @@ def hand_over(b, label: str, cols: dict, flow_ends: FlowEnds, corr: bool,
     n = len(cols["ts"])
     pid = np.arange(n, dtype=np.int64)
     ts, dur, track = cols["ts"], cols["dur"], cols["track"]
-    lim = TIME_LIMIT_NS
-    end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
-    ok = (ts >= -lim) & (ts <= lim) & (end >= ts) & (end <= lim)  # the builder's range check
-    if ok.all():
-        depth, order = depths_and_order(pid, track.astype(np.int64), ts, dur)
-    else:
-        r = np.flatnonzero(ok)
-        depth = np.zeros(n, np.int32)
-        depth[r] = depths_of(pid[r], track[r].astype(np.int64), ts[r], dur[r])
-        order = order_by(track, ts, depth)
-    del end, ok, dur, track
-    first = b.n_slices
-    ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
-    ids[order] = first + pid
     # what the flows read of the columns; the rest is the staging's alone, let go once staged (the LOD
     # build starts then: it need not share the memory with them)
     has_corr, lane, corr_id = cols["has_corr"], cols["lane"], cols["corr"]
+    said = _Said()  # the joins' warnings, given to the builder once they are done
 
-    def stage_slices() -> None:
-        nonlocal order, depth
+    def link() -> tuple:
+        """The flows on provisional ids: they read only columns in file order, not the depths or the order."""
+        src, dst, kind = flow_ends.link(said, label)
+        found = None
+        if corr:
+            c = np.flatnonzero(has_corr & (lane <= 3))
+            found = corr_flows(pid[c], corr_id[c], ts[c], lane[c], taken=dst)
+        return src, dst, kind, found
+
+    # The joins run on a thread beside the depth pass, which has the cores to itself otherwise (2 M events:
+    # 0.2 s with the other core idle); the builder's connection is the staging's alone until it is done. A
+    # one-thread build (a fleet's worker, a live segment) stays on one core.
+    parallel = n >= PARALLEL_MIN_SLICES and getattr(b, "threads", None) != 1
+    linking = _Background(link, "atrace-link") if parallel else None
+    try:
+        lim = TIME_LIMIT_NS
+        end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
+        ok = (ts >= -lim) & (ts <= lim) & (end >= ts) & (end <= lim)  # the builder's range check
+        if ok.all():
+            depth, order = depths_and_order(pid, track.astype(np.int64), ts, dur)
+        else:
+            r = np.flatnonzero(ok)
+            depth = np.zeros(n, np.int32)
+            depth[r] = depths_of(pid[r], track[r].astype(np.int64), ts[r], dur[r])
+            order = order_by(track, ts, depth)
+        del end, ok, dur, track
+        first = b.n_slices
+        ids = np.empty(n, np.int64)  # provisional id -> the builder's slice id
+        ids[order] = first + pid
         for lo in range(0, n, BATCH_EVENTS):
             got = b.add_slices(_slice_table(cols, order[lo:lo + BATCH_EVENTS], depth, dict_arr, empty))
             if got != first + lo:  # ids are consecutive from `first`: `ids` is the builder's
                 raise RuntimeError(f"builder gave slice id {got}, expected {first + lo}")
         cols.clear()  # (the caller's dict too: its columns go now, but for those the flows still read)
-        order = depth = None
+        del order, depth
         if last:  # the flows read no staged slice: the staging goes with the LOD build's finished rows
             b.lod_ahead(links_read_staging=False)
-
-    # the builder's connection is the staging thread's alone until it is done; a one-thread build (a
-    # fleet's worker, a live segment) stays on one core
-    parallel = n >= PARALLEL_MIN_SLICES and getattr(b, "threads", None) != 1
-    staging = _Background(stage_slices) if parallel else None
-    if staging is None:
-        stage_slices()
-    try:
-        src, dst, kind = flow_ends.link(b, label)
-        flows = []
-        if len(dst):  # a destination whose source is not in the file keeps an empty source end
-            flows.append((pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
-                          _repeat("atrace", len(dst))))
-        if corr:
-            c = np.flatnonzero(has_corr & (lane <= 3))
-            csrc, cdst, ckind = corr_flows(pid[c], corr_id[c], ts[c], lane[c], taken=dst)
-            if len(cdst):
-                flows.append((ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst))))
     finally:
-        if staging is not None:
-            staging.join()
-    for f in flows:
-        b.add_flows(*f)
+        if linking is not None:
+            linking.thread.join()  # its error, if any, is raised below: not in place of one on its way
+    src, dst, kind, found = linking.get() if linking is not None else link()
+    said.tell(b)
+    if len(dst):  # a destination whose source is not in the file keeps an empty source end
+        b.add_flows(pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
+                    _repeat("atrace", len(dst)))
+    if found is not None and len(found[1]):
+        csrc, cdst, ckind = found
+        b.add_flows(ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst)))
+
+
+class _Said:
+    """Warnings kept in order for a builder (a thread's, given to it by the caller's thread: `tell`)."""
+
+    def __init__(self):
+        self.said: list[tuple] = []
+
+    def warn(self, *args, **kwargs) -> None:
+        self.said.append((args, kwargs))
+
+    def tell(self, b) -> None:
+        for args, kwargs in self.said:
+            b.warn(*args, **kwargs)
 
 
 class Pending:
@@ -147,24 +163,27 @@ def _slice_table(c: dict, o: np.ndarray, depth: np.ndarray, dict_arr: pa.Array, 
 
 
 class _Background:
-    """fn() on a thread of its own; join() waits for it and raises what it raised."""
+    """fn() on a thread of its own; get() waits for it and returns what it returned or raises what it raised."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, name: str):
         self.error: BaseException | None = None
+        self.result = None
 
         def run():
             try:
-                fn()
+                self.result = fn()
             except BaseException as e:  # re-raised by join(), in the caller's thread
                 self.error = e
 
-        self.thread = threading.Thread(target=run, name="atrace-stage")
+        self.thread = threading.Thread(target=run, name=name)
         self.thread.start()
 
-    def join(self) -> None:
+    def get(self):
+        """What fn returned, once it has; raises what it raised."""
         self.thread.join()
         if self.error is not None:
             raise self.error
+        return self.result
 
 
 def _repeat(text: str, n: int) -> pa.Array:
