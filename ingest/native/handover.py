@@ -55,9 +55,9 @@ def hand_over(b, label: str, cols: dict, flow_ends: FlowEnds, corr: bool,
             found = corr_flows(pid[c], corr_id[c], ts[c], lane[c], taken=dst)
         return src, dst, kind, found
 
-    # The joins run on a thread beside the depth pass, which has the cores to itself otherwise (2 M events:
-    # 0.2 s with the other core idle); the builder's connection is the staging's alone until it is done. A
-    # one-thread build (a fleet's worker, a live segment) stays on one core.
+    # The joins run on a thread beside the depth pass, which otherwise ran with the other core idle (2 M events:
+    # 0.2 s), and the staging; their flows are inserted once the slices are staged (the builder's connection
+    # is one thread's at a time). A one-thread build (a fleet's worker, a live segment) stays on one core.
     parallel = n >= PARALLEL_MIN_SLICES and getattr(b, "threads", None) != 1
     linking = _Background(link, "atrace-link") if parallel else None
     try:
@@ -172,7 +172,7 @@ class _Background:
         def run():
             try:
                 self.result = fn()
-            except BaseException as e:  # re-raised by join(), in the caller's thread
+            except BaseException as e:  # re-raised by get(), in the caller's thread
                 self.error = e
 
         self.thread = threading.Thread(target=run, name=name)
