@@ -12,7 +12,26 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
+
+
+class Pool(ThreadPoolExecutor):
+    """A thread pool whose `with` block waits for its running jobs even through a Ctrl-C, cancelling those not
+    begun, and then raises the KeyboardInterrupt: the jobs use the caller's connections, which the interrupt on
+    its way would close under them (an Nsight export's copy: the process aborted at its exit)."""
+
+    def __exit__(self, kind, value, tb) -> bool:
+        stopped = None
+        while True:
+            try:
+                self.shutdown(wait=True, cancel_futures=kind is not None or stopped is not None)
+                break
+            except KeyboardInterrupt as e:
+                stopped = e
+        if stopped is not None:
+            raise stopped
+        return False
 
 
 class OnThread:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import duckdb
+
 from acceltrace.ingest import memory, registry, spill
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.importer import Importer, ImportSession
@@ -193,6 +195,7 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
         trace_id, tmp_path = store.begin(label, total, None)  # its hash is set when it is published
     res.id = trace_id
     builder = None
+    stopped: BaseException | None = None  # Ctrl-C mid-build: raised again once the build and its row are gone
     try:
         sources: list[Source] = []
         for p in paths:
@@ -243,7 +246,12 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
     except MemoryError:
         res.error = f"{label}: ran out of memory while ingesting"
     except Exception as e:  # an ingester bug must not take the process down or leave a half trace
-        res.error = f"{label}: internal error while ingesting: {type(e).__name__}: {e}"
+        if interrupted(e):
+            res.error, stopped = f"{label}: interrupted", KeyboardInterrupt()
+        else:
+            res.error = f"{label}: internal error while ingesting: {type(e).__name__}: {e}"
+    except BaseException as e:  # Ctrl-C between queries (or an exit): the build's threads are stopped first, else
+        res.error, stopped = f"{label}: interrupted", e  # they run on into the interpreter's exit, which aborts
     finally:
         if res.error and builder is not None:
             builder.abort()
@@ -251,6 +259,8 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
             hashing.shutdown(wait=True, cancel_futures=True)
     if res.error:
         store.fail(trace_id, tmp_path, res.error, keep_row=keep_failed)
+        if stopped is not None:
+            raise stopped
         if not keep_failed:
             res.id = None
         return res
@@ -272,30 +282,66 @@ def _after_publish(store: Store, trace_id: str, res: Result, label: str, views: 
     core busy (A100: 0.21 s and 0.42 s; diffusion: 1.2 s and 0.6 s), so the findings come that much sooner.
     In turn (views first, the shorter) for a one-thread build and past the spill threshold."""
 
+    stop: list[BaseException] = []  # Ctrl-C in a step: the trace stays published, without that step's results,
+    # and the command stops once the steps under way have (a step's failure is a warning)
+
     def build_views() -> None:
         try:
             aggregates.build_side(store, trace_id)
         except Exception as e:  # the views then compute from the slices
-            res.warnings.append(f"{label}: the views' precompute failed: {type(e).__name__}: {e}")
+            if interrupted(e):
+                stop.append(KeyboardInterrupt())
+            else:
+                res.warnings.append(f"{label}: the views' precompute failed: {type(e).__name__}: {e}")
 
     def post() -> None:
         try:
             after_publish(store, trace_id)
         except Exception as e:
-            res.warnings.append(f"{label}: post-ingest step failed: {type(e).__name__}: {e}")
+            if interrupted(e):
+                stop.append(KeyboardInterrupt())
+            else:
+                res.warnings.append(f"{label}: post-ingest step failed: {type(e).__name__}: {e}")
 
-    if views and after_publish is not None and together:
-        beside = threading.Thread(target=build_views, name="views-precompute")
+    # The views' precompute runs on a thread of its own either way: off the main thread DuckDB does not stop its
+    # queries at Ctrl-C, and stopping its frames' recursive query can hang DuckDB 2.0.1 (in its cancel of the
+    # query's tasks; 8 of 12 tries on a standalone recursive query): it runs to its end, the command stops after.
+    beside = threading.Thread(target=build_views, name="views-precompute") if views else None
+    if beside is not None:
         beside.start()
-        try:
+    try:
+        if beside is not None and not together:
+            _to_its_end(beside, stop)
+        if after_publish is not None and not stop:
             post()
-        finally:
-            beside.join()
-        return
-    if views:
-        build_views()
-    if after_publish is not None:
-        post()
+    except KeyboardInterrupt as e:
+        stop.append(e)
+    finally:
+        if beside is not None:
+            _to_its_end(beside, stop)
+    if stop:
+        raise stop[0]
+
+
+def _to_its_end(thread: threading.Thread, stop: list[BaseException]) -> None:
+    """Waits for `thread` to end; a Ctrl-C meanwhile is kept in `stop` and the wait goes on."""
+    while True:
+        try:
+            thread.join()
+            return
+        except KeyboardInterrupt as e:
+            stop.append(e)
+
+
+def interrupted(e: BaseException | None) -> bool:
+    """Whether `e` comes of a Ctrl-C: DuckDB's answer to it (while a query runs on the main thread DuckDB takes
+    SIGINT itself and raises "Query interrupted", a RuntimeError in 2.0.1, in place of KeyboardInterrupt), or an
+    error met while a KeyboardInterrupt was on its way (closing a connection that a thread still uses, say)."""
+    while e is not None:
+        if isinstance(e, (KeyboardInterrupt, duckdb.InterruptException)) or str(e).startswith("Query interrupted"):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _stem(p: Path) -> str:

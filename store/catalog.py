@@ -353,12 +353,16 @@ class Store:
         tmp = self.tmp_dir / f"{trace_id}-{side}.{os.getpid()}.duckdb"
         _unlink_duckdb(tmp)
         con = duckdb.connect(str(tmp), config=duck_settings(self.tmp_dir))  # bounded as every connection
+        built = False
         try:
             unsynced(con)
             build(con)
             close_synced(con, tmp)
+            built = True
         finally:
             con.close()
+            if not built:  # failed or interrupted: no half-built file left in tmp
+                _unlink_duckdb(tmp)
         final = self.side_path(trace_id, side)
         os.replace(tmp, final)
         if not self.trace_path(trace_id).exists():  # the trace was removed meanwhile: leave no orphan

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -25,7 +24,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from acceltrace.ingest.made_ahead import MadeAhead
+from acceltrace.ingest.made_ahead import MadeAhead, Pool
 from acceltrace.ingest.nsys import direct
 from acceltrace.store import schema
 from acceltrace.store.duck import quote_ident
@@ -249,7 +248,7 @@ def copy_tables(ex: Export, stage: duckdb.DuckDBPyConnection, jobs: list[tuple[s
             finally:
                 cur.close()
         order = sorted(compiled, key=lambda j: -ex.rows.get(j[0], 0))  # the biggest first: the two end together
-        with ThreadPoolExecutor(max(1, min(workers, len(order))), thread_name_prefix="nsys-copy") as pool:
+        with Pool(max(1, min(workers, len(order))), thread_name_prefix="nsys-copy") as pool:
             futures = {j[1]: pool.submit(run, j) for j in order}
         for target, fut in futures.items():
             try:

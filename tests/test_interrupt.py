@@ -1,0 +1,123 @@
+"""Ctrl-C during an ingest (ingest/pipeline.py): the command says "interrupted" and exits 130; the build's
+threads are stopped before the interpreter's exit (they ran on into it and the process aborted); nothing of
+the build is left, neither its row nor its temp files; a trace already published stays whole.
+
+DuckDB takes SIGINT itself while a query runs on the main thread and raises "Query interrupted" (a
+RuntimeError in 2.0.1) in place of KeyboardInterrupt: that is an interrupt too, never an "internal error"."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from acceltrace.ingest import pipeline
+from acceltrace.ingest.builder import TraceBuilder
+from acceltrace.ingest.made_ahead import Pool
+from acceltrace.store.catalog import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+A100 = ROOT / "sample_traces" / "chrome" / "kineto" / "a100-rank0-memcpy.json.gz"
+
+
+def _left(store: Store) -> list[str]:
+    """What is in the store's tmp, but for this process's DuckDB spill folder (its connections share it)."""
+    return sorted(p.name for p in store.tmp_dir.iterdir() if p.name != f"duck.{os.getpid()}.spill")
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), RuntimeError("Query interrupted!")],
+                         ids=["keyboard-interrupt", "duckdb-query-interrupted"])
+def test_an_interrupted_build_leaves_no_row_and_no_file_and_is_raised(tmp_path, monkeypatch, raised):
+    store = Store(tmp_path / "store")
+    aborted = []
+    real_abort = TraceBuilder.abort
+
+    def finish(self, *args, **kwargs):
+        raise raised
+
+    def abort(self):
+        aborted.append(self)
+        real_abort(self)
+
+    monkeypatch.setattr(TraceBuilder, "finish", finish)
+    monkeypatch.setattr(TraceBuilder, "abort", abort)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.ingest_paths(store, [A100], views=False)
+    assert len(aborted) == 1  # its threads stopped and its connection closed before the interrupt goes on
+    assert store.list() == [] and _left(store) == [] and list(store.traces_dir.iterdir()) == []
+
+
+def test_an_interrupt_in_the_views_precompute_keeps_the_published_trace(tmp_path, monkeypatch):
+    from acceltrace.store import aggregates
+
+    store = Store(tmp_path / "store")
+
+    def build_side(store, trace_id):
+        raise RuntimeError("Query interrupted!")
+
+    monkeypatch.setattr(aggregates, "build_side", build_side)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.ingest_paths(store, [A100])
+    (row,) = store.list()
+    assert row["status"] == "ready" and store.trace_path(row["id"]).exists()
+    assert _left(store) == []
+
+
+def test_a_side_file_whose_build_fails_leaves_no_temp_file(tmp_path):
+    store = Store(tmp_path / "store")
+    (res,) = pipeline.ingest_paths(store, [A100], views=False)
+
+    def build(con):
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        store.write_side(res.id, "views", build)
+    assert _left(store) == [] and not store.side_path(res.id, "views").exists()
+
+
+def test_a_pool_waits_for_its_running_jobs_through_ctrl_c_and_cancels_the_rest():
+    started, ended = threading.Event(), threading.Event()
+
+    def job():
+        started.set()
+        time.sleep(0.3)
+        ended.set()
+
+    with pytest.raises(KeyboardInterrupt):
+        with Pool(1) as pool:
+            running = pool.submit(job)
+            waiting = pool.submit(job)
+            started.wait(5)
+            raise KeyboardInterrupt
+    assert ended.is_set() and running.done() and waiting.cancelled()
+
+
+def test_ctrl_c_during_acceltrace_ingest_exits_130_and_leaves_nothing(tmp_path):
+    from bench.native_ingest import make_file
+
+    src = tmp_path / "big.atrace"
+    make_file(src, 1_000_000)  # about a second of ingest: long enough to be interrupted in the middle
+    store = tmp_path / "store"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "acceltrace", "--store", str(store), "ingest", "--no-analyze",
+                             str(src)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not any((store / "tmp").glob("*.duckdb")):  # the build has begun
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.01)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in out, out
+    assert "terminate called" not in out and "Traceback" not in out, out
+    assert list((store / "tmp").iterdir()) == [] and list((store / "traces").iterdir()) == []
+    listed = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ls"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert listed.returncode == 0 and "big.atrace" not in listed.stdout, listed.stdout
