@@ -80,8 +80,8 @@ def test_one_thread_build_runs_them_in_turn(tmp_path, monkeypatch):
     res = pipeline.ingest_one(Store(tmp_path), [SAMPLE], SAMPLE.name, threads=1,
                               after_publish=lambda store, tid: order.append(("after", threading.current_thread().name)))
     assert res.error is None
-    me = threading.current_thread().name
-    assert order == [("views", me), ("after", me)]
+    me = threading.current_thread().name  # the views on their thread (off the main thread: Ctrl-C, pipeline.py),
+    assert order == [("views", "views-precompute"), ("after", me)]  # waited for before the step
 
 
 def _limit_of(con) -> str:
@@ -119,5 +119,5 @@ def test_a_trace_past_the_spill_threshold_runs_them_in_turn_with_less_duckdb_mem
     if threshold != 100:  # the trace not past the threshold: its two steps at once, with the default limit
         assert sorted(seen) == [("after", me, default), ("views", "views-precompute")]
     else:
-        assert seen == [("views", me), ("after", me, less)]
+        assert seen == [("views", "views-precompute"), ("after", me, less)]  # in turn: the views waited for first
         assert less != default
