@@ -16,19 +16,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 
+def to_its_end(wait: Callable[[bool], None]) -> KeyboardInterrupt | None:
+    """wait(interrupted) until it returns, called again after each Ctrl-C that breaks it off (`interrupted` then
+    true); the last such KeyboardInterrupt, for the caller to raise once what it waited for has ended."""
+    stopped = None
+    while True:
+        try:
+            wait(stopped is not None)
+            return stopped
+        except KeyboardInterrupt as e:
+            stopped = e
+
+
 class Pool(ThreadPoolExecutor):
     """A thread pool whose `with` block waits for its running jobs even through a Ctrl-C, cancelling those not
     begun, and then raises the KeyboardInterrupt: the jobs use the caller's connections, which the interrupt on
     its way would close under them (an Nsight export's copy: the process aborted at its exit)."""
 
     def __exit__(self, kind, value, tb) -> bool:
-        stopped = None
-        while True:
-            try:
-                self.shutdown(wait=True, cancel_futures=kind is not None or stopped is not None)
-                break
-            except KeyboardInterrupt as e:
-                stopped = e
+        stopped = to_its_end(lambda interrupted: self.shutdown(wait=True,
+                                                              cancel_futures=kind is not None or interrupted))
         if stopped is not None:
             raise stopped
         return False

@@ -15,6 +15,7 @@ import duckdb
 from acceltrace.ingest import memory, registry, spill
 from acceltrace.ingest.builder import TraceBuilder
 from acceltrace.ingest.importer import Importer, ImportSession
+from acceltrace.ingest.made_ahead import to_its_end
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.arriving import Arriving
 from acceltrace.ingest.sources import Source, open_sources
@@ -286,14 +287,11 @@ def _after_publish(store: Store, trace_id: str, res: Result, label: str, views: 
     stop: list[BaseException] = []  # Ctrl-C in a step: the trace stays published, without that step's results,
     # and the command stops once the steps under way have (a step's failure is a warning)
 
-    def build_views() -> None:
+    def build_views() -> None:  # (on its thread: DuckDB interrupts only the main thread's queries at Ctrl-C)
         try:
             aggregates.build_side(store, trace_id)
         except Exception as e:  # the views then compute from the slices
-            if interrupted(e):
-                stop.append(KeyboardInterrupt())
-            else:
-                res.warnings.append(f"{label}: the views' precompute failed: {type(e).__name__}: {e}")
+            res.warnings.append(f"{label}: the views' precompute failed: {type(e).__name__}: {e}")
 
     def post() -> None:
         try:
@@ -308,30 +306,27 @@ def _after_publish(store: Store, trace_id: str, res: Result, label: str, views: 
     # queries at Ctrl-C, and stopping its frames' recursive query can hang DuckDB 2.0.1 (in its cancel of the
     # query's tasks; 8 of 12 tries on a standalone recursive query): it runs to its end, the command stops after.
     beside = threading.Thread(target=build_views, name="views-precompute") if views else None
-    if beside is not None:
-        beside.start()
     try:
-        if beside is not None and not together:
-            _to_its_end(beside, stop)
+        if beside is not None:
+            beside.start()
+            if not together:
+                _views_done(beside, stop)
         if after_publish is not None and not stop:
             post()
-    except KeyboardInterrupt as e:
+    except KeyboardInterrupt as e:  # (one met in start() too: the thread may be running by then)
         stop.append(e)
     finally:
-        if beside is not None:
-            _to_its_end(beside, stop)
+        if beside is not None and beside.ident is not None:
+            _views_done(beside, stop)
     if stop:
         raise stop[0]
 
 
-def _to_its_end(thread: threading.Thread, stop: list[BaseException]) -> None:
-    """Waits for `thread` to end; a Ctrl-C meanwhile is kept in `stop` and the wait goes on."""
-    while True:
-        try:
-            thread.join()
-            return
-        except KeyboardInterrupt as e:
-            stop.append(e)
+def _views_done(thread: threading.Thread, stop: list[BaseException]) -> None:
+    """Waits for the views' thread to end, through a Ctrl-C, which is kept in `stop`."""
+    stopped = to_its_end(lambda _: thread.join())
+    if stopped is not None:
+        stop.append(stopped)
 
 
 def interrupted(e: BaseException | None) -> bool:

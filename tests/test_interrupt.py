@@ -53,20 +53,41 @@ def test_an_interrupted_build_leaves_no_row_and_no_file_and_is_raised(tmp_path, 
     assert store.list() == [] and _left(store) == [] and list(store.traces_dir.iterdir()) == []
 
 
-def test_an_interrupt_in_the_views_precompute_keeps_the_published_trace(tmp_path, monkeypatch):
+def test_ctrl_c_during_the_views_precompute_lets_it_end_and_keeps_the_published_trace(tmp_path, monkeypatch):
+    # the precompute runs off the main thread, where DuckDB does not stop its (recursive) queries: a Ctrl-C on
+    # the main thread meanwhile is raised once it has ended, its side file written
+    import _thread
+
     from acceltrace.store import aggregates
 
     store = Store(tmp_path / "store")
+    real = aggregates.build_side
+    ran = []
 
     def build_side(store, trace_id):
-        raise RuntimeError("Query interrupted!")
+        _thread.interrupt_main()  # the KeyboardInterrupt arrives in the main thread while this runs
+        time.sleep(0.2)
+        ran.append(real(store, trace_id))
 
     monkeypatch.setattr(aggregates, "build_side", build_side)
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest_paths(store, [A100])
     (row,) = store.list()
-    assert row["status"] == "ready" and store.trace_path(row["id"]).exists()
+    assert ran and row["status"] == "ready" and store.trace_path(row["id"]).exists()
+    assert store.side_path(row["id"], "views").exists()
     assert _left(store) == []
+
+
+def test_duckdbs_query_interrupted_in_the_analysis_stops_the_command_and_keeps_the_trace(tmp_path):
+    # the analysis runs on the main thread: there DuckDB takes the Ctrl-C and raises "Query interrupted"
+    def after(store, trace_id):
+        raise RuntimeError("Query interrupted!")
+
+    store = Store(tmp_path / "store")
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.ingest_paths(store, [A100], after_publish=after)
+    (row,) = store.list()
+    assert row["status"] == "ready" and _left(store) == []
 
 
 def test_a_side_file_whose_build_fails_leaves_no_temp_file(tmp_path):

@@ -28,7 +28,7 @@ class FlowEnds:
 
     link() matches them by (stream, flow id): one source may feed several destinations (fan-out);
     a destination without a source is kept with an empty source end (its source fell outside the
-    file), as the store allows; unmatched ends and reused source ids are counted in warnings.
+    file), as the store allows; unmatched ends and reused source ids are counted in the warnings it returns.
     """
 
     def __init__(self):
@@ -40,10 +40,11 @@ class FlowEnds:
                            np.asarray(pid, np.int64)))
         self.n += len(key)
 
-    def link(self, b, label: str) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-        """(src pid or -1, dst pid, kind) of every destination, by destination in file order; warns."""
+    def link(self) -> tuple[np.ndarray, np.ndarray, pa.Array, list[str]]:
+        """(src pid or -1, dst pid, kind) of every destination, by destination in file order, and the warnings
+        for the builder (the caller gives them: this may run on a thread beside the builder's)."""
         if not self.n:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string())
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string()), []
         key, is_out, kind, pid = (np.concatenate(c) for c in zip(*self.parts))
         self.parts = []
         # sources: per key the first in file order (and its kind), and how many share the key
@@ -65,14 +66,14 @@ class FlowEnds:
         code = np.where(code < _OTHER, code, _OTHER)
         no_src = int((~found).sum())
         no_dst = int((~np.isin(src_key, d_key)).sum())
+        said = []
         if reused:
-            b.warn(label, f"{reused} flow sources reuse a flow id already used in their stream; "
-                          "the first source is kept")
+            said.append(f"{reused} flow sources reuse a flow id already used in their stream; the first source is kept")
         if no_src:
-            b.warn(label, f"{no_src} flow destinations have no source in the file (kept with an empty source end)")
+            said.append(f"{no_src} flow destinations have no source in the file (kept with an empty source end)")
         if no_dst:
-            b.warn(label, f"{no_dst} flow sources have no destination in the file")
-        return src, pid[do], _kinds(code)
+            said.append(f"{no_dst} flow sources have no destination in the file")
+        return src, pid[do], _kinds(code), said
 
 
 def corr_flows(pid: np.ndarray, corr: np.ndarray, ts: np.ndarray, lane: np.ndarray,

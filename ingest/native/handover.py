@@ -12,14 +12,13 @@ builder as before.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pyarrow as pa
 
 from acceltrace.formats import record as R
 from acceltrace.ingest.builder import TIME_LIMIT_NS
 from acceltrace.ingest.depths import depths_and_order, depths_of, order_by
+from acceltrace.ingest.made_ahead import OnThread
 from acceltrace.ingest.native.flows import FlowEnds, corr_flows
 
 BATCH_EVENTS = 1 << 20  # slices per batch handed to the builder
@@ -44,22 +43,21 @@ def hand_over(b, label: str, cols: dict, flow_ends: FlowEnds, corr: bool,
     # what the flows read of the columns; the rest is the staging's alone, let go once staged (the LOD
     # build starts then: it need not share the memory with them)
     has_corr, lane, corr_id = cols["has_corr"], cols["lane"], cols["corr"]
-    said = _Said()  # the joins' warnings, given to the builder once they are done
 
     def link() -> tuple:
         """The flows on provisional ids: they read only columns in file order, not the depths or the order."""
-        src, dst, kind = flow_ends.link(said, label)
+        src, dst, kind, said = flow_ends.link()
         found = None
         if corr:
             c = np.flatnonzero(has_corr & (lane <= 3))
             found = corr_flows(pid[c], corr_id[c], ts[c], lane[c], taken=dst)
-        return src, dst, kind, found
+        return src, dst, kind, found, said
 
     # The joins run on a thread beside the depth pass, which otherwise ran with the other core idle (2 M events:
     # 0.2 s), and the staging; their flows are inserted once the slices are staged (the builder's connection
     # is one thread's at a time). A one-thread build (a fleet's worker, a live segment) stays on one core.
     parallel = n >= PARALLEL_MIN_SLICES and getattr(b, "threads", None) != 1
-    linking = _Background(link, "atrace-link") if parallel else None
+    linking = OnThread(link, name="atrace-link") if parallel else None
     try:
         lim = TIME_LIMIT_NS
         end = ts + dur  # wraps past int64 only where it would be out of range anyway (then end < ts)
@@ -85,29 +83,16 @@ def hand_over(b, label: str, cols: dict, flow_ends: FlowEnds, corr: bool,
             b.lod_ahead(links_read_staging=False)
     finally:
         if linking is not None:
-            linking.thread.join()  # its error, if any, is raised below: not in place of one on its way
-    src, dst, kind, found = linking.get() if linking is not None else link()
-    said.tell(b)
+            linking.join()  # its error, if any, is raised below: not in place of one on its way
+    src, dst, kind, found, said = linking.get() if linking is not None else link()
+    for message in said:
+        b.warn(label, message)
     if len(dst):  # a destination whose source is not in the file keeps an empty source end
         b.add_flows(pa.array(ids[np.maximum(src, 0)], pa.int64(), mask=src < 0), ids[dst], kind,
                     _repeat("atrace", len(dst)))
     if found is not None and len(found[1]):
         csrc, cdst, ckind = found
         b.add_flows(ids[csrc], ids[cdst], ckind, _repeat("corr", len(cdst)))
-
-
-class _Said:
-    """Warnings kept in order for a builder (a thread's, given to it by the caller's thread: `tell`)."""
-
-    def __init__(self):
-        self.said: list[tuple] = []
-
-    def warn(self, *args, **kwargs) -> None:
-        self.said.append((args, kwargs))
-
-    def tell(self, b) -> None:
-        for args, kwargs in self.said:
-            b.warn(*args, **kwargs)
 
 
 class Pending:
@@ -160,30 +145,6 @@ def _slice_table(c: dict, o: np.ndarray, depth: np.ndarray, dict_arr: pa.Array, 
         "host_mem": pa.DictionaryArray.from_arrays(pa.array(c["mem"][o]), _HOST_MEM),
         "args": pa.DictionaryArray.from_arrays(pa.array(args, pa.int64(), mask=empty[args]), dict_arr),
     }
-
-
-class _Background:
-    """fn() on a thread of its own; get() waits for it and returns what it returned or raises what it raised."""
-
-    def __init__(self, fn, name: str):
-        self.error: BaseException | None = None
-        self.result = None
-
-        def run():
-            try:
-                self.result = fn()
-            except BaseException as e:  # re-raised by get(), in the caller's thread
-                self.error = e
-
-        self.thread = threading.Thread(target=run, name=name)
-        self.thread.start()
-
-    def get(self):
-        """What fn returned, once it has; raises what it raised."""
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 def _repeat(text: str, n: int) -> pa.Array:
