@@ -331,10 +331,13 @@ def _views_done(thread: threading.Thread, stop: list[BaseException]) -> None:
 
 def interrupted(e: BaseException | None) -> bool:
     """Whether `e` comes of a Ctrl-C: DuckDB's answer to it (while a query runs on the main thread DuckDB takes
-    SIGINT itself and raises "Query interrupted", a RuntimeError in 2.0.1, in place of KeyboardInterrupt), or an
+    SIGINT itself and raises "Query interrupted", a RuntimeError in 2.0.1, in place of KeyboardInterrupt; one met
+    in Python code it called, reading a registered Arrow object, comes back inside its own error's text), or an
     error met while a KeyboardInterrupt was on its way (closing a connection that a thread still uses, say)."""
     while e is not None:
-        if isinstance(e, (KeyboardInterrupt, duckdb.InterruptException)) or str(e).startswith("Query interrupted"):
+        text = str(e)
+        if (isinstance(e, (KeyboardInterrupt, duckdb.InterruptException)) or text.startswith("Query interrupted")
+                or (isinstance(e, duckdb.Error) and "KeyboardInterrupt" in text)):
             return True
         e = e.__cause__ or e.__context__
     return False

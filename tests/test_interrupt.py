@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from acceltrace.ingest import pipeline
@@ -31,8 +32,12 @@ def _left(store: Store) -> list[str]:
     return sorted(p.name for p in store.tmp_dir.iterdir() if p.name != f"duck.{os.getpid()}.spill")
 
 
-@pytest.mark.parametrize("raised", [KeyboardInterrupt(), RuntimeError("Query interrupted!")],
-                         ids=["keyboard-interrupt", "duckdb-query-interrupted"])
+@pytest.mark.parametrize("raised", [
+    KeyboardInterrupt(), RuntimeError("Query interrupted!"),
+    # a Ctrl-C met while DuckDB read a registered Arrow object (seen in an Nsight ingest's add_slices)
+    duckdb.InvalidInputException("Invalid Input Error: reading the schema of the object registered as '_batch'"
+                                 " failed: KeyboardInterrupt: "),
+], ids=["keyboard-interrupt", "duckdb-query-interrupted", "duckdb-error-around-it"])
 def test_an_interrupted_build_leaves_no_row_and_no_file_and_is_raised(tmp_path, monkeypatch, raised):
     store = Store(tmp_path / "store")
     aborted = []
