@@ -225,8 +225,9 @@ class LiveCapture(Sealing):
     # -- builds -----------------------------------------------------------------------------------
     def _build_delta(self) -> None:
         """The records read since the last build (the newest the budget allows) become a segment of
-        their own (immutable), built on one of BUILD_WORKERS threads."""
-        self._trim_pending(min(MAX_DELTA_RECORDS, self.budget.records()))
+        their own (immutable), built on one of BUILD_WORKERS threads. A delta never holds more than the
+        head's bound: a burst over it would be let go as soon as it was built, and nothing drawn."""
+        self._trim_pending(min(MAX_DELTA_RECORDS, self.budget.records(), self.head_max))
         pending, self._pending = self._pending, []
         recs = np.concatenate([r for r, _ in self._name_recs] + [r for r, _ in pending])
         streams = np.concatenate([s for _, s in self._name_recs] + [s for _, s in pending])

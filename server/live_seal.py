@@ -56,9 +56,11 @@ class Sealing:
 
     def _drop_oldest_heads(self) -> None:
         """Head segments beyond HEAD_MAX_RECORDS (the oldest, not being sealed) leave the live view; their
-        time span joins the spans not drawn (hatched), and the page refetches it."""
+        time span joins the spans not drawn (hatched), and the page refetches it. The newest head is
+        never let go: the live view always shows the newest records it built."""
         with self.lock:
             heads = [s for s in self.sealed if s.head is not None]
+            newest = max(heads, key=lambda s: s.order, default=None)
             excess = sum(s.records for s in heads) - self.head_max
             if excess <= 0:
                 return
@@ -68,7 +70,7 @@ class Sealing:
             for s in heads:
                 if excess <= 0:
                     break
-                if s.key not in sealing:
+                if s.key not in sealing and s is not newest:
                     out.append(s)
                     excess -= s.records
             if not out:

@@ -151,3 +151,48 @@ def test_head_segments_beyond_the_memory_bound_leave_the_view_counted_and_hatche
     finally:
         cap.stop()
         w.close()
+
+
+def test_a_burst_larger_than_the_memory_bound_still_shows_its_newest_records(tmp_path, monkeypatch):
+    """A server behind reads more at once than the head may hold: the newest records that fit are drawn,
+    the older ones are left out (counted, hatched). Before, the whole burst became one head segment over
+    the bound and was let go at once: a capture behind showed nothing at all (a CI run saw no slices
+    in 60 s, another a span not drawn past the view's end)."""
+    monkeypatch.setenv("ACCELTRACE_LIVE_HEAD_RECORDS", "1000")
+    f = tmp_path / "burst.atrace"
+    w = AtraceWriter(f)
+    step = w.intern("step")
+    cap = LiveCapture(Store(tmp_path / "store"), f, "burst")
+    try:
+        recs = np.zeros(2_500, R.RECORD_DTYPE)
+        recs["kind"], recs["pid"], recs["tid"], recs["name"] = R.COMPLETE, 1, 1, step
+        recs["ts"] = T0 + np.arange(2_500) * 10_000
+        recs["dur"] = 5_000
+        for part in np.array_split(recs, 5):  # read in several pieces, as a follower does
+            w.add_records(part)
+            w.flush()
+            cap._take(*cap.tail.poll())
+        cap._build_delta()
+        cap._window_futs[-1].result(timeout=60)
+        segs = cap.segments()
+        assert len(segs) == 1 and segs[0].head is not None
+        assert segs[0].n_slices == 1000 and cap.dropped_live == 0
+        assert cap.not_shown == 1_500  # what was left out is counted ...
+        first = T0 + 1_500 * 10_000  # ... the newest 1,000 are drawn ...
+        assert cap.start_abs_ns == first and cap.head_ns() == 999 * 10_000 + 5_000
+        gaps = cap.gaps.relative(0)  # ... and the rest hatched (a span per piece read)
+        assert gaps[0][0] == T0 and gaps[-1][1] == T0 + 1_499 * 10_000 + 5_000
+        # a further burst: the newest head is never the one let go
+        more = recs.copy()
+        more["ts"] += 100_000_000
+        w.add_records(more)
+        w.flush()
+        cap._take(*cap.tail.poll())
+        cap._build_delta()
+        cap._window_futs[-1].result(timeout=60)
+        segs = cap.segments()
+        assert segs and segs[-1].hi_ns == cap.head_ns() == T0 + 100_000_000 + 2_499 * 10_000 + 5_000 - first
+        assert sum(s.records for s in segs if s.head is not None) <= 1000
+    finally:
+        cap.stop()
+        w.close()
