@@ -72,7 +72,9 @@ def test_wall_clock_short_run_keeps_the_rate(tmp_path):
     # (a shared machine may delay single reads; those are the sampler's late or missed ticks)
     k, late = np.divmod(host - d.tail["start_ns"], 5_000_000)
     assert np.all(np.diff(host) > 0)
-    assert k[-1] in (100, 101) and k[0] == 0
+    # the first sample is on the grid's first deadline unless that one was missed (the thread held off
+    # for a whole period by a loaded machine: counted, skipped, never shifted; seen once under the suite)
+    assert k[-1] in (100, 101) and k[0] <= stats.missed_deadlines
     assert np.median(late) < 1_000_000, np.median(late)
 
 
