@@ -177,9 +177,10 @@ class LiveCapture(Sealing):
                     self.store.set_live_counts(self.trace_id, self.counts(), self.tail.offset)
                     last_catalog = now
                 if self.tail.trailer is not None and caught_up:
-                    # stopped: what is not built yet is not built (the whole file is ingested now)
+                    # stopped: what is not built yet is not built (the whole file is ingested now), unless the
+                    # server is stopping: then the row says so (stop()) and no ingest outlives it
                     self._pending = []
-                    if self.trace_id is not None:
+                    if self.trace_id is not None and not self.stop_event.is_set():
                         self._finalise()
                     return
                 if not got:

@@ -41,13 +41,21 @@ def _left(store: Store) -> list[str]:
 def test_an_interrupted_build_leaves_no_row_and_no_file_and_is_raised(tmp_path, monkeypatch, raised):
     store = Store(tmp_path / "store")
     aborted = []
-    real_abort = TraceBuilder.abort
+    real_finish, real_abort = TraceBuilder.finish, TraceBuilder.abort
+
+    # only this test's builds: the patch is process-wide, and a thread an earlier test left behind may be
+    # building (a CI run counted a live capture's finalisation here)
+    def ours(builder) -> bool:
+        return Path(builder.path).is_relative_to(tmp_path)
 
     def finish(self, *args, **kwargs):
-        raise raised
+        if ours(self):
+            raise raised
+        return real_finish(self, *args, **kwargs)
 
     def abort(self):
-        aborted.append(self)
+        if ours(self):
+            aborted.append(self)
         real_abort(self)
 
     monkeypatch.setattr(TraceBuilder, "finish", finish)

@@ -250,6 +250,38 @@ def test_a_server_stopping_mid_capture_says_so_and_leaves_no_segments(tmp_path, 
     w.close()
 
 
+def test_a_capture_whose_file_ends_while_the_server_stops_is_not_ingested_after_it(tmp_path):
+    """The server stopping (LiveCapture.stop) while the follower reads a file's last records: the follower
+    saw the trailer, but the row says the server stopped and nothing is ingested behind the server's back
+    (a CI run: a capture thread stop() had waited 5 s for went on to ingest the file after its test)."""
+    from acceltrace.server.live_capture import LiveCapture
+    from acceltrace.store.catalog import Store
+
+    f = tmp_path / "ends.atrace"
+    w = AtraceWriter(f)
+    _spans(w, "step", 200, T0)
+    w.flush()
+    store = Store(tmp_path / "store")
+    cap = LiveCapture(store, f, "ends")
+    cap._take(*cap.tail.poll())
+    cap._build_delta()
+    cap._window_futs[-1].result(timeout=60)
+    w.close()  # the trailer: the capture is over
+    real_poll = cap.tail.poll
+
+    def poll():
+        cap.stop_event.set()  # the server stops while this read is under way
+        return real_poll()
+
+    cap.tail.poll = poll
+    cap._run()  # the follower's loop, on this thread: it sees the trailer
+    assert cap.tail.trailer is not None and cap.status == "live" and cap.finalise_s is None
+    assert store.get(cap.trace_id)["status"] == "live"  # not made an ingest
+    cap.stop()
+    row = store.get(cap.trace_id)
+    assert row["status"] == "failed" and "the server stopped while ends.atrace was being captured" in row["error"]
+
+
 def test_a_delta_is_sized_to_what_the_server_builds_within_the_target():
     from acceltrace.server.live_build import MIN_DELTA_RECORDS, DeltaBudget
 
