@@ -1,6 +1,8 @@
 """The in-memory head of a live trace (server/live_build.py's build_head, tiles/live.py's HeadArrays):
 its tiles are the tiles a sealed segment of the same records gives, its details and search the same."""
 
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 
@@ -123,76 +125,84 @@ def test_flat_tracks_take_the_fast_path_and_nested_ones_the_sweep():
     assert dur_class(d).tolist() == [int(x).bit_length() - 1 for x in d.tolist()]
 
 
-def test_head_segments_beyond_the_memory_bound_leave_the_view_counted_and_hatched(tmp_path, monkeypatch):
+@pytest.fixture
+def bounded(tmp_path, monkeypatch):
+    """A capture whose head holds at most 1,000 records, its file's writer, and the name id "step"."""
     monkeypatch.setenv("ACCELTRACE_LIVE_HEAD_RECORDS", "1000")
     f = tmp_path / "bound.atrace"
     w = AtraceWriter(f)
-    step = w.intern("step")
     cap = LiveCapture(Store(tmp_path / "store"), f, "bound")
-    try:
-        assert cap.head_max == 1000
-        for k in range(4):  # four deltas of 400 records, 10 ms apart: the bound holds two of them
-            recs = np.zeros(400, R.RECORD_DTYPE)
-            recs["kind"], recs["pid"], recs["tid"], recs["name"] = R.COMPLETE, 1, 1, step
-            recs["ts"] = T0 + k * 10_000_000 + np.arange(400) * 10_000
-            recs["dur"] = 5_000
-            w.add_records(recs)
-            w.flush()
-            cap._take(*cap.tail.poll())
-            cap._build_delta()
-            cap._window_futs[-1].result(timeout=60)
-        segs = cap.segments()
-        assert [s.head is not None for s in segs] == [True, True] and cap.dropped_live == 800
-        assert cap.counts()["dropped_live"] == 800 and cap.not_shown == 0
-        # the spans let go are said (hatched on the page), in relative ns: the first two deltas
-        assert cap.gaps.relative(cap.start_abs_ns) == [[0, 399 * 10_000 + 5_000],
-                                                        [10_000_000, 10_000_000 + 399 * 10_000 + 5_000]]
-        assert segs[0].lo_ns == 20_000_000 and cap.head_ns() == 30_000_000 + 399 * 10_000 + 5_000
-    finally:
-        cap.stop()
-        w.close()
+    assert cap.head_max == 1000
+    yield cap, w, w.intern("step")
+    cap.stop()
+    w.close()
 
 
-def test_a_burst_larger_than_the_memory_bound_still_shows_its_newest_records(tmp_path, monkeypatch):
+def _steps(name: int, n: int, t0: int) -> np.ndarray:
+    """n complete slices of 5 us, 10 us apart from t0, on one thread."""
+    recs = np.zeros(n, R.RECORD_DTYPE)
+    recs["kind"], recs["pid"], recs["tid"], recs["name"] = R.COMPLETE, 1, 1, name
+    recs["ts"] = t0 + np.arange(n) * 10_000
+    recs["dur"] = 5_000
+    return recs
+
+
+def _read(cap: LiveCapture, w: AtraceWriter, recs: np.ndarray) -> None:
+    w.add_records(recs)
+    w.flush()
+    cap._take(*cap.tail.poll())
+
+
+def _built(cap: LiveCapture) -> None:
+    """A delta of what was read, built."""
+    cap._build_delta()
+    cap._window_futs[-1].result(timeout=60)
+
+
+def test_head_segments_beyond_the_memory_bound_leave_the_view_counted_and_hatched(bounded):
+    cap, w, step = bounded
+    for k in range(4):  # four deltas of 400 records, 10 ms apart: the bound holds two of them
+        _read(cap, w, _steps(step, 400, T0 + k * 10_000_000))
+        _built(cap)
+    segs = cap.segments()
+    assert [s.head is not None for s in segs] == [True, True] and cap.dropped_live == 800
+    assert cap.counts()["dropped_live"] == 800 and cap.not_shown == 0
+    # the spans let go are said (hatched on the page), in relative ns: the first two deltas
+    assert cap.gaps.relative(cap.start_abs_ns) == [[0, 399 * 10_000 + 5_000],
+                                                    [10_000_000, 10_000_000 + 399 * 10_000 + 5_000]]
+    assert segs[0].lo_ns == 20_000_000 and cap.head_ns() == 30_000_000 + 399 * 10_000 + 5_000
+
+
+def test_a_burst_larger_than_the_memory_bound_still_shows_its_newest_records(bounded):
     """A server behind reads more at once than the head may hold: the newest records that fit are drawn,
     the older ones are left out (counted, hatched). Before, the whole burst became one head segment over
     the bound and was let go at once: a capture behind showed nothing at all (a CI run saw no slices
     in 60 s, another a span not drawn past the view's end)."""
-    monkeypatch.setenv("ACCELTRACE_LIVE_HEAD_RECORDS", "1000")
-    f = tmp_path / "burst.atrace"
-    w = AtraceWriter(f)
-    step = w.intern("step")
-    cap = LiveCapture(Store(tmp_path / "store"), f, "burst")
-    try:
-        recs = np.zeros(2_500, R.RECORD_DTYPE)
-        recs["kind"], recs["pid"], recs["tid"], recs["name"] = R.COMPLETE, 1, 1, step
-        recs["ts"] = T0 + np.arange(2_500) * 10_000
-        recs["dur"] = 5_000
-        for part in np.array_split(recs, 5):  # read in several pieces, as a follower does
-            w.add_records(part)
-            w.flush()
-            cap._take(*cap.tail.poll())
-        cap._build_delta()
-        cap._window_futs[-1].result(timeout=60)
-        segs = cap.segments()
-        assert len(segs) == 1 and segs[0].head is not None
-        assert segs[0].n_slices == 1000 and cap.dropped_live == 0
-        assert cap.not_shown == 1_500  # what was left out is counted ...
-        first = T0 + 1_500 * 10_000  # ... the newest 1,000 are drawn ...
-        assert cap.start_abs_ns == first and cap.head_ns() == 999 * 10_000 + 5_000
-        gaps = cap.gaps.relative(0)  # ... and the rest hatched (a span per piece read)
-        assert gaps[0][0] == T0 and gaps[-1][1] == T0 + 1_499 * 10_000 + 5_000
-        # a further burst: the newest head is never the one let go
-        more = recs.copy()
-        more["ts"] += 100_000_000
-        w.add_records(more)
-        w.flush()
-        cap._take(*cap.tail.poll())
-        cap._build_delta()
-        cap._window_futs[-1].result(timeout=60)
-        segs = cap.segments()
-        assert segs and segs[-1].hi_ns == cap.head_ns() == T0 + 100_000_000 + 2_499 * 10_000 + 5_000 - first
-        assert sum(s.records for s in segs if s.head is not None) <= 1000
-    finally:
-        cap.stop()
-        w.close()
+    cap, w, step = bounded
+    for part in np.array_split(_steps(step, 2_500, T0), 5):  # read in several pieces, as a follower does
+        _read(cap, w, part)
+    _built(cap)
+    segs = cap.segments()
+    assert len(segs) == 1 and segs[0].head is not None
+    assert segs[0].n_slices == 1000 and cap.dropped_live == 0
+    assert cap.not_shown == 1_500  # what was left out is counted ...
+    first = T0 + 1_500 * 10_000  # ... the newest 1,000 are drawn ...
+    assert cap.start_abs_ns == first and cap.head_ns() == 999 * 10_000 + 5_000
+    gaps = cap.gaps.relative(0)  # ... and the rest hatched (a span per piece read)
+    assert gaps[0][0] == T0 and gaps[-1][1] == T0 + 1_499 * 10_000 + 5_000
+    # a further burst while the first head is being sealed (a compaction under way keeps it): the bound
+    # is over, and the one head that may go is the newest, which is never let go
+    sealing = Future()
+    sealing.set_result(segs[0])
+    cap._sealing = [sealing]
+    _read(cap, w, _steps(step, 2_500, T0 + 100_000_000))
+    _built(cap)
+    segs = cap.segments()
+    assert len(segs) == 2 and cap.dropped_live == 0
+    assert segs[-1].hi_ns == cap.head_ns() == T0 + 100_000_000 + 2_499 * 10_000 + 5_000 - first
+    cap._sealing = []  # sealed, say: the next burst lets the oldest go, the newest stays within the bound
+    _read(cap, w, _steps(step, 2_500, T0 + 200_000_000))
+    _built(cap)
+    segs = cap.segments()
+    assert len(segs) == 1 and cap.dropped_live == 2_000
+    assert segs[0].hi_ns == cap.head_ns() == T0 + 200_000_000 + 2_499 * 10_000 + 5_000 - first
