@@ -334,7 +334,9 @@ def interrupted(e: BaseException | None) -> bool:
     SIGINT itself and raises "Query interrupted", a RuntimeError in 2.0.1, in place of KeyboardInterrupt; one met
     in Python code it called, reading a registered Arrow object, comes back inside its own error's text), or an
     error met while a KeyboardInterrupt was on its way (closing a connection that a thread still uses, say)."""
-    while e is not None:
+    seen = set()  # a chain set by hand may loop
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
         text = str(e)
         if (isinstance(e, (KeyboardInterrupt, duckdb.InterruptException)) or text.startswith("Query interrupted")
                 or (isinstance(e, duckdb.Error) and "KeyboardInterrupt" in text)):

@@ -155,3 +155,13 @@ def test_ctrl_c_during_acceltrace_ingest_exits_130_and_leaves_nothing(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "acceltrace", "--store", str(store), "ls"], capture_output=True,
                             text=True, env=env, timeout=60)
     assert listed.returncode == 0 and "big.atrace" not in listed.stdout, listed.stdout
+
+
+def test_an_interrupt_is_told_through_the_chain_and_a_looping_chain_ends():
+    inner = KeyboardInterrupt()
+    outer = RuntimeError("closing a connection a thread still used")
+    outer.__context__ = inner
+    assert pipeline.interrupted(outer) and not pipeline.interrupted(ValueError("bad bytes"))
+    a, b = ValueError("a"), ValueError("b")
+    a.__cause__, b.__cause__ = b, a  # set by hand: Python makes no such loop itself
+    assert not pipeline.interrupted(a)
