@@ -101,7 +101,8 @@ def test_flame_graph_self_times_sum_to_the_range_total_and_zoom_lives_in_the_url
     assert z["focus_total_ns"] == big["total_ns"] and abs(z["rects"][0]["w"] - width) < 0.5
     assert f"focus={big['path']}" in page.url
     page.reload()
-    page.wait_for_function("(p) => window.acceltrace.flame && window.acceltrace.flame.ready && window.acceltrace.flame.focus === p",
+    page.wait_for_function("(p) => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready"
+                           " && window.acceltrace.flame.focus === p",
                            arg=big["path"], timeout=20000)
     assert page.locator("#flame-crumbs a").count() == 2
     shot(page, "flame-zoomed")
@@ -147,7 +148,8 @@ def test_top_down_and_bottom_up_trees_match_sql_and_restore_from_the_url(page, s
     assert "mode=bottom-up" in page.url and "q=cudaLaunchKernel" in page.url
     shot(page, "tree-bottom-up")
     page.reload()
-    page.wait_for_function("() => window.acceltrace.tree && window.acceltrace.tree.ready", timeout=20000)
+    page.wait_for_function("() => window.acceltrace && window.acceltrace.tree && window.acceltrace.tree.ready",
+                           timeout=20000)
     assert page.input_value("#tree-mode") == "bottom-up" and page.input_value("#tree-search") == "cudaLaunchKernel"
     assert page.locator("#tree-table tr.match").count() > 0
     assert all("cudalaunchkernel" in t.lower() for t in page.locator("#tree-table tr.match td.name").all_inner_texts())
@@ -235,7 +237,8 @@ def test_query_page_runs_sql_keeps_history_refuses_writes_and_a_row_opens_the_sl
     shot(page, "query")
     # the history keeps it across a reload; the URL restores the open query
     page.reload()
-    page.wait_for_function("() => window.acceltrace.query && window.acceltrace.query.ready", timeout=20000)
+    page.wait_for_function("() => window.acceltrace && window.acceltrace.query && window.acceltrace.query.ready",
+                           timeout=20000)
     assert page.input_value("#query-sql") == text
     assert page.locator("#query-history option").nth(1).get_attribute("title") == text
     # the endpoint's refusals, shown as text
@@ -260,7 +263,8 @@ def test_the_trace_pages_views_button_opens_the_visible_range(page, trace, rng):
     frag = dict(urllib.parse.parse_qsl(page.evaluate("() => location.hash.slice(1)")))
     page.click("#open-views")
     page.wait_for_url(f"**/t/{trace['id']}/views?view=flame&start_ns={frag['s']}&end_ns={frag['e']}")
-    page.wait_for_function("() => window.acceltrace.flame && window.acceltrace.flame.ready", timeout=20000)
+    page.wait_for_function("() => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready",
+                           timeout=20000)
     assert page.locator("#timeline-link").get_attribute("href") == f"/t/{trace['id']}#s={frag['s']}&e={frag['e']}"
 
 
@@ -285,7 +289,8 @@ def test_device_flame_graph_sums_to_the_ranges_device_time_and_links_to_the_long
     # zoom into the kernel: its longest slice opens on the timeline, selected
     page.goto(f"/t/{trace['id']}/views?" + urllib.parse.urlencode(
         {"view": "flame", "start_ns": rng["start_ns"], "end_ns": rng["end_ns"], "source": "device", "focus": leaf["path"]}))
-    page.wait_for_function("(p) => window.acceltrace.flame && window.acceltrace.flame.ready && window.acceltrace.flame.focus === p",
+    page.wait_for_function("(p) => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready"
+                           " && window.acceltrace.flame.focus === p",
                            arg=leaf["path"], timeout=20000)
     assert page.input_value("#flame-source") == "device"  # the URL restored the source
     sid = page.evaluate("() => window.acceltrace.flame.focus_slice_id")
@@ -325,8 +330,10 @@ def test_trace_info_view_lists_devices_versions_passes_and_tables_with_row_count
     shot(page, "info")
     # a table's name opens its first rows in the SQL view
     page.locator("#info-tables-table tr[data-table='tracks'] a").click()
-    page.wait_for_function("() => window.acceltrace.query && window.acceltrace.query.ready", timeout=20000)
-    assert "view=query" in page.url
+    page.wait_for_url(f"**/t/{trace['id']}/views?view=query*")
+    # a new page: its module may not have run yet when the URL changes
+    page.wait_for_function("() => window.acceltrace && window.acceltrace.query && window.acceltrace.query.ready",
+                           timeout=20000)
     assert len(page.evaluate("() => window.acceltrace.query.rows")) == tables["tracks"]["rows"]
 
 
