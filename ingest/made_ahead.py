@@ -9,9 +9,11 @@ inflation, Arrow and numpy kernels, SQLite), so it runs on the other core.
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
@@ -43,12 +45,19 @@ class Pool(ThreadPoolExecutor):
 
 class OnThread:
     """fn(*args) on a thread of its own, started at once; get() waits for it and returns what it returned or
-    raises what it raised, in the caller's thread; join() only waits."""
+    raises what it raised, in the caller's thread; join() only waits.
 
-    def __init__(self, fn: Callable, *args, name: str):
+    `at_exit`: the interpreter's exit waits for the thread (DuckDB's open, a spare instance: a few tens of ms).
+    The thread is a daemon's, and a daemon thread still inside a C++ library when the interpreter finalises is
+    unwound through that library's code and aborts the process ("FATAL: exception not rethrown", status 134): an
+    upload's ingest process that ended while its next build's instance was being made did."""
+
+    def __init__(self, fn: Callable, *args, name: str, at_exit: bool = False):
         self._result, self._error = None, None
         self.pid = os.getpid()  # (a forked child has the object but not the thread, nor what it made)
         self._thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
+        if at_exit:
+            _finish_at_exit(self)
         self._thread.start()
 
     def _run(self, fn: Callable, args: tuple) -> None:
@@ -65,6 +74,26 @@ class OnThread:
         if self._error is not None:
             raise self._error
         return self._result
+
+
+# the OnThreads the interpreter's exit waits for (a running one is held by its thread), and the process that
+# registered the wait (a forked child inherits the hook, not the threads)
+_at_exit: weakref.WeakSet = weakref.WeakSet()
+_at_exit_pid: int | None = None
+
+
+def _finish_at_exit(t: OnThread) -> None:
+    global _at_exit_pid
+    if _at_exit_pid != os.getpid():
+        _at_exit_pid = os.getpid()
+        atexit.register(_join_at_exit)
+    _at_exit.add(t)
+
+
+def _join_at_exit() -> None:
+    for t in list(_at_exit):
+        if t.pid == os.getpid():
+            t._thread.join(timeout=30)
 
 
 class MadeAhead:

@@ -77,7 +77,8 @@ class Opening(OnThread):
     """open_build_file(...) on a thread; get() waits for the connection and raises what opening raised."""
 
     def __init__(self, path: Path, memory_limit: str, threads: int | None, row_group_rows: int | None = None):
-        super().__init__(open_build_file, path, memory_limit, threads, row_group_rows, name="duckdb-open")
+        super().__init__(open_build_file, path, memory_limit, threads, row_group_rows, name="duckdb-open",
+                         at_exit=True)
 
 
 SPARE_THREADS = 1  # a spare instance's DuckDB threads: a small build's (the builds whose open is felt)
@@ -96,7 +97,7 @@ def make_spare() -> None:
     global _spare
     with _spare_lock:
         if _spare is None or _spare.pid != os.getpid():
-            _spare = OnThread(_new_instance, name="duckdb-spare")
+            _spare = OnThread(_new_instance, name="duckdb-spare", at_exit=True)
 
 
 def _take_spare() -> duckdb.DuckDBPyConnection | None:

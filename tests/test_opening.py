@@ -100,3 +100,20 @@ def test_an_upload_process_makes_the_next_uploads_instance_after_each_ingest(tmp
     assert ingest_child.ingest(str(tmp_path / "store"), str(sample), "a100", tid, str(tmp)) is None
     assert store.get(tid)["status"] == "ready"
     assert opening._spare is not None and opening._spare is not made  # the first taken, the next made
+
+
+@pytest.mark.parametrize("made", [
+    "from acceltrace.ingest.opening import make_spare; make_spare()",
+    "from acceltrace.ingest.opening import Opening; Opening(Path(sys.argv[1]) / 't.duckdb', '1GB', 1)",
+], ids=["spare", "open"])
+def test_a_process_that_ends_while_duckdb_is_being_opened_on_a_thread_exits_cleanly(tmp_path, made):
+    """The exit waits for the open (made_ahead.OnThread's at_exit): a daemon thread still inside DuckDB at the
+    interpreter's finalisation aborted the process (status 134, "FATAL: exception not rethrown"); an upload's
+    ingest process that ended right after it began its next build's instance did, every time."""
+    import subprocess
+    import sys
+
+    code = f"import sys; from pathlib import Path; {made}"
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "rethrown" not in r.stderr, (r.returncode, r.stderr)
