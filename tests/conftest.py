@@ -157,13 +157,15 @@ class LiveServer:
                 self.proc.wait(5)
 
 
-def start_live_server(store: Path, paths=(), extra_args=(), timeout_s: float = 60.0) -> LiveServer:
-    """`python -m acceltrace --store STORE serve PATHS --port P` on loopback; waits until it answers."""
+def start_live_server(store: Path, paths=(), extra_args=(), timeout_s: float = 60.0,
+                      env: dict | None = None) -> LiveServer:
+    """`python -m acceltrace --store STORE serve PATHS --port P` on loopback (`env`: variables added to
+    its environment); waits until it answers."""
     port = free_port()
     Path(store).mkdir(parents=True, exist_ok=True)
     log_path = Path(store) / f"server-{port}.log"
     log = open(log_path, "wb")
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
         [sys.executable, "-m", "acceltrace", "--store", str(store), "serve", *map(str, paths),
          "--host", "127.0.0.1", "--port", str(port), *extra_args],

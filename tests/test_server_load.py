@@ -72,7 +72,10 @@ def _upload(url: str) -> dict:
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    server = start_live_server(tmp_path_factory.mktemp("multi"), extra_args=["--workers", "2"])
+    # a worker stopped past the supervisor's health check (5 s) is killed and replaced: an upload on a loaded
+    # machine outlasted it while the tests below held the other worker stopped
+    server = start_live_server(tmp_path_factory.mktemp("multi"), extra_args=["--workers", "2"],
+                               env={"ACCELTRACE_WORKER_HEALTHCHECK_S": "120"})
     try:
         _wait_workers(server, 2)
         yield server
