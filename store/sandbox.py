@@ -6,11 +6,11 @@ query cannot ATTACH, COPY, read_csv, INSTALL, LOAD from disk or SET its way out.
 statement, and only SELECT or EXPLAIN, is accepted (so no CREATE TEMP, no in-memory ATTACH,
 no PRAGMA). A watchdog interrupts a query that outruns its time limit.
 
-run_limited runs that in a process of its own (forked from a clean fork server, lower CPU
-priority), whose address space is capped with RLIMIT_AS: DuckDB's memory_limit covers only
-its buffer manager, not every allocation (a 3 GB `repeat()` string went straight past it), so
-the kernel's limit is what holds. The process works inside the store's folder and attaches
-the files by relative path, so `duckdb_databases()` and the settings never show where the
+run_limited runs that in a process of its own (a fresh `python -m acceltrace.store.sandbox`: about
+0.13 CPU-s of imports before the query; at lower CPU priority), whose address space is capped with
+RLIMIT_AS: DuckDB's memory_limit covers only its buffer manager, not every allocation (a 3 GB `repeat()`
+string went straight past it), so the kernel's limit is what holds. The process works inside the store's
+folder and attaches the files by relative path, so `duckdb_databases()` and the settings never show where the
 store is. A query that outlives its limit is interrupted, then the process is killed.
 """
 
