@@ -169,17 +169,8 @@ def strict_server(tmp_path_factory):
     env = {"ACCELTRACE_HEADER_TIMEOUT_S": "2", "ACCELTRACE_BODY_GRACE_S": "1", "ACCELTRACE_MIN_BODY_RATE": "1000",
            "ACCELTRACE_BODY_IDLE_S": "3", "ACCELTRACE_QUERY_TIMEOUT_S": "3", "ACCELTRACE_QUERY_SLOTS": "4",
            "ACCELTRACE_QUERY_PER_CLIENT": "2"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        server = start_live_server(tmp_path_factory.mktemp("strict"),
-                                   extra_args=["--workers", "1", "--max-inflight", "3"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    server = start_live_server(tmp_path_factory.mktemp("strict"), extra_args=["--workers", "1", "--max-inflight", "3"],
+                               env=env)
     try:
         yield server
     finally:
