@@ -40,15 +40,6 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _healthcheck_s() -> int:
-    """How long the supervisor waits for a worker's answer to its health check before it kills and replaces
-    the worker: uvicorn's 5 s, or ACCELTRACE_WORKER_HEALTHCHECK_S (docs/operations.md)."""
-    try:
-        return max(1, int(os.environ.get("ACCELTRACE_WORKER_HEALTHCHECK_S", "5")))
-    except ValueError:
-        return 5
-
-
 def worker_app():
     """The app of one worker process, from the settings serve_command put in the environment."""
     from acceltrace.server.app import create_app
@@ -70,6 +61,7 @@ def serve_command(args) -> int:
 
     from acceltrace.analysis.runner import after_publish
     from acceltrace.ingest.pipeline import ingest_paths
+    from acceltrace.server.query_pool import env_int
     from acceltrace.store.catalog import Store
 
     store = Store(args.store)
@@ -103,5 +95,6 @@ def serve_command(args) -> int:
     uvicorn.run("acceltrace.server.main:worker_app", factory=True, host=host, port=port, workers=workers,
                 http=PROTOCOL, log_level="warning", access_log=False, timeout_keep_alive=5,
                 limit_concurrency=CONNECTIONS_PER_WORKER, timeout_graceful_shutdown=10,
-                timeout_worker_healthcheck=_healthcheck_s())
+                # a worker that does not answer the supervisor's health check in time is replaced (docs/operations.md)
+                timeout_worker_healthcheck=env_int("ACCELTRACE_WORKER_HEALTHCHECK_S", 5))
     return 0

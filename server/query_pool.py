@@ -22,7 +22,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 
-def _env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int) -> int:
+    """A positive whole number from the environment (at least 1), else `default`."""
     try:
         return max(1, int(os.environ[name]))
     except (KeyError, ValueError):
@@ -50,8 +51,8 @@ class QueryPool:
                  queue_s: float | None = None):
         self.dir = Path(store_root) / "locks"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.slots = slots or _env_int("ACCELTRACE_QUERY_SLOTS", _cores())
-        self.per_client = per_client or _env_int("ACCELTRACE_QUERY_PER_CLIENT", 2)
+        self.slots = slots or env_int("ACCELTRACE_QUERY_SLOTS", _cores())
+        self.per_client = per_client or env_int("ACCELTRACE_QUERY_PER_CLIENT", 2)
         self.queue_s = queue_s if queue_s is not None else float(os.environ.get("ACCELTRACE_QUERY_QUEUE_S", 5.0))
         self.threads = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="query")
         self._local: asyncio.Semaphore | None = None  # this worker's share of the waiting (event loop's)
