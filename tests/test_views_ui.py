@@ -51,8 +51,14 @@ def shot(page, name):
 def open_view(page, trace, view, wait, **params):
     q = urllib.parse.urlencode({"view": view, **params}, doseq=True)
     page.goto(f"/t/{trace['id']}/views?{q}")
-    page.wait_for_function(f"() => window.acceltrace && window.acceltrace.{wait} && window.acceltrace.{wait}.ready",
-                           timeout=20000)
+    wait_ready(page, wait)
+
+
+def wait_ready(page, view, also="", arg=None):
+    """Until the view's hooks say ready (and `also`, a JS condition on `p` = arg): guarded, since a new page's
+    wait can run before its module has set window.acceltrace."""
+    page.wait_for_function(f"(p) => window.acceltrace && window.acceltrace.{view} && window.acceltrace.{view}.ready"
+                           + (f" && ({also})" if also else ""), arg=arg, timeout=20000)
 
 
 def clipped_cpu_total(server, trace, rng, depth0_only=True, name=None):
@@ -101,9 +107,7 @@ def test_flame_graph_self_times_sum_to_the_range_total_and_zoom_lives_in_the_url
     assert z["focus_total_ns"] == big["total_ns"] and abs(z["rects"][0]["w"] - width) < 0.5
     assert f"focus={big['path']}" in page.url
     page.reload()
-    page.wait_for_function("(p) => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready"
-                           " && window.acceltrace.flame.focus === p",
-                           arg=big["path"], timeout=20000)
+    wait_ready(page, "flame", "window.acceltrace.flame.focus === p", arg=big["path"])
     assert page.locator("#flame-crumbs a").count() == 2
     shot(page, "flame-zoomed")
     page.locator("#flame-crumbs a").first.click()
@@ -148,8 +152,7 @@ def test_top_down_and_bottom_up_trees_match_sql_and_restore_from_the_url(page, s
     assert "mode=bottom-up" in page.url and "q=cudaLaunchKernel" in page.url
     shot(page, "tree-bottom-up")
     page.reload()
-    page.wait_for_function("() => window.acceltrace && window.acceltrace.tree && window.acceltrace.tree.ready",
-                           timeout=20000)
+    wait_ready(page, "tree")
     assert page.input_value("#tree-mode") == "bottom-up" and page.input_value("#tree-search") == "cudaLaunchKernel"
     assert page.locator("#tree-table tr.match").count() > 0
     assert all("cudalaunchkernel" in t.lower() for t in page.locator("#tree-table tr.match td.name").all_inner_texts())
@@ -237,8 +240,7 @@ def test_query_page_runs_sql_keeps_history_refuses_writes_and_a_row_opens_the_sl
     shot(page, "query")
     # the history keeps it across a reload; the URL restores the open query
     page.reload()
-    page.wait_for_function("() => window.acceltrace && window.acceltrace.query && window.acceltrace.query.ready",
-                           timeout=20000)
+    wait_ready(page, "query")
     assert page.input_value("#query-sql") == text
     assert page.locator("#query-history option").nth(1).get_attribute("title") == text
     # the endpoint's refusals, shown as text
@@ -263,8 +265,7 @@ def test_the_trace_pages_views_button_opens_the_visible_range(page, trace, rng):
     frag = dict(urllib.parse.parse_qsl(page.evaluate("() => location.hash.slice(1)")))
     page.click("#open-views")
     page.wait_for_url(f"**/t/{trace['id']}/views?view=flame&start_ns={frag['s']}&end_ns={frag['e']}")
-    page.wait_for_function("() => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready",
-                           timeout=20000)
+    wait_ready(page, "flame")
     assert page.locator("#timeline-link").get_attribute("href") == f"/t/{trace['id']}#s={frag['s']}&e={frag['e']}"
 
 
@@ -289,9 +290,7 @@ def test_device_flame_graph_sums_to_the_ranges_device_time_and_links_to_the_long
     # zoom into the kernel: its longest slice opens on the timeline, selected
     page.goto(f"/t/{trace['id']}/views?" + urllib.parse.urlencode(
         {"view": "flame", "start_ns": rng["start_ns"], "end_ns": rng["end_ns"], "source": "device", "focus": leaf["path"]}))
-    page.wait_for_function("(p) => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready"
-                           " && window.acceltrace.flame.focus === p",
-                           arg=leaf["path"], timeout=20000)
+    wait_ready(page, "flame", "window.acceltrace.flame.focus === p", arg=leaf["path"])
     assert page.input_value("#flame-source") == "device"  # the URL restored the source
     sid = page.evaluate("() => window.acceltrace.flame.focus_slice_id")
     ((name, longest),) = sql(server, trace, f"SELECT name, dur FROM slices WHERE slice_id = {sid}")
@@ -332,8 +331,7 @@ def test_trace_info_view_lists_devices_versions_passes_and_tables_with_row_count
     page.locator("#info-tables-table tr[data-table='tracks'] a").click()
     page.wait_for_url(f"**/t/{trace['id']}/views?view=query*")
     # a new page: its module may not have run yet when the URL changes
-    page.wait_for_function("() => window.acceltrace && window.acceltrace.query && window.acceltrace.query.ready",
-                           timeout=20000)
+    wait_ready(page, "query")
     assert len(page.evaluate("() => window.acceltrace.query.rows")) == tables["tracks"]["rows"]
 
 
@@ -365,8 +363,7 @@ def test_an_area_on_the_timeline_opens_in_the_views_with_its_range_and_tracks(pa
     assert rng["start_ns"] <= a < b <= rng["end_ns"]
     link.click()
     page.wait_for_url(f"**/t/{trace['id']}/views?*")
-    page.wait_for_function("() => window.acceltrace && window.acceltrace.flame && window.acceltrace.flame.ready",
-                           timeout=20000)
+    wait_ready(page, "flame")
     assert page.input_value("#track-select") == str(cpu["track_id"])
     # the flame graph is of that track in that range: its total is the track's clipped depth-0 time
     t0, t1 = trace["start"] + a, trace["start"] + b
