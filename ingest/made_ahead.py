@@ -66,8 +66,8 @@ class OnThread:
         except BaseException as e:  # raised again by get(), in the caller's thread
             self._error = e
 
-    def join(self) -> None:
-        self._thread.join()
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
 
     def get(self):
         self.join()
@@ -93,7 +93,7 @@ def _finish_at_exit(t: OnThread) -> None:
 def _join_at_exit() -> None:
     for t in list(_at_exit):
         if t.pid == os.getpid():
-            t._thread.join(timeout=30)
+            t.join(timeout=30)
 
 
 class MadeAhead:
