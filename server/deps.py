@@ -24,7 +24,7 @@ from acceltrace.server.ingest_child import IngestProcesses
 from acceltrace.server.query_pool import QueryPool
 from acceltrace.server.tile_cache import TileBytes
 from acceltrace.store.catalog import Store
-from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES
+from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES, stop_ahead
 from acceltrace.store.queries import trace_start_ns
 from acceltrace.tiles.disk import DiskTiles
 from acceltrace.tiles.query import LodInfo
@@ -259,6 +259,7 @@ class AppState:
     def close_all(self) -> None:
         self._warming.shutdown(wait=True, cancel_futures=True)
         self.query_pool.close()
+        stop_ahead(self.store)  # the SQL query process waiting for the next query (store/sandbox.py)
         self.tile_bytes.close()
         self.ingests.close()
         with self._lock:

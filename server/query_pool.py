@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -102,8 +103,8 @@ class QueryPool:
                 self._local.release()
             os.close(mine)
 
-    async def run(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.threads, fn, *args)
+    async def run(self, fn, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self.threads, functools.partial(fn, *args, **kwargs))
 
     def close(self) -> None:
         self.threads.shutdown(wait=False, cancel_futures=True)

@@ -6,20 +6,29 @@ query cannot ATTACH, COPY, read_csv, INSTALL, LOAD from disk or SET its way out.
 statement, and only SELECT or EXPLAIN, is accepted (so no CREATE TEMP, no in-memory ATTACH,
 no PRAGMA). A watchdog interrupts a query that outruns its time limit.
 
-run_limited runs that in a process of its own (a fresh `python -m acceltrace.store.sandbox`: about
-0.13 CPU-s of imports before the query; at lower CPU priority), whose address space is capped with
+run_limited runs that in a process of its own (a fresh interpreter: about 0.13 CPU-s of imports before
+the query, 0.13-0.27 s of a trivial query's wall time on a quiet machine; at lower CPU priority from its
+start), whose address space is capped with
 RLIMIT_AS: DuckDB's memory_limit covers only its buffer manager, not every allocation (a 3 GB `repeat()`
 string went straight past it), so the kernel's limit is what holds. The process works inside the store's
 folder and attaches the files by relative path, so `duckdb_databases()` and the settings never show where the
 store is. A query that outlives its limit is interrupted, then the process is killed.
+
+A server's queries (run_limited(ahead=True)) take a process started ahead, its imports done, waiting
+on its stdin; each such query starts the next one's as it ends, and make_ahead starts one when a page
+that queries opens. One waits per store and priority in each server process (about 45 MB resident);
+it has nothing of a query before its arguments arrive, so it is the same as a fresh one.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import resource
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -80,14 +89,17 @@ def open_sandboxed(store: Store, trace_id: str, memory_limit: str = "1GB") -> du
     return _lock_down(store.connect(trace_id), memory_limit)
 
 
-def _open_relative(trace_id: str, memory_limit: str, temp_max: str) -> duckdb.DuckDBPyConnection:
-    """As Store.connect, from inside the store's folder (cwd), with relative paths only."""
+def _open_relative(trace_id: str, memory_limit: str, temp_max: str,
+                   con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+    """As Store.connect, from inside the store's folder (cwd), with relative paths only; in `con`, an
+    in-memory instance made ahead with nothing attached, where given."""
     path = Path("traces") / f"{trace_id}.duckdb"
     if not path.exists():
         raise FileNotFoundError(f"trace {trace_id} not found")
-    con = duckdb.connect(":memory:", config={
-        "memory_limit": memory_limit, "temp_directory": f"tmp/duck.{os.getpid()}.query",
-        "max_temp_directory_size": temp_max})
+    con = con or duckdb.connect(":memory:")
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute(f"SET temp_directory = 'tmp/duck.{os.getpid()}.query'")
+    con.execute(f"SET max_temp_directory_size = '{temp_max}'")
     con.execute(f"ATTACH '{path}' AS trace (READ_ONLY)")
     for kind in ("findings", "views"):  # the side files, as Store.connect attaches them
         side = Path("traces") / f"{trace_id}.{kind}.duckdb"
@@ -178,16 +190,15 @@ def _child_main() -> None:
     """`python -m acceltrace.store.sandbox`: one query; its arguments pickled on stdin, the
     answer pickled on stdout."""
     import pickle
-    import sys
 
     out = sys.stdout.buffer
     try:
+        blank = duckdb.connect(":memory:")  # ~15-25 ms: made before the query's arguments come
         a = pickle.loads(sys.stdin.buffer.read())
-        os.nice(a["nice"])
         os.chdir(a["root"])  # absolute: the store's folder, whatever the caller's working directory
         mem = a["memory_bytes"]
         limit = f"{max(64, (mem * 3 // 4) >> 20)}MB"
-        con = _lock_down(_open_relative(a["trace_id"], limit, f"{max(64, mem >> 20)}MB"), limit)
+        con = _lock_down(_open_relative(a["trace_id"], limit, f"{max(64, mem >> 20)}MB", blank), limit)
         # the cap counts from here: what the process already maps (Python, DuckDB) is not the query's
         cap = _status_bytes("VmSize") + mem
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -215,6 +226,8 @@ def _child_main() -> None:
         peak = 0
     out.write(peak.to_bytes(8, "little") + data)  # the peak first: a cut-short answer never unpickles
     out.flush()
+    sys.stderr.flush()
+    os._exit(0)  # nothing to finalise (a read-only instance): the caller's wait ends ~10-20 ms sooner
 
 
 def run_limited(
@@ -225,23 +238,23 @@ def run_limited(
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     nice: int = 10,
+    ahead: bool = False,
 ) -> tuple[list[str], list[tuple], bool]:
     """As run_readonly, in a process of its own (`python -m acceltrace.store.sandbox`) capped at
     memory_bytes of address space beyond its start, at lower CPU priority, and killed
-    KILL_GRACE_S after timeout_s. Raises QueryError (codes: bad_request, query_refused,
+    KILL_GRACE_S after timeout_s; ahead: in the process make_ahead started for this store and priority
+(where one waits), leaving one started for the next query. Raises QueryError (codes: bad_request, query_refused,
     query_failed, query_timeout, query_memory) or FileNotFoundError."""
     import pickle
-    import subprocess
-    import sys
 
     check_statement(sql)
     if not store.trace_path(trace_id).exists():
         raise FileNotFoundError(f"trace {trace_id} not found in {store.root}")
     args = pickle.dumps({"root": os.path.abspath(store.root), "trace_id": trace_id, "sql": sql, "max_rows": max_rows,
                          "timeout_s": timeout_s, "deadline": time.time() + timeout_s if timeout_s else None,
-                         "memory_bytes": int(memory_bytes), "nice": nice})
-    proc = subprocess.Popen([sys.executable, "-m", "acceltrace.store.sandbox"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(store.root))
+                         "memory_bytes": int(memory_bytes)})
+    key = (os.path.abspath(store.root), nice)
+    proc = (_AHEAD.take(key) if ahead else None) or _launch(key)
     try:
         out, err = proc.communicate(args, timeout=(timeout_s + KILL_GRACE_S) if timeout_s else None)
     except subprocess.TimeoutExpired:
@@ -253,6 +266,8 @@ def run_limited(
             proc.kill()
             proc.wait()
         _remove_spill(store, proc.pid)
+        if ahead:
+            _AHEAD.start(key)
     try:
         kind, value = pickle.loads(out[8:])
     except Exception:
@@ -271,6 +286,84 @@ def run_limited(
     if value[1] == "query_memory" and peak:
         message += f" (its process peaked at {peak >> 20} MiB; a query may use {memory_bytes >> 20} MiB beyond its start)"
     raise QueryError(message, value[1])
+
+
+# the query process: its priority set before its imports; -P: nothing imported from its working folder
+_BOOT = "import os, sys; os.nice(int(sys.argv[1])); from acceltrace.store import sandbox; sandbox._child_main()"
+
+
+def _launch(key: tuple[str, int]) -> subprocess.Popen:
+    root, nice = key
+    return subprocess.Popen([sys.executable, "-P", "-c", _BOOT, str(nice)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
+
+
+class _Ahead:
+    """The query processes started ahead in this process, one per (store folder, priority)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple[str, int], tuple[int, subprocess.Popen]] = {}  # key: (owner pid, process)
+        self._exit_hook = False
+
+    def start(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            held = self._waiting.get(key)
+            if held is not None and held[0] == os.getpid() and held[1].poll() is None:
+                return
+            self._waiting[key] = (os.getpid(), _launch(key))
+            if not self._exit_hook:
+                atexit.register(self.stop_all)
+                self._exit_hook = True
+
+    def take(self, key: tuple[str, int]) -> subprocess.Popen | None:
+        """The waiting process of key, or None (none, ended, or started by the process this one forked from)."""
+        with self._lock:
+            held = self._waiting.pop(key, None)
+        if held is None or held[0] != os.getpid():
+            return None
+        if held[1].poll() is not None:
+            _reap(held[1])
+            return None
+        return held[1]
+
+    def waiting(self, key: tuple[str, int]) -> int | None:
+        with self._lock:
+            held = self._waiting.get(key)
+        return held[1].pid if held is not None and held[0] == os.getpid() and held[1].poll() is None else None
+
+    def stop_all(self, root: str | None = None) -> None:
+        with self._lock:
+            keys = [k for k in self._waiting if root is None or k[0] == root]
+            held = [self._waiting.pop(k) for k in keys]
+        for pid, proc in held:
+            if pid == os.getpid():
+                _reap(proc)
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Ends a query process that was given no query (it holds nothing yet) and closes its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+_AHEAD = _Ahead()
+
+
+def make_ahead(store: Store, nice: int = 10) -> None:
+    """Start the process of this store's next run_limited(ahead=True) query now, unless one waits."""
+    _AHEAD.start((os.path.abspath(store.root), nice))
+
+
+def waiting(store: Store, nice: int = 10) -> int | None:
+    """The pid of the process started ahead for this store's next query at this priority, or None."""
+    return _AHEAD.waiting((os.path.abspath(store.root), nice))
+
+
+def stop_ahead(store: Store | None = None) -> None:
+    """End the waiting query processes this process started (for one store, or all: done at exit)."""
+    _AHEAD.stop_all(None if store is None else os.path.abspath(store.root))
 
 
 def _roots(store: Store) -> list[str]:

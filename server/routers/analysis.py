@@ -57,7 +57,7 @@ async def query(trace_id: str, body: QueryIn, request: Request, state: AppState 
     try:
         async with pool.slot(client):
             cols, rows, truncated = await pool.run(run_limited, state.store, trace_id, body.sql, body.max_rows,
-                                                   state.query_timeout_s, state.query_memory_bytes)
+                                                   state.query_timeout_s, state.query_memory_bytes, ahead=True)
     except Overloaded as e:
         raise ApiError(e.status, e.code, e.message, e.headers) from None
     except QueryError as e:

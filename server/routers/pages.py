@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.server.metadata import catalog_entry, trace_metadata
+from acceltrace.store.sandbox import make_ahead
 
 router = APIRouter(tags=["pages"])
 
@@ -55,6 +56,7 @@ def trace_page(trace_id: str, request: Request, state: AppState = Depends(get_st
 def views_page(trace_id: str, request: Request, state: AppState = Depends(get_state)):
     row = state.row(trace_id)
     trace = trace_metadata(state.trace(trace_id), row) if row["status"] == "ready" else catalog_entry(row)
+    make_ahead(state.store)  # its SQL view's first query finds its process started (store/sandbox.py)
     return _render(request, state, "views.html", {"trace_id": trace_id, "trace": trace})
 
 
