@@ -178,6 +178,7 @@ class IngestProcesses:
         _start_method), so the first uploads find them warm."""
         self.workers, self.nice = workers, nice
         self._lock = threading.Lock()
+        self._closed = False
         self._pool = self._new(_start_method())
 
     def _new(self, method: str) -> ProcessPoolExecutor:
@@ -197,10 +198,26 @@ class IngestProcesses:
             return pool.submit(fn, *args).result()
         except BrokenProcessPool:
             with self._lock:
-                if self._pool is pool:  # the first to see it rebuilds the pool
+                if self._pool is pool and not self._closed:  # the first to see it rebuilds the pool
                     pool.shutdown(wait=False, cancel_futures=True)
                     self._pool = self._new("spawn")  # threads run now: never fork from here
             raise
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Ends the processes at once, an ingest in flight with them (lost, as at a kill: the catalog's sweep
+        removes its row and temp file), and waits for them: a pool let go without that wait left its
+        queues' semaphores to the resource tracker's warning ("leaked semaphore objects") at a served
+        app's exit."""
+        with self._lock:
+            self._closed = True
+            pool = self._pool
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                proc.terminate()  # SIGTERM: _init left it at the default action
+            except (OSError, AttributeError):
+                pass
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -330,7 +330,9 @@ def _launch(state: AppState, trace_id: str, tmp_path: Path, path: Path, display_
                     job.error = state.ingests.run(ingest_child.ingest, root, str(path), display_name, trace_id,
                                                   str(tmp_path), expected, arriving)
                 except BrokenProcessPool:
-                    job.error = f"{display_name}: the ingest process died (out of memory or killed)"
+                    job.error = (f"{display_name}: the server stopped before its ingest ended; upload it again"
+                                 if state.ingests.closed else
+                                 f"{display_name}: the ingest process died (out of memory or killed)")
                 except BaseException as e:  # never let a thread die silently with the row 'ingesting'
                     job.error = f"{display_name}: internal error while ingesting: {type(e).__name__}: {e}"
                 if job.error is not None:

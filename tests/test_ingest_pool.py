@@ -120,3 +120,58 @@ def test_an_app_started_in_a_process_with_threads_gets_ingest_processes_that_do_
     single = subprocess.run([sys.executable, "-c", "from acceltrace.server.ingest_child import _start_method;"
                              " print(_start_method())"], capture_output=True, text=True, timeout=60)
     assert single.stdout.strip() == "fork", single.stderr[-2000:]  # a process without threads: warm forks
+
+
+def test_close_ends_a_job_in_flight_at_once_and_starts_no_new_processes():
+    import threading
+
+    from concurrent.futures.process import BrokenProcessPool
+
+    procs = IngestProcesses(workers=1)
+    pid = procs.run(os.getpid)
+    out: list = []
+
+    def job():
+        try:
+            procs.run(time.sleep, 60)  # an ingest that would outlast any stop
+            out.append("ran")
+        except BrokenProcessPool:
+            out.append("broken")
+
+    t = threading.Thread(target=job, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    procs.close()
+    t.join(15)
+    assert out == ["broken"] and procs.closed
+    assert time.monotonic() - t0 < 10  # not the job's 60 s
+    assert not _alive(pid)
+    assert not procs._pool._processes  # the broken pool was not rebuilt: a stopping server starts nothing
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_two_worker_server_stops_without_leaking_its_pools_semaphores(tmp_path, live_server_factory):
+    # each worker's pool was let go without a wait: multiprocessing's resource tracker then warned of
+    # "leaked semaphore objects" (5 a worker) when the server stopped
+    server = live_server_factory(tmp_path / "store", extra_args=("--workers", "2"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(_pool_children(server.proc.pid)) < 6:  # 2 workers, 2 each
+        time.sleep(0.2)
+    import json
+    import urllib.request
+
+    sample = next((Path(__file__).parent.parent / "sample_traces" / "chrome" / "kineto").glob("*.json"))
+    for _ in range(2):  # an upload to each worker, most likely: each pool has run a job
+        req = urllib.request.Request(f"{server.url}/api/traces?name=t.json", data=sample.read_bytes(), method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert json.load(r)["status"] in ("ready", "ingesting")
+    tree = _pool_children(server.proc.pid)  # the workers, their pools, multiprocessing's resource tracker
+    server.proc.send_signal(signal.SIGINT)  # Ctrl-C
+    server.proc.wait(30)
+    deadline = time.monotonic() + 30  # the tracker writes its warning as it ends, after the server
+    while time.monotonic() < deadline and any(_alive(p) for p in tree):
+        time.sleep(0.1)
+    log = server.log()
+    assert server.proc.returncode == 0, log
+    assert "leaked semaphore" not in log, log
