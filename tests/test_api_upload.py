@@ -383,3 +383,24 @@ def test_an_upload_of_undeclared_length_claims_no_share_until_it_is_all_there(li
     assert out["r"].status_code in (201, 202), out["r"].text
     with httpx.Client(base_url=server.url, timeout=30) as c:
         assert _wait_ready(c, out["r"].json()["id"])["counts"]["slices"] == 40_000
+
+
+def test_a_published_upload_is_ready_for_its_first_tiles_before_they_are_asked(fresh):
+    # the handle opens and the groups and names every tile needs are read on a warming thread as the
+    # upload answers, so the page's first tile requests take the fast path (server/tile_cache.py)
+    from acceltrace.server.routers.tiles import GROUPS, cold_job
+
+    r = fresh.post("/api/traces", files={"file": ("warm.json", chrome_json("warm"), "application/json")})
+    assert r.status_code == 201, r.text  # ready within the upload's wait: warmed here
+    tid = r.json()["id"]
+    state = fresh.app.state.acceltrace
+    deadline = time.monotonic() + 10
+    h = None
+    while time.monotonic() < deadline:
+        h = state.open_trace(tid) or state._open.get(tid)
+        if h is not None and GROUPS in h.cache and "names" in h.cache:
+            break
+        time.sleep(0.02)
+    assert h is not None and GROUPS in h.cache and "names" in h.cache
+    state.row(tid)  # the row cached, as the page's own first request leaves it
+    assert cold_job(state, tid, h.info.max_level, 0, "g0", 0) is not None  # no detour through the route

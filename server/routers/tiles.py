@@ -20,12 +20,26 @@ router = APIRouter(prefix="/api/traces", tags=["tiles"])
 GROUPS = "groups"  # the per-trace cache entry of _group_index: (rows per section, deepest depth) per group
 
 
-def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
-    """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
+def _groups(h) -> tuple[dict, dict]:
+    """(rows per section, deepest depth) per group of an open trace, read once."""
     def build() -> tuple[dict, dict]:
         with h.cursor() as cur:
             return layout.group_counts(cur), layout.group_depths(cur)
-    counts, depths = h.once(GROUPS, build)
+    return h.once(GROUPS, build)
+
+
+def ready_for_tiles(h) -> None:
+    """Read what every tile of an open trace needs (its groups, its names) ahead, on a warming thread
+    (AppState.warm): a just-published trace's first tile requests then take the fast path
+    (server/tile_cache.py) instead of each going through the route to load them."""
+    _groups(h)
+    with h.cursor() as cur:
+        _names(h, cur)
+
+
+def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
+    """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
+    counts, depths = _groups(h)
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
         return None, empty_sections(*total), max(depths.values(), default=0)
