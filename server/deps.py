@@ -26,7 +26,8 @@ from acceltrace.server.tile_cache import TileBytes
 from acceltrace.store.catalog import Store
 from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES, stop_ahead
 from acceltrace.store.queries import trace_start_ns
-from acceltrace.tiles.disk import DiskTiles
+from acceltrace.tiles import layout
+from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, DiskTiles
 from acceltrace.tiles.query import LodInfo
 
 OPEN_TRACES_MAX = 16
@@ -49,6 +50,10 @@ class ApiError(Exception):
 
 def not_found(trace_id: str) -> ApiError:
     return ApiError(404, "not_found", f"no trace with id {trace_id!r} in this store")
+
+
+GROUPS = "groups"  # TraceHandle.cache's entry of tile_groups()
+NAMES = "names"  # ... and of tile_names()
 
 
 @dataclass
@@ -77,6 +82,26 @@ class TraceHandle:
             if key not in self.cache:
                 self.cache[key] = build()
             return self.cache[key]
+
+    def tile_groups(self) -> tuple[dict, dict]:
+        """(rows per section, deepest depth) per tile group, read once."""
+        def build() -> tuple[dict, dict]:
+            with self.cursor() as cur:
+                return layout.group_counts(cur), layout.group_depths(cur)
+        return self.once(GROUPS, build)
+
+    def tile_names(self, cur: duckdb.DuckDBPyConnection) -> list[str] | None:
+        """The trace's name dictionary (build_tile's `names`), read once with `cur`: None past
+        NAMES_IN_MEMORY_MAX names (it nearly never is)."""
+        return self.once(NAMES, lambda: layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX))
+
+    def ready_for_tiles(self) -> None:
+        """Read what every tile needs (its groups, its names) now, on a warming thread (AppState.warm):
+        a just-published trace's first tile requests then take the tile fast path (server/tile_cache.py)
+        instead of each going through the route to load them."""
+        self.tile_groups()
+        with self.cursor() as cur:
+            self.tile_names(cur)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

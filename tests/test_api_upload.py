@@ -385,22 +385,44 @@ def test_an_upload_of_undeclared_length_claims_no_share_until_it_is_all_there(li
         assert _wait_ready(c, out["r"].json()["id"])["counts"]["slices"] == 40_000
 
 
-def test_a_published_upload_is_ready_for_its_first_tiles_before_they_are_asked(fresh):
+def _tiles_ready(state, tid: str, within_s: float = 10.0):
+    """The open handle of tid once the groups and names every tile needs are read, else None."""
+    from acceltrace.server.deps import GROUPS, NAMES
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        h = state._open.get(tid)
+        if h is not None and GROUPS in h.cache and NAMES in h.cache:
+            return h
+        time.sleep(0.02)
+    return None
+
+
+def test_a_published_upload_is_ready_for_its_first_tiles_before_they_are_asked(patient):
     # the handle opens and the groups and names every tile needs are read on a warming thread as the
     # upload answers, so the page's first tile requests take the fast path (server/tile_cache.py)
-    from acceltrace.server.routers.tiles import GROUPS, cold_job
+    from acceltrace.server.routers.tiles import cold_job
 
-    r = fresh.post("/api/traces", files={"file": ("warm.json", chrome_json("warm"), "application/json")})
-    assert r.status_code == 201, r.text  # ready within the upload's wait: warmed here
+    r = patient.post("/api/traces", files={"file": ("warm.json", chrome_json("warm"), "application/json")})
+    assert r.status_code == 201, r.text
     tid = r.json()["id"]
-    state = fresh.app.state.acceltrace
-    deadline = time.monotonic() + 10
-    h = None
-    while time.monotonic() < deadline:
-        h = state.open_trace(tid) or state._open.get(tid)
-        if h is not None and GROUPS in h.cache and "names" in h.cache:
-            break
-        time.sleep(0.02)
-    assert h is not None and GROUPS in h.cache and "names" in h.cache
+    state = patient.app.state.acceltrace
+    h = _tiles_ready(state, tid)
+    assert h is not None
     state.row(tid)  # the row cached, as the page's own first request leaves it
     assert cold_job(state, tid, h.info.max_level, 0, "g0", 0) is not None  # no detour through the route
+
+
+def test_the_progress_stream_that_ends_ready_warms_the_trace_for_its_page(tmp_path):
+    # an upload answered 202 opens its page at once; the page follows the progress stream, and asks for
+    # the metadata and tiles as soon as it reads `ready`: the stream opens the handle as it says so
+    with TestClient(create_app(tmp_path / "store", max_upload_bytes=1 << 20, ingest_wait_s=0),
+                    raise_server_exceptions=False) as c:
+        r = c.post("/api/traces", files={"file": ("p.json", chrome_json("p"), "application/json")})
+        assert r.status_code == 202, r.text
+        tid = r.json()["id"]
+        state = c.app.state.acceltrace
+        with c.stream("GET", f"/api/traces/{tid}/progress") as s:
+            events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+        assert events[-1]["status"] == "ready"
+        assert _tiles_ready(state, tid) is not None

@@ -9,7 +9,6 @@ from fastapi.responses import HTMLResponse
 
 from acceltrace.server.deps import ApiError, AppState, get_state
 from acceltrace.server.metadata import catalog_entry, trace_metadata
-from acceltrace.server.routers.tiles import ready_for_tiles
 from acceltrace.store.sandbox import make_ahead
 
 router = APIRouter(tags=["pages"])
@@ -45,7 +44,7 @@ def trace_page(trace_id: str, request: Request, state: AppState = Depends(get_st
         # goes now with the catalog row and asks /api/traces/{id} for the rest, while the handle opens and
         # the metadata is built here, beside the page's modules loading (35-55 ms that waited before them)
         if row["status"] == "ready":
-            state.warm(trace_id, lambda handle: (trace_metadata(handle, row), ready_for_tiles(handle)))
+            state.warm(trace_id, lambda handle: (trace_metadata(handle, row), handle.ready_for_tiles()))
         trace = catalog_entry(row)
     return _render(request, state, "trace.html", {"trace_id": trace_id, "trace": trace})
 

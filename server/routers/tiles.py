@@ -7,39 +7,18 @@ from typing import Callable
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.server.deps import GROUPS, ApiError, AppState, get_state
 from acceltrace.server.tile_cache import IMMUTABLE, TILE_MEDIA_TYPE, held_etag, tile_etag
-from acceltrace.tiles import layout
-from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, empty_sections
+from acceltrace.tiles.disk import empty_sections
 from acceltrace.tiles.query import MAX_LEVEL, MAX_PAGE, build_page, page_key
 
 router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
 
 
-GROUPS = "groups"  # the per-trace cache entry of _group_index: (rows per section, deepest depth) per group
-
-
-def _groups(h) -> tuple[dict, dict]:
-    """(rows per section, deepest depth) per group of an open trace, read once."""
-    def build() -> tuple[dict, dict]:
-        with h.cursor() as cur:
-            return layout.group_counts(cur), layout.group_depths(cur)
-    return h.once(GROUPS, build)
-
-
-def ready_for_tiles(h) -> None:
-    """Read what every tile of an open trace needs (its groups, its names) ahead, on a warming thread
-    (AppState.warm): a just-published trace's first tile requests then take the fast path
-    (server/tile_cache.py) instead of each going through the route to load them."""
-    _groups(h)
-    with h.cursor() as cur:
-        _names(h, cur)
-
-
 def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
     """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
-    counts, depths = _groups(h)
+    counts, depths = h.tile_groups()
     if group is None:
         total = [sum(v[k] for v in counts.values()) for k in range(3)]
         return None, empty_sections(*total), max(depths.values(), default=0)
@@ -59,7 +38,7 @@ def _job(h, trace_id: str, level: int, index: int, group: str | None, page: int,
     def build() -> bytes:
         # this depth page alone, from queries bounded by its depths (tiles/query.py build_page)
         with h.cursor() as cur:
-            return build_page(cur, h.info, level, index, g, page, group, empty, _names(h, cur), max_depth)
+            return build_page(cur, h.info, level, index, g, page, group, empty, h.tile_names(cur), max_depth)
 
     return (trace_id, level, index, page_key(group, page)), build
 
@@ -79,11 +58,6 @@ def cold_job(state: AppState, trace_id: str, level: int, index: int, group: str 
     except ApiError:
         return None
     return _job(h, trace_id, level, index, group, page, grp)
-
-
-def _names(h, cur) -> list[str] | None:
-    """The trace's name dictionary, kept per open trace when it is small (it nearly always is)."""
-    return h.once("names", lambda: layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX))
 
 
 @router.get(

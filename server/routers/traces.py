@@ -10,9 +10,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from acceltrace.server import upload
-from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.server.deps import ApiError, AppState, TraceHandle, get_state
 from acceltrace.server.metadata import catalog_entry, trace_metadata
-from acceltrace.server.routers.tiles import ready_for_tiles
 
 router = APIRouter(prefix="/api/traces", tags=["traces"])
 
@@ -82,7 +81,7 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
         return JSONResponse(body, status_code=200)
     row = await run_in_threadpool(upload.wait_published, state, job, state.ingest_wait_s)
     if row is not None and row["status"] == "ready":  # viewable; its analysis may still be running
-        state.warm(job.trace_id, ready_for_tiles)  # its page follows at once: the handle opens meanwhile
+        state.warm(job.trace_id, TraceHandle.ready_for_tiles)  # its page follows at once: the handle opens meanwhile
         return JSONResponse({"id": job.trace_id, "name": display, "status": "ready", "trace": catalog_entry(row)},
                             status_code=201)
     if job.done.is_set():
@@ -103,6 +102,8 @@ async def progress(trace_id: str, state: AppState = Depends(get_state)):
         while True:
             cur = {"id": trace_id, "status": row["status"] if row else "removed",
                    "progress": (row or {}).get("progress"), "error": (row or {}).get("error")}
+            if cur["status"] == "ready":  # the page that follows asks for its metadata and tiles next
+                state.warm(trace_id, TraceHandle.ready_for_tiles)
             if cur != last:
                 yield f"data: {json.dumps(cur)}\n\n"
                 last = cur
