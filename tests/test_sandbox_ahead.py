@@ -17,6 +17,7 @@ from acceltrace.store.sandbox import QueryError, make_ahead, run_limited, stop_a
 @pytest.fixture
 def store(trace_store):
     st = Store(trace_store.root)
+    stop_ahead(st)  # an app of another test on this store (same process) may have left one waiting
     yield st, trace_store.ids["chain"]
     stop_ahead(st)
 
