@@ -27,6 +27,14 @@ log = logging.getLogger("acceltrace.server")
 UNCOUNTED_SUFFIXES = ("/progress", "/analysis/events")  # server-sent event streams: they sleep, they do not work
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def _env_num(name: str, default: float) -> float:
     try:
         return float(os.environ[name])

@@ -34,10 +34,9 @@ def _demo_inputs(paths: list[Path]) -> list[Path]:
 
 
 def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    from acceltrace.server.limits import cores
+
+    return cores()
 
 
 def worker_app():

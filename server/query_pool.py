@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from acceltrace.server.limits import cores
+
 
 def env_int(name: str, default: int) -> int:
     """A positive whole number from the environment (at least 1), else `default`."""
@@ -29,13 +31,6 @@ def env_int(name: str, default: int) -> int:
         return max(1, int(os.environ[name]))
     except (KeyError, ValueError):
         return default
-
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 class Overloaded(Exception):
@@ -52,7 +47,7 @@ class QueryPool:
                  queue_s: float | None = None):
         self.dir = Path(store_root) / "locks"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.slots = slots or env_int("ACCELTRACE_QUERY_SLOTS", _cores())
+        self.slots = slots or env_int("ACCELTRACE_QUERY_SLOTS", cores())
         self.per_client = per_client or env_int("ACCELTRACE_QUERY_PER_CLIENT", 2)
         self.queue_s = queue_s if queue_s is not None else float(os.environ.get("ACCELTRACE_QUERY_QUEUE_S", 5.0))
         self.threads = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="query")
