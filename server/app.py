@@ -24,6 +24,7 @@ from acceltrace.server.routers import analysis, diff, export, fleet, live, pages
 from acceltrace.server import openapi
 from acceltrace.server.security import SecurityMiddleware, allowed_hosts
 from acceltrace.server.static_assets import Assets, ImmutableStatic
+from acceltrace.store.sandbox import make_ahead
 
 log = logging.getLogger("acceltrace.server")
 
@@ -105,10 +106,12 @@ def install_error_handlers(app: FastAPI) -> None:
 def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
                web_dir: Path | None = None, ingest_wait_s: float = 2.0, query_timeout_s: float = 10.0,
                bind_host: str | None = None, extra_hosts: list[str] | None = None,
-               max_inflight: int | None = None) -> FastAPI:
+               max_inflight: int | None = None, queries_ahead: bool = False) -> FastAPI:
     """The app for one store; nothing is opened until the lifespan starts.
 
-    bind_host and extra_hosts decide which Host names it answers (server/security.py).
+    bind_host and extra_hosts decide which Host names it answers (server/security.py). queries_ahead:
+    the lifespan starts the first SQL query's process (store/sandbox.py make_ahead), as `acceltrace
+    serve`'s workers do: a query may reach any worker, not only the one that served its page.
     """
 
     @asynccontextmanager
@@ -122,6 +125,8 @@ def create_app(store: str | Path | None = None, max_upload_bytes: int = 4 << 30,
             app.state.templates.env.globals.update(assets.template_globals())
         app.state.live_manager = live_capture.LiveManager(app, state.store, after_publish)  # live traces
         app.state.live_manager.start()
+        if queries_ahead:
+            make_ahead(state.store)
         try:
             yield
         finally:

@@ -47,7 +47,7 @@ def worker_app():
 
     cfg = json.loads(os.environ[CONFIG_ENV])
     app = create_app(cfg["store"], max_upload_bytes=cfg["max_upload_bytes"], bind_host=cfg["host"],
-                     extra_hosts=cfg["allowed_hosts"], max_inflight=cfg.get("max_inflight"))
+                     extra_hosts=cfg["allowed_hosts"], max_inflight=cfg.get("max_inflight"), queries_ahead=True)
     # everything imported so far (FastAPI, DuckDB, numpy, pyarrow, our modules: ~90 k objects) lives
     # as long as the worker: out of the collector's sight, a full collection no longer walks it
     # (it took 110-150 ms, every in-flight tile of this worker waiting; issue 15)

@@ -15,9 +15,10 @@ folder and attaches the files by relative path, so `duckdb_databases()` and the 
 store is. A query that outlives its limit is interrupted, then the process is killed.
 
 A server's queries (run_limited(ahead=True)) take a process started ahead, its imports done, waiting
-on its stdin; each such query starts the next one's as it ends, and make_ahead starts one when a page
-that queries opens. One waits per store and priority in each server process (about 45 MB resident);
-it has nothing of a query before its arguments arrive, so it is the same as a fresh one.
+on its stdin; each such query starts the next one's as it ends, and make_ahead starts one (a served
+worker's start, the views page). One waits per store and priority in each server process (63 MB
+resident, most of it DuckDB's library); it has nothing of a query before its arguments arrive, so it
+is the same as a fresh one.
 """
 
 from __future__ import annotations

@@ -10,37 +10,12 @@ from pathlib import Path
 import pytest
 
 from acceltrace.server.ingest_child import IngestProcesses
-
-
-def _children(pid: int) -> set[int]:
-    """Every live descendant of pid (from /proc)."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        kids = [c for c, pp in parents.items() if pp == p]
-        out.update(kids)
-        todo.extend(kids)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests._proc import alive, descendants
 
 
 def _pool_children(pid: int) -> set[int]:
     """The server's ingest processes: forked, they carry its command line; spawned, multiprocessing's."""
-    return {c for c in _children(pid) if _alive(c)}
+    return {c for c in descendants(pid) if alive(c)}
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -55,9 +30,9 @@ def test_ingest_processes_exit_when_the_server_is_killed_outright(tmp_path, live
     os.kill(server.proc.pid, signal.SIGKILL)  # no shutdown handler runs
     server.proc.wait(10)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in pool):
+    while time.monotonic() < deadline and any(alive(p) for p in pool):
         time.sleep(0.2)
-    left = [p for p in pool if _alive(p)]
+    left = [p for p in pool if alive(p)]
     for p in left:  # never leave them behind, even when the test fails
         os.kill(p, signal.SIGKILL)
     assert not left, f"{len(left)} ingest processes outlived the server"
@@ -72,12 +47,12 @@ def test_a_stop_signal_ends_an_ingest_process():
         pid = procs.run(os.getpid)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.1)
-        alive = _alive(pid)
-        if alive:
+        running = alive(pid)
+        if running:
             os.kill(pid, signal.SIGKILL)
-        assert not alive, "an ingest process ignored SIGTERM"
+        assert not running, "an ingest process ignored SIGTERM"
         procs.close()
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -146,7 +121,7 @@ def test_close_ends_a_job_in_flight_at_once_and_starts_no_new_processes():
     t.join(15)
     assert out == ["broken"] and procs.closed
     assert time.monotonic() - t0 < 10  # not the job's 60 s
-    assert not _alive(pid)
+    assert not alive(pid)
     assert not procs._pool._processes  # the broken pool was not rebuilt: a stopping server starts nothing
 
 
@@ -170,7 +145,7 @@ def test_a_two_worker_server_stops_without_leaking_its_pools_semaphores(tmp_path
     server.proc.send_signal(signal.SIGINT)  # Ctrl-C
     server.proc.wait(30)
     deadline = time.monotonic() + 30  # the tracker writes its warning as it ends, after the server
-    while time.monotonic() < deadline and any(_alive(p) for p in tree):
+    while time.monotonic() < deadline and any(alive(p) for p in tree):
         time.sleep(0.1)
     log = server.log()
     assert server.proc.returncode == 0, log

@@ -12,6 +12,7 @@ import pytest
 from acceltrace.store import sandbox
 from acceltrace.store.catalog import Store
 from acceltrace.store.sandbox import QueryError, make_ahead, run_limited, stop_ahead, waiting
+from tests._proc import alive, descendants
 
 
 @pytest.fixture
@@ -22,19 +23,10 @@ def store(trace_store):
     stop_ahead(st)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as f:  # a zombie not yet reaped by its parent counts as gone
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def _wait_gone(pid: int, within_s: float = 10.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if _gone(pid):
+        if not alive(pid):
             return True
         time.sleep(0.02)
     return False
@@ -117,3 +109,22 @@ def test_the_views_page_starts_its_queries_process_and_the_server_stops_it(trace
         last = waiting(st)
         assert last not in (None, pid)
     assert waiting(st) is None and _wait_gone(last)
+
+
+def _query_processes(root_pid: int) -> set[int]:
+    """The waiting query processes under a server (every descendant running the sandbox's boot)."""
+    return descendants(root_pid, sandbox._BOOT.encode())
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_every_served_worker_starts_its_first_querys_process(tmp_path, live_server_factory):
+    # a query may reach any worker, not the one that served its page: each worker starts one at its start
+    server = live_server_factory(tmp_path / "store", extra_args=("--workers", "2"))
+    deadline = time.monotonic() + 30
+    found: set[int] = set()
+    while time.monotonic() < deadline and len(found) < 2:
+        found = _query_processes(server.proc.pid)
+        time.sleep(0.1)
+    assert len(found) == 2, found
+    server.stop()
+    assert all(_wait_gone(p) for p in found)

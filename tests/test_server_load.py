@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests._proc import descendants
 from tests.conftest import ROOT, start_live_server
 
 SAMPLE = ROOT / "sample_traces/chrome/kineto/mi250-rocm-minitoy.json.gz"
@@ -24,19 +25,7 @@ SAMPLE = ROOT / "sample_traces/chrome/kineto/mi250-rocm-minitoy.json.gz"
 
 def _workers(server) -> list[int]:
     """The worker processes under a server's supervisor (uvicorn spawns them)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            cmd = (d / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == server.proc.pid and b"spawn_main" in cmd:
-            out.append(int(d.name))
-    return sorted(out)
+    return sorted(descendants(server.proc.pid, b"spawn_main", depth=1))
 
 
 def _wait_workers(server, n: int, timeout_s: float = 30.0) -> list[int]:
