@@ -7,8 +7,8 @@ statement, and only SELECT or EXPLAIN, is accepted (so no CREATE TEMP, no in-mem
 no PRAGMA). A watchdog interrupts a query that outruns its time limit.
 
 run_limited runs that in a process of its own (a fresh interpreter: about 0.13 CPU-s of imports before
-the query, 0.13-0.27 s of a trivial query's wall time on a quiet machine; at lower CPU priority from its
-start), whose address space is capped with
+the query, 0.13-0.27 s of a trivial query's wall time on a quiet machine; the query at lower CPU
+priority), whose address space is capped with
 RLIMIT_AS: DuckDB's memory_limit covers only its buffer manager, not every allocation (a 3 GB `repeat()`
 string went straight past it), so the kernel's limit is what holds. The process works inside the store's
 folder and attaches the files by relative path, so `duckdb_databases()` and the settings never show where the
@@ -16,7 +16,7 @@ store is. A query that outlives its limit is interrupted, then the process is ki
 
 A server's queries (run_limited(ahead=True)) take a process started ahead, its imports done, waiting
 on its stdin; each such query starts the next one's as it ends, and make_ahead starts one (a served
-worker's start, the views page). One waits per store and priority in each server process (63 MB
+worker's start, the views page). One waits per store in each server process (63 MB
 resident, most of it DuckDB's library); it has nothing of a query before its arguments arrive, so it
 is the same as a fresh one.
 """
@@ -196,6 +196,7 @@ def _child_main() -> None:
     try:
         blank = duckdb.connect(":memory:")  # ~15-25 ms: made before the query's arguments come
         a = pickle.loads(sys.stdin.buffer.read())
+        os.nice(a["nice"])  # after the imports, as a fresh process's: at the caller's priority, ready sooner
         os.chdir(a["root"])  # absolute: the store's folder, whatever the caller's working directory
         mem = a["memory_bytes"]
         limit = f"{max(64, (mem * 3 // 4) >> 20)}MB"
@@ -253,8 +254,8 @@ def run_limited(
         raise FileNotFoundError(f"trace {trace_id} not found in {store.root}")
     args = pickle.dumps({"root": os.path.abspath(store.root), "trace_id": trace_id, "sql": sql, "max_rows": max_rows,
                          "timeout_s": timeout_s, "deadline": time.time() + timeout_s if timeout_s else None,
-                         "memory_bytes": int(memory_bytes)})
-    key = (os.path.abspath(store.root), nice)
+                         "memory_bytes": int(memory_bytes), "nice": nice})
+    key = os.path.abspath(store.root)
     proc = (_AHEAD.take(key) if ahead else None) or _launch(key)
     try:
         out, err = proc.communicate(args, timeout=(timeout_s + KILL_GRACE_S) if timeout_s else None)
@@ -289,25 +290,24 @@ def run_limited(
     raise QueryError(message, value[1])
 
 
-# the query process: its priority set before its imports; -P: nothing imported from its working folder
-_BOOT = "import os, sys; os.nice(int(sys.argv[1])); from acceltrace.store import sandbox; sandbox._child_main()"
+# the query process (-P: nothing imported from its working folder, the store's)
+_BOOT = "from acceltrace.store import sandbox; sandbox._child_main()"
 
 
-def _launch(key: tuple[str, int]) -> subprocess.Popen:
-    root, nice = key
-    return subprocess.Popen([sys.executable, "-P", "-c", _BOOT, str(nice)], stdin=subprocess.PIPE,
+def _launch(root: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-P", "-c", _BOOT], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
 
 
 class _Ahead:
-    """The query processes started ahead in this process, one per (store folder, priority)."""
+    """The query processes started ahead in this process, one per store folder."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._waiting: dict[tuple[str, int], tuple[int, subprocess.Popen]] = {}  # key: (owner pid, process)
+        self._waiting: dict[str, tuple[int, subprocess.Popen]] = {}  # folder: (owner pid, process)
         self._exit_hook = False
 
-    def start(self, key: tuple[str, int]) -> None:
+    def start(self, key: str) -> None:
         with self._lock:
             held = self._waiting.get(key)
             if held is not None and held[0] == os.getpid() and held[1].poll() is None:
@@ -317,7 +317,7 @@ class _Ahead:
                 atexit.register(self.stop_all)
                 self._exit_hook = True
 
-    def take(self, key: tuple[str, int]) -> subprocess.Popen | None:
+    def take(self, key: str) -> subprocess.Popen | None:
         """The waiting process of key, or None (none, ended, or started by the process this one forked from)."""
         with self._lock:
             held = self._waiting.pop(key, None)
@@ -328,14 +328,14 @@ class _Ahead:
             return None
         return held[1]
 
-    def waiting(self, key: tuple[str, int]) -> int | None:
+    def waiting(self, key: str) -> int | None:
         with self._lock:
             held = self._waiting.get(key)
         return held[1].pid if held is not None and held[0] == os.getpid() and held[1].poll() is None else None
 
     def stop_all(self, root: str | None = None) -> None:
         with self._lock:
-            keys = [k for k in self._waiting if root is None or k[0] == root]
+            keys = [k for k in self._waiting if root is None or k == root]
             held = [self._waiting.pop(k) for k in keys]
         for pid, proc in held:
             if pid == os.getpid():
@@ -352,14 +352,14 @@ def _reap(proc: subprocess.Popen) -> None:
 _AHEAD = _Ahead()
 
 
-def make_ahead(store: Store, nice: int = 10) -> None:
+def make_ahead(store: Store) -> None:
     """Start the process of this store's next run_limited(ahead=True) query now, unless one waits."""
-    _AHEAD.start((os.path.abspath(store.root), nice))
+    _AHEAD.start(os.path.abspath(store.root))
 
 
-def waiting(store: Store, nice: int = 10) -> int | None:
-    """The pid of the process started ahead for this store's next query at this priority, or None."""
-    return _AHEAD.waiting((os.path.abspath(store.root), nice))
+def waiting(store: Store) -> int | None:
+    """The pid of the process started ahead for this store's next query, or None."""
+    return _AHEAD.waiting(os.path.abspath(store.root))
 
 
 def stop_ahead(store: Store | None = None) -> None:

@@ -63,10 +63,11 @@ def test_a_process_started_ahead_keeps_every_limit(store):
     with pytest.raises(QueryError) as e:  # the memory cap counts from the query, not from the process's start
         run_limited(st, tid, "SELECT length(repeat('x', 600000000)) AS n", memory_bytes=256 << 20, ahead=True)
     assert e.value.code == "query_memory"
-    # its priority is the one asked for: a query at another priority gets a process of its own
-    make_ahead(st, nice=5)
-    assert waiting(st, nice=5) not in (None, waiting(st))
+    # the priority is the query's own (set once its arguments arrive): any waiting process serves it
+    make_ahead(st)
+    pid = waiting(st)
     assert run_limited(st, tid, "SELECT count(*) FROM slices", nice=5, ahead=True)[1] == [(61,)]
+    assert _wait_gone(pid) and waiting(st) not in (None, pid)
 
 
 def test_a_dead_process_started_ahead_is_replaced(store):
