@@ -208,10 +208,9 @@ class IngestProcesses:
         return self._closed
 
     def close(self) -> None:
-        """Ends the processes at once, an ingest in flight with them (lost, as at a kill: the catalog's sweep
-        removes its row and temp file), and waits for them: a pool let go without that wait left its
-        queues' semaphores to the resource tracker's warning ("leaked semaphore objects") at a served
-        app's exit."""
+        """Ends the processes at once, an ingest in flight with them (lost: its row says the server stopped,
+        server/upload.py), and waits for them: a pool let go without that wait left its queues' semaphores
+        to the resource tracker's warning ("leaked semaphore objects") at a served app's exit."""
         with self._lock:
             self._closed = True
             pool = self._pool

@@ -188,8 +188,8 @@ def _peak_bytes() -> int:
 
 
 def _child_main() -> None:
-    """`python -m acceltrace.store.sandbox`: one query; its arguments pickled on stdin, the
-    answer pickled on stdout."""
+    """The query process (_BOOT; `python -m acceltrace.store.sandbox` too): one query, its arguments
+    pickled on stdin, the answer pickled on stdout."""
     import pickle
 
     out = sys.stdout.buffer
@@ -242,11 +242,11 @@ def run_limited(
     nice: int = 10,
     ahead: bool = False,
 ) -> tuple[list[str], list[tuple], bool]:
-    """As run_readonly, in a process of its own (`python -m acceltrace.store.sandbox`) capped at
-    memory_bytes of address space beyond its start, at lower CPU priority, and killed
-    KILL_GRACE_S after timeout_s; ahead: in the process make_ahead started for this store and priority
-(where one waits), leaving one started for the next query. Raises QueryError (codes: bad_request, query_refused,
-    query_failed, query_timeout, query_memory) or FileNotFoundError."""
+    """As run_readonly, in a process of its own (_BOOT) capped at memory_bytes of address space beyond
+    its start, at `nice` lower CPU priority, and killed KILL_GRACE_S after timeout_s. ahead: in the
+    process started ahead for this store (make_ahead), where one waits, and start the next query's.
+    Raises QueryError (codes: bad_request, query_refused, query_failed, query_timeout, query_memory)
+    or FileNotFoundError."""
     import pickle
 
     check_statement(sql)
@@ -308,11 +308,17 @@ class _Ahead:
         self._exit_hook = False
 
     def start(self, key: str) -> None:
+        """Best effort: a process that cannot start now (no such folder, no file descriptors) is left to
+        the next query, which starts its own and answers that error."""
         with self._lock:
             held = self._waiting.get(key)
             if held is not None and held[0] == os.getpid() and held[1].poll() is None:
                 return
-            self._waiting[key] = (os.getpid(), _launch(key))
+            try:
+                self._waiting[key] = (os.getpid(), _launch(key))
+            except OSError:
+                self._waiting.pop(key, None)
+                return
             if not self._exit_hook:
                 atexit.register(self.stop_all)
                 self._exit_hook = True

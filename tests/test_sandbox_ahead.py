@@ -129,3 +129,16 @@ def test_every_served_worker_starts_its_first_querys_process(tmp_path, live_serv
     assert len(found) == 2, found
     server.stop()
     assert all(_wait_gone(p) for p in found)
+
+
+def test_a_process_that_cannot_start_ahead_is_left_to_the_query(store, tmp_path):
+    st, tid = store
+    gone = Store(tmp_path / "gone")
+    root = gone.root
+    import shutil
+
+    shutil.rmtree(root)  # its folder removed under a running server: the process cannot start there
+    make_ahead(gone)  # no error for the page that asked
+    assert waiting(gone) is None
+    make_ahead(st)
+    assert waiting(st) is not None
