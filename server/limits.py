@@ -35,6 +35,14 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def env_int(name: str, default: int) -> int:
+    """A positive whole number from the environment (at least 1), else `default`."""
+    try:
+        return max(1, int(os.environ[name]))
+    except (KeyError, ValueError):
+        return default
+
+
 def _env_num(name: str, default: float) -> float:
     try:
         return float(os.environ[name])

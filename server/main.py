@@ -33,12 +33,6 @@ def _demo_inputs(paths: list[Path]) -> list[Path]:
     return out
 
 
-def default_workers() -> int:
-    from acceltrace.server.limits import cores
-
-    return cores()
-
-
 def worker_app():
     """The app of one worker process, from the settings serve_command put in the environment."""
     from acceltrace.server.app import create_app
@@ -60,7 +54,7 @@ def serve_command(args) -> int:
 
     from acceltrace.analysis.runner import after_publish
     from acceltrace.ingest.pipeline import ingest_paths
-    from acceltrace.server.query_pool import env_int
+    from acceltrace.server.limits import cores, env_int
     from acceltrace.store.catalog import Store
 
     store = Store(args.store)
@@ -76,7 +70,7 @@ def serve_command(args) -> int:
     if workers is None:
         # a live capture lives in one process's memory: its page and websocket need that process
         live = os.environ.get("ACCELTRACE_LIVE_FILE") or os.environ.get("ACCELTRACE_SOCKET")
-        workers = 1 if live else default_workers()
+        workers = 1 if live else cores()
     if paths:
         for r in ingest_paths(store, _demo_inputs(paths), skip_existing=True, after_publish=after_publish):
             if r.error:

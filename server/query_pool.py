@@ -22,15 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from acceltrace.server.limits import cores
-
-
-def env_int(name: str, default: int) -> int:
-    """A positive whole number from the environment (at least 1), else `default`."""
-    try:
-        return max(1, int(os.environ[name]))
-    except (KeyError, ValueError):
-        return default
+from acceltrace.server.limits import cores, env_int
 
 
 class Overloaded(Exception):

@@ -90,14 +90,13 @@ def open_sandboxed(store: Store, trace_id: str, memory_limit: str = "1GB") -> du
     return _lock_down(store.connect(trace_id), memory_limit)
 
 
-def _open_relative(trace_id: str, memory_limit: str, temp_max: str,
-                   con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-    """As Store.connect, from inside the store's folder (cwd), with relative paths only; in `con`, an
-    in-memory instance made ahead with nothing attached, where given."""
+def _open_relative(con: duckdb.DuckDBPyConnection, trace_id: str, memory_limit: str,
+                   temp_max: str) -> duckdb.DuckDBPyConnection:
+    """As Store.connect, from inside the store's folder (cwd), with relative paths only, in `con`: an
+    in-memory instance made before the query's arguments came, nothing attached yet."""
     path = Path("traces") / f"{trace_id}.duckdb"
     if not path.exists():
         raise FileNotFoundError(f"trace {trace_id} not found")
-    con = con or duckdb.connect(":memory:")
     con.execute(f"SET memory_limit = '{memory_limit}'")
     con.execute(f"SET temp_directory = 'tmp/duck.{os.getpid()}.query'")
     con.execute(f"SET max_temp_directory_size = '{temp_max}'")
@@ -200,7 +199,7 @@ def _child_main() -> None:
         os.chdir(a["root"])  # absolute: the store's folder, whatever the caller's working directory
         mem = a["memory_bytes"]
         limit = f"{max(64, (mem * 3 // 4) >> 20)}MB"
-        con = _lock_down(_open_relative(a["trace_id"], limit, f"{max(64, mem >> 20)}MB", blank), limit)
+        con = _lock_down(_open_relative(blank, a["trace_id"], limit, f"{max(64, mem >> 20)}MB"), limit)
         # the cap counts from here: what the process already maps (Python, DuckDB) is not the query's
         cap = _status_bytes("VmSize") + mem
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))

@@ -44,7 +44,11 @@ def trace_page(trace_id: str, request: Request, state: AppState = Depends(get_st
         # goes now with the catalog row and asks /api/traces/{id} for the rest, while the handle opens and
         # the metadata is built here, beside the page's modules loading (35-55 ms that waited before them)
         if row["status"] == "ready":
-            state.warm(trace_id, lambda handle: (trace_metadata(handle, row), handle.ready_for_tiles()))
+            def warm(handle) -> None:
+                trace_metadata(handle, row)
+                handle.ready_for_tiles()
+
+            state.warm(trace_id, warm)
         trace = catalog_entry(row)
     return _render(request, state, "trace.html", {"trace_id": trace_id, "trace": trace})
 
