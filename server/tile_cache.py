@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from acceltrace.tiles.build import LOD_VERSION
@@ -62,6 +62,7 @@ class TileBytes:
         self.gzip_on = os.environ.get("ACCELTRACE_TILE_GZIP", "1") not in ("0", "false", "no")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tile-gzip")
         self._pending: set[tuple] = set()
+        self._building: dict[tuple, Future] = {}  # key -> the one build of it under way
         self._lock = threading.Lock()
 
     def get(self, key: tuple, want_gzip: bool, build: Callable[[], bytes]) -> tuple[bytes, str]:
@@ -73,12 +74,36 @@ class TileBytes:
                 return body, "gzip"
         body = self._lookup(key, "identity")
         if body is None:
-            body = build()
-            self.disk.write(*key, "identity", body)
-            self.memory.put(key + ("identity",), body)
+            body = self._build_once(key, build)
         if want_gzip and self.gzip_on and len(body) >= GZIP_MIN_BYTES:
             self._compress_later(key, body)
         return body, "identity"
+
+    def _build_once(self, key: tuple, build: Callable[[], bytes]) -> bytes:
+        """build()'s bytes, kept in both caches; a second thread asking for a key being built waits for
+        that build (a page's first tiles meet the ones server/first_view.py builds ahead) and gets its
+        answer, its error included."""
+        with self._lock:
+            running = self._building.get(key)
+            if running is None:
+                running = self._building[key] = Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return running.result()
+        try:
+            body = build()
+            self.disk.write(*key, "identity", body)
+            self.memory.put(key + ("identity",), body)
+            running.set_result(body)
+            return body
+        except BaseException as e:
+            running.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                del self._building[key]
 
     def in_memory(self, key: tuple, want_gzip: bool) -> tuple[bytes | None, str]:
         """The tile from this worker's memory only (never blocks): (None, "") when not there."""
@@ -171,8 +196,10 @@ class TileFastPath:
             if page > MAX_PAGE:
                 return False  # the route answers 422
             group = page_key(group, page)
-        if state.open_trace(trace_id) is None:
+        h = state.open_trace(trace_id)
+        if h is None:
             return False
+        h.asked.set()
         headers = {k: v for k, v in scope["headers"] if k in (b"accept-encoding", b"if-none-match")}
         want_gzip = b"gzip" in headers.get(b"accept-encoding", b"")
         inm = headers.get(b"if-none-match")

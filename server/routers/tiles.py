@@ -84,6 +84,7 @@ async def get_tile(
     # the common case answers in the event loop: an open trace and a tile in memory. Anything that
     # may touch SQLite, DuckDB or the disk goes to the thread pool.
     h = state.open_trace(trace_id) or await run_in_threadpool(state.trace, trace_id)
+    h.asked.set()
     if h.info is None:
         raise ApiError(409, "not_ready", f"trace {trace_id!r} has no level-of-detail tables; ingest it again")
     if level > h.info.max_level:

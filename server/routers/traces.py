@@ -10,7 +10,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from acceltrace.server import upload
-from acceltrace.server.deps import ApiError, AppState, TraceHandle, get_state
+from acceltrace.server.deps import ApiError, AppState, get_state
+from acceltrace.server.first_view import VIEW_PX_MAX, VIEW_PX_MIN, build_first_view
 from acceltrace.server.metadata import catalog_entry, trace_metadata
 
 router = APIRouter(prefix="/api/traces", tags=["traces"])
@@ -34,6 +35,9 @@ def list_traces(state: AppState = Depends(get_state)) -> dict:
              status_code=201, responses={200: {"description": "deduplicated"}, 202: {"description": "ingesting"},
                                          413: {"description": "too large"}, 422: {"description": "ingest failed"}})
 async def upload_trace(request: Request, name: str | None = Query(None, description="trace name (raw body uploads)"),
+                       view_px: int | None = Query(None, ge=VIEW_PX_MIN, le=VIEW_PX_MAX,
+                                               description="the width of the tracks area of the page that opens "
+                                                           "the trace next: its first tiles are built meanwhile"),
                        state: AppState = Depends(get_state)):
     early: list = []  # the ingest begun as a JSON trace's first bytes arrived (upload.streamable)
 
@@ -81,11 +85,13 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
         return JSONResponse(body, status_code=200)
     row = await run_in_threadpool(upload.wait_published, state, job, state.ingest_wait_s)
     if row is not None and row["status"] == "ready":  # viewable; its analysis may still be running
-        state.warm(job.trace_id, TraceHandle.ready_for_tiles)  # its page follows at once: the handle opens meanwhile
+        # its page follows at once: the handle opens and its first tiles are built meanwhile
+        state.warm(job.trace_id, build_first_view(state, job.trace_id, view_px))
         return JSONResponse({"id": job.trace_id, "name": display, "status": "ready", "trace": catalog_entry(row)},
                             status_code=201)
     if job.done.is_set():
         raise ApiError(422, "ingest_failed", job.error or (row or {}).get("error") or "ingest failed")
+    state.first_view_px.remember(job.trace_id, view_px)  # for its progress stream's end
     return JSONResponse({"id": job.trace_id, "name": display, "status": "ingesting",
                          "progress_url": f"/api/traces/{job.trace_id}/progress"}, status_code=202)
 
@@ -103,7 +109,7 @@ async def progress(trace_id: str, state: AppState = Depends(get_state)):
             cur = {"id": trace_id, "status": row["status"] if row else "removed",
                    "progress": (row or {}).get("progress"), "error": (row or {}).get("error")}
             if cur["status"] == "ready":  # the page that follows asks for its metadata and tiles next
-                state.warm(trace_id, TraceHandle.ready_for_tiles)
+                state.warm(trace_id, build_first_view(state, trace_id, state.first_view_px.pop(trace_id)))
             if cur != last:
                 yield f"data: {json.dumps(cur)}\n\n"
                 last = cur

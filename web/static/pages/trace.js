@@ -7,7 +7,7 @@ import { attachInput } from "../timeline/input.js";
 import { Search } from "../panels/search.js";
 import { renderDetails, renderArea, renderSummary, renderFindings, renderInfo } from "../panels/side_panels.js";
 import { readFragment, writeFragment, copyText } from "../lib/url_state.js";
-import { installDropTarget } from "../panels/upload.js";
+import { installDropTarget, rememberTracksInset } from "../panels/upload.js";
 import { tracksInSpan } from "../timeline/hit.js";
 import { showTooltip, hideTooltip, sliceTooltip } from "../panels/tooltip.js";
 import { el, fmtCount } from "../lib/util.js";
@@ -81,6 +81,10 @@ async function main() {
   // the timeline follows the side panel through its ResizeObserver; pw= in the URL wins over localStorage
   installSideResize($("side-resize"), $("side"), { initial_px: readFragment().panel_px, ondone: () => saveUrl() });
   const tl = new Timeline(root, api, meta);
+  // what the tracks area leaves of the window: the next drop's upload says its page's width from it
+  const keepInset = () => rememberTracksInset(window.innerWidth - tl.view.width_css_px);
+  new ResizeObserver(keepInset).observe(root);
+  addEventListener("pagehide", keepInset);
   installTrackControls(tl, () => saveUrl()); // filter, hide, reorder, depths, names width (f= hide= ord= nw=)
   const cursor = new Cursor(tl);
   const panes = { details: $("pane-details"), area: $("pane-area"), summary: $("pane-summary"), findings: $("pane-findings"),

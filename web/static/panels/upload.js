@@ -44,6 +44,27 @@ function errorMessage(xhr) {
   return xhr.status ? `the server answered ${xhr.status} ${xhr.statusText}` : "the upload did not reach the server";
 }
 
+// The page that opens after a drop shows the whole trace at the level its tracks area's width gives; the
+// upload says that width (?view_px=) so the server builds those tiles while the page loads
+// (server/first_view.py). The width is the window's less what a trace page here last kept beside its
+// tracks (side panel, names column), or the default layout's 615 px.
+const INSET_KEY = "acceltrace.tracks_inset_px";
+const DEFAULT_INSET_PX = 615;
+
+/** Keep how much of the window a trace page's tracks area leaves to its other columns (trace.js). */
+export function rememberTracksInset(px) {
+  try { localStorage.setItem(INSET_KEY, String(Math.round(px))); } catch (_) { /* storage off: the default */ }
+}
+
+function tracksWidth() {
+  let inset = DEFAULT_INSET_PX;
+  try {
+    const kept = Number(localStorage.getItem(INSET_KEY));
+    if (Number.isFinite(kept) && kept > 0) inset = kept;
+  } catch (_) { /* storage off */ }
+  return Math.max(300, Math.floor(window.innerWidth)) - inset;
+}
+
 /** Upload one file (the bar is the upload's); opens the trace's page once the server has it (ready or still ingesting). */
 export function uploadFile(file) {
   const name = file.name || "file";
@@ -51,7 +72,8 @@ export function uploadFile(file) {
   const form = new FormData();
   form.append("file", file, name);
   const xhr = new XMLHttpRequest();
-  xhr.open("POST", "/api/traces");
+  const px = tracksWidth();
+  xhr.open("POST", px >= 100 && px <= 16384 ? `/api/traces?view_px=${px}` : "/api/traces");
   xhr.upload.onprogress = (e) => {
     if (!e.lengthComputable) return;
     // once every byte is sent the server is already ingesting; it answers when done or after ~2 s

@@ -1,0 +1,207 @@
+"""A dropped trace's first tiles are built while its page loads (server/first_view.py), and the page and the
+server agree on which they are: the level of the width the upload says, every tile of the whole trace."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+import _ui
+from acceltrace.server.app import create_app
+from acceltrace.server.deps import AppState
+from acceltrace.server.first_view import FIRST_VIEW_TILES, build_first_view, first_level, first_tiles
+from acceltrace.server.tile_cache import TileBytes
+from acceltrace.tiles.query import page_key
+
+A100 = _ui.A100  # 5 tile groups, one of them 4 depth pages deep: more first tiles than FIRST_VIEW_TILES
+
+
+def _upload(client, query: str = "") -> str:
+    r = client.post(f"/api/traces{query}", files={"file": (A100.name, A100.read_bytes(), "application/gzip")})
+    assert r.status_code in (201, 202), r.text
+    return r.json()["id"]
+
+
+def _on_disk(state: AppState, tid: str, tiles) -> list[bool]:
+    return [state.tile_bytes.disk.has(tid, lv, ix, page_key(g, p), "identity") for lv, ix, g, p in tiles]
+
+
+def _wait_on_disk(state: AppState, tid: str, tiles, timeout_s: float = 60) -> list[bool]:
+    deadline = time.monotonic() + timeout_s
+    while not all(have := _on_disk(state, tid, tiles)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return have
+
+
+@pytest.fixture
+def app_client(tmp_path):
+    with TestClient(create_app(tmp_path / "store", max_upload_bytes=64 << 20, ingest_wait_s=60),
+                    raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_an_upload_that_says_its_pages_width_has_its_first_tiles_built_before_they_are_asked(app_client):
+    tid = _upload(app_client, "?view_px=1000")
+    state = app_client.app.state.acceltrace
+    h = state.trace(tid)
+    tiles = first_tiles(h, 1000)
+    assert len(tiles) == FIRST_VIEW_TILES  # A100 has more: the budget holds
+    assert {t[0] for t in tiles} == {first_level(h.info.duration_ns, 1000, h.info.max_level)}
+    assert [t[2:] for t in tiles[:2]] == [("g0", 0)] * 2 and tiles[0][1] == 0  # the top group's first page first
+    assert all(_wait_on_disk(state, tid, tiles)), "the first tiles were not built ahead"
+    # they are the bytes the route answers (the same job: server/routers/tiles.py)
+    lv, ix, g, p = tiles[0]
+    r = app_client.get(f"/api/traces/{tid}/tiles/{lv}/{ix}?group={g}&page={p}", headers={"Accept-Encoding": "identity"})
+    assert r.status_code == 200
+    assert r.content == state.tile_bytes.disk.read(tid, lv, ix, page_key(g, p), "identity")
+
+
+def test_an_upload_without_a_width_builds_no_tile_and_a_page_that_asks_first_stops_the_build(app_client):
+    tid = _upload(app_client)
+    state = app_client.app.state.acceltrace
+    h = state.trace(tid)
+    tiles = first_tiles(h, 1200)
+    time.sleep(0.5)  # the warming (groups and names only) has had its time
+    assert not any(_on_disk(state, tid, tiles))
+    h.asked.set()  # the page's own tile requests have begun: it builds what it needs itself
+    build_first_view(state, tid, 1200)(h)
+    assert not any(_on_disk(state, tid, tiles))
+    h.asked.clear()
+    build_first_view(state, tid, 1200)(h)
+    assert all(_on_disk(state, tid, tiles))
+
+
+def test_the_progress_stream_of_an_upload_answered_202_builds_its_first_tiles(tmp_path):
+    with TestClient(create_app(tmp_path / "store", max_upload_bytes=64 << 20, ingest_wait_s=0),
+                    raise_server_exceptions=False) as c:
+        r = c.post("/api/traces?view_px=900", files={"file": (A100.name, A100.read_bytes(), "application/gzip")})
+        assert r.status_code == 202, r.text
+        tid = r.json()["id"]
+        with c.stream("GET", f"/api/traces/{tid}/progress") as s:
+            events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+        assert events[-1]["status"] == "ready"
+        state = c.app.state.acceltrace
+        assert all(_wait_on_disk(state, tid, first_tiles(state.trace(tid), 900)))
+
+
+@pytest.mark.parametrize("px", [99, 16385, "wide"])
+def test_a_width_out_of_bounds_is_refused(app_client, px):
+    r = app_client.post(f"/api/traces?view_px={px}", files={"file": (A100.name, b"{}", "application/json")})
+    assert r.status_code == 422
+    assert "view_px" in r.text
+
+
+class _Disk:
+    def __init__(self):
+        self.files = {}
+
+    def read(self, *key):
+        return self.files.get(key)
+
+    def write(self, *key_and_data):
+        self.files[key_and_data[:-1]] = key_and_data[-1]
+        return True
+
+
+class _Memory(dict):
+    def put(self, key, value):
+        self[key] = value
+
+
+def test_a_tile_asked_while_it_is_being_built_waits_for_that_build():
+    tb = TileBytes(_Memory(), _Disk())
+    tb.gzip_on = False
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def build():
+        calls.append(1)
+        started.set()
+        release.wait(10)
+        return b"tile"
+
+    out = []
+    first = threading.Thread(target=lambda: out.append(tb.get(("t", 1, 0, "g0"), False, build)))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: out.append(tb.get(("t", 1, 0, "g0"), False, build)))
+    second.start()
+    time.sleep(0.1)
+    release.set()
+    first.join(10), second.join(10)
+    assert out == [(b"tile", "identity")] * 2 and len(calls) == 1
+    tb.close()
+
+
+def test_a_failed_build_is_the_error_of_each_request_that_waited_for_it_and_is_not_kept():
+    tb = TileBytes(_Memory(), _Disk())
+    started, release = threading.Event(), threading.Event()
+
+    def broken():
+        started.set()
+        release.wait(10)
+        raise OSError("the trace's file went away")
+
+    errors = []
+
+    def ask():
+        try:
+            tb.get(("t", 1, 0, "g0"), False, broken)
+        except OSError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    threads[0].start()
+    assert started.wait(10)
+    threads[1].start()
+    time.sleep(0.1)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert errors == ["the trace's file went away"] * 2
+    assert tb.get(("t", 1, 0, "g0"), False, lambda: b"again") == (b"again", "identity")  # built anew
+    tb.close()
+
+
+def test_a_dropped_traces_page_asks_for_the_tiles_the_server_built_for_it(browser, tmp_path, live_server_factory):
+    server = live_server_factory(tmp_path / "store")
+    with _ui.new_page(browser, server.url, width=1500, height=900) as page:
+        posts, tiles_asked = [], []
+        page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else
+                tiles_asked.append(r.url) if "/api/traces/" in r.url and "/tiles/" in r.url else None)
+        page.goto("/")
+        with page.expect_file_chooser() as chooser:
+            page.click("#open-file")
+        chooser.value.set_files(str(A100))
+        page.wait_for_url("**/t/*", timeout=60000)
+        _ui.wait_idle(page, timeout_ms=30000)
+        (post,) = [u for u in posts if "/api/traces" in u]
+        px = int(post.split("view_px=")[1])
+        tracks_px = page.evaluate("() => window.acceltrace.timeline.view.width_css_px")
+        assert px == tracks_px  # the default layout's inset is what the list page assumes
+        inset = page.evaluate("() => localStorage.getItem('acceltrace.tracks_inset_px')")
+        assert int(inset) == 1500 - tracks_px  # ... and the trace page keeps the real one for the next drop
+        # the page's level for the whole trace is the server's for that width, for any duration and width
+        grid = [(d, w) for d in (1, 999, 1000, 1024, 123_456_789, 1_264_913_000, 2**40 + 3) for w in (300, 889, 1000, 1024, 2560)]
+        js = page.evaluate("""(grid) => { const V = window.acceltrace.timeline.view.constructor;
+            return grid.map(([d, w]) => { const v = new V(d); v.width_css_px = w; return v.level(); }); }""", grid)
+        assert js == [first_level(d, w, 62) for d, w in grid]
+    state = AppState(server.store)
+    try:
+        tid = state.store.list()[0]["id"]
+        built = {(lv, ix, g, p) for lv, ix, g, p in first_tiles(state.trace(tid), px)}
+    finally:
+        state.close_all()
+    first = []
+    for u in tiles_asked:
+        path, _, q = u.partition("?")
+        lv, ix = map(int, path.rsplit("/tiles/", 1)[1].split("/"))
+        args = dict(kv.split("=") for kv in q.split("&"))
+        first.append((lv, ix, args["group"], int(args.get("page", 0))))
+    level = first[0][0]
+    assert {t[0] for t in built} == {level}
+    on_screen = [t for t in first if t[0] == level][:8]
+    assert on_screen and set(on_screen) <= built, (on_screen, built)
