@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from acceltrace.server.deps import AppState, TraceHandle
-from acceltrace.server.routers.tiles import _group_index, _job
+from acceltrace.server.routers.tiles import group_index, tile_job
 from acceltrace.tiles.query import DEPTH_PAGE
 
 FIRST_VIEW_TILES = 16  # A100's first screen takes 9-10 (two indices of 5 group pages)
@@ -58,6 +58,6 @@ def build_first_view(state: AppState, trace_id: str, view_px: int | None):
         for level, index, group, page in first_tiles(h, view_px):
             if h.asked.is_set():
                 return
-            key, build = _job(h, trace_id, level, index, group, page, _group_index(h, trace_id, group))
+            key, build = tile_job(h, trace_id, level, index, group, page, group_index(h, trace_id, group))
             state.tile_bytes.get(key, True, build)
     return then

@@ -16,7 +16,7 @@ router = APIRouter(prefix="/api/traces", tags=["tiles"])
 
 
 
-def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
+def group_index(h, trace_id: str, group: str | None) -> tuple[int | None, frozenset[str], int]:
     """The group number behind ?group=gN, the sections it cannot have rows in, its deepest depth."""
     counts, depths = h.tile_groups()
     if group is None:
@@ -28,9 +28,9 @@ def _group_index(h, trace_id: str, group: str | None) -> tuple[int | None, froze
     return grp, empty_sections(*counts[grp]), depths.get(grp, 0)
 
 
-def _job(h, trace_id: str, level: int, index: int, group: str | None, page: int,
+def tile_job(h, trace_id: str, level: int, index: int, group: str | None, page: int,
          grp: tuple[int | None, frozenset[str], int]) -> tuple[tuple, Callable[[], bytes]]:
-    """(cache key, build) of one depth page of a tile; `grp` is _group_index's answer for `group`."""
+    """(cache key, build) of one depth page of a tile; `grp` is group_index's answer for `group`."""
     g, empty, max_depth = grp
     if (index << (level + 10)) >= max(1, h.info.duration_ns) + (1 << (level + 10)):
         empty = frozenset({"slices", "merged", "instants", "counters"})  # wholly after the trace's end
@@ -54,10 +54,10 @@ def cold_job(state: AppState, trace_id: str, level: int, index: int, group: str 
             or index > (1 << 40) or page > MAX_PAGE:
         return None
     try:
-        grp = _group_index(h, trace_id, group)
+        grp = group_index(h, trace_id, group)
     except ApiError:
         return None
-    return _job(h, trace_id, level, index, group, page, grp)
+    return tile_job(h, trace_id, level, index, group, page, grp)
 
 
 @router.get(
@@ -92,15 +92,15 @@ async def get_tile(
                        f"level {level} is above this trace's max level {h.info.max_level} (where tile 0 already "
                        "covers the whole trace)")
     if GROUPS in h.cache:
-        grp = _group_index(h, trace_id, group)
+        grp = group_index(h, trace_id, group)
     else:
-        grp = await run_in_threadpool(_group_index, h, trace_id, group)
+        grp = await run_in_threadpool(group_index, h, trace_id, group)
     want_gzip = "gzip" in request.headers.get("accept-encoding", "")
     gkey = page_key(group, page)
     held = held_etag(request.headers.get("if-none-match"), trace_id, level, index, gkey)
     if held is not None:
         return Response(status_code=304, headers={"ETag": held, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"})
-    key, build = _job(h, trace_id, level, index, group, page, grp)
+    key, build = tile_job(h, trace_id, level, index, group, page, grp)
     body, enc = state.tile_bytes.in_memory(key, want_gzip)
     if body is None:
         body, enc = await run_in_threadpool(state.tile_bytes.get, key, want_gzip, build)
