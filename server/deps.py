@@ -122,28 +122,6 @@ class TraceHandle:
             pass
 
 
-class Remembered:
-    """A bounded map of a few facts per trace id, newest kept: the view width an upload answered 202 sent,
-    for the end of its progress stream (server/first_view.py)."""
-
-    def __init__(self, most: int = 256):
-        self._d: OrderedDict[str, object] = OrderedDict()
-        self._most = most
-        self._lock = threading.Lock()
-
-    def remember(self, trace_id: str, value) -> None:
-        if value is None:
-            return
-        with self._lock:
-            self._d[trace_id] = value
-            while len(self._d) > self._most:
-                self._d.popitem(last=False)
-
-    def pop(self, trace_id: str):
-        with self._lock:
-            return self._d.pop(trace_id, None)
-
-
 class AppState:
     """What the routers share: the store, settings, the open traces, background ingests."""
 
@@ -159,7 +137,6 @@ class AppState:
         self._opening: dict[str, threading.Lock] = {}  # one open per trace at a time (trace())
         self._warming = ThreadPoolExecutor(2, thread_name_prefix="trace-warm")  # warm(): bounded
         self._rows: dict[str, tuple[dict, float]] = {}
-        self.first_view_px = Remembered()  # an upload's page width, for its progress stream's end
         self._lock = threading.Lock()
         self.ingest_slots = threading.Semaphore(2)  # concurrent ingests; more wait their turn
         self.ingests = IngestProcesses(workers=2)  # their processes (server/ingest_child.py)

@@ -78,10 +78,10 @@ def test_an_upload_without_a_width_builds_no_tile_and_a_page_that_asks_first_sto
 def test_the_progress_stream_of_an_upload_answered_202_builds_its_first_tiles(tmp_path):
     with TestClient(create_app(tmp_path / "store", max_upload_bytes=64 << 20, ingest_wait_s=0),
                     raise_server_exceptions=False) as c:
-        r = c.post("/api/traces?view_px=900", files={"file": (A100.name, A100.read_bytes(), "application/gzip")})
+        r = c.post("/api/traces", files={"file": (A100.name, A100.read_bytes(), "application/gzip")})
         assert r.status_code == 202, r.text
         tid = r.json()["id"]
-        with c.stream("GET", f"/api/traces/{tid}/progress") as s:
+        with c.stream("GET", f"/api/traces/{tid}/progress?view_px=900") as s:  # the page's stream says its width
             events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
         assert events[-1]["status"] == "ready"
         state = c.app.state.acceltrace

@@ -36,6 +36,8 @@ def test_a_page_opened_while_its_trace_ingests_waits_and_then_draws_without_a_re
         pg = ctx.new_page()
         errors: list[str] = []
         pg.on("pageerror", lambda e: errors.append(str(e)))
+        streams: list[str] = []
+        pg.on("request", lambda r: streams.append(r.url) if r.url.split("?")[0].endswith("/progress") else None)
         pg.goto(f"/t/{row['id']}")
         box = pg.locator("#timeline .ingest-wait[role=status]")
         box.wait_for(timeout=30_000)
@@ -50,6 +52,9 @@ def test_a_page_opened_while_its_trace_ingests_waits_and_then_draws_without_a_re
         assert pg.evaluate("() => window.__same_document === true"), "the page reloaded"
         assert box.count() == 0 and pg.locator("#timeline canvas.tracks").count() == 1
         assert pg.evaluate("() => window.acceltrace.timeline.meta.counts.slices") == 40_000
+        # its stream said the width its tracks have: the server built its first tiles as the trace got ready
+        tracks_px = pg.evaluate("() => window.acceltrace.timeline.view.width_css_px")
+        assert streams and streams[0].endswith(f"/progress?view_px={tracks_px}"), (streams, tracks_px)
         assert not errors, errors
     finally:
         release.set()

@@ -91,7 +91,6 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
                             status_code=201)
     if job.done.is_set():
         raise ApiError(422, "ingest_failed", job.error or (row or {}).get("error") or "ingest failed")
-    state.first_view_px.remember(job.trace_id, view_px)  # for its progress stream's end
     return JSONResponse({"id": job.trace_id, "name": display, "status": "ingesting",
                          "progress_url": f"/api/traces/{job.trace_id}/progress"}, status_code=202)
 
@@ -100,7 +99,11 @@ async def upload_trace(request: Request, name: str | None = Query(None, descript
             description="A text/event-stream of JSON events {id, status, progress, error} each time the "
                         "catalog row changes, ending with status 'ready' or 'failed'.",
             response_class=StreamingResponse)
-async def progress(trace_id: str, state: AppState = Depends(get_state)):
+async def progress(trace_id: str,
+                   view_px: int | None = Query(None, ge=VIEW_PX_MIN, le=VIEW_PX_MAX,
+                                           description="the width of the tracks area of the page that follows the "
+                                                       "stream: its first tiles are built as the trace is ready"),
+                   state: AppState = Depends(get_state)):
     first = await run_in_threadpool(state.row, trace_id)
 
     async def events():
@@ -109,7 +112,7 @@ async def progress(trace_id: str, state: AppState = Depends(get_state)):
             cur = {"id": trace_id, "status": row["status"] if row else "removed",
                    "progress": (row or {}).get("progress"), "error": (row or {}).get("error")}
             if cur["status"] == "ready":  # the page that follows asks for its metadata and tiles next
-                state.warm(trace_id, build_first_view(state, trace_id, state.first_view_px.pop(trace_id)))
+                state.warm(trace_id, build_first_view(state, trace_id, view_px))
             if cur != last:
                 yield f"data: {json.dumps(cur)}\n\n"
                 last = cur

@@ -7,7 +7,7 @@ import { attachInput } from "../timeline/input.js";
 import { Search } from "../panels/search.js";
 import { renderDetails, renderArea, renderSummary, renderFindings, renderInfo } from "../panels/side_panels.js";
 import { readFragment, writeFragment, copyText } from "../lib/url_state.js";
-import { installDropTarget, rememberTracksInset } from "../panels/upload.js";
+import { installDropTarget, rememberTracksInset, viewQuery } from "../panels/upload.js";
 import { tracksInSpan } from "../timeline/hit.js";
 import { showTooltip, hideTooltip, sliceTooltip } from "../panels/tooltip.js";
 import { el, fmtCount } from "../lib/util.js";
@@ -378,7 +378,11 @@ function untilIngested(api, root) {
       }
     };
     if (!window.EventSource) { poll(); return; }
-    const es = new EventSource(`${api.base}/progress`);
+    // a page that opens the whole trace (no view in its URL) says the width its tracks will have: the server
+    // builds its first tiles as the trace is ready
+    const frag = readFragment();
+    const whole = frag.start_ns === null || frag.end_ns === null;
+    const es = new EventSource(`${api.base}/progress${whole ? viewQuery() : ""}`);
     es.onmessage = (m) => {
       let st;
       try { st = JSON.parse(m.data); } catch (_) { return; }

@@ -56,6 +56,7 @@ export function rememberTracksInset(px) {
   try { localStorage.setItem(INSET_KEY, String(Math.round(px))); } catch (_) { /* storage off: the default */ }
 }
 
+/** The width a trace page's tracks area gets in this window (what the server builds first tiles for). */
 function tracksWidth() {
   let inset = DEFAULT_INSET_PX;
   try {
@@ -65,6 +66,12 @@ function tracksWidth() {
   return Math.max(300, Math.floor(window.innerWidth)) - inset;
 }
 
+/** `?view_px=N` for an upload or a progress stream whose page opens the whole trace next, or "". */
+export function viewQuery() {
+  const px = tracksWidth();
+  return px >= 100 && px <= 16384 ? `?view_px=${px}` : "";
+}
+
 /** Upload one file (the bar is the upload's); opens the trace's page once the server has it (ready or still ingesting). */
 export function uploadFile(file) {
   const name = file.name || "file";
@@ -72,8 +79,7 @@ export function uploadFile(file) {
   const form = new FormData();
   form.append("file", file, name);
   const xhr = new XMLHttpRequest();
-  const px = tracksWidth();
-  xhr.open("POST", px >= 100 && px <= 16384 ? `/api/traces?view_px=${px}` : "/api/traces");
+  xhr.open("POST", `/api/traces${viewQuery()}`);
   xhr.upload.onprogress = (e) => {
     if (!e.lengthComputable) return;
     // once every byte is sent the server is already ingesting; it answers when done or after ~2 s
