@@ -114,6 +114,9 @@ def test_multi_rank_archive_groups_tracks_by_rank_on_one_clock(store, ingested):
     con = _con(store, ingested, "v100-dlrm-8ranks.tar.gz")
     groups = [r[0] for r in con.execute("SELECT DISTINCT group_name FROM tracks ORDER BY 1").fetchall()]
     assert groups == [f"rank {i}" for i in range(8)]
+    # stacked rank 0 first (the sort keys the page orders groups by), not in the archive's order (2, 4, 7, 0, ...)
+    by_key = con.execute("SELECT group_name FROM tracks GROUP BY 1 ORDER BY min(sort_key)").fetchall()
+    assert [r[0] for r in by_key] == groups
     spans = con.execute("SELECT t.group_name, min(s.ts), max(s.ts + s.dur) FROM slices s JOIN tracks t"
                         " USING (track_id) GROUP BY 1").fetchall()
     latest_start = max(s for _, s, _ in spans)

@@ -195,6 +195,7 @@ def _thread_label(state, src_idx: int, pid: str, tid: str) -> str:
 def _name_tracks(state) -> None:
     multi = len(state.sources) > 1
     ranks = _rank_names(state) if multi else {}
+    first = _source_order(state, ranks)
     order = []
     for track_id, info in state.tracks.items():
         device_lane = (info.lane in ("eu", "pcie") or (info.lane == "annotation" and info.sub == "device")
@@ -230,7 +231,7 @@ def _name_tracks(state) -> None:
         thread = info.tid if info.tid and info.kind != "memory" else None
         psort = state.proc.get((info.src, info.pid), {}).get("sort")
         tsort = state.thread_meta.get((info.src, info.pid, info.tid), {}).get("sort")
-        key = (info.src, _KIND_ORDER.get(info.kind) == 0, psort if psort is not None else _num(info.pid),
+        key = (first[info.src], _KIND_ORDER.get(info.kind) == 0, psort if psort is not None else _num(info.pid),
                info.pid, _LANE_ORDER[info.lane], tsort if tsort is not None else _num(info.tid), info.tid, name)
         order.append((key, track_id))
         state.builder.update_track(track_id, group_name=group, name=name, device=device,
@@ -261,6 +262,15 @@ def _rank_names(state) -> dict[int, str]:
     if None in ranks.values() or len(set(ranks.values())) != len(ranks):
         return {s.idx: s.group or s.name for s in state.sources}
     return ranks
+
+
+def _source_order(state, ranks: dict[int, str]) -> dict[int, int]:
+    """Each source's place in the track order: by rank where every source is a distinct "rank N" (an archive
+    lists its ranks in any order: the timeline stacks rank 0 first), else in the order the sources came."""
+    names = set(ranks.values())
+    if len(names) == len(state.sources) and all(n and n.startswith("rank ") and n[5:].isdigit() for n in names):
+        return {idx: int(name[5:]) for idx, name in ranks.items()}
+    return {s.idx: s.idx for s in state.sources}
 
 
 def _trace_meta(state) -> None:
