@@ -16,13 +16,16 @@ knows which group pages are on screen, and builds whatever it still needs itself
 from __future__ import annotations
 
 import math
+import re
 
 from acceltrace.server.deps import AppState, TraceHandle
 from acceltrace.server.routers.tiles import group_index, tile_job
+from acceltrace.tiles import layout
 from acceltrace.tiles.query import DEPTH_PAGE
 
 FIRST_VIEW_TILES = 16  # A100's first screen takes 9-10 (two indices of 5 group pages)
 VIEW_PX_MIN, VIEW_PX_MAX = 100, 16384  # what `?view_px=` accepts
+PAGE_LANES = ("cpu", "driver", "pcie", "eu", "annotation", "counter")  # web/static/lib/util.js LANES
 
 
 def first_level(duration_ns: int, view_px: int, max_level: int) -> int:
@@ -33,19 +36,45 @@ def first_level(duration_ns: int, view_px: int, max_level: int) -> int:
 
 
 def first_tiles(h: TraceHandle, view_px: int) -> list[tuple[int, int, str, int]]:
-    """(level, index, group, page) of the whole-trace view, group pages in order, at most FIRST_VIEW_TILES."""
+    """(level, index, group, page) of the whole-trace view, group pages in the page's order, at most
+    FIRST_VIEW_TILES."""
     info = h.info
     level = first_level(info.duration_ns, view_px, info.max_level)
     last = max(0, info.duration_ns) // (1024 << level)  # web/static/tiles/cache.js tileRange
     counts, depths = h.tile_groups()
     out = []
-    for g in sorted(counts):
+    for g in _page_order(h, counts):
         for page in range(depths.get(g, 0) // DEPTH_PAGE + 1):
             for index in range(last + 1):
                 if len(out) == FIRST_VIEW_TILES:
                     return out
                 out.append((level, index, f"g{g}", page))
     return out
+
+
+def _natural(text) -> tuple:
+    """Text with its digit runs compared as numbers ("rank 2" before "rank 10"), as the page's collator."""
+    return tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"(\d+)", str(text)))
+
+
+def _page_order(h: TraceHandle, counts: dict) -> list[int]:
+    """The tile groups in the order the page stacks their tracks (web/static/timeline/layout.js orderTracks:
+    lane, then the group's smallest sort key, then its name, then the track's sort key)."""
+    with h.cursor() as cur:
+        tracks = layout.tracks_in_ui_order(cur)
+    first_key: dict[tuple, int] = {}
+    for t in tracks:
+        t["sort_key"] = t["sort_key"] or 0  # (a null compares as 0 in the page)
+        k = (t["lane"], t["group_name"])
+        first_key[k] = min(first_key.get(k, t["sort_key"]), t["sort_key"])
+
+    def lane(name: str) -> int:
+        return PAGE_LANES.index(name) if name in PAGE_LANES else len(PAGE_LANES)
+
+    tracks.sort(key=lambda t: (lane(t["lane"]), first_key[(t["lane"], t["group_name"])], _natural(t["group_name"]),
+                               t["sort_key"], _natural(t["name"]), t["track_id"]))
+    order = list(dict.fromkeys(t["grp"] for t in tracks if t["grp"] in counts))
+    return order + sorted(set(counts) - set(order))
 
 
 def build_first_view(state: AppState, trace_id: str, view_px: int | None):

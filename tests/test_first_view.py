@@ -20,6 +20,21 @@ from acceltrace.tiles.query import page_key
 A100 = _ui.A100  # 5 tile groups, one of them 4 depth pages deep: more first tiles than FIRST_VIEW_TILES
 
 
+def _stacked_processes(n: int = 20, depth: int = 8) -> bytes:
+    """n processes p00.. whose profiler sort index stacks them in reverse (p19 first on the page, as
+    Kineto's process_sort_index says), each one thread with a stack `depth` deep (two depth pages)."""
+    events = []
+    for i in range(n):
+        pid = 100 + i
+        events += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"p{i:02d}"}},
+                   {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": n - i}}]
+        for rep in range(50):
+            t0 = rep * 1000
+            events += [{"ph": "X", "name": f"f{d}", "ts": t0 + d, "dur": 900 - 2 * d, "pid": pid, "tid": 1}
+                       for d in range(depth)]
+    return json.dumps({"traceEvents": events}).encode()
+
+
 def _upload(client, query: str = "") -> str:
     r = client.post(f"/api/traces{query}", files={"file": (A100.name, A100.read_bytes(), "application/gzip")})
     assert r.status_code in (201, 202), r.text
@@ -51,13 +66,26 @@ def test_an_upload_that_says_its_pages_width_has_its_first_tiles_built_before_th
     tiles = first_tiles(h, 1000)
     assert len(tiles) == FIRST_VIEW_TILES  # A100 has more: the budget holds
     assert {t[0] for t in tiles} == {first_level(h.info.duration_ns, 1000, h.info.max_level)}
-    assert [t[2:] for t in tiles[:2]] == [("g0", 0)] * 2 and tiles[0][1] == 0  # the top group's first page first
+    assert tiles[0][1] == 0 and tiles[0][3] == 0 and tiles[1][2:] == tiles[0][2:]  # a group's first page first
     assert all(_wait_on_disk(state, tid, tiles)), "the first tiles were not built ahead"
     # they are the bytes the route answers (the same job: server/routers/tiles.py)
     lv, ix, g, p = tiles[0]
     r = app_client.get(f"/api/traces/{tid}/tiles/{lv}/{ix}?group={g}&page={p}", headers={"Accept-Encoding": "identity"})
     assert r.status_code == 200
     assert r.content == state.tile_bytes.disk.read(tid, lv, ix, page_key(g, p), "identity")
+
+
+def test_the_first_tiles_are_the_groups_the_page_stacks_first_not_the_first_numbered(app_client):
+    r = app_client.post("/api/traces?view_px=900", files={"file": ("stacked.json", _stacked_processes(), "application/json")})
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    meta = app_client.get(f"/api/traces/{tid}").json()
+    group_of = {g["group_name"].split()[0]: g["id"] for g in meta["groups"]}  # "p00 (100)"
+    assert group_of["p00"] == "g0"  # numbered by name: the page stacks it last
+    tiles = first_tiles(app_client.app.state.acceltrace.trace(tid), 900)
+    assert len(tiles) == FIRST_VIEW_TILES
+    shown = list(dict.fromkeys(g for _, _, g, _ in tiles))
+    assert shown == [group_of[f"p{i:02d}"] for i in range(19, 19 - len(shown), -1)]
 
 
 def test_an_upload_without_a_width_builds_no_tile_and_a_page_that_asks_first_stops_the_build(app_client):
@@ -166,42 +194,62 @@ def test_a_failed_build_is_the_error_of_each_request_that_waited_for_it_and_is_n
     tb.close()
 
 
-def test_a_dropped_traces_page_asks_for_the_tiles_the_server_built_for_it(browser, tmp_path, live_server_factory):
-    server = live_server_factory(tmp_path / "store")
+# durations and widths whose level the page and the server must agree on
+GRID = [(d, w) for d in (1, 999, 1000, 1024, 123_456_789, 1_264_913_000, 2**40 + 3) for w in (300, 889, 1000, 1024, 2560)]
+
+
+def _drop(browser, server, path) -> tuple[int, list[tuple], dict]:
+    """Drop `path` through the list page's file chooser in a 1500 x 900 window: (the width its upload said,
+    the page's tile requests in order as (level, index, group, page), what the page says of itself)."""
+    posts, asked = [], []
     with _ui.new_page(browser, server.url, width=1500, height=900) as page:
-        posts, tiles_asked = [], []
         page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else
-                tiles_asked.append(r.url) if "/api/traces/" in r.url and "/tiles/" in r.url else None)
+                asked.append(r.url) if "/api/traces/" in r.url and "/tiles/" in r.url else None)
         page.goto("/")
         with page.expect_file_chooser() as chooser:
             page.click("#open-file")
-        chooser.value.set_files(str(A100))
+        chooser.value.set_files(str(path))
         page.wait_for_url("**/t/*", timeout=60000)
         _ui.wait_idle(page, timeout_ms=30000)
         (post,) = [u for u in posts if "/api/traces" in u]
-        px = int(post.split("view_px=")[1])
-        tracks_px = page.evaluate("() => window.acceltrace.timeline.view.width_css_px")
-        assert px == tracks_px  # the default layout's inset is what the list page assumes
-        inset = page.evaluate("() => localStorage.getItem('acceltrace.tracks_inset_px')")
-        assert int(inset) == 1500 - tracks_px  # ... and the trace page keeps the real one for the next drop
-        # the page's level for the whole trace is the server's for that width, for any duration and width
-        grid = [(d, w) for d in (1, 999, 1000, 1024, 123_456_789, 1_264_913_000, 2**40 + 3) for w in (300, 889, 1000, 1024, 2560)]
-        js = page.evaluate("""(grid) => { const V = window.acceltrace.timeline.view.constructor;
-            return grid.map(([d, w]) => { const v = new V(d); v.width_css_px = w; return v.level(); }); }""", grid)
-        assert js == [first_level(d, w, 62) for d, w in grid]
+        checks = page.evaluate("""(grid) => ({tracks_px: window.acceltrace.timeline.view.width_css_px,
+            inset: localStorage.getItem('acceltrace.tracks_inset_px'), id: document.body.dataset.traceId,
+            levels: grid.map(([d, w]) => { const v = new window.acceltrace.timeline.view.constructor(d);
+                                           v.width_css_px = w; return v.level(); })})""", GRID)
+    px = int(post.split("view_px=")[1])
+    requests = []
+    for u in asked:
+        at, _, q = u.partition("?")
+        lv, ix = map(int, at.rsplit("/tiles/", 1)[1].split("/"))
+        args = dict(kv.split("=") for kv in q.split("&"))
+        requests.append((lv, ix, args["group"], int(args.get("page", 0))))
+    return px, requests, checks
+
+
+def _built(server, trace_id: str, px: int) -> set[tuple]:
     state = AppState(server.store)
     try:
-        tid = state.store.list()[0]["id"]
-        built = {(lv, ix, g, p) for lv, ix, g, p in first_tiles(state.trace(tid), px)}
+        return set(first_tiles(state.trace(trace_id), px))
     finally:
         state.close_all()
-    first = []
-    for u in tiles_asked:
-        path, _, q = u.partition("?")
-        lv, ix = map(int, path.rsplit("/tiles/", 1)[1].split("/"))
-        args = dict(kv.split("=") for kv in q.split("&"))
-        first.append((lv, ix, args["group"], int(args.get("page", 0))))
-    level = first[0][0]
+
+
+def test_a_dropped_traces_page_asks_for_the_tiles_the_server_built_for_it(browser, tmp_path, live_server_factory):
+    server = live_server_factory(tmp_path / "store")
+    px, requests, page = _drop(browser, server, A100)
+    assert px == page["tracks_px"]  # the default layout's inset is what the list page assumes
+    assert int(page["inset"]) == 1500 - px  # ... and the trace page keeps the real one for the next drop
+    # the page's level for the whole trace is the server's for that width, for any duration and width
+    assert page["levels"] == [first_level(d, w, 62) for d, w in GRID]
+    built = _built(server, page["id"], px)
+    level = requests[0][0]
     assert {t[0] for t in built} == {level}
-    on_screen = [t for t in first if t[0] == level][:8]
+    on_screen = [t for t in requests if t[0] == level][:8]
     assert on_screen and set(on_screen) <= built, (on_screen, built)
+    # processes stacked by their profiler sort index, not by name: the page's first screen is still the one built
+    stacked = tmp_path / "stacked.json"
+    stacked.write_bytes(_stacked_processes())
+    px, requests, page = _drop(browser, server, stacked)
+    built = _built(server, page["id"], px)
+    on_screen = [t for t in requests if t[0] == requests[0][0]][:8]
+    assert set(on_screen) <= built, (on_screen, sorted(built))
