@@ -7,7 +7,7 @@ upload's answer for a small trace (bench/drop.py --browser). Here curl uploads t
 page's upload box) to a fresh `acceltrace serve` on loopback; `--after` seconds after the answer (an upload
 answered 202 is followed on its progress stream to `ready` first, as the page does), the screen's tiles are
 asked all at once, as the page asks them: the whole trace at the level of a WIDTH px tracks area, each tile
-group's depth pages in order, the first SCREEN of them (A100's first screen at 1500 px takes 8).
+group's depth pages in the order the page stacks the groups, the first SCREEN of them (A100's first screen at 1500 px takes 8).
 
 Each repeat runs twice, alternated on fresh servers: the upload says the page's width (`?view_px=`, what the
 web UI's upload box sends: the server builds those tiles while the page loads, server/first_view.py), and
@@ -36,6 +36,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 from bench._server import BenchServer  # noqa: E402
 from bench.drop import _settled  # noqa: E402
+from acceltrace.server.first_view import page_order  # noqa: E402
 
 WIDTH = 885  # the tracks area of a 1500 px window in the default layout
 SCREEN = 8
@@ -47,11 +48,12 @@ def _screen(url: str, trace_id: str) -> list[str]:
     meta = json.load(urllib.request.urlopen(f"{url}/api/traces/{trace_id}"))
     d = meta["duration_ns"]
     level = min(meta["max_level"], max(0, math.floor(math.log2(max(1.0, max(1, d) / WIDTH)))))
-    deepest: dict[str, int] = {}
-    for t in meta["tracks"]:
-        deepest[t["group"]] = max(deepest.get(t["group"], 0), t.get("max_depth") or 0)
-    paths = [f"/api/traces/{trace_id}/tiles/{level}/{i}?group={g['id']}&page={p}"
-             for g in meta["groups"] for p in range(deepest.get(g["id"], 0) // DEPTH_PAGE + 1)
+    deepest: dict[int, int] = {}
+    tracks = [{**t, "grp": int(t["group"][1:])} for t in meta["tracks"]]
+    for t in tracks:
+        deepest[t["grp"]] = max(deepest.get(t["grp"], 0), t.get("max_depth") or 0)
+    paths = [f"/api/traces/{trace_id}/tiles/{level}/{i}?group=g{g}&page={p}"
+             for g in page_order(tracks) for p in range(deepest.get(g, 0) // DEPTH_PAGE + 1)
              for i in range(d // (1024 << level) + 1)]
     return paths[:SCREEN]
 

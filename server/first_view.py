@@ -57,23 +57,27 @@ def _natural(text) -> tuple:
     return tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"(\d+)", str(text)))
 
 
-def _page_order(h: TraceHandle, counts: dict) -> list[int]:
-    """The tile groups in the order the page stacks their tracks (web/static/timeline/layout.js orderTracks:
-    lane, then the group's smallest sort key, then its name, then the track's sort key)."""
-    with h.cursor() as cur:
-        tracks = layout.tracks_in_ui_order(cur)
+def page_order(tracks: list[dict]) -> list[int]:
+    """The tile group numbers (`grp`) of `tracks` (dicts of lane, group_name, sort_key, name, track_id, grp) in the
+    order the page stacks them (web/static/timeline/layout.js orderTracks: lane, then the group's smallest sort
+    key, then its name, then the track's sort key and name)."""
     first_key: dict[tuple, int] = {}
     for t in tracks:
-        t["sort_key"] = t["sort_key"] or 0  # (a null compares as 0 in the page)
         k = (t["lane"], t["group_name"])
-        first_key[k] = min(first_key.get(k, t["sort_key"]), t["sort_key"])
+        first_key[k] = min(first_key.get(k, t["sort_key"] or 0), t["sort_key"] or 0)  # (a null is 0 in the page)
 
     def lane(name: str) -> int:
         return PAGE_LANES.index(name) if name in PAGE_LANES else len(PAGE_LANES)
 
-    tracks.sort(key=lambda t: (lane(t["lane"]), first_key[(t["lane"], t["group_name"])], _natural(t["group_name"]),
-                               t["sort_key"], _natural(t["name"]), t["track_id"]))
-    order = list(dict.fromkeys(t["grp"] for t in tracks if t["grp"] in counts))
+    ordered = sorted(tracks, key=lambda t: (lane(t["lane"]), first_key[(t["lane"], t["group_name"])],
+                                            _natural(t["group_name"]), t["sort_key"] or 0, _natural(t["name"]),
+                                            t["track_id"]))
+    return list(dict.fromkeys(t["grp"] for t in ordered))
+
+
+def _page_order(h: TraceHandle, counts: dict) -> list[int]:
+    with h.cursor() as cur:
+        order = [g for g in page_order(layout.tracks_in_ui_order(cur)) if g in counts]
     return order + sorted(set(counts) - set(order))
 
 
