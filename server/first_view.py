@@ -23,7 +23,7 @@ from acceltrace.server.routers.tiles import group_index, tile_job
 from acceltrace.tiles import layout
 from acceltrace.tiles.query import DEPTH_PAGE
 
-FIRST_VIEW_TILES = 16  # A100's first screen takes 9-10 (two indices of 5 group pages)
+FIRST_VIEW_TILES = 16  # A100's first screen at 1500 px takes 8 (two indices of 4 group pages)
 VIEW_PX_MIN, VIEW_PX_MAX = 100, 16384  # what `?view_px=` accepts
 PAGE_LANES = ("cpu", "driver", "pcie", "eu", "annotation", "counter")  # web/static/lib/util.js LANES
 
