@@ -56,10 +56,12 @@ else:
     from acceltrace.ingest.pipeline import ingest_paths
     from acceltrace.store.catalog import Store
     store = Store(tempfile.mkdtemp(prefix="drop-cli-"))
-    t0 = time.perf_counter()
-    (r,) = ingest_paths(store, [Path(path)], views=False)
-    dt = time.perf_counter() - t0
-    shutil.rmtree(store.root, ignore_errors=True)  # timed: the store is not needed after
+    try:
+        t0 = time.perf_counter()
+        (r,) = ingest_paths(store, [Path(path)], views=False)
+        dt = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(store.root, ignore_errors=True)  # timed (or failed): the store is not needed after
     if r.error:
         raise SystemExit(r.error)
 print(json.dumps({"s": dt}))

@@ -13,15 +13,14 @@ Each repeat runs twice, alternated on fresh servers: the upload says the page's 
 web UI's upload box sends: the server builds those tiles while the page loads, server/first_view.py), and
 it does not (the tiles are built when asked). Printed: the first, middle and last tile's answer after they
 were asked (ms), the medians over the repeats. When the browser runs on the server's own two cores (the
-bench/drop.py --browser case), the page's loading and the tiles built meanwhile share them: measured there
-level (docs/performance.md).
+bench/drop.py --browser case), the page's loading and the tiles built meanwhile share those cores; measured that
+way, the two were level (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -36,25 +35,23 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 from bench._server import BenchServer  # noqa: E402
 from bench.drop import _settled  # noqa: E402
-from acceltrace.server.first_view import page_order  # noqa: E402
+from acceltrace.server.first_view import first_level, last_pages, page_order  # noqa: E402
 
 WIDTH = 885  # the tracks area of a 1500 px window in the default layout
 SCREEN = 8
-DEPTH_PAGE = 4
 
 
 def _screen(url: str, trace_id: str) -> list[str]:
-    """The screen's tile paths, from the trace's metadata (the page's own arithmetic, web/static/timeline)."""
+    """The screen's tile paths, from the trace's metadata and depths: the tiles tests/test_first_view.py shows a
+    page asks first (the level of its width, the groups in its order, the depth pages its tracks show)."""
     meta = json.load(urllib.request.urlopen(f"{url}/api/traces/{trace_id}"))
+    depths = json.load(urllib.request.urlopen(f"{url}/api/traces/{trace_id}/depths"))["tracks"]
     d = meta["duration_ns"]
-    level = min(meta["max_level"], max(0, math.floor(math.log2(max(1.0, max(1, d) / WIDTH)))))
-    deepest: dict[int, int] = {}
+    level = first_level(d, WIDTH, meta["max_level"])
     tracks = [{**t, "grp": int(t["group"][1:])} for t in meta["tracks"]]
-    for t in tracks:
-        deepest[t["grp"]] = max(deepest.get(t["grp"], 0), t.get("max_depth") or 0)
+    pages = last_pages(tracks, depths)
     paths = [f"/api/traces/{trace_id}/tiles/{level}/{i}?group=g{g}&page={p}"
-             for g in page_order(tracks) for p in range(deepest.get(g, 0) // DEPTH_PAGE + 1)
-             for i in range(d // (1024 << level) + 1)]
+             for g in page_order(tracks) for p in range(pages[g] + 1) for i in range(d // (1024 << level) + 1)]
     return paths[:SCREEN]
 
 

@@ -25,7 +25,7 @@ from acceltrace.server.query_pool import QueryPool
 from acceltrace.server.tile_cache import TileBytes
 from acceltrace.store.catalog import Store
 from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES, stop_ahead
-from acceltrace.store.queries import trace_start_ns
+from acceltrace.store import queries
 from acceltrace.tiles import layout
 from acceltrace.tiles.disk import NAMES_IN_MEMORY_MAX, DiskTiles
 from acceltrace.tiles.query import LodInfo
@@ -54,6 +54,7 @@ def not_found(trace_id: str) -> ApiError:
 
 GROUPS = "groups"  # TraceHandle.cache's entry of tile_groups()
 NAMES = "names"  # ... and of tile_names()
+DEPTHS = "depths"  # ... and of track_depths()
 
 
 @dataclass
@@ -96,6 +97,13 @@ class TraceHandle:
         """The trace's name dictionary (build_tile's `names`), read once with `cur`: None past
         NAMES_IN_MEMORY_MAX names (it nearly never is)."""
         return self.once(NAMES, lambda: layout.name_dictionary(cur, NAMES_IN_MEMORY_MAX))
+
+    def track_depths(self) -> dict:
+        """{"tracks": [{track_id, max_depth, counts, launch_depth}]} of its slice tracks (GET .../depths), read once."""
+        def build() -> dict:
+            with self.cursor() as cur:
+                return {"tracks": queries.track_depths(cur)}
+        return self.once(DEPTHS, build)
 
     def ready_for_tiles(self) -> None:
         """Read what every tile needs (its groups, its names) now, on a warming thread (AppState.warm):
@@ -249,7 +257,7 @@ class AppState:
             start_ns = info.start_ns
         except duckdb.CatalogException:  # a trace written before LOD tables existed
             info = None
-            start_ns = trace_start_ns(con)
+            start_ns = queries.trace_start_ns(con)
         h = TraceHandle(trace_id, con, info, start_ns, str(self.store.trace_path(trace_id)))
         with self._lock:
             old = self._open.get(trace_id)

@@ -86,6 +86,10 @@ class TileBytes:
         with self._lock:
             running = self._building.get(key)
             if running is None:
+                # a build that ended between the caller's look in the caches and this lock left its bytes
+                done = self.memory.get(key + ("identity",))
+                if done is not None:
+                    return done
                 running = self._building[key] = Future()
                 mine = True
             else:

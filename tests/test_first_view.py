@@ -116,6 +116,43 @@ def test_the_progress_stream_of_an_upload_answered_202_builds_its_first_tiles(tm
         assert all(_wait_on_disk(state, tid, first_tiles(state.trace(tid), 900)))
 
 
+def test_a_tile_request_by_the_route_or_the_fast_path_says_the_page_asks(app_client):
+    tid = _upload(app_client)
+    state = app_client.app.state.acceltrace
+    h = state.trace(tid)
+    h.ready_for_tiles()
+    state._rows.clear()  # the row not at hand: the route answers
+    h.asked.clear()
+    assert app_client.get(f"/api/traces/{tid}/tiles/{h.info.max_level}/0?group=g0").status_code == 200
+    assert h.asked.is_set()
+    assert state.open_trace(tid) is h  # now at hand: the fast path answers (server/tile_cache.py)
+    h.asked.clear()
+    assert app_client.get(f"/api/traces/{tid}/tiles/{h.info.max_level}/0?group=g1").status_code == 200
+    assert h.asked.is_set()
+
+
+def test_a_progress_stream_of_a_trace_already_ready_builds_no_tile(app_client):
+    tid = _upload(app_client)
+    state = app_client.app.state.acceltrace
+    with app_client.stream("GET", f"/api/traces/{tid}/progress?view_px=1000") as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+    assert [e["status"] for e in events] == ["ready"]
+    h = state.trace(tid)
+    tiles = first_tiles(h, 1000)
+    time.sleep(0.5)  # the warming (groups and names only) has had its time
+    assert not any(_on_disk(state, tid, tiles))
+
+
+def test_the_first_tiles_are_the_depths_a_track_shows_not_its_folded_ones(app_client):
+    r = app_client.post("/api/traces?view_px=900",
+                        files={"file": ("deep.json", _stacked_processes(2, depth=40), "application/json")})
+    assert r.status_code == 201, r.text
+    tiles = first_tiles(app_client.app.state.acceltrace.trace(r.json()["id"]), 900)
+    # 40 depths, no launches: the page shows 24 (pages 0-5) and folds the rest
+    assert max(p for _, _, _, p in tiles) == 5
+    assert len({g for _, _, g, _ in tiles}) == 2  # both groups within the budget
+
+
 @pytest.mark.parametrize("px", [99, 16385, "wide"])
 def test_a_width_out_of_bounds_is_refused(app_client, px):
     r = app_client.post(f"/api/traces?view_px={px}", files={"file": (A100.name, b"{}", "application/json")})
@@ -140,6 +177,17 @@ class _Memory(dict):
         self[key] = value
 
 
+def _until_waiting(tb: TileBytes, key: tuple, n: int = 1) -> None:
+    """Until n threads wait on the build of `key` (its Future's condition: CPython's own waiter list)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = tb._building.get(key)
+        if running is not None and len(running._condition._waiters) >= n:
+            return
+        time.sleep(0.005)
+    raise AssertionError("the second request did not wait for the build under way")
+
+
 def test_a_tile_asked_while_it_is_being_built_waits_for_that_build():
     tb = TileBytes(_Memory(), _Disk())
     tb.gzip_on = False
@@ -157,7 +205,7 @@ def test_a_tile_asked_while_it_is_being_built_waits_for_that_build():
     assert started.wait(10)
     second = threading.Thread(target=lambda: out.append(tb.get(("t", 1, 0, "g0"), False, build)))
     second.start()
-    time.sleep(0.1)
+    _until_waiting(tb, ("t", 1, 0, "g0"))
     release.set()
     first.join(10), second.join(10)
     assert out == [(b"tile", "identity")] * 2 and len(calls) == 1
@@ -185,7 +233,7 @@ def test_a_failed_build_is_the_error_of_each_request_that_waited_for_it_and_is_n
     threads[0].start()
     assert started.wait(10)
     threads[1].start()
-    time.sleep(0.1)
+    _until_waiting(tb, ("t", 1, 0, "g0"))
     release.set()
     for t in threads:
         t.join(10)

@@ -267,9 +267,9 @@ def _rank_names(state) -> dict[int, str]:
 def _source_order(state, ranks: dict[int, str]) -> dict[int, int]:
     """Each source's place in the track order: by rank where every source is a distinct "rank N" (an archive
     lists its ranks in any order: the timeline stacks rank 0 first), else in the order the sources came."""
-    names = set(ranks.values())
-    if len(names) == len(state.sources) and all(n and n.startswith("rank ") and n[5:].isdigit() for n in names):
-        return {idx: int(name[5:]) for idx, name in ranks.items()}
+    numbers = {idx: int(n[5:]) for idx, n in ranks.items() if n and n.startswith("rank ") and n[5:].isdecimal()}
+    if len(numbers) == len(state.sources) and len(set(numbers.values())) == len(numbers):
+        return numbers
     return {s.idx: s.idx for s in state.sources}
 
 

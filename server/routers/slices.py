@@ -60,12 +60,7 @@ def slice_args(trace_id: str, slice_id: int, state: AppState = Depends(get_state
                         "deepest slice launching device work, null when none): what the UI shows of a deep track "
                         "before the user unfolds it, and what its fold row holds.")
 def track_depths(trace_id: str, state: AppState = Depends(get_state)) -> dict:
-    h = state.trace(trace_id)
-
-    def build() -> dict:
-        with h.cursor() as cur:
-            return {"tracks": queries.track_depths(cur)}
-    return h.once("depths", build)
+    return state.trace(trace_id).track_depths()
 
 
 def _hit(h: TraceHandle, s: dict) -> dict:

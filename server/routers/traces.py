@@ -112,7 +112,9 @@ async def progress(trace_id: str,
             cur = {"id": trace_id, "status": row["status"] if row else "removed",
                    "progress": (row or {}).get("progress"), "error": (row or {}).get("error")}
             if cur["status"] == "ready":  # the page that follows asks for its metadata and tiles next
-                state.warm(trace_id, build_first_view(state, trace_id, view_px))
+                # its first tiles only where this stream saw the ingest end (not for any stream of a ready trace)
+                saw_it = first is not None and first["status"] == "ingesting"
+                state.warm(trace_id, build_first_view(state, trace_id, view_px if saw_it else None))
             if cur != last:
                 yield f"data: {json.dumps(cur)}\n\n"
                 last = cur

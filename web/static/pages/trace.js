@@ -381,7 +381,7 @@ function untilIngested(api, root) {
     // a page that opens the whole trace (no view in its URL) says the width its tracks will have: the server
     // builds its first tiles as the trace is ready
     const frag = readFragment();
-    const whole = frag.start_ns === null || frag.end_ns === null;
+    const whole = frag.start_ns === null || frag.end_ns === null || frag.end_ns <= frag.start_ns; // as main() reads it
     const es = new EventSource(`${api.base}/progress${whole ? viewQuery() : ""}`);
     es.onmessage = (m) => {
       let st;
