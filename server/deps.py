@@ -22,7 +22,7 @@ from fastapi import Request
 
 from acceltrace.server.ingest_child import IngestProcesses
 from acceltrace.server.query_pool import QueryPool
-from acceltrace.server.tile_cache import TileBytes
+from acceltrace.server.tile_cache import KeyedLocks, TileBytes
 from acceltrace.store.catalog import Store
 from acceltrace.store.sandbox import DEFAULT_MEMORY_BYTES, stop_ahead
 from acceltrace.store import queries
@@ -70,8 +70,7 @@ class TraceHandle:
     cache: dict = field(default_factory=dict)  # immutable facts computed once (metadata, groups): once()
     # set by the first tile request for it: the page asks for its own tiles (server/first_view.py stops)
     asked: threading.Event = field(default_factory=threading.Event, repr=False)
-    _building: dict = field(default_factory=dict, repr=False)  # key -> the lock its one build holds
-    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _builds: KeyedLocks = field(default_factory=KeyedLocks, repr=False)  # once(): one build per key
 
     def once(self, key: str, build):
         """cache[key], made by build() the first time it is asked for; a request that meets it being built
@@ -79,9 +78,7 @@ class TraceHandle:
         making it again."""
         if key in self.cache:
             return self.cache[key]
-        with self._guard:
-            lock = self._building.setdefault(key, threading.Lock())
-        with lock:
+        with self._builds.hold(key):
             if key not in self.cache:
                 self.cache[key] = build()
             return self.cache[key]
@@ -142,7 +139,7 @@ class AppState:
         self.ingest_wait_s = ingest_wait_s
         self.web_dir = web_dir or WEB_DIR
         self._open: OrderedDict[str, TraceHandle] = OrderedDict()
-        self._opening: dict[str, threading.Lock] = {}  # one open per trace at a time (trace())
+        self._opening = KeyedLocks()  # one open per trace at a time (trace())
         self._warming = ThreadPoolExecutor(2, thread_name_prefix="trace-warm")  # warm(): bounded
         self._rows: dict[str, tuple[dict, float]] = {}
         self._lock = threading.Lock()
@@ -199,20 +196,10 @@ class AppState:
         h = self._cached(trace_id)
         if h is not None:
             return h
-        with self._lock:
-            opening = self._opening.setdefault(trace_id, threading.Lock())
         # a second request for a trace being opened waits for that open (a drop's page and its first API
         # calls arrive together, and warm() may have begun it) rather than opening a second instance
-        with opening:
-            h = self._cached(trace_id)
-            if h is not None:
-                return h
-            try:
-                return self._open_handle(trace_id)
-            finally:
-                with self._lock:
-                    if self._opening.get(trace_id) is opening:
-                        del self._opening[trace_id]
+        with self._opening.hold(trace_id):
+            return self._cached(trace_id) or self._open_handle(trace_id)
 
     def _cached(self, trace_id: str) -> TraceHandle | None:
         with self._lock:

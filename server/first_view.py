@@ -68,12 +68,11 @@ def first_tiles(h: TraceHandle, view_px: int) -> list[tuple[int, int, str, int]]
     info = h.info
     level = first_level(info.duration_ns, view_px, info.max_level)
     last = max(0, info.duration_ns) // (1024 << level)  # web/static/tiles/cache.js tileRange
-    counts, _ = h.tile_groups()
     with h.cursor() as cur:
-        tracks = [t for t in layout.tracks_in_ui_order(cur) if t["grp"] in counts]
+        tracks = layout.tracks_in_ui_order(cur)
     pages = last_pages(tracks, h.track_depths()["tracks"])
     out = []
-    for g in page_order(tracks) + sorted(set(counts) - set(pages)):
+    for g in page_order(tracks):
         for page in range(pages.get(g, 0) + 1):
             for index in range(last + 1):
                 if len(out) == FIRST_VIEW_TILES:

@@ -16,8 +16,9 @@ import os
 import re
 import threading
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Callable, Hashable, Iterator
 
 from acceltrace.tiles.build import LOD_VERSION
 from acceltrace.tiles.disk import DiskTiles
@@ -55,6 +56,35 @@ def gzip_bytes(data: bytes, level: int = GZIP_LEVEL) -> bytes:
     return c.compress(data) + c.flush()
 
 
+class KeyedLocks:
+    """A lock per key, kept while a thread holds or waits for it: one build of a thing at a time, the others
+    waiting for it and then finding what it made (TileBytes' tiles, TraceHandle.once's facts)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: dict[Hashable, list] = {}  # key -> [its lock, threads holding or waiting]
+
+    @contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._lock:
+            entry = self._held.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._held[key]
+
+    def users(self, key: Hashable) -> int:
+        """Threads holding or waiting for key's lock."""
+        with self._lock:
+            entry = self._held.get(key)
+            return entry[1] if entry else 0
+
+
 class TileBytes:
     def __init__(self, memory, disk: DiskTiles):
         self.memory = memory
@@ -62,7 +92,7 @@ class TileBytes:
         self.gzip_on = os.environ.get("ACCELTRACE_TILE_GZIP", "1") not in ("0", "false", "no")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tile-gzip")
         self._pending: set[tuple] = set()
-        self._building: dict[tuple, Future] = {}  # key -> the one build of it under way
+        self._builds = KeyedLocks()
         self._lock = threading.Lock()
 
     def get(self, key: tuple, want_gzip: bool, build: Callable[[], bytes]) -> tuple[bytes, str]:
@@ -74,40 +104,17 @@ class TileBytes:
                 return body, "gzip"
         body = self._lookup(key, "identity")
         if body is None:
-            body = self._build_once(key, build)
+            # one build of a key at a time: a request meeting one under way (a page's first tiles meeting
+            # those server/first_view.py builds ahead) waits for it and finds its bytes
+            with self._builds.hold(key):
+                body = self._lookup(key, "identity")
+                if body is None:
+                    body = build()
+                    self.disk.write(*key, "identity", body)
+                    self.memory.put(key + ("identity",), body)
         if want_gzip and self.gzip_on and len(body) >= GZIP_MIN_BYTES:
             self._compress_later(key, body)
         return body, "identity"
-
-    def _build_once(self, key: tuple, build: Callable[[], bytes]) -> bytes:
-        """build()'s bytes, kept in both caches; a second thread asking for a key being built waits for
-        that build (a page's first tiles meet the ones server/first_view.py builds ahead) and gets its
-        answer, its error included."""
-        with self._lock:
-            running = self._building.get(key)
-            if running is None:
-                # a build that ended between the caller's look in the caches and this lock left its bytes
-                done = self.memory.get(key + ("identity",))
-                if done is not None:
-                    return done
-                running = self._building[key] = Future()
-                mine = True
-            else:
-                mine = False
-        if not mine:
-            return running.result()
-        try:
-            body = build()
-            self.disk.write(*key, "identity", body)
-            self.memory.put(key + ("identity",), body)
-            running.set_result(body)
-            return body
-        except BaseException as e:
-            running.set_exception(e)
-            raise
-        finally:
-            with self._lock:
-                del self._building[key]
 
     def in_memory(self, key: tuple, want_gzip: bool) -> tuple[bytes | None, str]:
         """The tile from this worker's memory only (never blocks): (None, "") when not there."""

@@ -177,15 +177,12 @@ class _Memory(dict):
         self[key] = value
 
 
-def _until_waiting(tb: TileBytes, key: tuple, n: int = 1) -> None:
-    """Until n threads wait on the build of `key` (its Future's condition: CPython's own waiter list)."""
+def _until_waiting(tb: TileBytes, key: tuple) -> None:
+    """Until a second thread waits on the build of `key` under way."""
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        running = tb._building.get(key)
-        if running is not None and len(running._condition._waiters) >= n:
-            return
+    while tb._builds.users(key) < 2:
+        assert time.monotonic() < deadline, "the second request did not wait for the build under way"
         time.sleep(0.005)
-    raise AssertionError("the second request did not wait for the build under way")
 
 
 def test_a_tile_asked_while_it_is_being_built_waits_for_that_build():
@@ -212,11 +209,12 @@ def test_a_tile_asked_while_it_is_being_built_waits_for_that_build():
     tb.close()
 
 
-def test_a_failed_build_is_the_error_of_each_request_that_waited_for_it_and_is_not_kept():
+def test_a_failed_build_is_not_kept_and_a_request_that_waited_for_it_tries_itself():
     tb = TileBytes(_Memory(), _Disk())
-    started, release = threading.Event(), threading.Event()
+    started, release, calls = threading.Event(), threading.Event(), []
 
     def broken():
+        calls.append(1)
         started.set()
         release.wait(10)
         raise OSError("the trace's file went away")
@@ -237,7 +235,8 @@ def test_a_failed_build_is_the_error_of_each_request_that_waited_for_it_and_is_n
     release.set()
     for t in threads:
         t.join(10)
-    assert errors == ["the trace's file went away"] * 2
+    assert errors == ["the trace's file went away"] * 2 and len(calls) == 2
+    assert tb._builds.users(("t", 1, 0, "g0")) == 0  # no lock left behind for the key
     assert tb.get(("t", 1, 0, "g0"), False, lambda: b"again") == (b"again", "identity")  # built anew
     tb.close()
 

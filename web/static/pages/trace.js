@@ -158,7 +158,7 @@ async function main() {
   tl.on("view", saveUrl);
   const frag = readFragment();
   const fresh = !location.hash;
-  if (frag.start_ns !== null && frag.end_ns !== null && frag.end_ns > frag.start_ns) tl.view.set(frag.start_ns, frag.end_ns);
+  if (namesView(frag)) tl.view.set(frag.start_ns, frag.end_ns);
   if (frag.pinned.length) tl.layout.setPinned(frag.pinned);
   if (frag.depths.length) tl.layout.setChosenDepths(frag.depths);
   applyTrackUrlState(tl, frag);
@@ -332,6 +332,11 @@ function exposeHooks(tl, select, follower, trace_id) {
   window.acceltrace = hooks;
 }
 
+/** Whether the URL's fragment names a view (else the page opens the whole trace). */
+function namesView(frag) {
+  return frag.start_ns !== null && frag.end_ns !== null && frag.end_ns > frag.start_ns;
+}
+
 function fatal(message) {
   const root = $("timeline");
   root.dataset.state = "idle";
@@ -380,9 +385,7 @@ function untilIngested(api, root) {
     if (!window.EventSource) { poll(); return; }
     // a page that opens the whole trace (no view in its URL) says the width its tracks will have: the server
     // builds its first tiles as the trace is ready
-    const frag = readFragment();
-    const whole = frag.start_ns === null || frag.end_ns === null || frag.end_ns <= frag.start_ns; // as main() reads it
-    const es = new EventSource(`${api.base}/progress${whole ? viewQuery() : ""}`);
+    const es = new EventSource(`${api.base}/progress${namesView(readFragment()) ? "" : viewQuery()}`);
     es.onmessage = (m) => {
       let st;
       try { st = JSON.parse(m.data); } catch (_) { return; }
