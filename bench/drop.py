@@ -15,15 +15,16 @@ orjson.loads of its bytes (the parse alone).
 
 --browser: the same drop as a user makes it, in Debian's Chromium (Playwright): the trace list page's
 "Open a trace" file chooser given the file, timed from then until
-  page       the browser has navigated to the trace's page (the upload answered: published, or still
-             ingesting past the server's 2 s wait: the page then follows the ingest itself)
+  page       the page has the trace's URL (the upload answered: published, or still ingesting past the
+             server's 2 s wait: the page then follows the ingest itself); the list page opens the trace in
+             place (its URL, HTML and styles, its main() run; web/static/panels/upload.js), not by a navigation
   published  the trace row is `ready` (polled every 20 ms beside the browser)
   first tile a tile is in the page's tile cache (window.acceltrace.timeline.tiles; it is drawn in the
              frame that follows): the user sees the timeline
   idle       the timeline drew every tile of the view (#timeline[data-state=idle], docs/ui.md)
 This includes what the curl rows leave out: the browser reading and sending the file, the page's own
-load (its modules, its tile worker, its first requests) and the drawing, on the same two cores as the
-server.
+load (its HTML, its tile worker, its first requests; its modules are loaded while the list page idles) and
+the drawing, on the same two cores as the server.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ The fixtures built on these (`browser`, `a100_server`) are in tests/conftest.py.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -79,3 +80,14 @@ def wait_idle(page, timeout_ms: int = 15000) -> None:
     page.wait_for_function(js, timeout=timeout_ms)
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     page.wait_for_function(js, timeout=timeout_ms)
+
+
+def drop_file(page, name: str, data: bytes) -> None:
+    """Drop a file onto the page the way a browser does (a DataTransfer holding a File, on drag events)."""
+    page.evaluate("""([name, b64]) => {
+        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File([bytes], name));
+        for (const type of ['dragenter', 'dragover', 'drop'])
+            document.body.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""", [name, base64.b64encode(data).decode()])

@@ -67,6 +67,10 @@ def test_versioned_files_are_cached_for_good_and_pages_name_only_them(api, trace
 
 
 def test_a_trace_opened_from_the_list_loads_its_files_from_the_cache(browser, a100_server):
+    """Opened in place from the list (pages/in_place.js) and then by its URL, the trace page fetches none of its
+    files over the network again: the list page prefetched them while idle."""
+    static = """(from) => performance.getEntriesByType('resource').slice(from)
+        .filter(r => r.name.includes('/static/')).map(r => [new URL(r.name).pathname, r.transferSize])"""
     ctx = browser.new_context(viewport={"width": 1400, "height": 900}, base_url=a100_server)
     try:
         pg = ctx.new_page()
@@ -75,13 +79,21 @@ def test_a_trace_opened_from_the_list_loads_its_files_from_the_cache(browser, a1
         pg.goto("/")
         pg.wait_for_load_state("networkidle")  # the prefetches are done
         pg.wait_for_selector("#traces tbody a")
-        with pg.expect_navigation():
-            pg.click("#traces tbody a")
+        pg.wait_for_function("() => performance.getEntriesByType('resource').some(e => e.name.endsWith('/pages/trace.js'))")
+        pg.wait_for_load_state("networkidle")
+        seen = pg.evaluate("() => performance.getEntriesByType('resource').length")
+        href = pg.get_attribute("#traces tbody a", "href")
+        pg.click("#traces tbody a")  # in place: no navigation
+        pg.wait_for_url(f"**{href}*")
         pg.wait_for_function("() => document.getElementById('timeline').dataset.state === 'idle'", timeout=60_000)
-        loaded = pg.evaluate("""() => performance.getEntriesByType('resource')
-            .filter(r => r.name.includes('/static/')).map(r => [new URL(r.name).pathname, r.transferSize])""")
-        worker = pg.evaluate("() => !!window.acceltrace && !!window.acceltrace.timeline")
-        assert not errors and worker
+        assert not errors and pg.evaluate("() => !!window.acceltrace && !!window.acceltrace.timeline")
+        opened = pg.evaluate(static, seen)
+        assert not [path for path, size in opened if size > 0], f"fetched again though prefetched: {opened}"
+        # the same page navigated to (a reload, a link from elsewhere in this browser): every file from the cache
+        pg.goto(href)
+        pg.wait_for_function("() => document.getElementById('timeline').dataset.state === 'idle'", timeout=60_000)
+        loaded = pg.evaluate(static, 0)
+        assert not errors
         assert len(loaded) >= 30, loaded  # every module and style of the trace page
         over_network = [path for path, size in loaded if size > 0]
         assert not over_network, f"fetched again though prefetched: {over_network}"

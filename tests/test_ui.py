@@ -6,7 +6,6 @@ Screenshots land in test-output/ui/ (git-ignored) for a human to look at.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import shutil
@@ -288,20 +287,9 @@ def test_copied_url_restores_the_view_in_a_new_page(page, browser, server, trace
     other.close()
 
 
-def _drop_file(page, name: str, data: bytes) -> None:
-    """Drop a file onto the page the way a browser does (DataTransfer with a File on drag events)."""
-    page.evaluate("""([name, b64]) => {
-        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
-        const dt = new DataTransfer();
-        dt.items.add(new File([bytes], name));
-        for (const type of ['dragenter', 'dragover', 'drop'])
-            document.body.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
-    }""", [name, base64.b64encode(data).decode()])
-
-
 def test_drag_and_drop_upload_of_a_real_trace_opens_its_page(page, trace_id):
     page.goto("/")
-    _drop_file(page, NSYS.name, NSYS.read_bytes())
+    _ui.drop_file(page, NSYS.name, NSYS.read_bytes())
     page.wait_for_url("**/t/*", timeout=60000)
     assert trace_id not in page.url
     wait_idle(page, timeout_ms=30000)
@@ -314,7 +302,7 @@ def test_drag_and_drop_upload_of_a_real_trace_opens_its_page(page, trace_id):
 def test_broken_file_shows_an_error_without_breaking_the_page(page, trace_id):
     open_trace(page, trace_id)
     path = page.evaluate("() => location.pathname")
-    _drop_file(page, "broken.json", b"\x00\x01\x02 this is not a trace \xff\xfe")
+    _ui.drop_file(page, "broken.json", b"\x00\x01\x02 this is not a trace \xff\xfe")
     status = page.locator("#upload-status[data-state='error'] .upload-error")
     status.wait_for(timeout=30000)
     assert status.inner_text().strip(), "the error says nothing"
@@ -333,7 +321,7 @@ def test_names_from_a_trace_are_shown_as_text_not_markup(page):
     data = gzip.compress(json.dumps({"traceEvents": events + [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": evil}}]}).encode())
     page.goto("/")
-    _drop_file(page, "evil.json.gz", data)
+    _ui.drop_file(page, "evil.json.gz", data)
     page.wait_for_url("**/t/*", timeout=60000)
     wait_idle(page)
     page.fill("#search", "img src")

@@ -10,7 +10,6 @@ from the raw trace file. Screenshots land in test-output/ui/.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import shutil
@@ -302,21 +301,11 @@ def test_info_panel_shows_each_pass_status_as_the_findings_file_has_it(page, env
     shot(page, "info-panel")
 
 
-def _drop_file(page, name: str, data: bytes) -> None:
-    page.evaluate("""([name, b64]) => {
-        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
-        const dt = new DataTransfer();
-        dt.items.add(new File([bytes], name));
-        for (const type of ['dragenter', 'dragover', 'drop'])
-            document.body.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
-    }""", [name, base64.b64encode(data).decode()])
-
-
 def test_a_dropped_trace_shows_its_findings_without_a_reload(page, env):
     """Drop the A100 trace on the list page: it opens on its timeline, and its findings show up there
     (however long the passes take) with no navigation after the trace page loaded."""
     page.goto("/")
-    _drop_file(page, A100.name, A100.read_bytes())
+    _ui.drop_file(page, A100.name, A100.read_bytes())
     page.wait_for_url("**/t/*", timeout=90000)
     wait_idle(page, timeout_ms=30000)
     navigations = []

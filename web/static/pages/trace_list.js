@@ -1,9 +1,11 @@
 // The trace list (/): the catalog from /api/traces, each row linking to its trace page (a running capture's
-// row says live, with its event count and rate); uploads by drop;
+// row says live, with its event count and rate); uploads by drop; a trace dropped or clicked opens in place
+// (pages/in_place.js);
 // ticking two ready traces opens their comparison (/diff?a=first ticked&b=second).
 
 import { listTraces } from "../lib/api.js";
 import { installDropTarget, pickAndUpload } from "../panels/upload.js";
+import { loadTracePageAhead, openTracePage } from "./in_place.js";
 import { el, fmtBytes, fmtCount } from "../lib/util.js";
 
 function main() {
@@ -13,6 +15,7 @@ function main() {
     if (picked.length === 2) location.href = `/diff?a=${encodeURIComponent(picked[0])}&b=${encodeURIComponent(picked[1])}`;
   });
   refresh();
+  loadTracePageAhead();
 }
 
 const picked = []; // trace ids ticked for comparison, in the order ticked (A first)
@@ -35,12 +38,20 @@ function statusText(t) {
   return `● live · ${fmtCount(c.events || 0)} events · ${rate}` + (c.lost_events ? ` · lost ${fmtCount(c.lost_events)}` : "");
 }
 
+/** A row's link, clicked plainly (not for a new tab or window): the trace opens in place. */
+function openInPlace(e) {
+  if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  openTracePage(e.currentTarget.getAttribute("href"));
+}
+
 async function refresh() {
+  if (!document.body.classList.contains("index-page")) return; // the page became a trace's (pages/in_place.js)
   const body = document.querySelector("#traces tbody");
   try {
     const { traces } = await listTraces();
     body.replaceChildren(...traces.map((t) => el("tr", { dataset: { status: t.status } },
-      el("td", {}, t.status === "ready" || t.status === "live" ? el("a", { href: `/t/${encodeURIComponent(t.id)}` }, t.name) : t.name),
+      el("td", {}, t.status === "ready" || t.status === "live" ? el("a", { href: `/t/${encodeURIComponent(t.id)}`, onclick: openInPlace }, t.name) : t.name),
       el("td", {}, t.format || "-"),
       el("td", { title: t.error || "", class: t.status === "live" ? "live-status" : "" }, statusText(t)),
       el("td", {}, fmtBytes(t.source_bytes)),

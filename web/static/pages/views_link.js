@@ -5,9 +5,9 @@
 import { el } from "../lib/util.js";
 import { viewsUrl } from "../views/common.js";
 
-const button = document.getElementById("open-views");
-if (button) {
-  button.addEventListener("click", () => {
+/** The top bar's Views button: the views of the range on screen (trace.js main). */
+export function installViewsButton() {
+  document.getElementById("open-views").addEventListener("click", () => {
     const f = new URLSearchParams(location.hash.slice(1)), q = new URLSearchParams({ view: "flame" });
     if (f.get("s")) q.set("start_ns", f.get("s"));
     if (f.get("e")) q.set("end_ns", f.get("e"));

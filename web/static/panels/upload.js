@@ -1,12 +1,14 @@
 // Drag-and-drop upload on any page: a drop overlay, a progress bar through the upload (XHR progress), a clear
-// error for an unreadable file, then the trace's page opens (it follows an ingest still running: pages/trace.js).
+// error for an unreadable file, then the trace's page opens (it follows an ingest still running: pages/trace.js);
+// from the list page, in place (pages/in_place.js).
 
 import { el } from "../lib/util.js";
+import { openTracePage } from "../pages/in_place.js";
 
 let box = null;
 
 function statusBox() {
-  if (box) return box;
+  if (box && box.root.isConnected) return box; // (a page opened in place has a new body)
   const bar = el("div", { class: "bar-fill" });
   const label = el("div", { class: "upload-label" });
   const err = el("div", { class: "upload-error", role: "alert", hidden: true });
@@ -99,23 +101,29 @@ export function uploadFile(file) {
 
 function open(id, name) {
   show(`Opening ${name}…`, 1);
-  location.assign(`/t/${encodeURIComponent(id)}`);
+  openTracePage(`/t/${encodeURIComponent(id)}`);
 }
+
+let dropOverlay = null; // one per document: a page opened in place keeps the list page's listeners
 
 /** Accept files dropped anywhere on the page. */
 export function installDropTarget() {
-  const overlay = el("div", { id: "drop-overlay", hidden: true }, el("div", {}, "Drop a trace file to open it"));
-  document.body.append(overlay);
+  if (dropOverlay) {
+    if (!dropOverlay.isConnected) document.body.append(dropOverlay);
+    return;
+  }
+  dropOverlay = el("div", { id: "drop-overlay", hidden: true }, el("div", {}, "Drop a trace file to open it"));
+  document.body.append(dropOverlay);
   let depth = 0;
   const hasFiles = (e) => e.dataTransfer && [...(e.dataTransfer.types || [])].includes("Files");
-  document.addEventListener("dragenter", (e) => { if (!hasFiles(e)) return; depth++; overlay.hidden = false; e.preventDefault(); });
-  document.addEventListener("dragleave", () => { depth = Math.max(0, depth - 1); if (!depth) overlay.hidden = true; });
+  document.addEventListener("dragenter", (e) => { if (!hasFiles(e)) return; depth++; dropOverlay.hidden = false; e.preventDefault(); });
+  document.addEventListener("dragleave", () => { depth = Math.max(0, depth - 1); if (!depth) dropOverlay.hidden = true; });
   document.addEventListener("dragover", (e) => { if (hasFiles(e)) e.preventDefault(); });
   document.addEventListener("drop", (e) => {
     if (!hasFiles(e)) return;
     e.preventDefault();
     depth = 0;
-    overlay.hidden = true;
+    dropOverlay.hidden = true;
     const f = e.dataTransfer.files && e.dataTransfer.files[0];
     if (f) uploadFile(f);
   });
