@@ -6,11 +6,14 @@ a real server.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 import _ui
+from test_api_upload import _send_in_two, chrome_json
+from test_ui_ingesting import _ingesting_row
 
 ROOT = Path(__file__).resolve().parent.parent
 KINETO = ROOT / "sample_traces" / "chrome" / "kineto"
@@ -144,3 +147,30 @@ def test_a_traces_link_clicked_in_the_list_opens_in_place_and_a_modified_click_d
         assert page.evaluate("() => window.__listDocument") is True
         assert page.title() == f"{SAMPLED.name} · acceltrace"
         assert not page.errors, page.errors
+
+
+def test_a_trace_still_ingesting_opens_in_place_and_draws_once_published(browser, server):
+    """As an upload the server answers 202 does: the page opened in place follows the ingest and draws when the
+    trace is published, in the same document."""
+    body = chrome_json("in-place-early", 40_000)
+    release, out = threading.Event(), {}
+    sender = threading.Thread(target=_send_in_two, args=(server, "early-in-place.json", body, release, out))
+    sender.start()
+    try:
+        with _ui.new_page(browser, server) as page:
+            _list_page_ready(page)
+            row = _ingesting_row(server, out)
+            # what the upload box does with a 202: the list page's own in_place.js (the page's versioned URL)
+            page.evaluate("""(url) => import(new URL('in_place.js', document.querySelector('script[type=module]').src))
+                .then(m => m.openTracePage(url))""", f"/t/{row['id']}")
+            page.locator("#timeline .ingest-wait[role=status]").wait_for(timeout=30_000)
+            assert page.evaluate("() => window.__listDocument") is True
+            release.set()
+            _ui.wait_idle(page, timeout_ms=120_000)
+            assert page.evaluate("() => window.__listDocument") is True, "the page reloaded"
+            assert page.evaluate("() => window.acceltrace.timeline.meta.counts.slices") == 40_000
+            assert not page.errors, page.errors
+    finally:
+        release.set()
+        sender.join(120)
+    assert out["r"].status_code in (201, 202), out["r"].text
