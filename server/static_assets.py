@@ -22,7 +22,7 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 PREFIX = "/static/v"
 # the trace page's stylesheets, in the order it links them
 TRACE_STYLES = ("app.css", "tracks.css", "nav.css")
-TRACE_ENTRY = "pages/trace.js"
+TRACE_ENTRY = "pages/trace_page.js"  # its main(): pages/trace.js
 # a module's relative references to others: static imports, `import("./x.js")`, `new URL("./worker.js", ...)`
 _RELATIVE_JS = re.compile(r"""["'](\.{1,2}/[\w./-]+\.js)["']""")
 

@@ -91,3 +91,12 @@ def drop_file(page, name: str, data: bytes) -> None:
         for (const type of ['dragenter', 'dragover', 'drop'])
             document.body.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
     }""", [name, base64.b64encode(data).decode()])
+
+
+def list_page_ready(page) -> None:
+    """The trace list, idle: the trace page's modules loaded ahead, so a trace opens in place (pages/in_place.js).
+    Marks the document (`window.__listDocument`): a navigation loses the mark."""
+    page.goto("/")
+    page.wait_for_function("() => performance.getEntriesByType('resource').some(e => e.name.endsWith('/pages/trace.js'))")
+    page.wait_for_load_state("networkidle")
+    page.evaluate("() => { window.__listDocument = true; }")

@@ -6,6 +6,7 @@ a real server.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -30,21 +31,13 @@ def server(tmp_path_factory, live_server_factory):
     live.stop()
 
 
-def _list_page_ready(page) -> None:
-    """The list page, with the trace page's module loaded ahead (what an idle list page has done)."""
-    page.goto("/")
-    page.wait_for_function("() => performance.getEntriesByType('resource').some(e => e.name.endsWith('/pages/trace.js'))")
-    page.wait_for_load_state("networkidle")
-    page.evaluate("() => { window.__listDocument = true; }")  # gone if the page navigates
-
-
 def _drop(page, path: Path) -> None:
     _ui.drop_file(page, path.name, path.read_bytes())
 
 
 def _dropped_in_place(page, path: Path) -> None:
     """`path` dropped on the list page, its trace drawn in the same document."""
-    _list_page_ready(page)
+    _ui.list_page_ready(page)
     _drop(page, path)
     page.wait_for_url("**/t/*", timeout=60000)
     _ui.wait_idle(page, timeout_ms=30000)
@@ -112,7 +105,7 @@ def test_a_file_dropped_on_a_trace_opened_in_place_is_uploaded_once_and_opened_b
 
 def test_a_drop_navigates_where_the_trace_page_cannot_be_fetched_in_place(browser, server):
     with _ui.new_page(browser, server) as page:
-        _list_page_ready(page)
+        _ui.list_page_ready(page)
         failed: list[str] = []
 
         def fail_fetch(route):  # the page's fetch of the trace page's HTML fails; its navigation does not
@@ -133,7 +126,7 @@ def test_a_drop_navigates_where_the_trace_page_cannot_be_fetched_in_place(browse
 
 def test_a_traces_link_clicked_in_the_list_opens_in_place_and_a_modified_click_does_not(browser, server):
     with _ui.new_page(browser, server) as page:
-        _list_page_ready(page)
+        _ui.list_page_ready(page)
         link = page.locator("#traces a", has_text=SAMPLED.name)
         link.wait_for(timeout=30000)
         href = link.get_attribute("href")
@@ -149,21 +142,24 @@ def test_a_traces_link_clicked_in_the_list_opens_in_place_and_a_modified_click_d
         assert not page.errors, page.errors
 
 
-def test_a_trace_still_ingesting_opens_in_place_and_draws_once_published(browser, server):
-    """As an upload the server answers 202 does: the page opened in place follows the ingest and draws when the
-    trace is published, in the same document."""
+def test_an_upload_answered_while_its_trace_ingests_opens_in_place_and_draws_once_published(browser, server):
+    """The upload box given a 202 (the trace still ingesting) opens that trace in place: its progress, then its
+    timeline once published, in the same document. The 202 is the answer the server gives an upload it has not
+    finished in 2 s; here it names a real upload held half-way."""
     body = chrome_json("in-place-early", 40_000)
     release, out = threading.Event(), {}
     sender = threading.Thread(target=_send_in_two, args=(server, "early-in-place.json", body, release, out))
     sender.start()
     try:
         with _ui.new_page(browser, server) as page:
-            _list_page_ready(page)
+            _ui.list_page_ready(page)
             row = _ingesting_row(server, out)
-            # what the upload box does with a 202: the list page's own in_place.js (the page's versioned URL)
-            page.evaluate("""(url) => import(new URL('in_place.js', document.querySelector('script[type=module]').src))
-                .then(m => m.openTracePage(url))""", f"/t/{row['id']}")
+            page.route("**/api/traces?*", lambda route: route.fulfill(
+                status=202, content_type="application/json", body=json.dumps({"id": row["id"], "status": "ingesting"}))
+                if route.request.method == "POST" else route.continue_())
+            _drop(page, MINITOY)
             page.locator("#timeline .ingest-wait[role=status]").wait_for(timeout=30_000)
+            assert page.url.split("#")[0].endswith(f"/t/{row['id']}")
             assert page.evaluate("() => window.__listDocument") is True
             release.set()
             _ui.wait_idle(page, timeout_ms=120_000)
@@ -174,3 +170,42 @@ def test_a_trace_still_ingesting_opens_in_place_and_draws_once_published(browser
         release.set()
         sender.join(120)
     assert out["r"].status_code in (201, 202), out["r"].text
+
+
+def test_forward_to_a_trace_opened_in_place_loads_it_and_the_list_keeps_its_title(browser, server):
+    with _ui.new_page(browser, server) as page:
+        _dropped_in_place(page, MINITOY)
+        cdp = page.context.new_cdp_session(page)
+        entries = cdp.send("Page.getNavigationHistory")["entries"]
+        assert [e["title"] for e in entries[-2:]] == ["acceltrace", f"{MINITOY.name} · acceltrace"]
+        page.go_back()
+        page.wait_for_function("() => document.body.classList.contains('index-page')", timeout=30000)
+        page.evaluate("() => { window.__listDocument = true; }")
+        page.go_forward()
+        page.wait_for_function("() => document.body.classList.contains('trace-page')", timeout=30000)
+        _ui.wait_idle(page, timeout_ms=30000)
+        assert page.evaluate("() => window.__listDocument") is None  # loaded, not the list at the trace's URL
+        assert page.title() == f"{MINITOY.name} · acceltrace"
+        assert not page.errors, page.errors
+
+
+def test_a_double_click_on_a_row_opens_its_trace_once(browser, server):
+    with _ui.new_page(browser, server) as page:
+        _ui.list_page_ready(page)
+        link = page.locator("#traces a", has_text=MINITOY.name).first
+        link.wait_for(timeout=30000)
+        streams: list[str] = []
+        page.on("request", lambda r: streams.append(r.url) if r.url.endswith("/analysis/events") else None)
+        before = page.evaluate("() => history.length")
+        link.dblclick()
+        page.wait_for_url("**/t/*", timeout=30000)
+        _ui.wait_idle(page, timeout_ms=30000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.__listDocument") is True
+        assert page.evaluate("() => history.length") == before + 1
+        assert len(streams) == 1, streams  # one main(): one page's requests
+        view = page.evaluate("() => window.acceltrace.view")
+        page.keyboard.press("w")  # keys reach the page on screen
+        _ui.wait_idle(page)
+        assert page.evaluate("() => window.acceltrace.view") != view
+        assert not page.errors, page.errors

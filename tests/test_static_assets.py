@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import _ui
 from acceltrace.server import static_assets
 from acceltrace.server.static_assets import IMMUTABLE, Assets, module_graph, version
 
@@ -29,9 +30,10 @@ def test_the_version_follows_every_file(tmp_path):
 
 def test_the_trace_pages_module_graph_is_every_module_it_loads(tmp_path):
     mods = module_graph(STATIC)
-    assert mods[0] == "pages/trace.js" and len(mods) == len(set(mods))
+    assert mods[0] == "pages/trace_page.js" and len(mods) == len(set(mods))
     # the tile worker and what it imports (new URL("./worker.js", import.meta.url)), multi-line imports
-    assert {"tiles/worker.js", "tiles/decode.js", "timeline/timeline.js", "panels/upload.js"} <= set(mods)
+    assert {"pages/trace.js", "tiles/worker.js", "tiles/decode.js", "timeline/timeline.js", "panels/upload.js",
+            "pages/in_place.js"} <= set(mods)
     assert all((STATIC / m).is_file() for m in mods)
     # a graph by hand: a dynamic import, a reference outside the folder, one to a missing file, a cycle
     web = tmp_path / "s"
@@ -41,7 +43,7 @@ def test_the_trace_pages_module_graph_is_every_module_it_loads(tmp_path):
     (web / "a.js").write_text('export {\n  b,\n} from "./pages/trace.js";\n')
     (web / "pages" / "lazy.js").write_text("export const x = 1;\n")
     (tmp_path / "outside.js").write_text("")
-    assert module_graph(web) == ["pages/trace.js", "a.js", "pages/lazy.js"]
+    assert module_graph(web, "pages/trace.js") == ["pages/trace.js", "a.js", "pages/lazy.js"]
 
 
 def test_versioned_files_are_cached_for_good_and_pages_name_only_them(api, trace_store):
@@ -76,11 +78,8 @@ def test_a_trace_opened_from_the_list_loads_its_files_from_the_cache(browser, a1
         pg = ctx.new_page()
         errors: list[str] = []
         pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.goto("/")
-        pg.wait_for_load_state("networkidle")  # the prefetches are done
+        _ui.list_page_ready(pg)  # the prefetches and the trace page's modules are loaded
         pg.wait_for_selector("#traces tbody a")
-        pg.wait_for_function("() => performance.getEntriesByType('resource').some(e => e.name.endsWith('/pages/trace.js'))")
-        pg.wait_for_load_state("networkidle")
         seen = pg.evaluate("() => performance.getEntriesByType('resource').length")
         href = pg.get_attribute("#traces tbody a", "href")
         pg.click("#traces tbody a")  # in place: no navigation
@@ -88,6 +87,7 @@ def test_a_trace_opened_from_the_list_loads_its_files_from_the_cache(browser, a1
         pg.wait_for_function("() => document.getElementById('timeline').dataset.state === 'idle'", timeout=60_000)
         assert not errors and pg.evaluate("() => !!window.acceltrace && !!window.acceltrace.timeline")
         opened = pg.evaluate(static, seen)
+        assert opened, "the page opened in place loaded nothing (its styles and tile worker are new to the list)"
         assert not [path for path, size in opened if size > 0], f"fetched again though prefetched: {opened}"
         # the same page navigated to (a reload, a link from elsewhere in this browser): every file from the cache
         pg.goto(href)

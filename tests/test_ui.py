@@ -288,7 +288,7 @@ def test_copied_url_restores_the_view_in_a_new_page(page, browser, server, trace
 
 
 def test_drag_and_drop_upload_of_a_real_trace_opens_its_page(page, trace_id):
-    page.goto("/")
+    _ui.list_page_ready(page)
     _ui.drop_file(page, NSYS.name, NSYS.read_bytes())
     page.wait_for_url("**/t/*", timeout=60000)
     assert trace_id not in page.url
@@ -320,7 +320,7 @@ def test_names_from_a_trace_are_shown_as_text_not_markup(page):
     events = [{"ph": "X", "name": evil, "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 5, "cat": "cpu_op"} for i in range(3)]
     data = gzip.compress(json.dumps({"traceEvents": events + [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": evil}}]}).encode())
-    page.goto("/")
+    _ui.list_page_ready(page)  # opened in place: the page's names come through the fetched HTML too
     _ui.drop_file(page, "evil.json.gz", data)
     page.wait_for_url("**/t/*", timeout=60000)
     wait_idle(page)

@@ -304,7 +304,7 @@ def test_info_panel_shows_each_pass_status_as_the_findings_file_has_it(page, env
 def test_a_dropped_trace_shows_its_findings_without_a_reload(page, env):
     """Drop the A100 trace on the list page: it opens on its timeline, and its findings show up there
     (however long the passes take) with no navigation after the trace page loaded."""
-    page.goto("/")
+    _ui.list_page_ready(page)
     _ui.drop_file(page, A100.name, A100.read_bytes())
     page.wait_for_url("**/t/*", timeout=90000)
     wait_idle(page, timeout_ms=30000)

@@ -2,12 +2,17 @@
 // (loadTracePageAhead); a trace dropped on it, or a row's link clicked, then takes the trace page's HTML, styles
 // and URL and runs its main() (pages/trace.js). That spares the navigation, the page's parse and its modules'
 // evaluation: 0.1-0.2 s of a drop's time to its first tile on this machine (docs/performance.md, forty-sixth
-// stop). A failure before the page is swapped is a plain navigation instead. On "back" the trace page loads the
-// list again (pages/trace.js main).
+// stop). A failure before the page is swapped is a plain navigation instead.
 
 import { el } from "../lib/util.js";
 
 let tracePage = null; // Promise of pages/trace.js, once asked
+let opening = null; // the URL being opened in place
+let shownPath = location.pathname; // the path of the page this document shows
+let following = false;
+
+/** Whether this document shows the trace list (not yet a trace opened in place). */
+export const isListPage = () => document.body.classList.contains("index-page");
 
 /** The list page: load the trace page's modules while idle, so a trace opens in place. */
 export function loadTracePageAhead() {
@@ -19,11 +24,25 @@ export function loadTracePageAhead() {
   else setTimeout(load, 200);
 }
 
+/** A page that can open a trace in place, or be one opened so (pages/trace.js): the list and the trace opened
+ * from it share this document's history entries, so a step back or forward to another path loads that page. */
+export function followHistory() {
+  if (following) return;
+  following = true;
+  addEventListener("popstate", () => { if (location.pathname !== shownPath) location.reload(); });
+}
+
 /** Open the trace page at `url` (`/t/{id}`): in place from the list page once its modules are asked for, else
- * by a navigation. */
+ * by a navigation. A second open while one is under way: the same URL is the same open (a double click); another
+ * navigates. */
 export function openTracePage(url) {
-  if (tracePage && document.body.classList.contains("index-page")) openInPlace(url).catch(() => location.assign(url));
-  else location.assign(url);
+  if (opening === url) return;
+  if (opening || !tracePage || !isListPage()) {
+    location.assign(url);
+    return;
+  }
+  opening = url;
+  openInPlace(url).catch(() => location.assign(url));
 }
 
 async function openInPlace(url) {
@@ -31,8 +50,9 @@ async function openInPlace(url) {
   if (!res.ok) throw new Error(`${url}: ${res.status}`);
   const doc = new DOMParser().parseFromString(await res.text(), "text/html");
   await addStyles(doc);
-  document.title = doc.title;
   history.pushState(null, "", url);
+  shownPath = location.pathname;
+  document.title = doc.title; // (after the new entry: the list's entry keeps its own title)
   scrollTo(0, 0);
   document.body.replaceWith(document.adoptNode(doc.body)); // (its scripts do not run: main() below is theirs)
   page.main();

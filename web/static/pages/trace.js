@@ -19,6 +19,7 @@ import { Bookmarks } from "../panels/bookmarks.js";
 import { installNav } from "./trace_nav.js";
 import { CriticalPath, renderCriticalPath } from "../tracks/critical_path.js";
 import { areaViewsLink, installViewsButton } from "./views_link.js";
+import { followHistory } from "./in_place.js";
 
 const $ = (id) => document.getElementById(id);
 const TOP_OVERLAYS = 3;           // passes whose overlay a fresh page shows: the biggest by total impact
@@ -53,10 +54,7 @@ function followAnalysis(api, on) {
 export async function main() {
   installDropTarget();
   installViewsButton();
-  // opened in place from the list page (pages/in_place.js), the list is a history entry of this document: going
-  // back there, or anywhere off this trace, loads that page
-  const ownPath = location.pathname;
-  addEventListener("popstate", () => { if (location.pathname !== ownPath) location.reload(); });
+  followHistory();
   const embedded = JSON.parse($("trace-meta").textContent || "null");
   const trace_id = document.body.dataset.traceId;
   const api = new Api(trace_id);
@@ -402,6 +400,3 @@ function untilIngested(api, root) {
     es.onerror = () => { es.close(); if (!done) poll(); };
   });
 }
-
-// the trace page's own script; the list page imports it ahead and runs main() in place (pages/in_place.js)
-if (document.body.dataset.traceId) main();

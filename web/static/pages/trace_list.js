@@ -5,7 +5,7 @@
 
 import { listTraces } from "../lib/api.js";
 import { installDropTarget, pickAndUpload } from "../panels/upload.js";
-import { loadTracePageAhead, openTracePage } from "./in_place.js";
+import { followHistory, isListPage, loadTracePageAhead, openTracePage } from "./in_place.js";
 import { el, fmtBytes, fmtCount } from "../lib/util.js";
 
 function main() {
@@ -16,6 +16,7 @@ function main() {
   });
   refresh();
   loadTracePageAhead();
+  followHistory();
 }
 
 const picked = []; // trace ids ticked for comparison, in the order ticked (A first)
@@ -39,19 +40,19 @@ function statusText(t) {
 }
 
 /** A row's link, clicked plainly (not for a new tab or window): the trace opens in place. */
-function openInPlace(e) {
+function onRowClick(e) {
   if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;
   e.preventDefault();
   openTracePage(e.currentTarget.getAttribute("href"));
 }
 
 async function refresh() {
-  if (!document.body.classList.contains("index-page")) return; // the page became a trace's (pages/in_place.js)
+  if (!isListPage()) return; // the page became a trace's (pages/in_place.js)
   const body = document.querySelector("#traces tbody");
   try {
     const { traces } = await listTraces();
     body.replaceChildren(...traces.map((t) => el("tr", { dataset: { status: t.status } },
-      el("td", {}, t.status === "ready" || t.status === "live" ? el("a", { href: `/t/${encodeURIComponent(t.id)}`, onclick: openInPlace }, t.name) : t.name),
+      el("td", {}, t.status === "ready" || t.status === "live" ? el("a", { href: `/t/${encodeURIComponent(t.id)}`, onclick: onRowClick }, t.name) : t.name),
       el("td", {}, t.format || "-"),
       el("td", { title: t.error || "", class: t.status === "live" ? "live-status" : "" }, statusText(t)),
       el("td", {}, fmtBytes(t.source_bytes)),
