@@ -175,6 +175,9 @@ def browser_drop_once(path: Path, browser) -> dict:
             pg.on("pageerror", lambda e: errors.append(str(e)))
             pg.goto(srv.url + "/")
             pg.wait_for_load_state("networkidle")
+            # an idle list page has loaded the trace page's modules (pages/in_place.js): the drop opens in place
+            pg.wait_for_function("() => performance.getEntriesByType('resource')"
+                                 ".some(e => e.name.endsWith('/pages/trace.js'))", timeout=30_000)
             with pg.expect_file_chooser() as chooser:
                 pg.click("#open-file")
             published: dict = {}
