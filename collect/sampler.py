@@ -317,6 +317,8 @@ class Sampler:
                     break
             else:
                 behind = (now - deadline) // period
+                if end_ns is not None:  # a stall past the run's end misses only the run's own deadlines
+                    behind = min(behind, (end_ns - deadline) // period + 1)
                 if behind:
                     # deadlines we could not meet are counted and skipped, never shifted
                     self.stats.missed_deadlines += behind

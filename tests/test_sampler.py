@@ -60,6 +60,16 @@ def test_missed_deadlines_are_counted_and_the_grid_does_not_shift(tmp_path):
     assert read_actr_path(tmp_path / "r.actr").tail["missed_deadlines"] == 2
 
 
+def test_a_stall_past_the_runs_end_misses_only_the_deadlines_inside_the_run(tmp_path):
+    clock = VirtualClock()
+    # the read due at 49 ms ends at 52.5 ms: of the deadlines it passes, only 50 ms is the run's (0-50 ms)
+    s = Sampler(Ramp(clock, slow_reads={50}, slow_ns=3_500_000), tmp_path / "r.actr", rate_hz=1000, clock=clock)
+    stats = s.run(0.05)
+    s.close()
+    assert (stats.ticks, stats.missed_deadlines) == (50, 1)
+    assert read_actr_path(tmp_path / "r.actr").tail["missed_deadlines"] == 1
+
+
 def test_wall_clock_short_run_keeps_the_rate(tmp_path):
     clock = WallClock()
     s = Sampler(Ramp(clock), tmp_path / "r.actr", rate_hz=200, clock=clock)
