@@ -163,14 +163,14 @@ def fail_if_malformed(label: str, text: bytes, offset: int, first_index: int) ->
     try:
         msgspec.json.decode(b"[" + text)
     except msgspec.DecodeError as e:
-        at = _error_byte(e)  # in "[" + text
+        at = error_byte(e)  # in "[" + text
         if at is not None and (at < len(text) - 16 or any(c in text[max(0, at - 1):] for c in (b"}", b"]"))):
             raise decode_error(label, e, text, offset, first_index) from None
     except RecursionError:  # too deep to tell here; the chunk's own decode says so
         pass
 
 
-def _error_byte(e: Exception) -> int | None:
+def error_byte(e: Exception) -> int | None:
     """The byte msgspec's error names, in the text it decoded."""
     m = re.search(r"\(byte (\d+)\)", str(e))
     return int(m.group(1)) if m else None
@@ -180,7 +180,7 @@ def decode_error(label: str, e: Exception, text: bytes, offset: int, first_index
     """A msgspec error on "[" + text (stream byte `offset` on, its first event `first_index`) as the user
     should read it: file, byte or event, what was expected."""
     msg = str(e)
-    at = _error_byte(e)
+    at = error_byte(e)
     if at is not None:
         at = max(0, at - 1)  # the decoded text starts with an added '['
         near = text[at:at + 24]
@@ -196,3 +196,21 @@ def decode_error(label: str, e: Exception, text: bytes, offset: int, first_index
     if "truncated" in msg:
         return IngestError(label, "an event is cut off; expected a complete JSON object", f"byte {offset + len(text)}")
     return IngestError(label, f"invalid JSON ({msg})", f"byte {offset}")
+
+
+def without_events(label: str, buf: bytes, start: int) -> IngestError:
+    """The error for a file that ended with no top-level "traceEvents" array (`buf`: all of it, its object from
+    `start`): where its JSON is cut off or goes wrong, if it does (a download cut off in Kineto's header reads so),
+    else that the key is missing."""
+    try:
+        msgspec.json.decode(buf[start:])
+    except msgspec.DecodeError as e:
+        at = error_byte(e)
+        if at is None:  # msgspec says only that the input was truncated
+            return IngestError(label, "ends inside its JSON object, before any \"traceEvents\" array (cut off?);"
+                               " expected {\"traceEvents\": [...]}", f"byte {len(buf)}")
+        return IngestError(label, f"invalid JSON near {buf[start + at:start + at + 24]!r}; expected a JSON object"
+                           " with a \"traceEvents\" array", f"byte {start + at}")
+    except RecursionError:  # too deep to say where: that the array is missing is still true
+        pass
+    return IngestError(label, "is a JSON object without a \"traceEvents\" array; expected {\"traceEvents\": [...]}")

@@ -94,7 +94,9 @@ def ingest(state: ChromeState, source, block: int | None = None) -> None:
         src.note_file(res.cut_off, dropped=1 if res.partial_event else 0)
     elif res.truncated:
         src.note_file(f"{res.truncated}; the whole event array came before the cut and was loaded")
-    if res.ignored_tail:
+    if res.bad_prefix:
+        src.note_file(res.bad_prefix)
+    elif res.ignored_tail:
         src.note_file(f"{res.ignored_tail} bytes after the event array are not valid JSON and were ignored")
     if res.events == 0 and not res.cut_off:
         src.note_file("the event array is empty")

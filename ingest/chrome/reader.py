@@ -23,7 +23,7 @@ from acceltrace.store.errors import IngestError
 from acceltrace.ingest.chrome.ahead import DEPTH, ChunksAhead
 from acceltrace.ingest.chrome.blocks import (WS as _WS, WS_COMMA as _WS_COMMA, bracketed, candidate, decode_error,
                                             fail_if_malformed, final_plan, joined, quotes as _quotes, read_sizes, reads,
-                                            structure, structure_from)
+                                            structure, structure_from, without_events)
 from acceltrace.ingest.made_ahead import MadeAhead
 from acceltrace.ingest.sources import BombGuard, TruncatedStream
 
@@ -53,6 +53,7 @@ class ReadResult:
     partial_event: bool = False  # the cut fell inside an event (one event lost)
     truncated: str | None = None  # the compressed stream ended early (its message)
     ignored_tail: int = 0  # bytes after the array that are not valid JSON (ignored)
+    bad_prefix: str | None = None  # where the top-level keys before the array stop being JSON (then ignored)
 
 
 class ChromeReader:
@@ -74,6 +75,7 @@ class ChromeReader:
         self.pos = 0  # stream offset of buf[0]
         self.eof = False
         self._prefix = b""
+        self._prefix_at = 0  # the stream byte the top-level object starts at
         self.speculate = prefetch  # decode the next chunks in a thread (see _speculate)
         self._ahead = ChunksAhead(decode)  # chunks decoded on a thread ahead of the caller (see _speculate)
         self._final: tuple | None = None  # (bytes, lead, final_plan's answer) worked out by _speculate
@@ -136,11 +138,11 @@ class ChromeReader:
             found = self._key_position(buf, start, searched)
             if found is not None:
                 self._prefix = buf[start:found[0]]
+                self._prefix_at = start
                 self.pos = found[1]
                 return buf[found[1]:]
             if self.eof:
-                raise IngestError(self.label, "is a JSON object without a \"traceEvents\" array;"
-                                  " expected {\"traceEvents\": [...]}")
+                raise without_events(self.label, buf, start)
             if len(buf) > MAX_META_BYTES:
                 raise IngestError(self.label, f"no \"traceEvents\" array in the first {MAX_META_BYTES} bytes;"
                                   " expected it near the start")
@@ -396,8 +398,18 @@ class ChromeReader:
             self.result.meta = self._meta(self._prefix + b'"traceEvents": []}')
 
     def _meta(self, text: bytes) -> dict:
+        """The top-level keys of `text` (the object's keys before the array, an empty array, then what follows it);
+        {} where it is not JSON, with where: in the keys before the array (a stream byte), or after it."""
         try:
             d = json.loads(text)
+        except json.JSONDecodeError as e:
+            if e.pos < len(self._prefix):
+                self.result.bad_prefix = (f"the top-level keys before the event array are not valid JSON at byte"
+                                          f" {self._prefix_at + e.pos} (near {self._prefix[e.pos:e.pos + 24]!r}):"
+                                          " they were ignored, the events were read")
+            else:
+                self.result.ignored_tail = len(text)
+            return {}
         except (ValueError, RecursionError):
             self.result.ignored_tail = len(text)
             return {}
