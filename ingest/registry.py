@@ -29,6 +29,8 @@ def detect(source: Source, importers: tuple[Importer, ...] = IMPORTERS) -> Impor
             if imp.claims_dir(Path(source.path)):
                 return imp
         raise IngestError(source.name, "is a directory that holds no recognised run (expected run.atrace/run.actr)")
+    if not source.head:  # a compressed file or an archive's member with no bytes (an empty file is refused sooner)
+        raise IngestError(source.name, "holds no bytes once decompressed; expected a trace", "byte 0")
     low = source.inner_name.lower()
     by_name = [imp for imp in importers if any(low.endswith(s) for s in imp.suffixes)]
     for imp in by_name:

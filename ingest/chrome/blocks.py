@@ -203,7 +203,7 @@ def without_events(label: str, buf: bytes, start: int) -> IngestError:
     `start`): where its JSON is cut off or goes wrong, if it does (a download cut off in Kineto's header reads so),
     else that the key is missing."""
     try:
-        msgspec.json.decode(buf[start:])
+        top = msgspec.json.decode(buf[start:])
     except msgspec.DecodeError as e:
         at = error_byte(e)
         if at is None:  # msgspec says only that the input was truncated
@@ -212,5 +212,11 @@ def without_events(label: str, buf: bytes, start: int) -> IngestError:
         return IngestError(label, f"invalid JSON near {buf[start + at:start + at + 24]!r}; expected a JSON object"
                            " with a \"traceEvents\" array", f"byte {start + at}")
     except RecursionError:  # too deep to say where: that the array is missing is still true
-        pass
+        top = None
+    if isinstance(top, dict) and "traceEvents" in top:
+        key = re.compile(rb'"traceEvents"\s*:\s*').search(buf, start)
+        kind = {type(None): "null", dict: "an object", str: "a string", bool: "a boolean"}.get(
+            type(top["traceEvents"]), "a number")
+        return IngestError(label, f"its \"traceEvents\" is {kind}; expected an array of events",
+                           f"byte {key.end() if key else start}")
     return IngestError(label, "is a JSON object without a \"traceEvents\" array; expected {\"traceEvents\": [...]}")

@@ -94,6 +94,9 @@ def ingest(state: ChromeState, source, block: int | None = None) -> None:
         src.note_file(res.cut_off, dropped=1 if res.partial_event else 0)
     elif res.truncated:
         src.note_file(f"{res.truncated}; the whole event array came before the cut and was loaded")
+    if res.unread:
+        src.note_file(f"the file has a second top-level \"traceEvents\" array; the first was read, the second's"
+                      f" {res.unread} events were not", dropped=res.unread)
     if res.bad_prefix:
         src.note_file(res.bad_prefix)
     elif res.ignored_tail:

@@ -54,6 +54,7 @@ class ReadResult:
     truncated: str | None = None  # the compressed stream ended early (its message)
     ignored_tail: int = 0  # bytes after the array that are not valid JSON (ignored)
     bad_prefix: str | None = None  # where the top-level keys before the array stop being JSON (then ignored)
+    unread: int = 0  # events of a second top-level "traceEvents" array after the one read (a file with the key twice)
 
 
 class ChromeReader:
@@ -398,8 +399,7 @@ class ChromeReader:
             self.result.meta = self._meta(self._prefix + b'"traceEvents": []}')
 
     def _meta(self, text: bytes) -> dict:
-        """The top-level keys of `text` (the object's keys before the array, an empty array, then what follows it);
-        {} where it is not JSON, with where: in the keys before the array (a stream byte), or after it."""
+        """The top-level keys of `text` (the keys before the array, an empty one, what follows); {} if not JSON."""
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
@@ -414,6 +414,7 @@ class ChromeReader:
             self.result.ignored_tail = len(text)
             return {}
         if isinstance(d, dict):
-            d.pop("traceEvents", None)
+            later = d.pop("traceEvents", None)  # (json keeps the last of a key given twice: the array not read)
+            self.result.unread = len(later) if isinstance(later, list) else 0
             return d
         return {}
