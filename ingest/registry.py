@@ -48,8 +48,22 @@ def detect(source: Source, importers: tuple[Importer, ...] = IMPORTERS) -> Impor
             if what:
                 found.append(what)
     kinds = ", ".join(sorted({imp.name for imp in importers}))
+    utf16 = _utf16(source.head)
+    if utf16:  # (what Windows PowerShell's `>` writes): JSON traces are UTF-8
+        raise IngestError(source.name, f"is {utf16} text, not UTF-8; expected a UTF-8 trace (save it again as"
+                          " UTF-8, e.g. PowerShell's Out-File -Encoding utf8)", "byte 0")
     what = f"unrecognised content ({'; '.join(found)})" if found else "unrecognised content"
     raise IngestError(source.name, f"{what}; expected one of: {kinds}", "byte 0")
+
+
+def _utf16(head: bytes) -> str | None:
+    """'UTF-16LE' or 'UTF-16BE' where `head` is JSON in UTF-16: by its byte-order mark, or a NUL beside each of
+    its first characters."""
+    if head.startswith(b"\xff\xfe") or (len(head) >= 4 and head[1] == 0 and head[3] == 0 and head[0] in b"{[ \r\n\t"):
+        return "UTF-16LE"
+    if head.startswith(b"\xfe\xff") or (len(head) >= 4 and head[0] == 0 and head[2] == 0 and head[1] in b"{[ \r\n\t"):
+        return "UTF-16BE"
+    return None
 
 
 def claimed_dir(path: Path) -> bool:

@@ -193,6 +193,12 @@ def decode_error(label: str, e: Exception, text: bytes, offset: int, first_index
     if m:
         field_path = m.group(2).lstrip(".")
         return IngestError(label, f"field '{field_path}': {msg.split(' - at ')[0]}", f"event {first_index + int(m.group(1))}")
+    if "UTF-8" in msg:  # msgspec names no byte: the first that is not UTF-8
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError as u:
+            return IngestError(label, f"bytes that are not UTF-8 near {text[u.start:u.start + 24]!r}; expected UTF-8"
+                               " text (JSON is UTF-8)", f"byte {offset + u.start}")
     if "truncated" in msg:
         return IngestError(label, "an event is cut off; expected a complete JSON object", f"byte {offset + len(text)}")
     return IngestError(label, f"invalid JSON ({msg})", f"byte {offset}")
