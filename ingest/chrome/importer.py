@@ -94,6 +94,11 @@ def ingest(state: ChromeState, source, block: int | None = None) -> None:
         src.note_file(res.cut_off, dropped=1 if res.partial_event else 0)
     elif res.truncated:
         src.note_file(f"{res.truncated}; the whole event array came before the cut and was loaded")
+    ftrace = res.meta.get("systemTraceEvents")
+    if isinstance(ftrace, str) and ftrace.strip():  # Chrome's about:tracing puts Linux ftrace text here
+        lines = ftrace.count("\n") + (not ftrace.endswith("\n"))
+        src.note_file(f"its systemTraceEvents (Linux ftrace text, {lines} lines) are kept in the trace's metadata"
+                      " (chrome_extra) but not drawn: acceltrace does not read ftrace text")
     if res.unread:
         src.note_file(f"the file has a second top-level \"traceEvents\" array; the first was read, the second's"
                       f" {res.unread} events were not", dropped=res.unread)
