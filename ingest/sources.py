@@ -1,4 +1,5 @@
-"""What the user gave us, opened as a list of Sources: plain files, gzip, zip, tar(.gz), directories.
+"""What the user gave us, opened as a list of Sources: plain files, gzip, xz, bzip2, zstd, zip, tar (plain or in one of
+those), directories.
 
 Containers are streamed, never extracted to disk (a format that needs a real file, like
 SQLite, asks for `materialize`, which writes into the ingest's own temp directory), and
@@ -19,6 +20,7 @@ from typing import BinaryIO, Callable
 
 from acceltrace.ingest.arriving import Arriving, ArrivingReader
 from acceltrace.ingest.gz import open_gzip
+from acceltrace.ingest.unpack import SUFFIXES as _UNPACK_SUFFIXES, codec_of, open_stream
 from acceltrace.store.errors import IngestError
 
 # Decompressed bytes allowed: at least this many, and beyond it at most RATIO x compressed.
@@ -160,7 +162,7 @@ class Source:
 
 def strip_container_suffix(name: str) -> str:
     low = name.lower()
-    for suf in (".gz", ".gzip"):
+    for suf in (".gz", ".gzip", *_UNPACK_SUFFIXES):
         if low.endswith(suf):
             return name[: -len(suf)]
     return name
@@ -196,10 +198,12 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None,
     size = arriving.budget_size() if arriving is not None else path.stat().st_size
     with open(path, "rb") as f:
         magic = f.read(262 + 8)
+    codec = "gzip" if magic[:2] == b"\x1f\x8b" else codec_of(magic)
     # archives wait for the whole file, and so does a gzip whose size was not declared (its decompression
-    # budget goes by its size on disk: a chunked upload's first bytes would set it far too low)
-    if arriving is not None and (magic[:4] == b"PK\x03\x04" or _is_tar(magic)
-                                 or (magic[:2] == b"\x1f\x8b" and not arriving.expected)):
+    # budget goes by its size on disk: a chunked upload's first bytes would set it far too low), and any other
+    # compressed stream (read as it arrives only for gzip, the common case)
+    if arriving is not None and (magic[:4] == b"PK\x03\x04" or _is_tar(magic) or codec not in (None, "gzip")
+                                 or (codec == "gzip" and not arriving.expected)):
         arriving.wait()
         arriving, size = None, path.stat().st_size
 
@@ -207,17 +211,18 @@ def open_sources(path: Path, on_read: Callable[[int], None] | None = None,
         f = ArrivingReader(arriving) if arriving is not None else open(path, "rb", buffering=0)
         return ProgressReader(f, on_read)
 
-    if magic[:2] == b"\x1f\x8b":
-        def gz():  # each open is one pass over the stream, bounded by itself
-            return io.BufferedReader(BombGuard(open_gzip(raw()), Budget(size), label), 1 << 20)
+    if codec is not None:
+        def unpacked():  # each open is one pass over the stream, bounded by itself
+            inner = open_gzip(raw()) if codec == "gzip" else open_stream(codec, raw())
+            return io.BufferedReader(BombGuard(inner, Budget(size), label), 1 << 20)
 
-        head = _read_head(gz, label)
+        head = _read_head(unpacked, label)
         if _is_tar(head):
             if arriving is not None:  # a tar.gz: its members are listed by a pass of their own
                 arriving.wait()
                 arriving, size = None, path.stat().st_size
-            return _tar_sources(path, label, size, lambda: gz())
-        return [Source(name=label, opener=gz, size=size, head=head, inner_name=strip_container_suffix(label),
+            return _tar_sources(path, label, size, unpacked)
+        return [Source(name=label, opener=unpacked, size=size, head=head, inner_name=strip_container_suffix(label),
                        arriving=arriving)]
     if magic[:4] == b"PK\x03\x04":
         return _zip_sources(path, label, size, on_read)
