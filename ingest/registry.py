@@ -17,6 +17,14 @@ from acceltrace.ingest.nsys.importer import IMPORTER as NSYS
 from acceltrace.ingest.sources import Source
 from acceltrace.store.errors import IngestError
 
+# Files users hand over that no importer reads, by name: what to make of them instead.
+FOREIGN = (
+    ((".nsys-rep", ".qdrep"), "an Nsight Systems report, which only nsys reads; export it to SQLite first"
+                             " (nsys export --type sqlite FILE) and give acceltrace the .sqlite"),
+    ((".pftrace", ".perfetto-trace"), "a Perfetto protobuf trace; acceltrace reads Chrome JSON: convert it with"
+                                     " Perfetto's traceconv (traceconv json FILE OUT.json)"),
+)
+
 # Order matters only for content sniffing; names are checked for all importers first.
 # acceltrace's own Chrome exports (strict sniff) go ahead of the generic Chrome importer.
 IMPORTERS: tuple[Importer, ...] = (ACCELTRACE_CHROME, CHROME, NSYS, ACTR, ATRACE)
@@ -48,6 +56,9 @@ def detect(source: Source, importers: tuple[Importer, ...] = IMPORTERS) -> Impor
             if what:
                 found.append(what)
     kinds = ", ".join(sorted({imp.name for imp in importers}))
+    for suffixes, what in FOREIGN:
+        if low.endswith(suffixes):
+            raise IngestError(source.name, f"is {what}", "byte 0")
     utf16 = _utf16(source.head)
     if utf16:  # (what Windows PowerShell's `>` writes): JSON traces are UTF-8
         raise IngestError(source.name, f"is {utf16} text, not UTF-8; expected a UTF-8 trace (save it again as"

@@ -72,3 +72,14 @@ def test_describe_says_what_was_found():
     many = [f"k{i}" for i in range(20)]
     assert "and 8 more" in detect.describe("object", many, True)
     assert detect.describe("object", ["a"], False).endswith("(the file ends inside the object)")
+
+
+def test_a_report_or_trace_of_another_tool_says_how_to_make_it_readable(tmp_path):
+    (tmp_path / "run.nsys-rep").write_bytes(bytes(range(256)) * 8)  # (nsys's own binary: not read here)
+    (tmp_path / "run.pftrace").write_bytes(b"\x0a\x05hello")  # a protobuf TracePacket
+    (tmp_path / "named.pftrace").write_text(json.dumps({"traceEvents": _events(3)}))  # content first: Chrome JSON
+    store = Store(tmp_path / "store")
+    rep, pf, named = ingest_paths(store, [tmp_path / "run.nsys-rep", tmp_path / "run.pftrace", tmp_path / "named.pftrace"])
+    assert rep.error.startswith("run.nsys-rep: byte 0: is an Nsight Systems report") and "nsys export --type sqlite" in rep.error
+    assert pf.error.startswith("run.pftrace: byte 0: is a Perfetto protobuf trace") and "traceconv json" in pf.error
+    assert named.error is None and named.counts["slices"] == 3
