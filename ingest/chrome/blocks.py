@@ -8,6 +8,7 @@ from typing import BinaryIO, Callable, Iterator
 import msgspec
 import numpy as np
 
+from acceltrace.ingest.chrome.detect import describe
 from acceltrace.store.errors import IngestError
 
 try:  # built by `pip install` (setup.py), as the scanner is; without it, b"".join
@@ -21,6 +22,7 @@ _LUT[[ord("}"), ord("]")]] = -1
 
 
 WS_COMMA = re.compile(rb"[ \t\r\n,]*")
+_KEY_VALUE = re.compile(rb'"traceEvents"\s*:\s*')  # (where a "traceEvents" that is not an array has its value)
 READ_SLACK = 64 << 10  # the first read's bytes beyond the first block, for the document's start
 
 
@@ -220,9 +222,10 @@ def without_events(label: str, buf: bytes, start: int) -> IngestError:
     except RecursionError:  # too deep to say where: that the array is missing is still true
         top = None
     if isinstance(top, dict) and "traceEvents" in top:
-        key = re.compile(rb'"traceEvents"\s*:\s*').search(buf, start)
+        key = _KEY_VALUE.search(buf, start)
         kind = {type(None): "null", dict: "an object", str: "a string", bool: "a boolean"}.get(
             type(top["traceEvents"]), "a number")
         return IngestError(label, f"its \"traceEvents\" is {kind}; expected an array of events",
                            f"byte {key.end() if key else start}")
-    return IngestError(label, "is a JSON object without a \"traceEvents\" array; expected {\"traceEvents\": [...]}")
+    what = describe("object", list(top), True) if isinstance(top, dict) else "a JSON object without a \"traceEvents\" array"
+    return IngestError(label, f"is {what}; expected {{\"traceEvents\": [...]}}")
