@@ -18,7 +18,7 @@ from acceltrace.ingest.importer import Importer, ImportSession
 from acceltrace.ingest.made_ahead import to_its_end
 from acceltrace.store.errors import IngestError
 from acceltrace.ingest.arriving import Arriving
-from acceltrace.ingest.sources import Source, open_sources
+from acceltrace.ingest.sources import Source, open_sources, stem
 from acceltrace.store import aggregates, content, duck
 from acceltrace.store.catalog import Store
 
@@ -203,7 +203,7 @@ def _ingest_one(heap: ExitStack, *, store, paths, label, merge, skip_existing, k
             srcs = open_sources(p, on_read, arriving=arriving)
             if merge or len(paths) > 1:
                 for s in srcs:
-                    s.group = s.group if len(srcs) > 1 else _stem(p)
+                    s.group = s.group if len(srcs) > 1 else stem(p.name)
             elif len(srcs) == 1:
                 srcs[0].group = None
             sources.extend(srcs)
@@ -344,10 +344,3 @@ def interrupted(e: BaseException | None) -> bool:
         e = e.__cause__ or e.__context__
     return False
 
-
-def _stem(p: Path) -> str:
-    name = p.name
-    for suf in (".gz", ".json", ".trace", ".pt", ".sqlite", ".tar", ".zip"):
-        if name.lower().endswith(suf):
-            name = name[: -len(suf)]
-    return name

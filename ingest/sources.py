@@ -272,7 +272,7 @@ def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryI
         src = Source(
             name=f"{label}!{member}", opener=member_opener, size=None,
             inner_name=strip_container_suffix(PurePosixPath(member).name),
-            group=_rank_name(member),
+            group=stem(member),
         )
         src.head = _read_head(member_opener, src.name)
         out.append(src)
@@ -312,17 +312,21 @@ def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
         src = Source(
             name=f"{label}!{info.filename}", opener=member_opener,
             inner_name=strip_container_suffix(PurePosixPath(info.filename).name),
-            group=_rank_name(info.filename),
+            group=stem(info.filename),
         )
         src.head = _read_head(member_opener, src.name)
         out.append(src)
     return out
 
 
-def _rank_name(member: str) -> str:
-    """A group name for one member of a multi-rank archive: its file name without suffixes."""
-    base = PurePosixPath(member).name
-    for suf in (".gz", ".json", ".trace", ".pt"):
+_STEM_SUFFIXES = (".gz", ".gzip", *_UNPACK_SUFFIXES, ".json", ".trace", ".pt", ".sqlite", ".tar", ".zip")
+
+
+def stem(name: str) -> str:
+    """A file's name without its directory and its container and trace suffixes (rank0.pt.trace.json.zst ->
+    rank0): the group name of one member of a multi-rank archive, or of one file of a merged ingest."""
+    base = PurePosixPath(name).name
+    for suf in _STEM_SUFFIXES:
         if base.lower().endswith(suf):
             base = base[: -len(suf)]
     return base

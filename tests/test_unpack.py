@@ -126,3 +126,17 @@ def test_an_upload_of_a_zstd_trace_is_ingested(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert row["status"] == "ready" and row["counts"]["slices"] == 300, row
+
+
+def test_merged_compressed_files_are_named_by_their_stems(tmp_path, quick):
+    events = {"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1, "name": "k"}]}
+    paths = []
+    for name, codec in (("alpha", "zstd"), ("beta", "xz")):
+        suffix, compress = COMPRESS[codec]
+        paths.append(tmp_path / f"{name}.pt.trace.json{suffix}")
+        paths[-1].write_bytes(compress(json.dumps(events).encode()))
+    store = Store(tmp_path / "store")
+    (res,) = pipeline.ingest_paths(store, paths, merge=True)
+    assert res.error is None, res.error
+    con = store.connect(res.id)
+    assert sorted(g for (g,) in con.execute("SELECT DISTINCT group_name FROM tracks").fetchall()) == ["alpha", "beta"]
