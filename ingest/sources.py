@@ -20,7 +20,7 @@ from typing import BinaryIO, Callable
 
 from acceltrace.ingest.arriving import Arriving, ArrivingReader
 from acceltrace.ingest.gz import open_gzip
-from acceltrace.ingest.unpack import SUFFIXES as _UNPACK_SUFFIXES, codec_of, open_stream
+from acceltrace.ingest.unpack import CODEC_OF_SUFFIX, SUFFIXES as _UNPACK_SUFFIXES, codec_of, open_stream
 from acceltrace.store.errors import IngestError
 
 # Decompressed bytes allowed: at least this many, and beyond it at most RATIO x compressed.
@@ -263,7 +263,7 @@ def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryI
             for m in tf:
                 if m.name == member:
                     ex = tf.extractfile(m)
-                    inner = open_gzip(ex) if _peek_gzip(member) else ex
+                    inner = _unpacked_member(member, ex)
                     return io.BufferedReader(
                         BombGuard(inner, budget, f"{label}!{member}"), 1 << 20
                     )
@@ -279,8 +279,14 @@ def _tar_sources(path: Path, label: str, size: int, opener: Callable[[], BinaryI
     return out
 
 
-def _peek_gzip(member: str) -> bool:
-    return member.lower().endswith(".gz")
+def _unpacked_member(name: str, raw: BinaryIO) -> BinaryIO:
+    """An archive member's bytes, inflated where its name says they are compressed (a tar or zip of .json.gz,
+    .json.zst, ... files)."""
+    low = name.lower()
+    if low.endswith((".gz", ".gzip")):
+        return open_gzip(raw)
+    codec = next((c for suf, c in CODEC_OF_SUFFIX.items() if low.endswith(suf)), None)
+    return open_stream(codec, raw) if codec else raw
 
 
 def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
@@ -303,10 +309,8 @@ def _zip_sources(path: Path, label: str, size: int, on_read) -> list[Source]:
                     label, f"member '{info.filename}' cannot be opened ({e}); expected a zip member's local header",
                     f"byte {info.header_offset}",
                 ) from None
-            if info.filename.lower().endswith(".gz"):
-                inner = open_gzip(inner)
             return io.BufferedReader(
-                BombGuard(inner, budget, f"{label}!{info.filename}"), 1 << 20
+                BombGuard(_unpacked_member(info.filename, inner), budget, f"{label}!{info.filename}"), 1 << 20
             )
 
         src = Source(

@@ -10,7 +10,8 @@ from __future__ import annotations
 import io
 
 _CUT_SHORT = "Compressed file ended before the end-of-stream marker was reached"  # the standard library's words
-SUFFIXES = (".xz", ".bz2", ".zst", ".zstd")
+CODEC_OF_SUFFIX = {".xz": "xz", ".bz2": "bzip2", ".zst": "zstd", ".zstd": "zstd"}
+SUFFIXES = tuple(CODEC_OF_SUFFIX)
 
 
 def codec_of(head: bytes) -> str | None:

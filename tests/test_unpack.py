@@ -140,3 +140,16 @@ def test_merged_compressed_files_are_named_by_their_stems(tmp_path, quick):
     assert res.error is None, res.error
     con = store.connect(res.id)
     assert sorted(g for (g,) in con.execute("SELECT DISTINCT group_name FROM tracks").fetchall()) == ["alpha", "beta"]
+
+
+def test_compressed_members_of_a_zip_are_read(tmp_path, quick):
+    import zipfile
+
+    path = tmp_path / "ranks.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for p, codec in zip(RANKS, ("zstd", "xz")):
+            suffix, compress = COMPRESS[codec]
+            z.writestr(p.name.removesuffix(".gz") + suffix, compress(gzip.decompress(p.read_bytes())))
+    res = pipeline.ingest_paths(Store(tmp_path / "store"), [path])[0]
+    assert res.error is None, res.error
+    assert res.counts["slices"] == 4_811 + 4_676
