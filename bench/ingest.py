@@ -24,7 +24,8 @@ its own. Rows:
                        (only with --with-analysis: the passes are the analysis part's cost)
   `acceltrace ingest`  the command as a user runs it, from its start to its exit (with --with-analysis)
   HTA TraceAnalysis    HolisticTraceAnalysis' load, if it is installed in --hta-python
-MB/s are of decompressed JSON, events/s of events in the file; cpu_s is user+sys (with its children) of
+Inputs may be plain or compressed as the ingest reads them (gzip, xz, bzip2, zstd: every row reads them through
+ingest/sources.py). MB/s are of decompressed JSON, events/s of events in the file; cpu_s is user+sys (with its children) of
 the child (this machine is shared, so wall times are noisy; compare ratios). Then each of issue 14's
 targets for the viewable row, met or not against this run's own anchors; the last line measures the
 CPUs' capacity in the same run: a busy loop alone, then two at once (2 vCPUs may give well under 2x).
@@ -33,7 +34,6 @@ CPUs' capacity in the same run: a busy loop alone, then two at once (2 vCPUs may
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -53,8 +53,10 @@ mode, path = sys.argv[1], sys.argv[2]
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter(); c0 = os.times()
 if mode in ("json", "orjson", "msgspec"):
-    import gzip
-    data = (gzip.open if path.endswith(".gz") else open)(path, "rb").read()
+    from pathlib import Path
+    from acceltrace.ingest.sources import open_sources  # (any compression the ingest reads)
+    with open_sources(Path(path))[0].open() as f:
+        data = f.read()
     if mode == "orjson":
         import orjson
         loads = orjson.loads
@@ -90,8 +92,8 @@ elif mode == "cli":  # the command as a user runs it: the interpreter's start an
         raise SystemExit((p.stderr.strip().splitlines() or ["failed"])[-1])
     n = json.loads(p.stdout.strip().splitlines()[-1])["slices"]
 elif mode == "floor":  # what no ingester of these tables beats: the write alone, and this scanner alone
-    import gzip
     from pathlib import Path
+    from acceltrace.ingest.sources import open_sources
     from acceltrace.ingest import pipeline
     from acceltrace.ingest.chrome import scanned
     from acceltrace.ingest.chrome.reader import ChromeReader
@@ -102,7 +104,7 @@ elif mode == "floor":  # what no ingester of these tables beats: the write alone
     if r.error:
         raise SystemExit(r.error)
     raws = []
-    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+    with open_sources(Path(path))[0].open() as f:
         for _ in ChromeReader(f, path, lambda raw: (raws.append(raw), [None])[1]).chunks():
             pass
     if scanned._scan is None:
@@ -152,13 +154,14 @@ def _alone(work: Path, path: Path) -> Path:
 def count_events(path: Path) -> tuple[int, int]:
     """(events, decompressed bytes) via the ingester's own reader (no second full parse)."""
     from acceltrace.ingest.chrome.reader import ChromeReader
+    from acceltrace.ingest.sources import open_sources
 
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
+    (source,) = open_sources(path)  # (any compression the ingest reads)
+    with source.open() as f:
         size = 0
         while chunk := f.read(1 << 24):
             size += len(chunk)
-    with opener(path, "rb") as f:
+    with source.open() as f:
         r = ChromeReader(f, path.name, lambda raw: [None] * _quick_count(raw))
         for _ in r.chunks():
             pass
